@@ -1,0 +1,1 @@
+// Translation unit that owns the precompiled torch header.

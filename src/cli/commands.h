@@ -1,0 +1,19 @@
+// The `ddpx` subcommands. Each add_*_command registers a CLI11 subcommand on the app whose
+// callback does the work and stores the process exit code in `exit_code`. Library errors
+// (ddpx::Error) propagate out of the callback; main() turns them into one line and an exit
+// code. This is the only folder that knows about exit codes.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace ddpx::cli {
+
+void add_train_command(CLI::App& app, int& exit_code);   // train_command.cpp
+void add_run_command(CLI::App& app, int& exit_code);     // run_command.cpp (the launcher)
+void add_data_command(CLI::App& app, int& exit_code);    // data_command.cpp (download)
+void add_models_command(CLI::App& app, int& exit_code);  // models_command.cpp
+void add_bench_command(CLI::App& app, int& exit_code);   // bench_command.cpp
+
+}  // namespace ddpx::cli

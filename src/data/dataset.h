@@ -1,0 +1,59 @@
+// An image classification dataset held in memory as uint8, the way it is stored on disk.
+// Every reader (IDX, CIFAR python/binary, synthetic) produces this; transforms turn batches
+// of it into float tensors for the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace ddpx::data {
+
+struct Dataset {
+  std::string name;            // "fashion-mnist", "cifar10", ...
+  torch::Tensor images;        // (N, H, W, C) uint8, contiguous
+  torch::Tensor labels;        // (N) int64, each in [0, num_classes)
+  int64_t num_classes = 0;
+  std::vector<std::string> class_names;  // may be empty
+
+  int64_t size() const { return images.defined() ? images.size(0) : 0; }
+  int64_t height() const { return images.size(1); }
+  int64_t width() const { return images.size(2); }
+  int64_t channels() const { return images.size(3); }
+};
+
+struct DatasetSplits {
+  Dataset train;
+  Dataset test;
+  std::vector<float> mean;  // per channel in [0, 1], of the training split
+  std::vector<float> std;   // per channel, of the training split
+};
+
+// What to load. data_dir empty means the dataset's default folder (for fashion-mnist:
+// Debian's dataset-fashion-mnist files under /usr/share/datasets/fashion-mnist).
+struct DatasetSpec {
+  std::string name = "fashion-mnist";
+  std::string data_dir;
+  // synthetic only
+  int64_t synthetic_train_size = 2048;
+  int64_t synthetic_test_size = 512;
+  int64_t synthetic_height = 32;
+  int64_t synthetic_width = 32;
+  int64_t synthetic_channels = 3;
+  int64_t synthetic_classes = 10;
+  uint64_t seed = 0;
+};
+
+// Loads both splits; throws ddpx::Error(kData) naming the file and the download command
+// when something is missing or corrupt.
+DatasetSplits load_dataset(const DatasetSpec& spec);
+
+std::vector<std::string> dataset_names();  // mnist, fashion-mnist, cifar10, cifar100, synthetic
+std::string default_data_dir(const std::string& name);
+
+// Per-channel mean and std of a uint8 (N, H, W, C) tensor, scaled to [0, 1].
+void channel_stats(const torch::Tensor& images, std::vector<float>& mean, std::vector<float>& std);
+
+}  // namespace ddpx::data

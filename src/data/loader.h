@@ -1,0 +1,73 @@
+// A prefetching data loader. Background threads gather uint8 samples by index, apply the
+// batch transforms and queue ready float batches `prefetch` deep, so the training loop only
+// waits when the model outruns the loader. Deterministic: batch k of an epoch is built from
+// a random stream seeded by (seed, epoch, k), whichever thread builds it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "data/dataset.h"
+#include "data/transforms.h"
+
+namespace ddpx::data {
+
+struct Batch {
+  torch::Tensor images;  // (B, C, H, W) float32
+  torch::Tensor labels;  // (B) int64
+  int64_t size() const { return labels.size(0); }
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 128;
+  bool drop_last = false;
+  int num_workers = 1;     // background threads building batches
+  int prefetch = 4;        // ready batches kept ahead
+  int64_t limit_batches = 0;  // 0 = all
+  uint64_t seed = 0;
+  TransformOptions transform;
+};
+
+class DataLoader {
+ public:
+  DataLoader(const Dataset& dataset, LoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Begins an epoch over these sample indices (from a sampler); stops any epoch in flight.
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch);
+  // The next batch in order, or nullopt at the end of the epoch.
+  std::optional<Batch> next();
+  int64_t num_batches() const;  // in the current epoch
+
+ private:
+  void worker_loop();
+  void stop_workers();
+  Batch build_batch(int64_t batch_index) const;
+
+  const Dataset& dataset_;
+  LoaderOptions options_;
+  std::vector<int64_t> indices_;
+  int64_t epoch_ = 0;
+  int64_t num_batches_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<int64_t, Batch> ready_;
+  int64_t next_to_build_ = 0;
+  int64_t next_to_return_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+  std::exception_ptr error_;
+};
+
+}  // namespace ddpx::data

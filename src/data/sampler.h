@@ -1,0 +1,35 @@
+// Which samples each rank sees. DistributedSampler follows torch.utils.data.DistributedSampler:
+// a permutation seeded by seed + epoch (torch.randperm with a seeded generator), padded by
+// repeating from the start (or truncated with drop_last) to a multiple of world_size, and
+// rank r takes every world_size-th index starting at r. For evaluation, eval_indices splits
+// the dataset exactly: every sample is counted once across ranks, with no padding.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ddpx::data {
+
+struct SamplerOptions {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  bool shuffle = true;
+  bool drop_last = false;
+  uint64_t seed = 0;
+};
+
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, SamplerOptions options);
+  std::vector<int64_t> indices(int64_t epoch) const;
+  int64_t num_samples() const { return num_samples_; }  // per rank
+
+ private:
+  int64_t dataset_size_;
+  SamplerOptions options_;
+  int64_t num_samples_;
+};
+
+std::vector<int64_t> eval_indices(int64_t dataset_size, int64_t rank, int64_t world_size);
+
+}  // namespace ddpx::data

@@ -1,0 +1,34 @@
+// Batch transforms: uint8 (B, H, W, C) in, float (B, C, H', W') out, ready for the model.
+// Augmentations (random crop with zero padding, horizontal flip) run on uint8 bytes, before
+// the conversion to float, so they move 4x less memory.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace ddpx::data {
+
+enum class Normalize { kImagenet, kDataset, kNegOneOne, kNone };
+Normalize parse_normalize(const std::string& name);  // throws kUsage listing the choices
+std::string normalize_name(Normalize n);
+
+struct TransformOptions {
+  bool random_crop = false;  // random crop back to the input size after zero padding
+  int64_t crop_padding = 4;
+  bool horizontal_flip = false;
+  int64_t image_size = 0;    // 0 keeps the native size; otherwise bilinear resize to this square
+  int64_t out_channels = 3;  // gray input is repeated to 3 channels when 3 is asked for
+  Normalize normalize = Normalize::kDataset;
+  std::vector<float> dataset_mean;  // used by kDataset
+  std::vector<float> dataset_std;
+};
+
+// images: (B, H, W, C) uint8 -> (B, out_channels, S, S) float32, S = image_size or H.
+torch::Tensor transform_batch(const torch::Tensor& images, const TransformOptions& options,
+                              std::mt19937_64& rng);
+
+}  // namespace ddpx::data

@@ -1,0 +1,44 @@
+// Shared test helpers: temporary directories, running commands (the ddpx binary, Debian's
+// python3 for reference data) with a time limit, and free loopback ports.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddpx::test {
+
+// A fresh directory under /tmp, removed when the object goes out of scope.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;     // the exit status, or 128+signal when killed by a signal
+  bool timed_out = false;
+  std::string output;     // stdout and stderr together
+};
+
+// Runs `/bin/sh -c command`, killing its process group after timeout_s.
+CommandResult run_command(const std::string& command, int timeout_s = 300);
+
+// Runs Debian's /usr/bin/python3 on a script text (reference data with numpy/torch).
+CommandResult run_python(const std::string& script, int timeout_s = 300);
+bool python_has_module(const std::string& module);
+
+std::string ddpx_binary();                 // the built `ddpx`
+std::string source_dir();                  // the repository root
+std::string fashion_mnist_dir();           // Debian's dataset-fashion-mnist folder
+std::string shell_quote(const std::string& s);
+int free_port();                           // a TCP port free on 127.0.0.1 right now
+void write_bytes(const std::string& path, const std::string& bytes);
+
+}  // namespace ddpx::test
