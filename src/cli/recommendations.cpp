@@ -1,0 +1,45 @@
+#include "cli/recommendations.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "models/registry.h"
+
+namespace ddpx::cli {
+
+void print_recommendations() {
+  fmt::print("Recommended settings per model (from `ddpx models`):\n");
+  fmt::print("{:<24} {:>10} {:>9} {:>6} {:>10} {:<12} {}\n", "model", "optimizer", "lr", "batch",
+             "wd", "normalize", "note");
+  for (const auto& m : models::model_table()) {
+    const auto& r = m.recommendation;
+    fmt::print("{:<24} {:>10} {:>9g} {:>6} {:>10g} {:<12} {}\n", m.name, r.optimizer,
+               r.learning_rate, r.batch_size, r.weight_decay, r.normalize, r.note);
+  }
+  std::fflush(stdout);
+}
+
+void print_script_options() {
+  fmt::print(
+      "Example commands:\n"
+      "  # quick test on one process (Fashion-MNIST ships with Debian)\n"
+      "  ddpx train --model resnet18 --dataset fashion-mnist --num_epochs 1\n"
+      "  # two local workers, the seed's way and ddpx's way\n"
+      "  ./run-ddp.sh 2 script_single_node \"--model resnet18 --learning_rate 0.05 --batch_size "
+      "128 --num_epochs 2\"\n"
+      "  ddpx run 2 -- train --model resnet18 --dataset fashion-mnist --num_epochs 2\n"
+      "  # CIFAR-10 at 224x224 like the seed (download once)\n"
+      "  ddpx data download cifar10 --data_dir data\n"
+      "  ddpx run 2 -- train --model resnet101 --dataset cifar10 --data_dir data --image_size 224 "
+      "--learning_rate 0.002 --optimizer sgd --batch_size 1024 --normalize neg_one_one "
+      "--num_epochs 10\n"
+      "  # two nodes (run on each node with its --node_rank)\n"
+      "  ddpx run 8 --nnodes 2 --node_rank 0 --master_addr 192.168.1.100 --master_port 29500 -- "
+      "train --model resnet50 --dataset cifar10\n"
+      "  # checkpoints and resume\n"
+      "  ddpx train --save_dir checkpoints --resume auto --num_epochs 10\n");
+  std::fflush(stdout);
+}
+
+}  // namespace ddpx::cli

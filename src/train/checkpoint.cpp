@@ -1,0 +1,219 @@
+#include "train/checkpoint.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ddpx::train {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'D', 'P', 'X', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = 8 + 4 + 8 + 4;
+constexpr const char* kPrefix = "checkpoint_epoch";
+constexpr const char* kSuffix = ".ddpx";
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+template <typename T>
+T get(const std::string& in, size_t offset) {
+  T value;
+  std::memcpy(&value, in.data() + offset, sizeof(T));
+  return value;
+}
+
+uint32_t crc32_of(const char* data, size_t size) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  while (size > 0) {
+    uInt chunk = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
+    data += chunk;
+    size -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// Returns the verified payload of a checkpoint file.
+std::string read_payload(const std::string& path) {
+  std::string bytes = read_file(path);
+  DDPX_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, 8) == 0,
+             ErrorKind::kData, "{} is not a ddpx checkpoint (bad header); delete it or point "
+             "--resume at another file", path);
+  uint32_t version = get<uint32_t>(bytes, 8);
+  DDPX_CHECK(version == kFormatVersion, ErrorKind::kData,
+             "{} has checkpoint format {}, this ddpx reads {}", path, version, kFormatVersion);
+  uint64_t size = get<uint64_t>(bytes, 12);
+  DDPX_CHECK(bytes.size() - kHeaderBytes == size, ErrorKind::kData,
+             "{} is truncated: {} payload bytes expected, {} present", path, size,
+             bytes.size() - kHeaderBytes);
+  uint32_t crc = get<uint32_t>(bytes, 20);
+  DDPX_CHECK(crc32_of(bytes.data() + kHeaderBytes, size) == crc, ErrorKind::kData,
+             "{} is corrupt (CRC-32 mismatch)", path);
+  return bytes.substr(kHeaderBytes);
+}
+
+torch::serialize::InputArchive open_archive(const std::string& path) {
+  std::string payload = read_payload(path);
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(payload.data(), payload.size());
+  } catch (const c10::Error& e) {
+    fail(ErrorKind::kData, "{} passed its checksum but cannot be decoded: {}", path,
+         e.what_without_backtrace());
+  }
+  return archive;
+}
+
+int64_t epochs_of(const std::string& filename) {
+  std::string stem = filename.substr(std::strlen(kPrefix));
+  stem = stem.substr(0, stem.size() - std::strlen(kSuffix));
+  try {
+    return std::stoll(stem);
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done) {
+  return fmt::format("{}/{}{:04d}{}", save_dir, kPrefix, epochs_done, kSuffix);
+}
+
+void save_checkpoint(const std::string& path, torch::nn::Module& model,
+                     torch::optim::Optimizer& optimizer, const TrainPosition& position,
+                     const CheckpointMeta& meta) {
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive model_archive, optimizer_archive;
+  model.save(model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("epochs_done", c10::IValue(position.epochs_done));
+  archive.write("global_step", c10::IValue(position.global_step));
+  archive.write("model_name", c10::IValue(meta.model));
+  archive.write("num_classes", c10::IValue(meta.num_classes));
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    archive.write("cpu_rng_state", generator.get_state());
+  }
+  std::ostringstream stream;
+  archive.save_to(stream);
+  std::string payload = stream.str();
+
+  std::string file;
+  file.reserve(kHeaderBytes + payload.size());
+  file.append(kMagic, 8);
+  put<uint32_t>(file, kFormatVersion);
+  put<uint64_t>(file, payload.size());
+  put<uint32_t>(file, crc32_of(payload.data(), payload.size()));
+  file += payload;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  write_file_atomic(path, file);
+}
+
+TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
+                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta) {
+  auto archive = open_archive(path);
+  c10::IValue value;
+  archive.read("model_name", value);
+  DDPX_CHECK(value.toStringRef() == meta.model, ErrorKind::kData,
+             "{} was written for --model {}, not {}; resume with the same model", path,
+             value.toStringRef(), meta.model);
+  archive.read("num_classes", value);
+  DDPX_CHECK(value.toInt() == meta.num_classes, ErrorKind::kData,
+             "{} was written for {} classes, this dataset has {}", path, value.toInt(),
+             meta.num_classes);
+  torch::serialize::InputArchive model_archive, optimizer_archive;
+  archive.read("model", model_archive);
+  archive.read("optimizer", optimizer_archive);
+  try {
+    model.load(model_archive);
+    optimizer.load(optimizer_archive);
+  } catch (const c10::Error& e) {
+    fail(ErrorKind::kData, "{} does not match this model/optimizer: {}", path,
+         e.what_without_backtrace());
+  }
+  TrainPosition position;
+  archive.read("epochs_done", value);
+  position.epochs_done = value.toInt();
+  archive.read("global_step", value);
+  position.global_step = value.toInt();
+  torch::Tensor rng_state;
+  archive.read("cpu_rng_state", rng_state);
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng_state);
+  }
+  return position;
+}
+
+void verify_checkpoint(const std::string& path) { open_archive(path); }
+
+std::vector<std::string> list_checkpoints(const std::string& save_dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(save_dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0 || name.size() <= std::strlen(kSuffix) ||
+        name.compare(name.size() - std::strlen(kSuffix), std::string::npos, kSuffix) != 0)
+      continue;
+    int64_t epochs = epochs_of(name);
+    if (epochs >= 0) found.emplace_back(epochs, entry.path().string());
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> paths;
+  for (auto& f : found) paths.push_back(f.second);
+  return paths;
+}
+
+std::optional<std::string> find_latest_good_checkpoint(const std::string& save_dir) {
+  for (const auto& path : list_checkpoints(save_dir)) {
+    try {
+      verify_checkpoint(path);
+      return path;
+    } catch (const Error& e) {
+      log::warn("skipping checkpoint: {}", e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+void prune_checkpoints(const std::string& save_dir, int keep) {
+  auto paths = list_checkpoints(save_dir);
+  for (size_t i = static_cast<size_t>(keep); i < paths.size(); ++i) {
+    std::error_code ec;
+    std::filesystem::remove(paths[i], ec);
+  }
+}
+
+void load_checkpoint_weights(const std::string& path, torch::nn::Module& model) {
+  auto archive = open_archive(path);
+  torch::serialize::InputArchive model_archive;
+  archive.read("model", model_archive);
+  try {
+    model.load(model_archive);
+  } catch (const c10::Error& e) {
+    fail(ErrorKind::kData, "{} does not match this model: {}", path, e.what_without_backtrace());
+  }
+}
+
+}  // namespace ddpx::train

@@ -1,0 +1,57 @@
+// Checkpoints that cannot be lost. A checkpoint file is
+//   "DDPXCKPT" | u32 format version | u64 payload bytes | u32 CRC-32 of payload | payload
+// where the payload is a torch::serialize archive holding the model, the optimizer, the
+// training position and the CPU RNG state. Files are written atomically (core/atomic_file.h),
+// so a crash mid-write leaves the previous checkpoint intact; on load a wrong magic, a short
+// file or a CRC mismatch is reported as corrupt, and `--resume auto` falls back to the newest
+// checkpoint that verifies.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+namespace ddpx::train {
+
+struct TrainPosition {
+  int64_t epochs_done = 0;   // completed epochs
+  int64_t global_step = 0;   // optimizer steps taken
+};
+
+struct CheckpointMeta {
+  std::string model;
+  int64_t num_classes = 0;
+};
+
+// Path of the checkpoint written after `epochs_done` epochs.
+std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done);
+
+void save_checkpoint(const std::string& path, torch::nn::Module& model,
+                     torch::optim::Optimizer& optimizer, const TrainPosition& position,
+                     const CheckpointMeta& meta);
+
+// Restores model, optimizer and RNG; throws ddpx::Error(kData) naming the file when it is
+// corrupt or was written for another model.
+TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
+                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta);
+
+// Throws kData when the file is not a complete, uncorrupted checkpoint.
+void verify_checkpoint(const std::string& path);
+
+// Checkpoint files in save_dir, newest (most epochs) first.
+std::vector<std::string> list_checkpoints(const std::string& save_dir);
+
+// The newest checkpoint that verifies; corrupt ones are reported (warning) and skipped.
+std::optional<std::string> find_latest_good_checkpoint(const std::string& save_dir);
+
+// Deletes all but the newest `keep` checkpoints.
+void prune_checkpoints(const std::string& save_dir, int keep);
+
+// A model's weights only, from a checkpoint (for `ddpx export` and evaluation).
+void load_checkpoint_weights(const std::string& path, torch::nn::Module& model);
+
+}  // namespace ddpx::train

@@ -1,0 +1,28 @@
+// Running sums for an epoch's metrics. Ranks reduce the sums and counts (never a mean of
+// means), so the printed loss and accuracy are exactly those of the whole global batch stream.
+#pragma once
+
+#include <cstdint>
+
+#include "dist/context.h"
+
+namespace ddpx::train {
+
+struct MetricSums {
+  double loss_sum = 0;   // sum over samples of the per-sample loss
+  double correct = 0;
+  double count = 0;
+
+  void add(double batch_mean_loss, int64_t batch_correct, int64_t batch_size) {
+    loss_sum += batch_mean_loss * batch_size;
+    correct += batch_correct;
+    count += batch_size;
+  }
+  double loss() const { return count > 0 ? loss_sum / count : 0; }
+  double accuracy() const { return count > 0 ? correct / count : 0; }
+
+  // Sums every field over all ranks (in place).
+  void all_reduce(dist::Context& context);
+};
+
+}  // namespace ddpx::train

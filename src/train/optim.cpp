@@ -1,0 +1,59 @@
+#include "train/optim.h"
+
+#include <cmath>
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include "core/error.h"
+
+namespace ddpx::train {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters,
+                                                        const OptimizerConfig& c) {
+  if (c.name == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(parameters),
+        torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
+  }
+  if (c.name == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        std::move(parameters),
+        torch::optim::AdamOptions(c.learning_rate).weight_decay(c.weight_decay));
+  }
+  if (c.name == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(parameters),
+        torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
+  }
+  fail(ErrorKind::kUsage, "--optimizer '{}' is not one of sgd, adam, adamw", c.name);
+}
+
+LrSchedule::LrSchedule(std::string kind, double base_lr, int64_t total_steps,
+                       int64_t warmup_steps)
+    : kind_(std::move(kind)),
+      base_lr_(base_lr),
+      total_steps_(std::max<int64_t>(total_steps, 1)),
+      warmup_steps_(std::max<int64_t>(warmup_steps, 0)) {}
+
+double LrSchedule::lr_at(int64_t step) const {
+  if (step < warmup_steps_) return base_lr_ * static_cast<double>(step + 1) / warmup_steps_;
+  if (kind_ == "constant") return base_lr_;
+  double progress = static_cast<double>(step - warmup_steps_) /
+                    std::max<int64_t>(total_steps_ - warmup_steps_, 1);
+  progress = std::min(std::max(progress, 0.0), 1.0);
+  if (kind_ == "step") {
+    if (progress >= 0.75) return base_lr_ * 0.01;
+    if (progress >= 0.5) return base_lr_ * 0.1;
+    return base_lr_;
+  }
+  // cosine
+  return 0.5 * base_lr_ * (1.0 + std::cos(M_PI * progress));
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+}  // namespace ddpx::train

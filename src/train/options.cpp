@@ -1,0 +1,50 @@
+#include "train/options.h"
+
+#include "core/error.h"
+
+namespace ddpx::train {
+namespace {
+
+bool one_of(const std::string& value, std::initializer_list<const char*> choices) {
+  for (const char* c : choices)
+    if (value == c) return true;
+  return false;
+}
+
+}  // namespace
+
+void validate(const TrainOptions& o) {
+  auto usage = ErrorKind::kUsage;
+  DDPX_CHECK(o.batch_size > 0, usage, "--batch_size must be positive, got {}", o.batch_size);
+  DDPX_CHECK(o.num_epochs > 0, usage, "--num_epochs must be positive, got {}", o.num_epochs);
+  DDPX_CHECK(o.learning_rate > 0, usage, "--learning_rate must be positive, got {}",
+             o.learning_rate);
+  DDPX_CHECK(o.weight_decay >= 0, usage, "--weight_decay must be >= 0, got {}", o.weight_decay);
+  DDPX_CHECK(o.momentum >= 0 && o.momentum < 1, usage, "--momentum must be in [0, 1), got {}",
+             o.momentum);
+  DDPX_CHECK(o.log_every > 0, usage, "--log_every must be positive, got {}", o.log_every);
+  DDPX_CHECK(o.accumulation_steps > 0, usage, "--accumulation_steps must be positive, got {}",
+             o.accumulation_steps);
+  DDPX_CHECK(o.image_size >= 0, usage, "--image_size must be >= 0 (0 keeps the native size)");
+  DDPX_CHECK(o.warmup_epochs >= 0, usage, "--warmup_epochs must be >= 0");
+  DDPX_CHECK(o.limit_train_batches >= 0 && o.limit_test_batches >= 0, usage,
+             "--limit_train_batches and --limit_test_batches must be >= 0 (0 means all)");
+  DDPX_CHECK(o.threads >= 0, usage, "--threads must be >= 0 (0: automatic)");
+  DDPX_CHECK(o.loader_workers >= 1, usage, "--loader_workers must be at least 1");
+  DDPX_CHECK(o.timeout_s > 0, usage, "--timeout must be positive seconds");
+  DDPX_CHECK(o.keep_checkpoints >= 1, usage, "--keep_checkpoints must be at least 1");
+  DDPX_CHECK(one_of(o.optimizer, {"sgd", "adam", "adamw"}), usage,
+             "--optimizer '{}' is not one of sgd, adam, adamw", o.optimizer);
+  DDPX_CHECK(one_of(o.lr_schedule, {"constant", "step", "cosine"}), usage,
+             "--lr_schedule '{}' is not one of constant, step, cosine", o.lr_schedule);
+  DDPX_CHECK(one_of(o.stem, {"imagenet", "cifar"}), usage,
+             "--stem '{}' is not one of imagenet, cifar", o.stem);
+  DDPX_CHECK(one_of(o.backend, {"auto", "gloo", "nccl"}), usage,
+             "--backend '{}' is not one of auto, gloo, nccl", o.backend);
+  DDPX_CHECK(one_of(o.comm_hook, {"allreduce", "fp16", "bf16"}), usage,
+             "--comm_hook '{}' is not one of allreduce, fp16, bf16", o.comm_hook);
+  DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
+             "--resume auto needs --save_dir to know where to look for checkpoints");
+}
+
+}  // namespace ddpx::train

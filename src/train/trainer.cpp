@@ -1,0 +1,311 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/functional/loss.h>
+#include <torch/utils.h>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+#include "dist/context.h"
+#include "dist/ddp.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/optim.h"
+#include "train/progress.h"
+
+namespace ddpx::train {
+namespace {
+
+constexpr int64_t kEvalBatchSize = 512;
+
+int choose_threads(const TrainOptions& o) {
+  if (o.threads > 0) return o.threads;
+  return static_cast<int>(env::get_int_or("DDPX_THREADS", torch::get_num_threads()));
+}
+
+dist::CommHook parse_comm_hook(const std::string& name) {
+  if (name == "fp16") return dist::CommHook::kFp16Compress;
+  if (name == "bf16") return dist::CommHook::kBf16Compress;
+  return dist::CommHook::kAllreduce;
+}
+
+int64_t per_rank_batch(const TrainOptions& o, int world_size) {
+  if (!o.batch_size_scaled) return o.batch_size;
+  DDPX_CHECK(o.batch_size % world_size == 0, ErrorKind::kUsage,
+             "--batch_size_scaled: --batch_size {} does not divide by the world size {}; pick a "
+             "multiple of {}", o.batch_size, world_size, world_size);
+  return o.batch_size / world_size;
+}
+
+// One training run, top to bottom: set up, then loop over epochs.
+class Run {
+ public:
+  explicit Run(const TrainOptions& options) : o_(options) {}
+
+  TrainResult execute() {
+    setup();
+    TrainResult result;
+    Stopwatch total;
+    for (int64_t epoch = start_epoch_; epoch < o_.num_epochs; ++epoch) {
+      EpochResult r = train_epoch(epoch);
+      bool last = epoch + 1 == o_.num_epochs;
+      if ((epoch + 1) % o_.log_every == 0 || last) {
+        r.test_accuracy = evaluate();
+        log::out("Accuracy on test dataset - {:.4f}", *r.test_accuracy);
+        result.final_test_accuracy = r.test_accuracy;
+      }
+      write_metrics_line(r);
+      if (!o_.save_dir.empty()) save(epoch + 1);
+      result.epochs.push_back(r);
+    }
+    result.seconds = total.seconds();
+    log::out("Training took {:.2f}s for {} epochs", result.seconds, result.epochs.size());
+    return result;
+  }
+
+ private:
+  void setup() {
+    validate(o_);
+    torch::set_num_threads(choose_threads(o_));
+    dist::InitOptions init;
+    init.backend = o_.backend;
+    init.timeout = std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000));
+    context_ = dist::init(init);
+    log::set_rank(context_->rank());
+    batch_size_ = per_rank_batch(o_, context_->world_size());
+
+    // Data: every rank reads the dataset; the sampler gives each rank its shard.
+    data::DatasetSpec spec;
+    spec.name = o_.dataset;
+    spec.data_dir = o_.data_dir;
+    spec.synthetic_train_size = o_.synthetic_size;
+    spec.synthetic_test_size = std::max<int64_t>(o_.synthetic_size / 4, 1);
+    spec.synthetic_height = spec.synthetic_width = o_.synthetic_image;
+    spec.synthetic_classes = o_.synthetic_classes;
+    spec.seed = o_.seed;
+    splits_ = data::load_dataset(spec);
+    image_size_ = o_.image_size > 0 ? o_.image_size : splits_.train.height();
+
+    // Model: the same seed on every rank; DDP broadcasts rank 0's weights anyway.
+    torch::manual_seed(static_cast<uint64_t>(o_.seed));
+    models::ModelConfig config;
+    config.num_classes = splits_.train.num_classes;
+    config.image_size = image_size_;
+    config.stem = o_.stem;
+    model_ = models::create_model(o_.model, config);
+    if (context_->distributed()) {
+      dist::DdpOptions ddp;
+      ddp.broadcast_buffers = o_.broadcast_buffers;
+      ddp.find_unused_parameters = o_.find_unused_parameters;
+      ddp.comm_hook = parse_comm_hook(o_.comm_hook);
+      ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, context_->process_group(), ddp);
+    }
+
+    data::SamplerOptions sampler;
+    sampler.rank = context_->rank();
+    sampler.world_size = context_->world_size();
+    sampler.seed = o_.seed;
+    sampler_ = std::make_unique<data::DistributedSampler>(splits_.train.size(), sampler);
+    train_loader_ = std::make_unique<data::DataLoader>(splits_.train, loader_options(true));
+    test_loader_ = std::make_unique<data::DataLoader>(splits_.test, loader_options(false));
+
+    steps_per_epoch_ = (sampler_->num_samples() + batch_size_ - 1) / batch_size_;
+    if (o_.limit_train_batches > 0) steps_per_epoch_ = std::min(steps_per_epoch_, o_.limit_train_batches);
+    int64_t updates_per_epoch = (steps_per_epoch_ + o_.accumulation_steps - 1) / o_.accumulation_steps;
+    OptimizerConfig oc{o_.optimizer, o_.learning_rate, o_.weight_decay, o_.momentum};
+    optimizer_ = make_optimizer(model_.ptr()->parameters(), oc);
+    schedule_ = std::make_unique<LrSchedule>(
+        o_.lr_schedule, o_.learning_rate, updates_per_epoch * o_.num_epochs,
+        static_cast<int64_t>(std::llround(o_.warmup_epochs * updates_per_epoch)));
+
+    resume();
+    print_header();
+  }
+
+  data::LoaderOptions loader_options(bool train) const {
+    data::LoaderOptions l;
+    l.batch_size = train ? batch_size_ : kEvalBatchSize;
+    l.num_workers = o_.loader_workers;
+    l.limit_batches = train ? o_.limit_train_batches : o_.limit_test_batches;
+    l.seed = o_.seed * 1000003ULL + static_cast<uint64_t>(context_->rank());
+    l.transform.random_crop = train && o_.random_crop;
+    l.transform.horizontal_flip = train && o_.horizontal_flip;
+    l.transform.image_size = o_.image_size;
+    l.transform.out_channels = 3;
+    l.transform.normalize = data::parse_normalize(o_.normalize);
+    l.transform.dataset_mean = splits_.mean;
+    l.transform.dataset_std = splits_.std;
+    return l;
+  }
+
+  void resume() {
+    if (o_.resume.empty()) return;
+    std::string path = o_.resume;
+    if (path == "auto") {
+      auto found = find_latest_good_checkpoint(o_.save_dir);
+      if (!found) {
+        log::info("--resume auto: no checkpoint in {} yet, starting from scratch", o_.save_dir);
+        return;
+      }
+      path = *found;
+    }
+    DDPX_CHECK(std::filesystem::exists(path), ErrorKind::kUsage,
+               "--resume {}: no such file; give a checkpoint path or 'auto'", path);
+    TrainPosition position = load_checkpoint(path, *model_.ptr(), *optimizer_, meta());
+    start_epoch_ = position.epochs_done;
+    global_step_ = position.global_step;
+    log::info("resumed from {} after {} epochs ({} steps)", path, start_epoch_, global_step_);
+  }
+
+  CheckpointMeta meta() const { return {o_.model, splits_.train.num_classes}; }
+
+  void save(int64_t epochs_done) {
+    if (context_->rank() == 0) {
+      std::string path = checkpoint_path(o_.save_dir, epochs_done);
+      save_checkpoint(path, *model_.ptr(), *optimizer_, {epochs_done, global_step_}, meta());
+      prune_checkpoints(o_.save_dir, o_.keep_checkpoints);
+    }
+    context_->barrier();  // no rank runs ahead of a checkpoint it might resume from
+  }
+
+  void print_header() const {
+    const auto& d = splits_.train;
+    log::out("ddpx train: model {} ({:.2f}M parameters, stem {}) | dataset {} ({} train / {} test, "
+             "{}x{}x{} -> 3x{}x{}, {} classes)",
+             o_.model, models::count_parameters(*model_.ptr()) / 1e6, o_.stem, o_.dataset,
+             d.size(), splits_.test.size(), d.height(), d.width(), d.channels(), image_size_,
+             image_size_, d.num_classes);
+    log::out("optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
+             "normalize {} | threads {}",
+             o_.optimizer, o_.learning_rate, o_.optimizer == "sgd" ? o_.momentum : 0.0,
+             o_.weight_decay, o_.lr_schedule, o_.warmup_epochs, o_.normalize,
+             torch::get_num_threads());
+    log::out("world size {} ({}) | batch size {} per process, global batch {} | accumulation "
+             "steps {} | learning rate {}",
+             context_->world_size(), context_->backend(), batch_size_,
+             batch_size_ * context_->world_size() * o_.accumulation_steps, o_.accumulation_steps,
+             o_.learning_rate);
+  }
+
+  torch::Tensor forward(const torch::Tensor& images) {
+    return ddp_ ? ddp_->forward(images) : model_.forward(images);
+  }
+
+  EpochResult train_epoch(int64_t epoch) {
+    model_.ptr()->train();
+    train_loader_->start_epoch(sampler_->indices(epoch), epoch);
+    ProgressBar bar(o_.progress && log::enabled(), steps_per_epoch_);
+    MetricSums sums;
+    Stopwatch watch;
+    int64_t step = 0;
+    optimizer_->zero_grad();
+    while (auto batch = train_loader_->next()) {
+      bool boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == steps_per_epoch_;
+      torch::Tensor logits, loss;
+      auto backward = [&] {
+        logits = forward(batch->images);
+        loss = torch::nn::functional::cross_entropy(logits, batch->labels);
+        (o_.accumulation_steps > 1 ? loss / static_cast<double>(o_.accumulation_steps) : loss)
+            .backward();
+      };
+      if (ddp_ && !boundary) {
+        auto guard = ddp_->no_sync();
+        backward();
+      } else {
+        backward();
+      }
+      if (boundary) {
+        set_learning_rate(*optimizer_, schedule_->lr_at(global_step_));
+        optimizer_->step();
+        optimizer_->zero_grad();
+        ++global_step_;
+      }
+      int64_t correct = logits.argmax(1).eq(batch->labels).sum().item<int64_t>();
+      double batch_loss = loss.item<double>();
+      DDPX_CHECK(std::isfinite(batch_loss), ErrorKind::kData,
+                 "the training loss became {} at epoch {} step {}; lower --learning_rate",
+                 batch_loss, epoch, step);
+      sums.add(batch_loss, correct, batch->size());
+      ++step;
+      bar.update(step, sums.loss(), sums.accuracy(),
+                 sums.count * context_->world_size() / std::max(watch.seconds(), 1e-9));
+    }
+    bar.finish();
+    sums.all_reduce(*context_);
+    EpochResult r;
+    r.epoch = epoch;
+    r.seconds = watch.seconds();
+    r.loss = sums.loss();
+    r.accuracy = sums.accuracy();
+    r.images_per_sec = sums.count / std::max(r.seconds, 1e-9);
+    log::out("Epoch - {}/{}: time - {:.2f}s || loss_train - {:.4f} || accuracy_train - {:.4f} || "
+             "images_per_sec - {:.1f}",
+             epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, r.images_per_sec);
+    return r;
+  }
+
+  double evaluate() {
+    torch::NoGradGuard no_grad;
+    model_.ptr()->eval();
+    auto indices = data::eval_indices(splits_.test.size(), context_->rank(),
+                                      context_->world_size());
+    test_loader_->start_epoch(std::move(indices), 0);
+    MetricSums sums;
+    while (auto batch = test_loader_->next()) {
+      torch::Tensor logits = model_.forward(batch->images);
+      int64_t correct = logits.argmax(1).eq(batch->labels).sum().item<int64_t>();
+      sums.add(0.0, correct, batch->size());
+    }
+    sums.all_reduce(*context_);
+    return sums.accuracy();
+  }
+
+  void write_metrics_line(const EpochResult& r) const {
+    if (o_.metrics_json.empty() || context_->rank() != 0) return;
+    nlohmann::json line = {{"epoch", r.epoch},
+                           {"time_s", r.seconds},
+                           {"loss_train", r.loss},
+                           {"accuracy_train", r.accuracy},
+                           {"images_per_sec", r.images_per_sec},
+                           {"world_size", context_->world_size()}};
+    if (r.test_accuracy) line["accuracy_test"] = *r.test_accuracy;
+    std::ofstream out(o_.metrics_json, std::ios::app);
+    DDPX_CHECK(out.good(), ErrorKind::kIo, "--metrics_json {}: cannot open for appending",
+               o_.metrics_json);
+    out << line.dump() << "\n";
+  }
+
+  const TrainOptions& o_;
+  std::shared_ptr<dist::Context> context_;
+  int64_t batch_size_ = 0;
+  int64_t image_size_ = 0;
+  data::DatasetSplits splits_;
+  torch::nn::AnyModule model_;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  std::unique_ptr<data::DistributedSampler> sampler_;
+  std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t start_epoch_ = 0;
+  int64_t global_step_ = 0;
+};
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& options) { return Run(options).execute(); }
+
+}  // namespace ddpx::train

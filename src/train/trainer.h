@@ -1,0 +1,33 @@
+// The training run behind `ddpx train`: join the job, load data, build the model, wrap it in
+// DistributedDataParallel when there is more than one rank, train for num_epochs, evaluate,
+// checkpoint. Rank 0 prints the seed's lines:
+//   Epoch - 0/2: time - 41.20s || loss_train - 0.5123 || accuracy_train - 0.8123 || ...
+//   Accuracy on test dataset - 0.8912
+//   Training took 83.51s for 2 epochs
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "train/options.h"
+
+namespace ddpx::train {
+
+struct EpochResult {
+  int64_t epoch = 0;
+  double seconds = 0;
+  double loss = 0;
+  double accuracy = 0;
+  double images_per_sec = 0;  // all ranks together
+  std::optional<double> test_accuracy;
+};
+
+struct TrainResult {
+  std::vector<EpochResult> epochs;  // the epochs this run trained (not those resumed past)
+  double seconds = 0;
+  std::optional<double> final_test_accuracy;
+};
+
+TrainResult run_training(const TrainOptions& options);
+
+}  // namespace ddpx::train
