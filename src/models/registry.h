@@ -1,7 +1,8 @@
 // The model zoo by name. Each entry builds a torchvision-faithful module (same structure,
 // parameter names and initialisation) and carries the recommended training settings that
-// `ddpx models` and `ddpx train --show_recommendations` print. New families add entries in
-// their own file through register_family(); nothing else changes.
+// `ddpx models` and `ddpx train --show_recommendations` print. A family adds its entries from
+// its own file through one register_<family>_models(table) function, listed once in
+// families.cpp; the registry core does not change.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,9 @@ struct ModelInfo {
   int64_t default_image_size = 224;
   Recommendation recommendation;
   std::function<torch::nn::AnyModule(const ModelConfig&)> build;
+  // Optional: the exact parameter count without building (big models take seconds to
+  // initialise). When empty, model_parameter_count() builds the model and counts.
+  std::function<int64_t(const ModelConfig&)> parameter_count;
 };
 
 // All registered models, in a stable display order.
@@ -43,5 +47,9 @@ const ModelInfo& find_model(const std::string& name);
 torch::nn::AnyModule create_model(const std::string& name, const ModelConfig& config);
 // Parameter count of a module (all parameters, as sum(p.numel() for p in model.parameters())).
 int64_t count_parameters(const torch::nn::Module& module);
+// Parameter count of `info` built with `config`, from the formula when the family has one.
+int64_t model_parameter_count(const ModelInfo& info, const ModelConfig& config);
+// Throws ddpx::Error(kUsage) when a field is out of range (num_classes < 1, unknown stem, ...).
+void validate_config(const ModelConfig& config);
 
 }  // namespace ddpx::models

@@ -1,0 +1,244 @@
+// ResNet family, mirroring torchvision/models/resnet.py (0.14) line for line where it matters
+// for state_dict compatibility: child names, registration order, and initialisation.
+#include "models/resnet.h"
+
+#include <torch/nn/init.h>
+
+#include "core/error.h"
+
+namespace ddpx::models {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride = 1, int64_t groups = 1) {
+  return nn::Conv2d(
+      nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).groups(groups).bias(false));
+}
+
+nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride = 1) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false));
+}
+
+// torchvision's ReLU is in-place; the result is the same and it saves one activation copy.
+nn::ReLU relu_inplace() { return nn::ReLU(nn::ReLUOptions().inplace(true)); }
+
+// torchvision: Bottleneck width = int(planes * (base_width / 64.0)) * groups.
+int64_t bottleneck_width(int64_t planes, int64_t groups, int64_t base_width) {
+  return static_cast<int64_t>(static_cast<double>(planes) * (base_width / 64.0)) * groups;
+}
+
+int64_t expansion(BlockKind kind) {
+  return kind == BlockKind::kBasic ? BasicBlockImpl::kExpansion : BottleneckImpl::kExpansion;
+}
+
+}  // namespace
+
+BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
+                               nn::Sequential downsample_in) {
+  conv1 = register_module("conv1", conv3x3(inplanes, planes, stride));
+  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+  relu = register_module("relu", relu_inplace());
+  conv2 = register_module("conv2", conv3x3(planes, planes));
+  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+  if (downsample_in) downsample = register_module("downsample", downsample_in);
+}
+
+torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+  torch::Tensor identity = downsample ? downsample->forward(x) : x;
+  torch::Tensor out = relu(bn1(conv1(x)));
+  out = bn2(conv2(out));
+  out += identity;
+  return relu(out);
+}
+
+BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
+                               nn::Sequential downsample_in, int64_t groups, int64_t base_width) {
+  const int64_t width = bottleneck_width(planes, groups, base_width);
+  conv1 = register_module("conv1", conv1x1(inplanes, width));
+  bn1 = register_module("bn1", nn::BatchNorm2d(width));
+  conv2 = register_module("conv2", conv3x3(width, width, stride, groups));
+  bn2 = register_module("bn2", nn::BatchNorm2d(width));
+  conv3 = register_module("conv3", conv1x1(width, planes * kExpansion));
+  bn3 = register_module("bn3", nn::BatchNorm2d(planes * kExpansion));
+  relu = register_module("relu", relu_inplace());
+  if (downsample_in) downsample = register_module("downsample", downsample_in);
+}
+
+torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
+  torch::Tensor identity = downsample ? downsample->forward(x) : x;
+  torch::Tensor out = relu(bn1(conv1(x)));
+  out = relu(bn2(conv2(out)));
+  out = bn3(conv3(out));
+  out += identity;
+  return relu(out);
+}
+
+ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
+  DDPX_CHECK(options.layers.size() == 4, ErrorKind::kInternal,
+             "ResNet needs 4 stage depths, got {}", options.layers.size());
+  DDPX_CHECK(options.num_classes >= 1, ErrorKind::kUsage,
+             "ResNet num_classes is {}; expected at least 1", options.num_classes);
+  DDPX_CHECK(options.block == BlockKind::kBottleneck ||
+                 (options.groups == 1 && options.width_per_group == 64),
+             ErrorKind::kInternal, "BasicBlock only supports groups=1 and width_per_group=64");
+  if (options.cifar_stem) {
+    conv1 = register_module("conv1", conv3x3(3, inplanes_));
+  } else {
+    conv1 = register_module(
+        "conv1", nn::Conv2d(nn::Conv2dOptions(3, inplanes_, 7).stride(2).padding(3).bias(false)));
+  }
+  bn1 = register_module("bn1", nn::BatchNorm2d(inplanes_));
+  relu = register_module("relu", relu_inplace());
+  // Registered for both stems so the module tree matches torchvision; the cifar stem skips it.
+  maxpool = register_module("maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+  layer1 = register_module("layer1", make_layer(64, options.layers[0], 1));
+  layer2 = register_module("layer2", make_layer(128, options.layers[1], 2));
+  layer3 = register_module("layer3", make_layer(256, options.layers[2], 2));
+  layer4 = register_module("layer4", make_layer(512, options.layers[3], 2));
+  avgpool = register_module("avgpool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1})));
+  fc = register_module("fc", nn::Linear(512 * expansion(options.block), options.num_classes));
+
+  // torchvision: kaiming_normal_(fan_out, relu) for convolutions, BN weight 1 bias 0; Linear
+  // keeps PyTorch's default (which libtorch's Linear already applied).
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+  if (options.zero_init_residual) {
+    for (auto& module : modules(/*include_self=*/false)) {
+      if (auto* block = module->as<Bottleneck>()) nn::init::zeros_(block->bn3->weight);
+      if (auto* block = module->as<BasicBlock>()) nn::init::zeros_(block->bn2->weight);
+    }
+  }
+}
+
+nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
+  const int64_t out_planes = planes * expansion(options_.block);
+  nn::Sequential downsample{nullptr};
+  if (stride != 1 || inplanes_ != out_planes) {
+    downsample = nn::Sequential(conv1x1(inplanes_, out_planes, stride), nn::BatchNorm2d(out_planes));
+  }
+  nn::Sequential layer;
+  for (int64_t i = 0; i < blocks; ++i) {
+    // Only the first block of a stage changes stride and width.
+    const int64_t block_stride = i == 0 ? stride : 1;
+    nn::Sequential block_downsample = i == 0 ? downsample : nn::Sequential{nullptr};
+    if (options_.block == BlockKind::kBasic) {
+      layer->push_back(BasicBlock(inplanes_, planes, block_stride, block_downsample));
+    } else {
+      layer->push_back(Bottleneck(inplanes_, planes, block_stride, block_downsample,
+                                  options_.groups, options_.width_per_group));
+    }
+    inplanes_ = out_planes;
+  }
+  return layer;
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  DDPX_CHECK(x.dim() == 4 && x.size(1) == 3, ErrorKind::kUsage,
+             "ResNet expects input of shape (B, 3, H, W), got {}; convert grayscale images to 3 "
+             "channels first",
+             fmt::format("{}", fmt::join(x.sizes(), "x")));
+  x = relu(bn1(conv1(x)));  // (B, 64, H/2, W/2), or (B, 64, H, W) with the cifar stem
+  if (!options_.cifar_stem) x = maxpool(x);
+  for (auto* stage : {&layer1, &layer2, &layer3, &layer4}) x = (*stage)->forward(x);
+  // x: (B, 512 * expansion, H/32, W/32)
+  x = torch::flatten(avgpool(x), 1);      // (B, 512 * expansion)
+  return fc(x);                           // (B, num_classes)
+}
+
+int64_t resnet_parameter_count(const ResNetOptions& options) {
+  // Conv weights have no bias; each BatchNorm holds weight and bias (buffers do not count).
+  auto conv = [](int64_t in, int64_t out, int64_t k, int64_t groups) {
+    return out * (in / groups) * k * k;
+  };
+  auto bn = [](int64_t channels) { return 2 * channels; };
+  int64_t total = conv(3, 64, options.cifar_stem ? 3 : 7, 1) + bn(64);
+  int64_t inplanes = 64;
+  const int64_t planes_per_stage[4] = {64, 128, 256, 512};
+  const int64_t exp = expansion(options.block);
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = planes_per_stage[stage];
+    const int64_t stride = stage == 0 ? 1 : 2;
+    for (int64_t i = 0; i < options.layers[stage]; ++i) {
+      if (options.block == BlockKind::kBasic) {
+        total += conv(inplanes, planes, 3, 1) + bn(planes) + conv(planes, planes, 3, 1) + bn(planes);
+      } else {
+        const int64_t width = bottleneck_width(planes, options.groups, options.width_per_group);
+        total += conv(inplanes, width, 1, 1) + bn(width) + conv(width, width, 3, options.groups) +
+                 bn(width) + conv(width, planes * exp, 1, 1) + bn(planes * exp);
+      }
+      if (i == 0 && (stride != 1 || inplanes != planes * exp)) {
+        total += conv(inplanes, planes * exp, 1, 1) + bn(planes * exp);
+      }
+      inplanes = planes * exp;
+    }
+  }
+  return total + inplanes * options.num_classes + options.num_classes;
+}
+
+namespace {
+
+ModelInfo resnet_entry(const std::string& name, ResNetOptions base, Recommendation recommendation) {
+  ModelInfo info;
+  info.name = name;
+  info.family = "resnet";
+  info.default_image_size = 224;
+  info.recommendation = std::move(recommendation);
+  info.build = [base](const ModelConfig& config) {
+    ResNetOptions options = base;
+    options.num_classes = config.num_classes;
+    options.cifar_stem = config.stem == "cifar";
+    return torch::nn::AnyModule(ResNet(options));
+  };
+  info.parameter_count = [base](const ModelConfig& config) {
+    ResNetOptions options = base;
+    options.num_classes = config.num_classes;
+    options.cifar_stem = config.stem == "cifar";
+    return resnet_parameter_count(options);
+  };
+  return info;
+}
+
+Recommendation recommend(double lr, int64_t batch, double weight_decay, std::string note = "",
+                         std::string normalize = "imagenet") {
+  Recommendation r;
+  r.optimizer = "sgd";
+  r.learning_rate = lr;
+  r.batch_size = batch;
+  r.weight_decay = weight_decay;
+  r.normalize = std::move(normalize);
+  r.note = std::move(note);
+  return r;
+}
+
+}  // namespace
+
+void register_resnet_models(std::vector<ModelInfo>& table) {
+  const auto basic = BlockKind::kBasic;
+  const auto bottleneck = BlockKind::kBottleneck;
+  // resnet18 and resnet101 carry the seed's settings; the rest follow torchvision's reference
+  // recipe (SGD momentum 0.9, lr 0.1 per 256 images, weight decay 1e-4).
+  table.push_back(resnet_entry("resnet18", {basic, {2, 2, 2, 2}},
+                               recommend(0.001, 256, 0.0, "quick test")));
+  table.push_back(resnet_entry("resnet34", {basic, {3, 4, 6, 3}}, recommend(0.1, 256, 1e-4)));
+  table.push_back(resnet_entry("resnet50", {bottleneck, {3, 4, 6, 3}}, recommend(0.1, 256, 1e-4)));
+  table.push_back(resnet_entry("resnet101", {bottleneck, {3, 4, 23, 3}},
+                               recommend(0.002, 1024, 0.0, "", "neg_one_one")));
+  table.push_back(resnet_entry("resnet152", {bottleneck, {3, 8, 36, 3}}, recommend(0.1, 256, 1e-4)));
+  ResNetOptions wide{bottleneck, {3, 4, 6, 3}};
+  wide.width_per_group = 128;
+  table.push_back(resnet_entry("wide_resnet50_2", wide, recommend(0.1, 256, 1e-4)));
+  ResNetOptions next{bottleneck, {3, 4, 6, 3}};
+  next.groups = 32;
+  next.width_per_group = 4;
+  table.push_back(resnet_entry("resnext50_32x4d", next, recommend(0.1, 256, 1e-4)));
+}
+
+}  // namespace ddpx::models
