@@ -1,0 +1,131 @@
+// The `ddpx train` command as a user runs it: the seed's output format on real Fashion-MNIST,
+// learning well above chance, deterministic resume, and one-line errors for bad input.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "models/registry.h"
+#include "support/support.h"
+#include "train/checkpoint.h"
+
+namespace ddpx {
+namespace {
+
+using test::run_command;
+
+std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+
+// Lines of output that start with the given prefix.
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+    start = end + 1;
+  }
+  return out;
+}
+
+TEST(TrainCliTest, LearnsFashionMnistAndPrintsTheSeedFormat) {
+  auto r = run_command(ddpx("train --model resnet18 --dataset fashion-mnist --num_epochs 1 "
+                            "--batch_size 64 --learning_rate 0.05 --limit_train_batches 300 "
+                            "--limit_test_batches 4"),
+                       600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::regex epoch_line(R"(^Epoch - 0/1: time - [0-9]+\.[0-9]{2}s \|\| loss_train - [0-9]+\.[0-9]{4} )"
+                        R"(\|\| accuracy_train - [0-9]\.[0-9]{4}( \|\| .*)?$)");
+  auto epochs = lines_starting(r.output, "Epoch - ");
+  ASSERT_EQ(epochs.size(), 1u) << r.output;
+  EXPECT_TRUE(std::regex_match(epochs[0], epoch_line)) << epochs[0];
+  auto test_lines = lines_starting(r.output, "Accuracy on test dataset - ");
+  ASSERT_EQ(test_lines.size(), 1u) << r.output;
+  double accuracy = std::stod(test_lines[0].substr(std::string("Accuracy on test dataset - ").size()));
+  EXPECT_GT(accuracy, 0.70) << "10 classes: chance is 0.10\n" << r.output;
+  EXPECT_EQ(lines_starting(r.output, "Training took ").size(), 1u) << r.output;
+  // The header names the model, dataset, optimizer and batch size.
+  EXPECT_NE(r.output.find("resnet18"), std::string::npos);
+  EXPECT_NE(r.output.find("fashion-mnist"), std::string::npos);
+  EXPECT_NE(r.output.find("batch size 64 per process"), std::string::npos) << r.output;
+}
+
+TEST(TrainCliTest, ResumedRunEndsWithTheSameWeightsAsAnUninterruptedOne) {
+  test::TempDir dir;
+  std::string common = "train --model resnet18 --stem cifar --dataset synthetic --synthetic_size 96 "
+                       "--synthetic_image 8 --batch_size 16 --threads 1 --seed 3 --num_epochs 2 "
+                       "--limit_test_batches 1 ";
+  auto full = run_command(ddpx(common + "--save_dir " + dir.file("full")), 300);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  // Interrupted after one epoch, then resumed.
+  auto first = run_command(ddpx(common + "--save_dir " + dir.file("split") + " --num_epochs 1"), 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto second = run_command(ddpx(common + "--save_dir " + dir.file("split") + " --resume auto"), 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(lines_starting(second.output, "Epoch - 1/2").size(), 1u) << second.output;
+  EXPECT_EQ(lines_starting(second.output, "Epoch - 0/2").size(), 0u) << second.output;
+
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 8;
+  config.stem = "cifar";
+  auto a = models::create_model("resnet18", config);
+  auto b = models::create_model("resnet18", config);
+  train::load_checkpoint_weights(train::checkpoint_path(dir.file("full"), 2), *a.ptr());
+  train::load_checkpoint_weights(train::checkpoint_path(dir.file("split"), 2), *b.ptr());
+  auto pa = a.ptr()->named_parameters();
+  auto pb = b.ptr()->named_parameters();
+  for (const auto& item : pa) {
+    double diff = (item.value() - pb[item.key()]).abs().max().item<double>();
+    EXPECT_EQ(diff, 0.0) << item.key();
+  }
+}
+
+struct BadInput {
+  std::string args;
+  int exit_code;
+  std::string expected_text;
+};
+
+class TrainCliErrorTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainCliErrorTest, EndsWithOneClearLine) {
+  auto r = run_command(ddpx(GetParam().args), 120);
+  EXPECT_EQ(r.exit_code, GetParam().exit_code) << r.output;
+  EXPECT_NE(r.output.find(GetParam().expected_text), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ddpx: error"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Segmentation"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInputs, TrainCliErrorTest,
+    ::testing::Values(
+        BadInput{"train --no_such_flag 3", 2, "--no_such_flag"},
+        BadInput{"train --model resnet9000", 2, "resnet18"},
+        BadInput{"train --batch_size 0", 2, "--batch_size"},
+        BadInput{"train --optimizer lion", 2, "sgd"},
+        BadInput{"train --dataset imagenet22k", 2, "fashion-mnist"},
+        BadInput{"train --dataset cifar10 --data_dir /nonexistent-ddpx", 1, "ddpx data download"},
+        BadInput{"train --resume /nonexistent-ddpx/ckpt.ddpx", 2, "/nonexistent-ddpx/ckpt.ddpx"}));
+
+TEST(TrainCliTest, ShowRecommendationsListsTheSeedModels) {
+  auto r = run_command(ddpx("train --show_recommendations"), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resnet18"), std::string::npos);
+  EXPECT_NE(r.output.find("resnet101"), std::string::npos);
+  auto options = run_command(ddpx("train --script_options"), 60);
+  EXPECT_EQ(options.exit_code, 0);
+  EXPECT_NE(options.output.find("run-ddp.sh 2 script_single_node"), std::string::npos);
+}
+
+TEST(TrainCliTest, HelpShowsDefaults) {
+  auto r = run_command(ddpx("train --help"), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--learning_rate"), std::string::npos);
+  EXPECT_NE(r.output.find("resnet18"), std::string::npos) << "default model shown";
+  EXPECT_NE(r.output.find("fashion-mnist"), std::string::npos) << "default dataset shown";
+}
+
+}  // namespace
+}  // namespace ddpx

@@ -1,0 +1,146 @@
+// Checkpoints: round trip of model, optimizer and position; atomic replacement; corruption and
+// truncation detected; `--resume auto` falls back to the newest good file; pruning.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "support/support.h"
+#include "train/checkpoint.h"
+
+namespace ddpx::train {
+namespace {
+
+struct Fixture {
+  torch::nn::Linear model{torch::nn::LinearOptions(4, 3)};
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)};
+  void step() {
+    auto loss = model(torch::randn({8, 4})).pow(2).sum();
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+  }
+};
+
+void corrupt_byte(const std::string& path, long offset_from_end) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-offset_from_end, std::ios::end);
+  char c;
+  f.read(&c, 1);
+  f.seekp(-offset_from_end, std::ios::end);
+  c = static_cast<char>(c ^ 0x5a);
+  f.write(&c, 1);
+}
+
+TEST(CheckpointTest, RoundTripRestoresWeightsOptimizerAndPosition) {
+  test::TempDir dir;
+  torch::manual_seed(1);
+  Fixture a;
+  a.step();
+  std::string path = checkpoint_path(dir.path(), 3);
+  save_checkpoint(path, *a.model, a.optimizer, {3, 42}, {"linear", 3});
+  // The next step after restoring must equal the next step of the original (momentum restored).
+  torch::manual_seed(7);
+  Fixture b;
+  TrainPosition position = load_checkpoint(path, *b.model, b.optimizer, {"linear", 3});
+  EXPECT_EQ(position.epochs_done, 3);
+  EXPECT_EQ(position.global_step, 42);
+  EXPECT_TRUE(torch::equal(a.model->weight, b.model->weight));
+  torch::manual_seed(5);
+  a.step();
+  torch::manual_seed(5);
+  b.step();
+  EXPECT_TRUE(torch::allclose(a.model->weight, b.model->weight, 0, 0));
+}
+
+TEST(CheckpointTest, RestoresTheCpuRandomStream) {
+  test::TempDir dir;
+  Fixture a;
+  torch::manual_seed(11);
+  std::string path = checkpoint_path(dir.path(), 1);
+  save_checkpoint(path, *a.model, a.optimizer, {1, 1}, {"linear", 3});
+  torch::Tensor expected = torch::rand({5});
+  torch::manual_seed(99);
+  load_checkpoint(path, *a.model, a.optimizer, {"linear", 3});
+  EXPECT_TRUE(torch::equal(torch::rand({5}), expected));
+}
+
+TEST(CheckpointTest, CorruptAndTruncatedFilesAreDetected) {
+  test::TempDir dir;
+  Fixture a;
+  std::string path = checkpoint_path(dir.path(), 1);
+  save_checkpoint(path, *a.model, a.optimizer, {1, 1}, {"linear", 3});
+  verify_checkpoint(path);
+  corrupt_byte(path, 100);
+  try {
+    verify_checkpoint(path);
+    FAIL() << "corruption not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+  save_checkpoint(path, *a.model, a.optimizer, {1, 1}, {"linear", 3});
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
+  EXPECT_THROW(verify_checkpoint(path), Error);
+  test::write_bytes(path, "not a checkpoint");
+  EXPECT_THROW(verify_checkpoint(path), Error);
+}
+
+TEST(CheckpointTest, WrongModelIsRefusedWithTheModelNamed) {
+  test::TempDir dir;
+  Fixture a;
+  std::string path = checkpoint_path(dir.path(), 1);
+  save_checkpoint(path, *a.model, a.optimizer, {1, 1}, {"linear", 3});
+  try {
+    load_checkpoint(path, *a.model, a.optimizer, {"resnet18", 3});
+    FAIL() << "model mismatch not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resnet18"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckpointTest, ResumeAutoSkipsACorruptNewestCheckpoint) {
+  test::TempDir dir;
+  Fixture a;
+  for (int epoch = 1; epoch <= 3; ++epoch)
+    save_checkpoint(checkpoint_path(dir.path(), epoch), *a.model, a.optimizer, {epoch, epoch},
+                    {"linear", 3});
+  EXPECT_EQ(*find_latest_good_checkpoint(dir.path()), checkpoint_path(dir.path(), 3));
+  corrupt_byte(checkpoint_path(dir.path(), 3), 5);
+  EXPECT_EQ(*find_latest_good_checkpoint(dir.path()), checkpoint_path(dir.path(), 2));
+}
+
+TEST(CheckpointTest, PruneKeepsTheNewest) {
+  test::TempDir dir;
+  Fixture a;
+  for (int epoch = 1; epoch <= 5; ++epoch)
+    save_checkpoint(checkpoint_path(dir.path(), epoch), *a.model, a.optimizer, {epoch, epoch},
+                    {"linear", 3});
+  prune_checkpoints(dir.path(), 2);
+  auto left = list_checkpoints(dir.path());
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0], checkpoint_path(dir.path(), 5));
+  EXPECT_EQ(left[1], checkpoint_path(dir.path(), 4));
+}
+
+TEST(AtomicFileTest, FailedWriteKeepsThePreviousFile) {
+  test::TempDir dir;
+  std::string path = dir.file("f.bin");
+  write_file_atomic(path, "first");
+  // A write into a directory that cannot hold the temp file fails cleanly.
+  EXPECT_THROW(write_file_atomic(dir.file("missing/f.bin"), "x"), Error);
+  write_file_atomic(path, "second");
+  EXPECT_EQ(read_file(path), "second");
+  // No temporary files are left behind.
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+}
+
+}  // namespace
+}  // namespace ddpx::train

@@ -1,0 +1,63 @@
+// The learning-rate schedule and option validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "train/optim.h"
+#include "train/options.h"
+
+namespace ddpx::train {
+namespace {
+
+TEST(LrScheduleTest, CosineStartsAtBaseAndEndsNearZero) {
+  LrSchedule s("cosine", 0.1, 100, 0);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);
+  EXPECT_NEAR(s.lr_at(50), 0.05, 1e-12);
+  EXPECT_LT(s.lr_at(99), 0.001);
+}
+
+TEST(LrScheduleTest, WarmupRisesLinearlyToBase) {
+  LrSchedule s("constant", 0.2, 100, 10);
+  EXPECT_NEAR(s.lr_at(0), 0.02, 1e-12);
+  EXPECT_NEAR(s.lr_at(4), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 0.2);
+  EXPECT_DOUBLE_EQ(s.lr_at(99), 0.2);
+}
+
+TEST(LrScheduleTest, StepDecaysAtHalfAndThreeQuarters) {
+  LrSchedule s("step", 1.0, 100, 0);
+  EXPECT_DOUBLE_EQ(s.lr_at(49), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr_at(50), 0.1);
+  EXPECT_DOUBLE_EQ(s.lr_at(75), 0.01);
+}
+
+TEST(OptimizerTest, SetLearningRateReachesEveryGroup) {
+  torch::Tensor w = torch::zeros({2}, torch::requires_grad());
+  auto opt = make_optimizer({w}, {"adamw", 0.01, 0.05, 0.9});
+  set_learning_rate(*opt, 0.5);
+  EXPECT_DOUBLE_EQ(opt->param_groups()[0].options().get_lr(), 0.5);
+}
+
+TEST(OptionsTest, RejectsBadValuesNamingTheFlag) {
+  TrainOptions o;
+  o.batch_size = 0;
+  try {
+    validate(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("--batch_size"), std::string::npos);
+  }
+  o = TrainOptions();
+  o.optimizer = "lion";
+  EXPECT_THROW(validate(o), Error);
+  o = TrainOptions();
+  o.resume = "auto";
+  EXPECT_THROW(validate(o), Error);  // auto needs --save_dir
+  o.save_dir = "/tmp/x";
+  EXPECT_NO_THROW(validate(o));
+}
+
+}  // namespace
+}  // namespace ddpx::train
