@@ -1,8 +1,58 @@
-// Placeholder until the run subcommand lands.
+// `ddpx run N [options] -- PROGRAM ARGS...`: the launcher's command line. The work is in
+// src/launch/ (launcher.h); this file only maps flags onto LaunchOptions.
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "launch/launcher.h"
 
 namespace ddpx::cli {
-void add_run_command(CLI::App& app, int& exit_code) { app.add_subcommand("run", "(not yet built)"); }
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<launch::LaunchOptions>();
+  auto tee = std::make_shared<std::string>("0");
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Start N workers on this node, each running PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, "
+      "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS and "
+      "DDPX_THREADS set; PROGRAM may be a ddpx subcommand (`ddpx run 2 -- train ...`) or any "
+      "program (`ddpx run 2 -- ./my_trainer`). See docs/launcher.md.");
+  run->add_option("N", options->nproc_per_node, "Workers on this node")->required();
+  run->add_option("--nnodes", options->nnodes, "Nodes in the job")->capture_default_str();
+  run->add_option("--node_rank", options->node_rank, "This node's rank, 0 .. nnodes-1")
+      ->capture_default_str();
+  run->add_option("--master_addr", options->master_addr,
+                  "Address of node 0 (default 127.0.0.1; required with --nnodes > 1)");
+  run->add_option("--master_port", options->master_port,
+                  "Rendezvous port (default: a free one picked by the launcher; required with "
+                  "--nnodes > 1)");
+  run->add_option("--log_dir", options->log_dir,
+                  "Per-rank logs go to LOG_DIR/<YYYYmmdd-HHMMSS>_<job>/rank<K>.log")
+      ->capture_default_str();
+  run->add_option("--job_name", options->job_name, "Job name in the log folder (default: a short id)");
+  run->add_option("--tee", *tee, "Console shows: 0 (local rank 0), all ([rank K] prefixed), none")
+      ->capture_default_str();
+  run->add_option("--grace_s", options->grace_s,
+                  "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  run->add_option("--threads_per_worker", options->threads_per_worker,
+                  "Intra-op threads per worker (default: usable cores / N, at least 1)");
+  run->add_option("--gpus", options->gpus,
+                  "GPU ids, one per worker (e.g. 0,1), or none (default: the first N visible)");
+  run->add_option("--max_restarts", options->max_restarts,
+                  "Restart all workers up to this many times when one fails")
+      ->capture_default_str();
+  run->add_flag("--dry_run", options->dry_run,
+                "Print each worker's environment and command line; start nothing");
+  run->add_option("command", options->command,
+                  "PROGRAM ARGS... after `--`: a ddpx subcommand or a program");
+  run->callback([options, tee, &app, &exit_code] {
+    options->tee = launch::parse_tee(*tee);
+    options->self_subcommands.clear();
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      options->self_subcommands.push_back(sub->get_name());
+    }
+    exit_code = launch::run_job(*options);
+  });
+}
+
 }  // namespace ddpx::cli

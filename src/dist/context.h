@@ -25,8 +25,9 @@ struct InitOptions {
 
 class Context {
  public:
+  // A joined job; init() builds one. With a null group the context is a lone process.
   Context(WorldInfo world, std::shared_ptr<c10d::Store> store,
-          c10d::ProcessGroup* group_owner_hint = nullptr);
+          std::shared_ptr<c10d::ProcessGroup> group, std::string backend);
   ~Context();
 
   const WorldInfo& world() const { return world_; }
@@ -36,16 +37,15 @@ class Context {
   const std::string& backend() const { return backend_; }
 
   // The process group (null when world size is 1).
-  const c10d::ProcessGroup* process_group_ptr() const;
   std::shared_ptr<c10d::ProcessGroup> process_group() const { return group_; }
 
-  // In-place sum across ranks (blocking). Identity on one process.
-  void all_reduce_sum(torch::Tensor& tensor);
+  // Blocking collectives on CPU tensors, identity on one process. A failure or a timeout
+  // throws ddpx::Error(kDist).
+  void all_reduce_sum(torch::Tensor& tensor);  // in place
   void broadcast(torch::Tensor& tensor, int root = 0);
   void barrier();
 
  private:
-  friend std::shared_ptr<Context> init(const InitOptions& options);
   WorldInfo world_;
   std::shared_ptr<c10d::Store> store_;
   std::shared_ptr<c10d::ProcessGroup> group_;
@@ -55,5 +55,10 @@ class Context {
 // Joins the job described by the environment (detect_world()). Rendezvous failures end in
 // ddpx::Error(kDist) within the timeout, naming the master address and what to check.
 std::shared_ptr<Context> init(const InitOptions& options = {});
+
+// Joins the job described by `world` (tests and launchers that know it without the
+// environment). Rank 0 hosts the TCPStore on world.master_port; a single-node job binds Gloo
+// to 127.0.0.1.
+std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options);
 
 }  // namespace ddpx::dist
