@@ -1,6 +1,7 @@
 // `ddpx bench gemm|allreduce|train`: programs that print figures (docs/performance.md).
 #include <CLI/CLI.hpp>
 
+#include "bench/allreduce.h"
 #include "bench/gemm.h"
 #include "cli/commands.h"
 
@@ -20,6 +21,23 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   gemm->add_option("--device", g->device, "cpu (cuda on GPU builds)");
   gemm->callback([g, &exit_code] {
     bench::print_gemm(*g, bench::run_gemm(*g));
+    exit_code = 0;
+  });
+
+  auto* allreduce = bench->add_subcommand(
+      "allreduce", "nccl-tests style all-reduce table; run under `ddpx run N -- bench allreduce`");
+  allreduce->option_defaults()->always_capture_default();
+  auto a = std::make_shared<bench::AllreduceOptions>();
+  allreduce->add_option("--min_bytes,-b", a->min_bytes, "smallest message in bytes");
+  allreduce->add_option("--max_bytes,-e", a->max_bytes, "largest message in bytes");
+  allreduce->add_option("--step_factor,-f", a->step_factor, "multiply the size by this each row");
+  allreduce->add_option("--iterations,-n", a->iterations, "timed iterations (0: per size)");
+  allreduce->add_option("--warmup,-w", a->warmup, "untimed iterations per size");
+  allreduce->add_option("--dtype", a->dtype, "float32 | float64");
+  allreduce->add_option("--backend", a->backend, "auto | gloo | nccl");
+  allreduce->add_option("--timeout", a->timeout_s, "collective timeout in seconds");
+  allreduce->callback([a, &exit_code] {
+    bench::run_allreduce(*a);
     exit_code = 0;
   });
 }

@@ -1,0 +1,89 @@
+#include "bench/allreduce.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "dist/collectives.h"
+#include "dist/context.h"
+
+namespace ddpx::bench {
+namespace {
+
+int64_t iterations_for(int64_t bytes, int64_t requested) {
+  if (requested > 0) return requested;
+  // About 64 MiB moved per size, between 5 and 200 iterations.
+  return std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(bytes, 1), 5, 200);
+}
+
+}  // namespace
+
+double run_allreduce(const AllreduceOptions& o) {
+  DDPX_CHECK(o.min_bytes > 0 && o.max_bytes >= o.min_bytes && o.step_factor >= 2,
+             ErrorKind::kUsage, "--min_bytes, --max_bytes, --step_factor: need 0 < min <= max "
+             "and a factor of at least 2");
+  DDPX_CHECK(o.dtype == "float32" || o.dtype == "float64", ErrorKind::kUsage,
+             "--dtype '{}' is not one of float32, float64", o.dtype);
+  dist::InitOptions init;
+  init.backend = o.backend;
+  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  auto context = dist::init(init);
+  log::set_rank(context->rank());
+  DDPX_CHECK(context->distributed(), ErrorKind::kUsage,
+             "bench allreduce needs at least 2 ranks: run it as `ddpx run 2 -- bench allreduce`");
+  auto& group = *context->process_group();
+  int n = context->world_size();
+  auto dtype = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
+  int64_t element = o.dtype == "float64" ? 8 : 4;
+  const double expected = n * (n + 1) / 2.0;
+
+  log::out("# ddpx bench allreduce: {} ranks, backend {}, {}, sum, in place", n,
+           context->backend(), o.dtype);
+  log::out("#");
+  log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "size", "count", "type",
+           "redop", "time", "algbw", "busbw", "#wrong");
+  log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "(B)", "(elements)", "", "",
+           "(us)", "(GB/s)", "(GB/s)", "");
+  double busbw_sum = 0;
+  int sizes = 0;
+  int64_t total_wrong = 0;
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
+    int64_t count = std::max<int64_t>(bytes / element, 1);
+    torch::Tensor buffer = torch::empty({count}, dtype);
+    std::vector<at::Tensor> tensors{buffer};
+    for (int64_t i = 0; i < o.warmup; ++i)
+      dist::wait_work(group.allreduce(tensors), "bench allreduce warm-up");
+    int64_t iterations = iterations_for(bytes, o.iterations);
+    context->barrier();
+    Stopwatch watch;
+    for (int64_t i = 0; i < iterations; ++i)
+      dist::wait_work(group.allreduce(tensors), "bench allreduce");
+    double seconds = watch.seconds() / iterations;
+    // Correctness, outside the timed loop: one reduction of known values.
+    buffer.fill_(context->rank() + 1);
+    dist::wait_work(group.allreduce(tensors), "bench allreduce check");
+    int64_t wrong = buffer.ne(expected).sum().item<int64_t>();
+    torch::Tensor wrong_total = torch::tensor({static_cast<double>(wrong)}, torch::kFloat64);
+    context->all_reduce_sum(wrong_total);
+    wrong = static_cast<int64_t>(wrong_total.item<double>());
+    total_wrong += wrong;
+    double algbw = count * element / seconds / 1e9;
+    double busbw = algbw * 2.0 * (n - 1) / n;
+    busbw_sum += busbw;
+    ++sizes;
+    log::out("  {:>12} {:>12} {:>8} {:>6} {:>10.1f} {:>8.3f} {:>8.3f} {:>7}", count * element,
+             count, o.dtype == "float64" ? "double" : "float", "sum", seconds * 1e6, algbw, busbw,
+             wrong);
+  }
+  double average = busbw_sum / std::max(sizes, 1);
+  log::out("# Out of bounds values : {} {}", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
+  log::out("# Avg bus bandwidth    : {:.4f}", average);
+  DDPX_CHECK(total_wrong == 0, ErrorKind::kInternal,
+             "all-reduce produced {} wrong values; the transport is broken", total_wrong);
+  return average;
+}
+
+}  // namespace ddpx::bench
