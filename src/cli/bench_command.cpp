@@ -3,6 +3,7 @@
 
 #include "bench/allreduce.h"
 #include "bench/gemm.h"
+#include "bench/train_bench.h"
 #include "cli/commands.h"
 
 namespace ddpx::cli {
@@ -38,6 +39,30 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--timeout", a->timeout_s, "collective timeout in seconds");
   allreduce->callback([a, &exit_code] {
     bench::run_allreduce(*a);
+    exit_code = 0;
+  });
+
+  auto* train = bench->add_subcommand(
+      "train", "steady-state training images/s with a time split; `ddpx run N -- bench train`");
+  train->option_defaults()->always_capture_default();
+  auto t = std::make_shared<bench::TrainBenchOptions>();
+  train->add_option("--model", t->model, "model name");
+  train->add_option("--stem", t->stem, "imagenet | cifar");
+  train->add_option("--data", t->data, "synthetic | fashion-mnist | mnist | cifar10 | cifar100");
+  train->add_option("--data_dir", t->data_dir, "dataset folder (default: the dataset's own)");
+  train->add_option("--image_size", t->image_size, "input height = width");
+  train->add_option("--num_classes", t->num_classes, "classes (synthetic data)");
+  train->add_option("--batch_size", t->batch_size, "batch per rank");
+  train->add_option("--steps", t->steps, "measured synchronised steps");
+  train->add_option("--warmup", t->warmup, "untimed steps first");
+  train->add_option("--threads", t->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
+  train->add_flag("--augment,!--no_augment", t->augment, "random crop (padding 4) and flip");
+  train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB");
+  train->add_option("--first_bucket_mb", t->first_bucket_mb, "DDP first bucket cap in MiB");
+  train->add_option("--comm_hook", t->comm_hook, "allreduce | fp16 | bf16");
+  train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
+  train->callback([t, &exit_code] {
+    bench::run_train_bench(*t);
     exit_code = 0;
   });
 }

@@ -1,0 +1,197 @@
+#include "bench/train_bench.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "dist/context.h"
+#include "dist/ddp.h"
+#include "models/registry.h"
+
+namespace ddpx::bench {
+namespace {
+
+// Seconds since this process started, from /proc (clock ticks since boot).
+double process_age_seconds() {
+  std::ifstream stat("/proc/self/stat");
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t close = content.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(content.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+  }
+  double start_ticks = std::stod(field);
+  std::ifstream uptime_file("/proc/uptime");
+  double uptime = 0;
+  uptime_file >> uptime;
+  return uptime - start_ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+struct Phase {
+  double data = 0, fwd_bwd = 0, optim = 0, total = 0;
+  int64_t steps = 0, images = 0;
+};
+
+}  // namespace
+
+TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
+  DDPX_CHECK(o.batch_size > 0 && o.steps > 0 && o.warmup >= 0, ErrorKind::kUsage,
+             "--batch_size and --steps must be positive");
+  int threads = o.threads > 0 ? o.threads
+                              : static_cast<int>(env::get_int_or("DDPX_THREADS",
+                                                                 torch::get_num_threads()));
+  torch::set_num_threads(threads);
+  auto context = dist::init({});
+  log::set_rank(context->rank());
+
+  data::DatasetSpec spec;
+  spec.name = o.data;
+  spec.data_dir = o.data_dir;
+  spec.synthetic_train_size = o.batch_size * 8;
+  spec.synthetic_test_size = o.batch_size;
+  spec.synthetic_height = spec.synthetic_width = o.image_size;
+  spec.synthetic_classes = o.num_classes;
+  data::DatasetSplits splits = data::load_dataset(spec);
+
+  torch::manual_seed(0);
+  models::ModelConfig config;
+  config.num_classes = splits.train.num_classes;
+  config.image_size = o.image_size;
+  config.stem = o.stem;
+  auto model = models::create_model(o.model, config);
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (context->distributed()) {
+    dist::DdpOptions d;
+    d.bucket_bytes = o.bucket_mb << 20;
+    d.first_bucket_bytes = o.first_bucket_mb << 20;
+    if (o.comm_hook == "fp16") d.comm_hook = dist::CommHook::kFp16Compress;
+    if (o.comm_hook == "bf16") d.comm_hook = dist::CommHook::kBf16Compress;
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, context->process_group(), d);
+  }
+  torch::optim::SGD optimizer(model.ptr()->parameters(),
+                              torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
+
+  data::LoaderOptions lo;
+  lo.batch_size = o.batch_size;
+  lo.drop_last = true;
+  lo.transform.random_crop = o.augment;
+  lo.transform.horizontal_flip = o.augment;
+  lo.transform.image_size = splits.train.height() == o.image_size ? 0 : o.image_size;
+  lo.transform.dataset_mean = splits.mean;
+  lo.transform.dataset_std = splits.std;
+  data::DataLoader loader(splits.train, lo);
+  data::SamplerOptions so;
+  so.rank = context->rank();
+  so.world_size = context->world_size();
+  data::DistributedSampler sampler(splits.train.size(), so);
+  int64_t epoch = 0;
+  loader.start_epoch(sampler.indices(epoch), epoch);
+
+  model.ptr()->train();
+  double startup_s = 0;
+  // One step; `sync` false runs the same compute under no_sync (no communication).
+  auto step = [&](Phase& phase, bool sync) {
+    Stopwatch total;
+    std::optional<data::Batch> batch = loader.next();
+    if (!batch) {
+      loader.start_epoch(sampler.indices(++epoch), epoch);
+      batch = loader.next();
+    }
+    double data_s = total.seconds();
+    Stopwatch compute;
+    auto run = [&] {
+      torch::Tensor logits = ddp ? ddp->forward(batch->images) : model.forward(batch->images);
+      torch::nn::functional::cross_entropy(logits, batch->labels).backward();
+    };
+    if (ddp && !sync) {
+      auto guard = ddp->no_sync();
+      run();
+    } else {
+      run();
+    }
+    double fwd_bwd_s = compute.seconds();
+    Stopwatch optim;
+    optimizer.step();
+    optimizer.zero_grad();
+    phase.data += data_s;
+    phase.fwd_bwd += fwd_bwd_s;
+    phase.optim += optim.seconds();
+    phase.total += total.seconds();
+    phase.steps += 1;
+    phase.images += batch->size();
+  };
+
+  Phase warm, synced, local;
+  for (int64_t i = 0; i < std::max<int64_t>(o.warmup, 1); ++i) {
+    step(warm, true);
+    if (i == 0) startup_s = process_age_seconds() - warm.total;
+  }
+  context->barrier();
+  // Alternate blocks so that slow drift (thermal, other load) affects both phases alike.
+  constexpr int64_t kBlock = 5;
+  for (int64_t done = 0; done < o.steps;) {
+    for (int64_t i = 0; i < kBlock && done < o.steps; ++i, ++done) step(synced, true);
+    if (ddp)
+      for (int64_t i = 0; i < kBlock; ++i) step(local, false);
+  }
+
+  TrainBenchResult r;
+  auto per_step_ms = [](double seconds, int64_t steps) { return 1e3 * seconds / std::max<int64_t>(steps, 1); };
+  r.images_per_sec = synced.images * context->world_size() / synced.total;
+  r.data_wait_ms = per_step_ms(synced.data, synced.steps);
+  r.forward_backward_ms = per_step_ms(synced.fwd_bwd, synced.steps);
+  r.exposed_comm_ms = ddp ? std::max(0.0, r.forward_backward_ms - per_step_ms(local.fwd_bwd, local.steps)) : 0;
+  r.optimizer_ms = per_step_ms(synced.optim, synced.steps);
+  r.step_ms = per_step_ms(synced.total, synced.steps);
+  r.startup_s = startup_s;
+  // Report rank-averaged throughput figures; every rank must agree on what was printed.
+  torch::Tensor figures = torch::tensor({r.data_wait_ms, r.forward_backward_ms, r.exposed_comm_ms,
+                                         r.optimizer_ms, r.step_ms}, torch::kFloat64);
+  context->all_reduce_sum(figures);
+  figures /= context->world_size();
+  auto f = figures.accessor<double, 1>();
+  r.data_wait_ms = f[0];
+  r.forward_backward_ms = f[1];
+  r.exposed_comm_ms = f[2];
+  r.optimizer_ms = f[3];
+  r.step_ms = f[4];
+
+  log::out("# ddpx bench train: {} ({} stem), {} classes, {}x{} input, batch {} per rank, {} "
+           "rank(s), data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}",
+           o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
+           context->world_size(), o.data, threads, o.first_bucket_mb, o.bucket_mb, o.comm_hook);
+  log::out("images/s (all ranks): {:.1f}", r.images_per_sec);
+  log::out("per step: {:.1f} ms | data wait {:.2f} ms ({:.1f}%) | forward+backward {:.1f} ms | "
+           "communication not hidden {:.1f} ms ({:.1f}%) | optimizer {:.1f} ms",
+           r.step_ms, r.data_wait_ms, 100 * r.data_wait_ms / r.step_ms, r.forward_backward_ms,
+           r.exposed_comm_ms, 100 * r.exposed_comm_ms / r.step_ms, r.optimizer_ms);
+  log::out("start-up: {:.2f} s from process start to the first training step", r.startup_s);
+  if (!o.json.empty() && context->rank() == 0) {
+    nlohmann::json line = {{"model", o.model}, {"world_size", context->world_size()},
+                           {"batch_size", o.batch_size}, {"threads", threads},
+                           {"images_per_sec", r.images_per_sec}, {"step_ms", r.step_ms},
+                           {"data_wait_ms", r.data_wait_ms},
+                           {"forward_backward_ms", r.forward_backward_ms},
+                           {"exposed_comm_ms", r.exposed_comm_ms},
+                           {"optimizer_ms", r.optimizer_ms}, {"startup_s", r.startup_s},
+                           {"bucket_mb", o.bucket_mb}};
+    std::ofstream(o.json, std::ios::app) << line.dump() << "\n";
+  }
+  return r;
+}
+
+}  // namespace ddpx::bench

@@ -1,0 +1,45 @@
+// Steady-state training throughput: images/s for a model, batch, world size and data source,
+// with each step's time split into data wait, forward+backward, communication not hidden by
+// backward, and the optimizer step. Run under `ddpx run N -- bench train` for N workers.
+//
+// "Communication not hidden" is measured, not inferred from reducer internals: the benchmark
+// alternates blocks of synchronised steps with blocks of no_sync() steps (identical compute,
+// no communication) and reports the difference in forward+backward time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ddpx::bench {
+
+struct TrainBenchOptions {
+  std::string model = "resnet18";
+  std::string stem = "imagenet";
+  std::string data = "synthetic";  // synthetic | fashion-mnist | mnist | cifar10 | cifar100
+  std::string data_dir;
+  int64_t image_size = 32;
+  int64_t num_classes = 10;        // synthetic only; datasets bring their own
+  int64_t batch_size = 64;         // per rank
+  int64_t steps = 30;              // measured steps (half synced, half no_sync when distributed)
+  int64_t warmup = 5;
+  int threads = 0;                 // 0: $DDPX_THREADS or all cores
+  bool augment = true;             // random crop (padding 4) + flip, as in the workload
+  int64_t bucket_mb = 25;          // DDP bucket cap
+  int64_t first_bucket_mb = 1;
+  std::string comm_hook = "allreduce";
+  std::string json;                // append a JSON line with the figures (rank 0)
+};
+
+struct TrainBenchResult {
+  double images_per_sec = 0;       // all ranks, synchronised steps
+  double data_wait_ms = 0;         // per step
+  double forward_backward_ms = 0;  // per synchronised step, including exposed communication
+  double exposed_comm_ms = 0;      // synced forward+backward minus no_sync forward+backward
+  double optimizer_ms = 0;
+  double step_ms = 0;
+  double startup_s = 0;            // process start to the first training step
+};
+
+TrainBenchResult run_train_bench(const TrainBenchOptions& options);
+
+}  // namespace ddpx::bench
