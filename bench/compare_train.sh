@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ddpx beside PyTorch on the same training workload, in one run (docs/performance.md):
+#   1. DDP efficiency: images/s of 2 DDP workers / summed images/s of 2 independent
+#      single-thread processes running at the same time (ddpx and PyTorch each).
+#   2. End to end: ddpx vs PyTorch DDP on real Fashion-MNIST resized to 32x32 with crop + flip.
+#   3. Start-up: process start to the first training step.
+# Usage: bench/compare_train.sh [steps]   (BUILD=build by default; STEPS=30)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ddpx="${BUILD:-build}/src/ddpx"
+py=/usr/bin/python3
+steps="${1:-30}"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+common="--image_size 32 --batch_size 64 --steps $steps --warmup 5"
+
+free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+field() { $py -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])])[sys.argv[3]])" "$@"; }
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+
+echo "# 1. synthetic data, resnet18, 10 classes, 32x32, batch 64 per worker, SGD momentum"
+# ddpx: two independent single-thread processes at once, then 2 DDP workers
+"$ddpx" bench train $common --threads 1 --json "$out/ddpx_solo0" >/dev/null &
+"$ddpx" bench train $common --threads 1 --json "$out/ddpx_solo1" >/dev/null
+wait
+"$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train $common --json "$out/ddpx_ddp" >/dev/null
+# PyTorch: the same
+for r in 0 1; do $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --json "$out/pt_solo$r" >/dev/null & done
+wait
+port=$(free_port)
+for r in 0 1; do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+    $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --json "$out/pt_ddp" >/dev/null &
+done
+wait
+$py - "$out" <<'PY'
+import json, sys, os
+d = sys.argv[1]
+def ips(name): return json.loads(open(os.path.join(d, name)).readline())["images_per_sec"]
+ddpx_solo = ips("ddpx_solo0") + ips("ddpx_solo1"); ddpx_ddp = ips("ddpx_ddp")
+pt_solo = ips("pt_solo0") + ips("pt_solo1"); pt_ddp = ips("pt_ddp")
+print(f"ddpx    2 independent: {ddpx_solo:8.1f} img/s | 2-worker DDP: {ddpx_ddp:8.1f} img/s | efficiency {ddpx_ddp/ddpx_solo:.3f}")
+print(f"pytorch 2 independent: {pt_solo:8.1f} img/s | 2-worker DDP: {pt_ddp:8.1f} img/s | efficiency {pt_ddp/pt_solo:.3f}")
+print(f"ddpx DDP / pytorch DDP: {ddpx_ddp/pt_ddp:.2f}x")
+ddp = json.loads(open(os.path.join(d, "ddpx_ddp")).readline())
+print(f"ddpx step split: data wait {ddp['data_wait_ms']:.2f} ms, forward+backward {ddp['forward_backward_ms']:.1f} ms, "
+      f"communication not hidden {ddp['exposed_comm_ms']:.1f} ms, optimizer {ddp['optimizer_ms']:.1f} ms of {ddp['step_ms']:.1f} ms")
+pt = json.loads(open(os.path.join(d, "pt_ddp")).readline())
+print(f"start-up to first step: ddpx {ddp['startup_s']:.2f} s, pytorch {pt['startup_s']:.2f} s (ratio {ddp['startup_s']/pt['startup_s']:.2f})")
+PY
+
+echo "# 2. Fashion-MNIST resized to 32x32, random crop (padding 4) + flip, 2 workers"
+"$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train --data fashion-mnist $common --json "$out/ddpx_fm" >/dev/null
+port=$(free_port)
+for r in 0 1; do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+    $py bench/pytorch_train.py --data fashion-mnist --threads 1 --workers 1 --batch_size 64 --steps "$steps" --json "$out/pt_fm" >/dev/null &
+done
+wait
+$py - "$out" <<'PY'
+import json, sys, os
+d = sys.argv[1]
+a = json.loads(open(os.path.join(d, "ddpx_fm")).readline()); b = json.loads(open(os.path.join(d, "pt_fm")).readline())
+print(f"ddpx {a['images_per_sec']:.1f} img/s | pytorch DDP + DataLoader {b['images_per_sec']:.1f} img/s | ratio {a['images_per_sec']/b['images_per_sec']:.2f}x")
+print(f"ddpx data wait {a['data_wait_ms']:.2f} ms of {a['step_ms']:.1f} ms per step ({100*a['data_wait_ms']/a['step_ms']:.2f}%)")
+PY

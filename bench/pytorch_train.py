@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""The PyTorch peer of `ddpx bench train`: the same workload through torchvision's model,
+PyTorch's DistributedDataParallel (gloo) and its DataLoader, started as torchrun would start it
+(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment; Debian's torchrun itself fails
+under Python 3.11). Prints one JSON line on rank 0 with the same fields as ddpx's --json.
+
+Run with Debian's interpreter: /usr/bin/python3 bench/pytorch_train.py --help
+"""
+import argparse
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import torchvision
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+import torchvision.transforms as T
+
+
+def process_age_seconds():
+    """Seconds since this process started (imports included), from /proc."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+class ImageDataset(Dataset):
+    def __init__(self, images, labels, transform):
+        self.images, self.labels, self.transform = images, labels, transform
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        x = torch.from_numpy(self.images[i]).permute(2, 0, 1)  # (C, H, W) uint8
+        return self.transform(x), int(self.labels[i])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", default="synthetic", choices=["synthetic", "fashion-mnist"])
+    p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--image_size", type=int, default=32)
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes")
+    p.add_argument("--no_augment", action="store_true")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+
+    n = a.batch_size * 8
+    if a.data == "synthetic":
+        g = np.random.default_rng(0)
+        images = g.integers(0, 256, size=(n, a.image_size, a.image_size, 3), dtype=np.uint8)
+        labels = g.integers(0, 10, size=n)
+    else:
+        images = read_idx(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"))[..., None]
+        labels = read_idx(os.path.join(a.data_dir, "train-labels-idx1-ubyte.gz")).astype(np.int64)
+    ops = [T.ConvertImageDtype(torch.float32)]
+    if images.shape[-1] == 1:
+        ops.append(T.Lambda(lambda x: x.expand(3, -1, -1)))
+    if images.shape[1] != a.image_size:
+        ops.append(T.Resize(a.image_size, antialias=False))
+    if not a.no_augment:
+        ops += [T.RandomCrop(a.image_size, padding=4), T.RandomHorizontalFlip()]
+    ops.append(T.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
+    dataset = ImageDataset(images, labels, T.Compose(ops))
+    sampler = DistributedSampler(dataset, world, rank) if world > 1 else None
+    loader = DataLoader(dataset, batch_size=a.batch_size, sampler=sampler,
+                        shuffle=sampler is None, drop_last=True, num_workers=a.workers,
+                        persistent_workers=a.workers > 0)
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    model.train()
+
+    def batches():
+        epoch = 0
+        while True:
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            yield from loader
+            epoch += 1
+
+    it = batches()
+    first_step = None
+    for i in range(a.warmup + a.steps):
+        if i == a.warmup:
+            if world > 1:
+                dist.barrier()
+            t0 = time.time()
+        x, y = next(it)
+        if first_step is None:
+            first_step = process_age_seconds()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    elapsed = time.time() - t0
+    ips = a.steps * a.batch_size * world / elapsed
+    if rank == 0:
+        line = {"peer": "pytorch", "world_size": world, "batch_size": a.batch_size,
+                "threads": a.threads, "images_per_sec": ips, "step_ms": 1e3 * elapsed / a.steps,
+                "startup_s": first_step}
+        print(json.dumps(line), flush=True)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(line) + "\n")
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
