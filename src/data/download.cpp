@@ -1,0 +1,162 @@
+#include "data/download.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/archive.h"
+#include "data/dataset.h"
+
+namespace ddpx::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMnistBase = "https://ossci-datasets.s3.amazonaws.com/mnist/";
+constexpr const char* kFashionBase = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/";
+constexpr const char* kCifarBase = "https://www.cs.toronto.edu/~kriz/";
+
+std::vector<RemoteFile> idx_files(const char* base, const char* const md5s[4]) {
+  const char* names[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+  std::vector<RemoteFile> files;
+  for (int i = 0; i < 4; ++i) files.push_back({base, names[i], md5s[i], false});
+  return files;
+}
+
+size_t write_to_file(char* data, size_t size, size_t count, void* user) {
+  return std::fwrite(data, size, count, static_cast<std::FILE*>(user)) * size;
+}
+
+void global_curl_init() {
+  static const bool done = [] { return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; }();
+  DDPX_CHECK(done, ErrorKind::kIo, "libcurl failed to initialise");
+}
+
+// url -> path, throwing on any transfer error; the caller owns cleanup of `path`.
+void curl_to_file(const std::string& url, const std::string& path, const DownloadOptions& options) {
+  global_curl_init();
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(path.c_str(), "wb"), std::fclose);
+  DDPX_CHECK(out != nullptr, ErrorKind::kIo, "cannot write {}; check the data_dir permissions",
+             path);
+  std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
+  DDPX_CHECK(curl != nullptr, ErrorKind::kIo, "libcurl failed to initialise");
+  char error[CURL_ERROR_SIZE] = {0};
+  CURL* c = curl.get();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, options.connect_timeout_s);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, options.stall_timeout_s);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_to_file);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, out.get());
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "ddpx/0.1");
+  CURLcode rc = curl_easy_perform(c);
+  bool flushed = std::fflush(out.get()) == 0;
+  if (rc != CURLE_OK) {
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    std::string detail = error[0] ? error : curl_easy_strerror(rc);
+    fail(rc == CURLE_OPERATION_TIMEDOUT ? ErrorKind::kTimeout : ErrorKind::kIo,
+         "downloading {} failed: {}{}; check the network or pass --mirror URL", url, detail,
+         status >= 400 ? fmt::format(" (HTTP {})", status) : std::string());
+  }
+  DDPX_CHECK(flushed, ErrorKind::kIo, "writing {} failed (disk full?)", path);
+}
+
+}  // namespace
+
+std::vector<RemoteFile> remote_files(const std::string& name) {
+  if (name == "mnist") {
+    static const char* const md5s[4] = {
+        "f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
+        "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c"};
+    return idx_files(kMnistBase, md5s);
+  }
+  if (name == "fashion-mnist") {
+    static const char* const md5s[4] = {
+        "8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
+        "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310"};
+    return idx_files(kFashionBase, md5s);
+  }
+  if (name == "cifar10")
+    return {{kCifarBase, "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", true}};
+  if (name == "cifar100")
+    return {{kCifarBase, "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85", true}};
+  fail(ErrorKind::kUsage, "cannot download '{}'; expected mnist, fashion-mnist, cifar10 or "
+       "cifar100 (synthetic needs no files)", name);
+}
+
+std::string md5_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DDPX_CHECK(in.good(), ErrorKind::kIo, "cannot open {}", path);
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  DDPX_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) == 1, ErrorKind::kInternal,
+             "OpenSSL MD5 is unavailable");
+  char buffer[1 << 16];
+  while (in) {
+    in.read(buffer, sizeof(buffer));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buffer, static_cast<size_t>(in.gcount()));
+  }
+  DDPX_CHECK(!in.bad(), ErrorKind::kIo, "reading {} failed", path);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &length);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+void fetch_file(const RemoteFile& file, const std::string& data_dir,
+                const DownloadOptions& options) {
+  fs::create_directories(data_dir);
+  const std::string target = (fs::path(data_dir) / file.file).string();
+  const std::string part = target + ".part";
+  std::string base = options.mirror.empty() ? env::get_or("DDPX_DATA_MIRROR", file.base_url)
+                                            : options.mirror;
+  if (!base.empty() && base.back() != '/') base += '/';
+  const std::string url = base + file.file;
+  bool present = fs::is_regular_file(target) && md5_file(target) == file.md5;
+  if (!present) {
+    if (options.progress) log::info("downloading {} -> {}", url, target);
+    try {
+      curl_to_file(url, part, options);
+      std::string got = md5_file(part);
+      DDPX_CHECK(got == file.md5, ErrorKind::kData,
+                 "{}: MD5 is {}, expected {}; the download is corrupt or the mirror serves "
+                 "another file, run the command again or use another --mirror", url, got,
+                 file.md5);
+      fs::rename(part, target);
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove(part, ignored);
+      throw;
+    }
+  } else if (options.progress) {
+    log::info("{} is already present and verified", target);
+  }
+  if (file.unpack) {
+    if (options.progress) log::info("unpacking {}", target);
+    extract_archive(target, data_dir);
+  }
+}
+
+std::string download_dataset(const std::string& name, const DownloadOptions& options) {
+  auto files = remote_files(name);
+  std::string dir = options.data_dir.empty() ? default_data_dir(name) : options.data_dir;
+  for (const auto& file : files) fetch_file(file, dir, options);
+  return dir;
+}
+
+}  // namespace ddpx::data

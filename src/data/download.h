@@ -1,0 +1,41 @@
+// Fetching the official dataset files: libcurl into `<file>.part`, an MD5 check (OpenSSL
+// EVP), then a rename into place and, for tar.gz archives, unpacking. Any failure (timeout,
+// HTTP error, a connection that stops mid-file, a checksum mismatch) throws one ddpx::Error
+// and leaves neither the .part file nor a half-written target behind.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddpx::data {
+
+struct RemoteFile {
+  std::string base_url;  // ends with '/'
+  std::string file;      // appended to base_url; also the local file name
+  std::string md5;       // lowercase hex
+  bool unpack = false;   // a tar.gz to extract into data_dir after the check
+};
+
+struct DownloadOptions {
+  std::string data_dir;       // empty: default_data_dir(name)
+  std::string mirror;         // replaces each file's base_url (also env DDPX_DATA_MIRROR)
+  long connect_timeout_s = 30;
+  long stall_timeout_s = 60;  // abort when under 1 byte/s for this long
+  bool progress = false;      // log each file on stderr
+};
+
+// The official files of a dataset (mnist, fashion-mnist, cifar10, cifar100); throws kUsage for
+// any other name.
+std::vector<RemoteFile> remote_files(const std::string& name);
+
+// Downloads (skipping files already present with the right checksum) and unpacks.
+// Returns the data_dir used.
+std::string download_dataset(const std::string& name, const DownloadOptions& options);
+
+// One file into data_dir, verified; unpacked when file.unpack.
+void fetch_file(const RemoteFile& file, const std::string& data_dir,
+                const DownloadOptions& options);
+
+std::string md5_file(const std::string& path);  // lowercase hex
+
+}  // namespace ddpx::data

@@ -1,0 +1,110 @@
+#include "data/loader.h"
+
+#include "core/error.h"
+
+namespace ddpx::data {
+
+DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
+    : dataset_(dataset), options_(std::move(options)) {
+  DDPX_CHECK(options_.batch_size >= 1 && options_.num_workers >= 0 && options_.prefetch >= 1 &&
+                 options_.limit_batches >= 0,
+             ErrorKind::kUsage, "loader: batch size {}, {} workers, prefetch {}, limit {}: "
+             "expected batch size >= 1, workers >= 0, prefetch >= 1, limit >= 0",
+             options_.batch_size, options_.num_workers, options_.prefetch,
+             options_.limit_batches);
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+}
+
+void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+  stop_workers();
+  for (int64_t i : indices)
+    DDPX_CHECK(i >= 0 && i < dataset_.size(), ErrorKind::kInternal,
+               "loader: sample index {} outside a dataset of {}", i, dataset_.size());
+  indices_ = std::move(indices);
+  epoch_ = epoch;
+  const int64_t n = static_cast<int64_t>(indices_.size()), b = options_.batch_size;
+  num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
+  if (options_.limit_batches > 0) num_batches_ = std::min(num_batches_, options_.limit_batches);
+  ready_.clear();
+  next_to_build_ = 0;
+  next_to_return_ = 0;
+  error_ = nullptr;
+  stopping_ = false;
+  for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+int64_t DataLoader::num_batches() const { return num_batches_; }
+
+Batch DataLoader::build_batch(int64_t batch_index) const {
+  const int64_t begin = batch_index * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, indices_.size());
+  auto idx = torch::from_blob(const_cast<int64_t*>(indices_.data()) + begin, {end - begin},
+                              torch::kInt64);
+  // The augmentation stream depends on (seed, epoch, batch) only, not on which thread runs.
+  std::seed_seq seq{static_cast<uint64_t>(options_.seed), static_cast<uint64_t>(epoch_),
+                    static_cast<uint64_t>(batch_index)};
+  std::mt19937_64 rng(seq);
+  Batch batch;
+  batch.images = transform_batch(dataset_.images.index_select(0, idx), options_.transform, rng);
+  batch.labels = dataset_.labels.index_select(0, idx);
+  return batch;
+}
+
+void DataLoader::worker_loop() {
+  while (true) {
+    int64_t k;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // Build at most `prefetch` batches ahead of the consumer.
+      cv_.wait(lock, [&] {
+        return stopping_ || error_ || next_to_build_ >= num_batches_ ||
+               next_to_build_ < next_to_return_ + options_.prefetch;
+      });
+      if (stopping_ || error_ || next_to_build_ >= num_batches_) return;
+      k = next_to_build_++;
+    }
+    try {
+      Batch batch = build_batch(k);
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_.emplace(k, std::move(batch));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    cv_.notify_all();
+  }
+}
+
+std::optional<Batch> DataLoader::next() {
+  if (next_to_return_ >= num_batches_) return std::nullopt;
+  if (workers_.empty()) return build_batch(next_to_return_++);  // num_workers == 0: inline
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return error_ || ready_.count(next_to_return_) > 0; });
+  auto it = ready_.find(next_to_return_);
+  if (it == ready_.end()) {
+    // A worker failed: surface its error here, on the training thread.
+    std::exception_ptr error = error_;
+    lock.unlock();
+    stop_workers();
+    std::rethrow_exception(error);
+  }
+  Batch batch = std::move(it->second);
+  ready_.erase(it);
+  ++next_to_return_;
+  lock.unlock();
+  cv_.notify_all();
+  return batch;
+}
+
+}  // namespace ddpx::data
