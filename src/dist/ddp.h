@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/any.h>
@@ -24,9 +25,8 @@ namespace ddpx::dist {
 
 class Reducer;
 
-// A comm hook reduces one flat bucket in place and returns when it is done (sync) or hands
-// back a future-like waiter. The built-ins: allreduce (fp32 average), fp16 and bf16
-// compression (cast, all-reduce, cast back and divide).
+// How a full bucket is reduced: allreduce (average in the gradients' dtype), or fp16 / bf16
+// compression (divide by the world size, cast, all-reduce, cast back when backward ends).
 enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress };
 
 struct DdpOptions {
@@ -39,9 +39,13 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
+  // A null `group` (world size 1) makes a plain wrapper: forward() runs the module, nothing
+  // is communicated.
   DistributedDataParallel(torch::nn::AnyModule module, std::shared_ptr<c10d::ProcessGroup> group,
                           DdpOptions options = {});
   ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
   template <typename... Args>
   torch::Tensor forward(Args&&... args) {
@@ -50,6 +54,9 @@ class DistributedDataParallel {
   }
 
   torch::nn::Module& module() { return *module_.ptr(); }
+  // Parameter indices (into module().parameters() that require grad) per gradient bucket, in
+  // launch order; empty on a single process.
+  std::vector<std::vector<size_t>> buckets() const;
   std::shared_ptr<torch::nn::Module> module_ptr() { return module_.ptr(); }
 
   // Gradient accumulation: inside the guard's lifetime backward() does not communicate.

@@ -1,0 +1,46 @@
+// The one place where ddpx depends on how c10d's classes are laid out. libtorch 1.13 (Debian
+// 12, built and tested here) has ProcessGroupGloo/NCCL deriving from ProcessGroup; libtorch
+// 2.x makes them Backends that a ProcessGroup wraps. Everything else in dist/ uses only the
+// collectives on c10d::ProcessGroup, which both versions share.
+//
+// c10d objects are c10::intrusive_ptr-owned; ddpx hands them around as std::shared_ptr whose
+// deleter holds the intrusive reference, so c10d's internal intrusive_ptr uses stay valid.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace ddpx::dist::compat {
+
+// The rendezvous store: rank 0 hosts it on `port` and waits for `world_size` clients; the
+// others connect to addr:port. Throws ddpx::Error(kDist) naming addr:port after `timeout`.
+std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, int rank,
+                                            int world_size, std::chrono::milliseconds timeout);
+
+// A Gloo process group over TCP. `bind_host` is the address this rank's Gloo device binds
+// (127.0.0.1 for single-node loopback jobs; empty means the interface in GLOO_SOCKET_IFNAME,
+// else this host's resolved name).
+std::shared_ptr<c10d::ProcessGroup> make_gloo_group(const std::shared_ptr<c10d::Store>& store,
+                                                    int rank, int world_size,
+                                                    std::chrono::milliseconds timeout,
+                                                    const std::string& bind_host);
+
+// An NCCL process group; throws ddpx::Error(kUsage) on a libtorch built without CUDA/NCCL.
+std::shared_ptr<c10d::ProcessGroup> make_nccl_group(const std::shared_ptr<c10d::Store>& store,
+                                                    int rank, int world_size,
+                                                    std::chrono::milliseconds timeout);
+
+bool nccl_available();
+
+// Whether the group's backend can all-reduce bfloat16 tensors (Gloo in 1.13 cannot).
+bool supports_bf16_allreduce(const c10d::ProcessGroup& group);
+
+std::string backend_name(const c10d::ProcessGroup& group);
+
+}  // namespace ddpx::dist::compat

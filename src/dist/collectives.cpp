@@ -1,0 +1,70 @@
+// Blocking collective helpers (see collectives.h).
+#include "dist/collectives.h"
+
+#include <map>
+
+#include "core/error.h"
+
+namespace ddpx::dist {
+
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    fail(ErrorKind::kDist,
+         "{} failed: {}; a rank may have died, timed out, or run a different model or step",
+         what, message.substr(0, message.find('\n')));
+  }
+}
+
+void all_reduce_sum(c10d::ProcessGroup& group, torch::Tensor& tensor, const std::string& what) {
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  wait_work(group.allreduce(tensors, options), what);
+}
+
+void broadcast_coalesced(c10d::ProcessGroup& group, const std::vector<torch::Tensor>& tensors,
+                         int root, int64_t cap_bytes) {
+  torch::NoGradGuard no_grad;
+  // Group by dtype, keeping the order, then cut each group into chunks of at most cap_bytes.
+  std::map<int, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& t : tensors) {
+    if (t.numel() > 0) by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
+  }
+  for (auto& [dtype, group_tensors] : by_dtype) {
+    size_t begin = 0;
+    while (begin < group_tensors.size()) {
+      size_t end = begin;
+      int64_t bytes = 0;
+      std::vector<torch::Tensor> flat_parts;
+      while (end < group_tensors.size() && (end == begin || bytes < cap_bytes)) {
+        bytes += group_tensors[end].numel() * group_tensors[end].element_size();
+        flat_parts.push_back(group_tensors[end].detach().reshape({-1}));
+        ++end;
+      }
+      std::vector<torch::Tensor> flat{torch::cat(flat_parts)};
+      c10d::BroadcastOptions options;
+      options.rootRank = root;
+      wait_work(group.broadcast(flat, options), "broadcast from rank " + std::to_string(root));
+      int64_t offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        auto& t = group_tensors[i];
+        t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+      begin = end;
+    }
+  }
+}
+
+std::vector<torch::Tensor> all_gather(c10d::ProcessGroup& group, const torch::Tensor& tensor) {
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < group.getSize(); ++r) outputs[0].push_back(torch::empty_like(tensor));
+  std::vector<torch::Tensor> inputs{tensor.contiguous()};
+  wait_work(group.allgather(outputs, inputs), "all-gather");
+  return outputs[0];
+}
+
+}  // namespace ddpx::dist

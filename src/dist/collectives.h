@@ -1,0 +1,28 @@
+// Blocking helpers over c10d::ProcessGroup shared by Context and the reducer: waiting on a
+// Work with c10d's exceptions turned into ddpx::Error(kDist), and coalesced broadcast (one
+// collective per dtype and size cap instead of one per tensor).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+namespace ddpx::dist {
+
+// Waits for `work`; a failure becomes ddpx::Error(kDist) that says which collective (`what`).
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
+
+// Blocking in-place sum of one tensor across the group.
+void all_reduce_sum(c10d::ProcessGroup& group, torch::Tensor& tensor, const std::string& what);
+
+// Copies `tensors` from `root` to every rank, flattening same-dtype tensors into buffers of
+// at most `cap_bytes` so that many small tensors cost few collectives.
+void broadcast_coalesced(c10d::ProcessGroup& group, const std::vector<torch::Tensor>& tensors,
+                         int root, int64_t cap_bytes = int64_t{250} << 20);
+
+// Every rank's copy of a same-shaped int64 tensor, in rank order.
+std::vector<torch::Tensor> all_gather(c10d::ProcessGroup& group, const torch::Tensor& tensor);
+
+}  // namespace ddpx::dist
