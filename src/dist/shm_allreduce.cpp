@@ -1,0 +1,219 @@
+#include "dist/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "core/error.h"
+
+namespace ddpx::dist {
+namespace {
+
+constexpr size_t kControlBytes = 8192;
+constexpr int kSpinIterations = 4000;  // ~10 us of polling before sleeping in the kernel
+constexpr const char* kKeyPrefix = "ddpx/shm/";
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string from_bytes(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+// Identifies this host and boot: ranks that share it can share memory.
+std::string host_identity() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return boot_id + "/" + host;
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+struct ShmAllreduce::Control {
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+  alignas(64) std::atomic<uint64_t> passes[kMaxRanks];  // barriers entered, per rank
+};
+static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free);
+static_assert(sizeof(ShmAllreduce::kChunkBytes) == 8);
+
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(c10d::Store& store, int rank, int world_size,
+                                                   std::chrono::milliseconds timeout) {
+  static_assert(sizeof(Control) <= kControlBytes);
+  if (world_size < 2 || world_size > kMaxRanks) return nullptr;
+  const std::string prefix = kKeyPrefix;
+  // 1. Are all ranks on this host? Every rank reads every identity, so all decide alike.
+  std::string me = host_identity();
+  store.set(prefix + "host/" + std::to_string(rank), to_bytes(me));
+  bool same_host = true;
+  for (int r = 0; r < world_size; ++r)
+    same_host = same_host && from_bytes(store.get(prefix + "host/" + std::to_string(r))) == me;
+
+  // 2. Rank 0 creates the segment, reserving its pages now (a full /dev/shm is an error here,
+  //    not a SIGBUS later), and publishes its name.
+  const size_t bytes = kControlBytes + 2 * static_cast<size_t>(world_size) * kChunkBytes;
+  if (rank == 0) {
+    std::string name;
+    if (same_host) {
+      std::mt19937_64 rng(std::random_device{}());
+      std::string candidate = "/ddpx-" + std::to_string(::getpid()) + "-" + std::to_string(rng());
+      int fd = ::shm_open(candidate.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd >= 0) {
+        if (::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0) name = candidate;
+        else ::shm_unlink(candidate.c_str());
+        ::close(fd);
+      }
+    }
+    store.set(prefix + "name", to_bytes(name));
+  }
+  std::string name = from_bytes(store.get(prefix + "name"));
+  if (name.empty()) return nullptr;
+
+  // 3. Everyone maps it and says whether that worked; rank 0 unlinks once all have answered.
+  void* base = MAP_FAILED;
+  int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd >= 0) {
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+  }
+  store.set(prefix + "mapped/" + std::to_string(rank), to_bytes(base != MAP_FAILED ? "1" : "0"));
+  bool all_mapped = true;
+  for (int r = 0; r < world_size; ++r)
+    all_mapped = all_mapped && from_bytes(store.get(prefix + "mapped/" + std::to_string(r))) == "1";
+  if (rank == 0) ::shm_unlink(name.c_str());
+  if (!all_mapped) {
+    if (base != MAP_FAILED) ::munmap(base, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(base, bytes, rank, world_size, timeout));
+}
+
+ShmAllreduce::ShmAllreduce(void* base, size_t bytes, int rank, int world_size,
+                           std::chrono::milliseconds timeout)
+    : base_(base),
+      bytes_(bytes),
+      control_(static_cast<Control*>(base)),
+      rank_(rank),
+      world_size_(world_size),
+      timeout_(timeout) {}
+
+ShmAllreduce::~ShmAllreduce() { ::munmap(base_, bytes_); }
+
+char* ShmAllreduce::slot(int set, int rank) const {
+  return static_cast<char*>(base_) + kControlBytes +
+         (static_cast<size_t>(set) * world_size_ + rank) * kChunkBytes;
+}
+
+void ShmAllreduce::barrier() {
+  Control& c = *control_;
+  uint32_t generation = c.generation.load(std::memory_order_acquire);
+  uint64_t my_pass = c.passes[rank_].fetch_add(1, std::memory_order_relaxed) + 1;
+  if (c.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(world_size_)) {
+    c.arrived.store(0, std::memory_order_relaxed);
+    c.generation.fetch_add(1, std::memory_order_release);
+    futex(&c.generation, FUTEX_WAKE, INT_MAX, nullptr);
+    return;
+  }
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (c.generation.load(std::memory_order_acquire) != generation) return;
+    cpu_relax();
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (c.generation.load(std::memory_order_acquire) == generation) {
+    auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) {
+      std::string behind;
+      for (int r = 0; r < world_size_; ++r)
+        if (c.passes[r].load(std::memory_order_relaxed) < my_pass)
+          behind += (behind.empty() ? "" : ", ") + std::to_string(r);
+      fail(ErrorKind::kTimeout,
+           "shared-memory all-reduce timed out after {} ms on rank {}: rank(s) {} did not "
+           "arrive (stopped, or calling a different collective); raise --timeout if they are "
+           "just slow", timeout_.count(), rank_, behind.empty() ? "?" : behind);
+    }
+    auto slice = std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100));
+    timespec ts{static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(slice).count()),
+                static_cast<long>((slice % std::chrono::seconds(1)) / std::chrono::nanoseconds(1))};
+    futex(&c.generation, FUTEX_WAIT, generation, &ts);
+  }
+}
+
+template <typename T>
+void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set) {
+  const int world = world_size_;
+  auto begin = [&](int part) { return count * part / world; };
+  T* mine = reinterpret_cast<T*>(slot(set, rank_));
+  // 1. Publish the parts the other ranks reduce.
+  for (int part = 0; part < world; ++part)
+    if (part != rank_)
+      std::memcpy(mine + begin(part), data + begin(part), (begin(part + 1) - begin(part)) * sizeof(T));
+  barrier();
+  // 2. Reduce my part: my own values plus every peer's, in rank order; the sum goes to my
+  //    tensor and to my slot, where the peers fetch it.
+  const int64_t lo = begin(rank_), n = begin(rank_ + 1) - lo;
+  T* __restrict out = data + lo;
+  T* __restrict published = mine + lo;
+  if (world == 2) {  // the common case in one pass: read 2, write 2
+    const T* __restrict src = reinterpret_cast<const T*>(slot(set, 1 - rank_)) + lo;
+    for (int64_t i = 0; i < n; ++i) published[i] = out[i] = out[i] + src[i];
+  } else {
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == rank_) continue;
+      const T* __restrict src = reinterpret_cast<const T*>(slot(set, peer)) + lo;
+      for (int64_t i = 0; i < n; ++i) out[i] += src[i];
+    }
+    std::memcpy(published, out, n * sizeof(T));
+  }
+  barrier();
+  // 3. Fetch the other parts' sums from their owners.
+  for (int part = 0; part < world; ++part)
+    if (part != rank_)
+      std::memcpy(data + begin(part), reinterpret_cast<const T*>(slot(set, part)) + begin(part),
+                  (begin(part + 1) - begin(part)) * sizeof(T));
+}
+
+bool ShmAllreduce::supports(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.layout() == torch::kStrided && t.is_contiguous() &&
+         (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
+}
+
+void ShmAllreduce::allreduce_sum(torch::Tensor& tensor) {
+  DDPX_CHECK(supports(tensor), ErrorKind::kInternal,
+             "shared-memory all-reduce got a {} tensor; it handles contiguous CPU float32/float64",
+             tensor.toString());
+  auto run = [&](auto* data) {
+    using T = std::remove_pointer_t<decltype(data)>;
+    const int64_t total = tensor.numel();
+    const int64_t per_chunk = kChunkBytes / static_cast<int64_t>(sizeof(T));
+    for (int64_t offset = 0; offset < total; offset += per_chunk) {
+      reduce_chunk<T>(data + offset, std::min(per_chunk, total - offset),
+                      static_cast<int>(chunks_done_ & 1));
+      ++chunks_done_;
+    }
+  };
+  if (tensor.scalar_type() == torch::kFloat32) run(tensor.data_ptr<float>());
+  else run(tensor.data_ptr<double>());
+}
+
+}  // namespace ddpx::dist

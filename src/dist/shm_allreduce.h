@@ -1,0 +1,72 @@
+// An intra-node all-reduce over POSIX shared memory, for CPU tensors of ranks on one host.
+//
+// Why: on one host Gloo moves every byte through loopback TCP (two kernel copies each way);
+// here each rank touches each byte about twice, so a 2-rank all-reduce runs at close to the
+// memory-copy speed of a core (docs/performance.md has the figures).
+//
+// Contract: collective and blocking. Every rank of the group calls allreduce_sum with a tensor
+// of the same dtype and element count, in the same order. One call at a time per object (the
+// owner, ProcessGroupShm, serialises them on its own thread). A rank that does not arrive
+// within `timeout` makes the others throw ddpx::Error(kTimeout) naming the ranks that are
+// behind. The segment is unlinked as soon as every rank has mapped it, so nothing is left in
+// /dev/shm even when a job is killed.
+//
+// Algorithm, per chunk of at most kChunkBytes, with the chunk split into one part per rank:
+//   1. each rank copies the parts that other ranks reduce into its slot;   barrier
+//   2. rank r sums part r of its own tensor and every peer's slot, writing the sum into its
+//      tensor and into its slot;                                           barrier
+//   3. each rank copies every other part's sum from its owner's slot.
+// Slots are double-buffered, so chunk k+1 may start while peers still read chunk k.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+namespace c10d {
+class Store;
+}
+
+namespace ddpx::dist {
+
+class ShmAllreduce {
+ public:
+  static constexpr int64_t kChunkBytes = int64_t{4} << 20;
+  static constexpr int kMaxRanks = 64;
+
+  // Collective over the store. Returns null on every rank when the ranks are not all on this
+  // host (compared by boot id and host name) or shared memory cannot be had; the caller then
+  // keeps using Gloo.
+  static std::unique_ptr<ShmAllreduce> create(c10d::Store& store, int rank, int world_size,
+                                              std::chrono::milliseconds timeout);
+  ~ShmAllreduce();
+
+  // In-place sum across ranks of a contiguous CPU float32 or float64 tensor.
+  void allreduce_sum(torch::Tensor& tensor);
+  static bool supports(const torch::Tensor& tensor);
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  struct Control;
+  ShmAllreduce(void* base, size_t bytes, int rank, int world_size,
+               std::chrono::milliseconds timeout);
+  void barrier();
+  char* slot(int set, int rank) const;
+  template <typename T>
+  void reduce_chunk(T* data, int64_t count, int set);
+
+  void* base_;
+  size_t bytes_;
+  Control* control_;
+  int rank_;
+  int world_size_;
+  std::chrono::milliseconds timeout_;
+  int64_t chunks_done_ = 0;
+};
+
+}  // namespace ddpx::dist
