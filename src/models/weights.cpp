@@ -1,11 +1,15 @@
-// Name-based copy of tensors into modules, and reading torch.save files via the JIT unpickler.
+// Name-based copy of tensors into modules, and reading torch.save files with libtorch's own
+// zip reader and unpickler.
 #include "models/weights.h"
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
-#include <iterator>
+#include <tuple>
 #include <vector>
 
-#include <torch/serialize.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include "core/error.h"
 
@@ -74,24 +78,78 @@ void load_named_tensors(torch::nn::Module& module,
   for (const auto& [name, source] : tensors) targets.at(name).copy_(source);
 }
 
+namespace {
+
+// torch.save(model.state_dict()) pickles a collections.OrderedDict, which libtorch 1.13's
+// unpickler turns into None (it expects OrderedDict only as a tensor's unused backward hooks),
+// and it lacks the POP and SETITEM opcodes. Two edits make such a pickle loadable:
+// - the opening  GLOBAL 'collections OrderedDict', BINPUT 0, EMPTY_TUPLE, REDUCE  becomes
+//   EMPTY_DICT, MARK, GLOBAL ..., BINPUT 0, NONE, SETITEMS: a plain dict whose placeholder entry
+//   {0: None} swallows the global's index (memo 0 still holds it for the tensors' hooks);
+// - the closing BUILD that attaches `_metadata` (module versions we do not need) is cut off:
+//   the pickle stops right before that state dict is built.
+// Other pickles (a plain dict) are left untouched. Returns whether the placeholder was added.
+constexpr char kOrderedDictGlobal[] = "ccollections\nOrderedDict\n";
+constexpr char kMetadataKey[] = "X\x09\x00\x00\x00_metadata";
+
+bool rewrite_ordered_dict(std::string& pickle) {
+  const std::string global(kOrderedDictGlobal, sizeof(kOrderedDictGlobal) - 1);
+  const std::string opening = std::string("\x80\x02", 2) + global + std::string("q\x00)R", 4);
+  if (pickle.compare(0, opening.size(), opening) != 0) return false;
+  const std::string metadata(kMetadataKey, sizeof(kMetadataKey) - 1);
+  const size_t key = pickle.rfind(metadata);
+  if (key != std::string::npos) {
+    // The state dict opens with EMPTY_DICT then BINPUT n (2 bytes) or LONG_BINPUT n (5 bytes).
+    size_t open = std::string::npos;
+    if (key >= 3 && pickle[key - 3] == '}' && pickle[key - 2] == 'q') open = key - 3;
+    if (key >= 6 && pickle[key - 6] == '}' && pickle[key - 5] == 'r') open = key - 6;
+    if (open != std::string::npos) pickle = pickle.substr(0, open) + ".";
+  }
+  pickle = std::string("\x80\x02}(", 4) + global + std::string("q\x00Nu", 4) +
+           pickle.substr(opening.size());
+  return true;
+}
+
+}  // namespace
+
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  DDPX_CHECK(in.good(), ErrorKind::kIo, "cannot open weights file '{}'; check the path", path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  DDPX_CHECK(std::ifstream(path, std::ios::binary).good(), ErrorKind::kIo,
+             "cannot open weights file '{}'; check the path", path);
   torch::IValue value;
+  bool placeholder = false;
   try {
-    value = torch::pickle_load(bytes);
+    caffe2::serialize::PyTorchStreamReader archive(path);
+    at::DataPtr data;
+    size_t size = 0;
+    std::tie(data, size) = archive.getRecord("data.pkl");
+    std::string pickle(static_cast<const char*>(data.get()), size);
+    placeholder = rewrite_ordered_dict(pickle);
+    size_t offset = 0;
+    auto reader = [&](char* buffer, size_t n) {
+      n = std::min(n, pickle.size() - offset);
+      std::memcpy(buffer, pickle.data() + offset, n);
+      offset += n;
+      return n;
+    };
+    auto read_record = [&](const std::string& key) {
+      return std::get<0>(archive.getRecord("data/" + key));
+    };
+    torch::jit::Unpickler unpickler(reader, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
+                                    read_record, /*device=*/c10::nullopt);
+    unpickler.set_version(archive.version());
+    value = unpickler.parse_ivalue();
   } catch (const c10::Error& e) {
     fail(ErrorKind::kData,
-         "cannot read weights file '{}' ({} bytes): not a torch.save file ({}); save it from "
-         "Python with torch.save(model.state_dict(), path)",
-         path, bytes.size(), e.what_without_backtrace());
+         "cannot read weights file '{}': not a readable torch.save file ({}); save it from "
+         "Python with torch.save(model.state_dict(), path) (torch >= 1.6 zip format)",
+         path, e.what_without_backtrace());
   }
   DDPX_CHECK(value.isGenericDict(), ErrorKind::kData,
              "weights file '{}' holds a {}, expected a dict of name -> tensor (a state_dict)", path,
              value.tagKind());
   std::map<std::string, torch::Tensor> out;
   for (const auto& entry : value.toGenericDict()) {
+    if (placeholder && entry.key().isInt() && entry.value().isNone()) continue;
     DDPX_CHECK(entry.key().isString() && entry.value().isTensor(), ErrorKind::kData,
                "weights file '{}' has an entry that is not name -> tensor ({} -> {}); expected "
                "a plain state_dict",

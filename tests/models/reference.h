@@ -1,0 +1,25 @@
+// Runs reference scripts under Debian's python3 with torch and torchvision imported, so tests
+// compare ddpx models against the real torchvision. Tests skip when torchvision is missing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddpx::test {
+
+struct TorchvisionRun {
+  bool available = false;           // false: torch/torchvision cannot be imported here
+  std::vector<std::string> lines;   // stdout+stderr lines starting with "REF " (prefix removed)
+};
+
+// `body` runs after `import torch, torchvision, torch.nn as nn`; it reports with
+// print("REF ...", flush=True). A failing script fails the calling test.
+TorchvisionRun run_torchvision(const std::string& body);
+
+}  // namespace ddpx::test
+
+// Inside a TEST: skips with a message when torchvision is not installed.
+#define DDPX_RUN_TORCHVISION(var, body)                                                        \
+  ::ddpx::test::TorchvisionRun var = ::ddpx::test::run_torchvision(body);                      \
+  if (!var.available) GTEST_SKIP() << "Debian's python3 lacks torch/torchvision "              \
+                                      "(apt install python3-torchvision) for reference data"

@@ -1,0 +1,123 @@
+// The registry: lookup, actionable errors, the seed's recommendations, and forward shapes.
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
+#include "core/error.h"
+#include "models/registry.h"
+
+namespace ddpx::models {
+namespace {
+
+// Runs `fn`, expecting a ddpx::Error of `kind`; returns its message.
+template <typename Fn>
+std::string error_message(Fn fn, ErrorKind kind) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ddpx::Error";
+  return "";
+}
+
+TEST(RegistryTest, ListsEveryResNetOnceInStableOrder) {
+  std::vector<std::string> names;
+  std::set<std::string> unique;
+  for (const ModelInfo& info : model_table()) {
+    names.push_back(info.name);
+    unique.insert(info.name);
+    EXPECT_TRUE(info.build) << info.name;
+    EXPECT_GT(info.default_image_size, 0) << info.name;
+  }
+  EXPECT_EQ(unique.size(), names.size()) << "duplicate names";
+  const std::vector<std::string> resnets = {"resnet18",  "resnet34",        "resnet50",
+                                            "resnet101", "resnet152",       "wide_resnet50_2",
+                                            "resnext50_32x4d"};
+  ASSERT_GE(names.size(), resnets.size());
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 7), resnets);
+}
+
+TEST(RegistryTest, UnknownNameIsAUsageErrorListingKnownNames) {
+  const std::string message =
+      error_message([] { create_model("resnet19", ModelConfig{}); }, ErrorKind::kUsage);
+  EXPECT_NE(message.find("resnet19"), std::string::npos) << message;
+  for (const ModelInfo& info : model_table()) {
+    EXPECT_NE(message.find(info.name), std::string::npos) << message;
+  }
+}
+
+TEST(RegistryTest, BadConfigIsAUsageError) {
+  ModelConfig config;
+  config.stem = "tiny";
+  EXPECT_NE(error_message([&] { create_model("resnet18", config); }, ErrorKind::kUsage).find("cifar"),
+            std::string::npos);
+  config = ModelConfig{};
+  config.num_classes = 0;
+  error_message([&] { create_model("resnet18", config); }, ErrorKind::kUsage);
+}
+
+TEST(RegistryTest, SeedRecommendationsAreKept) {
+  const Recommendation& r18 = find_model("resnet18").recommendation;
+  EXPECT_EQ(r18.optimizer, "sgd");
+  EXPECT_DOUBLE_EQ(r18.learning_rate, 0.001);
+  EXPECT_EQ(r18.batch_size, 256);
+  EXPECT_EQ(r18.note, "quick test");
+  const Recommendation& r101 = find_model("resnet101").recommendation;
+  EXPECT_EQ(r101.optimizer, "sgd");
+  EXPECT_DOUBLE_EQ(r101.learning_rate, 0.002);
+  EXPECT_EQ(r101.batch_size, 1024);
+  EXPECT_EQ(r101.normalize, "neg_one_one");
+  EXPECT_EQ(find_model("resnet50").default_image_size, 224);
+}
+
+TEST(ResNetForwardTest, Resnet18AcceptsSmallImagesWithEitherStem) {
+  for (const std::string stem : {"imagenet", "cifar"}) {
+    ModelConfig config;
+    config.num_classes = 10;
+    config.stem = stem;
+    torch::nn::AnyModule model = create_model("resnet18", config);
+    for (int64_t size : {28, 32}) {
+      const torch::Tensor y = model.forward(torch::randn({2, 3, size, size}));
+      EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10})) << stem << " " << size;
+      EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+    }
+  }
+}
+
+TEST(ResNetForwardTest, GrayscaleInputIsAUsageErrorNamingTheShape) {
+  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 28, "cifar"});
+  const std::string message =
+      error_message([&] { model.forward(torch::randn({2, 1, 28, 28})); }, ErrorKind::kUsage);
+  EXPECT_NE(message.find("2x1x28x28"), std::string::npos) << message;
+}
+
+TEST(ResNetForwardTest, GradientsReachEveryParameter) {
+  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 32, "cifar"});
+  model.forward(torch::randn({2, 3, 32, 32})).sum().backward();
+  for (const auto& item : model.ptr()->named_parameters()) {
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+  }
+}
+
+TEST(ResNetInitTest, MatchesTorchvisionInitialisation) {
+  torch::manual_seed(1);
+  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 224, "imagenet"});
+  const auto params = model.ptr()->named_parameters();
+  // kaiming_normal_(fan_out, relu): std = sqrt(2 / (out_channels * k * k)); 2.4M samples.
+  const torch::Tensor w = params["layer4.0.conv2.weight"];
+  EXPECT_NEAR(w.std().item<double>(), std::sqrt(2.0 / (512 * 9)), 0.01 * std::sqrt(2.0 / (512 * 9)));
+  EXPECT_NEAR(w.mean().item<double>(), 0.0, 1e-4);
+  EXPECT_TRUE(params["layer2.0.bn1.weight"].eq(1).all().item<bool>());
+  EXPECT_TRUE(params["layer2.0.bn1.bias"].eq(0).all().item<bool>());
+  // Linear keeps PyTorch's default: uniform within 1/sqrt(in_features), not constant.
+  const double bound = 1.0 / std::sqrt(512.0);
+  EXPECT_LE(params["fc.weight"].abs().max().item<double>(), bound);
+  EXPECT_GT(params["fc.weight"].std().item<double>(), 0.5 * bound / std::sqrt(3.0));
+}
+
+}  // namespace
+}  // namespace ddpx::models

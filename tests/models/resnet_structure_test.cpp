@@ -1,0 +1,111 @@
+// Every ResNet in the zoo has torchvision's exact state_dict: the same parameter and buffer
+// names with the same shapes, and the same parameter counts (at 10 and 1000 classes), so
+// torchvision checkpoints load by name and `ddpx models` reports true sizes.
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
+#include "models/registry.h"
+#include "reference.h"
+
+namespace ddpx::models {
+namespace {
+
+using ShapeMap = std::map<std::string, std::string>;  // name -> "d0,d1,..."
+
+std::string shape_key(const torch::Tensor& t) {
+  std::string out;
+  for (int64_t d : t.sizes()) out += (out.empty() ? "" : ",") + std::to_string(d);
+  return out;
+}
+
+struct Reference {
+  ShapeMap parameters, buffers;
+  int64_t count10 = -1, count1000 = -1;
+};
+
+// torchvision's structure for `name` at 10 classes and its parameter count at 10 and 1000.
+// Initialisation is stubbed out: only shapes are needed, and init dominates build time.
+std::string reference_script(const std::string& name, bool cifar) {
+  std::string s =
+      "nn.Conv2d.reset_parameters = lambda self: None\n"
+      "nn.Linear.reset_parameters = lambda self: None\n"
+      "nn.init.kaiming_normal_ = lambda t, *a, **k: t\n"
+      "build = getattr(torchvision.models, '" + name + "')\n"
+      "def fix(m):\n";
+  s += cifar ? "    m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False); m.maxpool = nn.Identity()\n"
+             : "    pass\n";
+  s += "    return m\n"
+       "m = fix(build(num_classes=10))\n"
+       "for n, p in m.named_parameters(): print('REF P', n, ','.join(map(str, p.shape)))\n"
+       "for n, b in m.named_buffers(): print('REF B', n, ','.join(map(str, b.shape)))\n"
+       "print('REF C10', sum(p.numel() for p in m.parameters()))\n"
+       "print('REF C1000', sum(p.numel() for p in fix(build(num_classes=1000)).parameters()))\n";
+  return s;
+}
+
+Reference parse(const std::vector<std::string>& lines) {
+  Reference ref;
+  for (const std::string& line : lines) {
+    std::istringstream in(line);
+    std::string tag, name, shape;
+    in >> tag;
+    if (tag == "P" || tag == "B") {
+      in >> name >> shape;  // a scalar (num_batches_tracked) has an empty shape
+      (tag == "P" ? ref.parameters : ref.buffers)[name] = shape;
+    } else if (tag == "C10") {
+      in >> ref.count10;
+    } else if (tag == "C1000") {
+      in >> ref.count1000;
+    }
+  }
+  return ref;
+}
+
+void expect_same_structure(const std::string& name, const std::string& stem) {
+  DDPX_RUN_TORCHVISION(run, reference_script(name, stem == "cifar"));
+  const Reference ref = parse(run.lines);
+  ASSERT_FALSE(ref.parameters.empty()) << "no reference output for " << name;
+
+  ModelConfig config;
+  config.num_classes = 10;
+  config.stem = stem;
+  torch::nn::AnyModule model = create_model(name, config);
+  ShapeMap parameters, buffers;
+  for (const auto& item : model.ptr()->named_parameters()) {
+    parameters[item.key()] = shape_key(item.value());
+  }
+  for (const auto& item : model.ptr()->named_buffers()) buffers[item.key()] = shape_key(item.value());
+  EXPECT_EQ(parameters, ref.parameters) << name << ": parameter names/shapes differ";
+  EXPECT_EQ(buffers, ref.buffers) << name << ": buffer names/shapes differ";
+
+  EXPECT_EQ(count_parameters(*model.ptr()), ref.count10);
+  const ModelInfo& info = find_model(name);
+  EXPECT_EQ(model_parameter_count(info, config), ref.count10) << "formula at 10 classes";
+  config.num_classes = 1000;
+  EXPECT_EQ(model_parameter_count(info, config), ref.count1000) << "formula at 1000 classes";
+}
+
+class ResNetStructureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResNetStructureTest, StateDictAndParameterCountMatchTorchvision) {
+  expect_same_structure(GetParam(), "imagenet");
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, ResNetStructureTest,
+                         ::testing::Values("resnet18", "resnet34", "resnet50", "resnet101",
+                                           "resnet152", "wide_resnet50_2", "resnext50_32x4d"));
+
+TEST(ResNetCifarStemTest, KeepsTorchvisionKeysWithSmallFirstConvolution) {
+  expect_same_structure("resnet18", "cifar");
+}
+
+TEST(ResNetCifarStemTest, Resnet50KeysAndCountMatchTorchvisionWithSwappedStem) {
+  expect_same_structure("resnet50", "cifar");
+}
+
+}  // namespace
+}  // namespace ddpx::models
