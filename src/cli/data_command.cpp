@@ -1,8 +1,62 @@
-// Placeholder until the data subcommand lands.
+// `ddpx data`: fetch the official dataset files (download) and check what a folder holds (info).
 #include <CLI/CLI.hpp>
 
+#include <memory>
+
+#include <fmt/format.h>
+
 #include "cli/commands.h"
+#include "core/log.h"
+#include "data/dataset.h"
+#include "data/download.h"
 
 namespace ddpx::cli {
-void add_data_command(CLI::App& app, int& exit_code) { app.add_subcommand("data", "(not yet built)"); }
+
+void add_data_command(CLI::App& app, int& exit_code) {
+  auto* data = app.add_subcommand("data", "Download and inspect datasets");
+  data->require_subcommand(1);
+
+  struct Args {
+    std::string name;
+    std::string data_dir;
+    std::string mirror;
+  };
+  auto args = std::make_shared<Args>();
+
+  auto* download = data->add_subcommand(
+      "download", "Fetch a dataset's official files, check their MD5 and unpack them");
+  download->add_option("name", args->name, "mnist, fashion-mnist, cifar10 or cifar100")
+      ->required();
+  download->add_option("--data_dir", args->data_dir,
+                       "Destination folder (default: ./data/NAME; fashion-mnist: "
+                       "/usr/share/datasets/fashion-mnist)");
+  download->add_option("--mirror", args->mirror,
+                       "Base URL replacing the official one (also env DDPX_DATA_MIRROR)");
+  download->callback([args, &exit_code] {
+    data::DownloadOptions options;
+    options.data_dir = args->data_dir;
+    options.mirror = args->mirror;
+    options.progress = true;
+    std::string dir = data::download_dataset(args->name, options);
+    log::out("{} is ready in {}", args->name, dir);
+    exit_code = 0;
+  });
+
+  auto* info = data->add_subcommand("info", "Load a dataset and print its sizes and statistics");
+  info->add_option("name", args->name, "mnist, fashion-mnist, cifar10, cifar100 or synthetic")
+      ->required();
+  info->add_option("--data_dir", args->data_dir, "Folder holding the files (default: as download)");
+  info->callback([args, &exit_code] {
+    data::DatasetSpec spec;
+    spec.name = args->name;
+    spec.data_dir = args->data_dir;
+    data::DatasetSplits splits = data::load_dataset(spec);
+    const auto& t = splits.train;
+    log::out("{}: train {} test {} images of {}x{}x{}, {} classes", args->name, t.size(),
+             splits.test.size(), t.height(), t.width(), t.channels(), t.num_classes);
+    log::out("mean {} std {}", fmt::join(splits.mean, " "), fmt::join(splits.std, " "));
+    exit_code = 0;
+  });
+}
+
 }  // namespace ddpx::cli

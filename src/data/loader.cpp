@@ -52,8 +52,11 @@ Batch DataLoader::build_batch(int64_t batch_index) const {
   auto idx = torch::from_blob(const_cast<int64_t*>(indices_.data()) + begin, {end - begin},
                               torch::kInt64);
   // The augmentation stream depends on (seed, epoch, batch) only, not on which thread runs.
-  std::seed_seq seq{static_cast<uint64_t>(options_.seed), static_cast<uint64_t>(epoch_),
-                    static_cast<uint64_t>(batch_index)};
+  // seed_seq keeps 32 bits per value, so 64-bit values go in as two halves.
+  auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
+  auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
+  const uint64_t seed = options_.seed, epoch = epoch_, k = batch_index;
+  std::seed_seq seq{lo(seed), hi(seed), lo(epoch), hi(epoch), lo(k), hi(k)};
   std::mt19937_64 rng(seq);
   Batch batch;
   batch.images = transform_batch(dataset_.images.index_select(0, idx), options_.transform, rng);
