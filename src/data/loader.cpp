@@ -91,7 +91,7 @@ void DataLoader::worker_loop() {
 
 std::optional<Batch> DataLoader::next() {
   if (next_to_return_ >= num_batches_) return std::nullopt;
-  if (workers_.empty()) return build_batch(next_to_return_++);  // num_workers == 0: inline
+  if (options_.num_workers == 0) return build_batch(next_to_return_++);  // inline, no threads
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return error_ || ready_.count(next_to_return_) > 0; });
   auto it = ready_.find(next_to_return_);
