@@ -1,0 +1,136 @@
+#include "launch/host.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace ddpx::launch {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(separator, start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Counts entries of `dir` whose names match `pattern` (e.g. nvidia0, renderD128).
+int count_devices(const char* dir, const std::regex& pattern) {
+  std::error_code ec;
+  int count = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (std::regex_match(it->path().filename().string(), pattern)) ++count;
+  }
+  return count;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// `nvidia-smi -L` prints one "GPU i: name (UUID: ...)" line per device.
+int count_nvidia_smi_gpus() {
+  std::string smi;
+  try {
+    smi = find_program("nvidia-smi");
+  } catch (const Error&) {
+    return 0;
+  }
+  std::FILE* pipe = ::popen((smi + " -L 2>/dev/null").c_str(), "r");
+  if (pipe == nullptr) return 0;
+  int count = 0;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    if (std::string(line).rfind("GPU ", 0) == 0) ++count;
+  }
+  ::pclose(pipe);
+  return count;
+}
+
+std::vector<std::string> numbered(int count) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < count; ++i) ids.push_back(std::to_string(i));
+  return ids;
+}
+
+}  // namespace
+
+const char* visible_devices_variable(GpuVendor vendor) {
+  return vendor == GpuVendor::kAmd ? "HIP_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
+}
+
+GpuInfo detect_gpus() {
+  GpuInfo info;
+  int nvidia = count_devices("/dev", std::regex("nvidia[0-9]+"));
+  if (nvidia == 0 && fs::exists("/dev/nvidiactl")) nvidia = count_nvidia_smi_gpus();
+  if (nvidia > 0) {
+    info.vendor = GpuVendor::kNvidia;
+    // A scheduler (Slurm, a container runtime) may already have narrowed the set: its ids win.
+    auto visible = env::get("CUDA_VISIBLE_DEVICES");
+    info.ids = visible ? split(*visible, ',') : numbered(nvidia);
+    return info;
+  }
+  if (fs::exists("/dev/kfd")) {
+    int amd = count_devices("/dev/dri", std::regex("renderD[0-9]+"));
+    if (amd > 0) {
+      info.vendor = GpuVendor::kAmd;
+      auto visible = env::get("HIP_VISIBLE_DEVICES");
+      if (!visible) visible = env::get("ROCR_VISIBLE_DEVICES");
+      info.ids = visible ? split(*visible, ',') : numbered(amd);
+    }
+  }
+  return info;
+}
+
+std::string find_program(const std::string& name) {
+  DDPX_CHECK(!name.empty(), ErrorKind::kUsage, "ddpx run: the program after `--` is empty");
+  if (name.find('/') != std::string::npos) {
+    DDPX_CHECK(is_executable_file(name), ErrorKind::kUsage,
+               "ddpx run: '{}' is not an executable file; check the path and `chmod +x` it",
+               name);
+    return name;
+  }
+  std::string path = env::get_or("PATH", "/usr/local/bin:/usr/bin:/bin");
+  for (const std::string& dir : split(path, ':')) {
+    std::string candidate = dir + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  fail(ErrorKind::kUsage,
+       "ddpx run: program '{}' is neither a ddpx subcommand nor found on PATH; give its path "
+       "(e.g. ./{})",
+       name, name);
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  DDPX_CHECK(!ec, ErrorKind::kIo, "cannot read /proc/self/exe ({}); is /proc mounted?",
+             ec.message());
+  return exe.string();
+}
+
+}  // namespace ddpx::launch

@@ -1,0 +1,53 @@
+// The job plan: for every worker on this node, its ranks, the program to exec and the
+// environment contract it gets. Pure (no processes started), so it is what `--dry_run` prints
+// and what tests check without spawning anything.
+//
+// The contract, per worker:
+//   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK (the node rank),
+//   MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS and DDPX_THREADS (intra-op threads),
+//   DDPX_RESTART_COUNT, and CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES when there are GPUs.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launch/host.h"
+#include "launch/options.h"
+
+namespace ddpx::launch {
+
+struct WorkerSpec {
+  int local_rank = 0;
+  int global_rank = 0;
+  std::string path;                                        // what execv runs
+  std::vector<std::string> argv;                           // argv[0] included
+  std::vector<std::pair<std::string, std::string>> env;    // set on top of the launcher's
+};
+
+struct JobPlan {
+  std::string master_addr;
+  int master_port = 0;
+  int world_size = 0;
+  int threads_per_worker = 0;
+  std::vector<WorkerSpec> workers;  // this node's, by local rank
+};
+
+struct HostInfo {
+  int cpu_count = 1;
+  GpuInfo gpus;
+  std::string self_exe;  // the ddpx binary, run for PROGRAM words in self_subcommands
+};
+
+HostInfo probe_host();
+
+// Throws kUsage for a program that cannot be run or a GPU request that cannot be met.
+JobPlan make_plan(const LaunchOptions& options, const HostInfo& host, int master_port);
+
+// Sets DDPX_RESTART_COUNT for a restarted job.
+void set_restart_count(JobPlan& plan, int restart_count);
+
+// One shell-quoted line per worker: `[rank K] VAR=value ... program args`.
+std::string describe(const JobPlan& plan);
+
+}  // namespace ddpx::launch
