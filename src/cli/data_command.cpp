@@ -28,8 +28,7 @@ void add_data_command(CLI::App& app, int& exit_code) {
   download->add_option("name", args->name, "mnist, fashion-mnist, cifar10 or cifar100")
       ->required();
   download->add_option("--data_dir", args->data_dir,
-                       "Destination folder (default: ./data/NAME; fashion-mnist: "
-                       "/usr/share/datasets/fashion-mnist)");
+                       "Destination folder (default: ./data/NAME)");
   download->add_option("--mirror", args->mirror,
                        "Base URL replacing the official one (also env DDPX_DATA_MIRROR)");
   download->callback([args, &exit_code] {
@@ -45,7 +44,9 @@ void add_data_command(CLI::App& app, int& exit_code) {
   auto* info = data->add_subcommand("info", "Load a dataset and print its sizes and statistics");
   info->add_option("name", args->name, "mnist, fashion-mnist, cifar10, cifar100 or synthetic")
       ->required();
-  info->add_option("--data_dir", args->data_dir, "Folder holding the files (default: as download)");
+  info->add_option("--data_dir", args->data_dir,
+                   "Folder holding the files (default: ./data/NAME; fashion-mnist: "
+                   "/usr/share/datasets/fashion-mnist)");
   info->callback([args, &exit_code] {
     data::DatasetSpec spec;
     spec.name = args->name;

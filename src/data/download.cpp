@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/archive.h"
-#include "data/dataset.h"
 
 namespace ddpx::data {
 namespace {
@@ -154,7 +153,9 @@ void fetch_file(const RemoteFile& file, const std::string& data_dir,
 
 std::string download_dataset(const std::string& name, const DownloadOptions& options) {
   auto files = remote_files(name);
-  std::string dir = options.data_dir.empty() ? default_data_dir(name) : options.data_dir;
+  // Not default_data_dir: Debian's read-only Fashion-MNIST folder holds recompressed files
+  // (other MD5s) that the reader accepts but a download cannot replace.
+  std::string dir = options.data_dir.empty() ? "./data/" + name : options.data_dir;
   for (const auto& file : files) fetch_file(file, dir, options);
   return dir;
 }

@@ -54,7 +54,8 @@ std::vector<int64_t> parse_header(std::string_view bytes, const std::string& sou
 torch::Tensor parse_idx_images(std::string_view bytes, const std::string& source) {
   auto dims = parse_header(bytes, source, kImagesMagic, "images");
   auto images = torch::empty({dims[0], dims[1], dims[2], 1}, torch::kUInt8);
-  if (images.numel() > 0) std::memcpy(images.data_ptr<uint8_t>(), bytes.data() + 16, images.numel());
+  if (images.numel() > 0)
+    std::memcpy(images.data_ptr<uint8_t>(), bytes.data() + 16, images.numel());
   return images;
 }
 
@@ -81,7 +82,8 @@ std::vector<std::string> fashion_mnist_class_names() {
 namespace {
 
 // `dir/stem` or `dir/stem.gz`, whichever exists.
-std::string find_idx_file(const std::string& name, const std::string& dir, const std::string& stem) {
+std::string find_idx_file(const std::string& name, const std::string& dir,
+                          const std::string& stem) {
   namespace fs = std::filesystem;
   for (const std::string& candidate : {stem + ".gz", stem}) {
     fs::path path = fs::path(dir) / candidate;

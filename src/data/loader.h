@@ -1,7 +1,9 @@
 // A prefetching data loader. Background threads gather uint8 samples by index, apply the
 // batch transforms and queue ready float batches `prefetch` deep, so the training loop only
 // waits when the model outruns the loader. Deterministic: batch k of an epoch is built from
-// a random stream seeded by (seed, epoch, k), whichever thread builds it.
+// a random stream seeded by (seed, epoch, k), whichever thread builds it. The dataset is held
+// by reference and must outlive the loader. Errors raised while building a batch in a worker
+// thread are rethrown by next().
 #pragma once
 
 #include <condition_variable>

@@ -84,7 +84,8 @@ torch::Tensor transform_batch(const torch::Tensor& images, const TransformOption
   if (options.random_crop || options.horizontal_flip) x = augment(x, options, rng);
   // x: (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
   x = x.permute({0, 3, 1, 2}).to(torch::kFloat32).div_(255.f);
-  if (options.image_size > 0 && (options.image_size != x.size(2) || options.image_size != x.size(3))) {
+  const int64_t size = options.image_size;
+  if (size > 0 && (size != x.size(2) || size != x.size(3))) {
     namespace F = torch::nn::functional;
     x = F::interpolate(x, F::InterpolateFuncOptions()
                               .size(std::vector<int64_t>{options.image_size, options.image_size})

@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 const char* kPythonPrelude = R"(
 import os, pickle, tarfile, numpy as np
 def rows(o, n):
-    r, c, y, x = np.meshgrid(np.arange(n), np.arange(3), np.arange(32), np.arange(32), indexing='ij')
+    r, c, y, x = np.meshgrid(np.arange(n), np.arange(3), np.arange(32), np.arange(32),
+                             indexing='ij')
     return ((o + r * 7 + c * 3 + y * 5 + x) % 256).astype(np.uint8).reshape(n, 3072)
 def labels(o, n, k): return [int((o + r) % k) for r in range(n)]
 )";
@@ -63,8 +64,8 @@ def cifar10_py(root, protocol):
                 open(os.path.join(d, 'test_batch'), 'wb'), protocol=protocol)
     names = [b'airplane', b'automobile', b'bird', b'cat', b'deer', b'dog', b'frog', b'horse',
              b'ship', b'truck']
-    pickle.dump({b'label_names': names, b'num_vis': 3072}, open(os.path.join(d, 'batches.meta'), 'wb'),
-                protocol=protocol)
+    pickle.dump({b'label_names': names, b'num_vis': 3072},
+                open(os.path.join(d, 'batches.meta'), 'wb'), protocol=protocol)
 )";
 
 TEST(CifarTest, Cifar10PythonVersionProtocol2) {
@@ -85,11 +86,13 @@ TEST(CifarTest, Cifar10PythonVersionProtocol4) {
 TEST(CifarTest, Cifar10BinaryVersion) {
   test::TempDir dir;
   run(R"(
-def rec(o, n): return b''.join(bytes([labels(o, n, 10)[r]]) + rows(o, n)[r].tobytes() for r in range(n))
+def rec(o, n):
+    return b''.join(bytes([labels(o, n, 10)[r]]) + rows(o, n)[r].tobytes() for r in range(n))
 d = os.path.join(')" + dir.path() + R"(', 'cifar-10-batches-bin'); os.makedirs(d)
 for b in range(1, 6): open(os.path.join(d, 'data_batch_%d.bin' % b), 'wb').write(rec(10 * b, 3))
 open(os.path.join(d, 'test_batch.bin'), 'wb').write(rec(99, 2))
-open(os.path.join(d, 'batches.meta.txt'), 'w').write('\n'.join('c%d' % i for i in range(10)) + '\n\n')
+names = '\n'.join('c%d' % i for i in range(10)) + '\n\n'
+open(os.path.join(d, 'batches.meta.txt'), 'w').write(names)
 )");
   auto s = load_dataset({"cifar10", dir.path()});
   expect_cifar10(s);
@@ -104,8 +107,11 @@ def c100(o, n): return {b'data': rows(o, n), b'fine_labels': labels(o, n, 100),
 d = os.path.join(')" + py.path() + R"(', 'cifar-100-python'); os.makedirs(d)
 pickle.dump(c100(95, 4), open(os.path.join(d, 'train'), 'wb'), protocol=2)
 pickle.dump(c100(3, 2), open(os.path.join(d, 'test'), 'wb'), protocol=2)
-pickle.dump({b'fine_label_names': [b'n%d' % i for i in range(100)]}, open(os.path.join(d, 'meta'), 'wb'))
-def rec(o, n): return b''.join(bytes([labels(o, n, 20)[r], labels(o, n, 100)[r]]) + rows(o, n)[r].tobytes() for r in range(n))
+pickle.dump({b'fine_label_names': [b'n%d' % i for i in range(100)]},
+            open(os.path.join(d, 'meta'), 'wb'))
+def rec(o, n):
+    return b''.join(bytes([labels(o, n, 20)[r], labels(o, n, 100)[r]]) + rows(o, n)[r].tobytes()
+                    for r in range(n))
 d = os.path.join(')" + bin.path() + R"(', 'cifar-100-binary'); os.makedirs(d)
 open(os.path.join(d, 'train.bin'), 'wb').write(rec(95, 4))
 open(os.path.join(d, 'test.bin'), 'wb').write(rec(3, 2))
@@ -141,7 +147,8 @@ TEST(CifarTest, ArchiveCannotWriteOutsideTheDestination) {
     EXPECT_FALSE(fs::exists("/tmp/ddpx-evil-abs.txt"));
   }
   run(std::string("with tarfile.open('") + dir.file("link.tar.gz") + "', 'w:gz') as t:\n" +
-      "    i = tarfile.TarInfo('link'); i.type = tarfile.SYMTYPE; i.linkname = '/etc/passwd'; t.addfile(i)\n");
+      "    i = tarfile.TarInfo('link'); i.type = tarfile.SYMTYPE; i.linkname = '/etc/passwd'\n" +
+      "    t.addfile(i)\n");
   EXPECT_THROW(extract_archive(dir.file("link.tar.gz"), dir.file("dest")), Error);
   EXPECT_FALSE(fs::exists(dir.file("dest/link")));
   EXPECT_TRUE(fs::is_empty(dir.file("dest")));  // no staging folder left behind
