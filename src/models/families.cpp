@@ -3,13 +3,17 @@
 // here is the display order of `ddpx models`.
 #include "models/families.h"
 
+#include "models/mobilenet.h"
 #include "models/resnet.h"
+#include "models/vgg.h"
 
 namespace ddpx::models {
 
 std::vector<ModelInfo> build_model_table() {
   std::vector<ModelInfo> table;
   register_resnet_models(table);
+  register_vgg_models(table);
+  register_mobilenet_models(table);
   return table;
 }
 

@@ -103,6 +103,27 @@ TEST(ResNetForwardTest, GradientsReachEveryParameter) {
   }
 }
 
+TEST(ZooForwardTest, MobilenetAndVggGiveLogitsForSmallImages) {
+  for (const std::string name : {"mobilenet_v2", "vgg11_bn"}) {
+    torch::nn::AnyModule model = create_model(name, ModelConfig{10, 32, "imagenet"});
+    const torch::Tensor y = model.forward(torch::randn({2, 3, 32, 32}));
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10})) << name;
+  }
+}
+
+TEST(ZooForwardTest, CifarStemOnANonResNetIsAUsageError) {
+  const std::string message = error_message(
+      [] { create_model("mobilenet_v2", ModelConfig{10, 32, "cifar"}); }, ErrorKind::kUsage);
+  EXPECT_NE(message.find("resnet"), std::string::npos) << message;
+}
+
+TEST(ZooForwardTest, VggRejectsImagesSmallerThanItsFivePools) {
+  torch::nn::AnyModule model = create_model("vgg11", ModelConfig{10, 28, "imagenet"});
+  const std::string message =
+      error_message([&] { model.forward(torch::randn({1, 3, 28, 28})); }, ErrorKind::kUsage);
+  EXPECT_NE(message.find("--image_size"), std::string::npos) << message;
+}
+
 TEST(ResNetInitTest, MatchesTorchvisionInitialisation) {
   torch::manual_seed(1);
   torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 224, "imagenet"});

@@ -1,4 +1,4 @@
-// Every ResNet in the zoo has torchvision's exact state_dict: the same parameter and buffer
+// Every model in the zoo (ResNet, VGG, MobileNetV2) has torchvision's exact state_dict: the same parameter and buffer
 // names with the same shapes, and the same parameter counts (at 10 and 1000 classes), so
 // torchvision checkpoints load by name and `ddpx models` reports true sizes.
 #include <map>
@@ -34,6 +34,7 @@ std::string reference_script(const std::string& name, bool cifar) {
       "nn.Conv2d.reset_parameters = lambda self: None\n"
       "nn.Linear.reset_parameters = lambda self: None\n"
       "nn.init.kaiming_normal_ = lambda t, *a, **k: t\n"
+      "nn.init.normal_ = lambda t, *a, **k: t\n"
       "build = getattr(torchvision.models, '" + name + "')\n"
       "def fix(m):\n";
   s += cifar ? "    m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False); m.maxpool = nn.Identity()\n"
@@ -98,6 +99,17 @@ TEST_P(ResNetStructureTest, StateDictAndParameterCountMatchTorchvision) {
 INSTANTIATE_TEST_SUITE_P(Zoo, ResNetStructureTest,
                          ::testing::Values("resnet18", "resnet34", "resnet50", "resnet101",
                                            "resnet152", "wide_resnet50_2", "resnext50_32x4d"));
+
+// The same checks for the other families (one binary, one reference mechanism).
+class ZooStructureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooStructureTest, StateDictAndParameterCountMatchTorchvision) {
+  expect_same_structure(GetParam(), "imagenet");
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, ZooStructureTest,
+                         ::testing::Values("vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16",
+                                           "vgg16_bn", "vgg19", "vgg19_bn", "mobilenet_v2"));
 
 TEST(ResNetCifarStemTest, KeepsTorchvisionKeysWithSmallFirstConvolution) {
   expect_same_structure("resnet18", "cifar");

@@ -1,0 +1,122 @@
+// MobileNetV2, mirroring torchvision/models/mobilenetv2.py (0.14).
+#include "models/mobilenet.h"
+
+#include <cmath>
+
+#include <torch/nn/init.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+
+#include "core/error.h"
+
+namespace ddpx::models {
+namespace {
+
+namespace nn = torch::nn;
+
+constexpr int64_t kFirstChannels = 32;
+constexpr int64_t kLastChannels = 1280;
+
+struct StageSetting {
+  int64_t expand_ratio, channels, blocks, stride;  // torchvision's t, c, n, s
+};
+constexpr StageSetting kStages[] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                                    {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};
+
+}  // namespace
+
+ConvBnReLU6Impl::ConvBnReLU6Impl(int64_t in, int64_t out, int64_t kernel, int64_t stride,
+                                 int64_t groups) {
+  conv = register_module("0", nn::Conv2d(nn::Conv2dOptions(in, out, kernel)
+                                             .stride(stride)
+                                             .padding((kernel - 1) / 2)
+                                             .groups(groups)
+                                             .bias(false)));
+  bn = register_module("1", nn::BatchNorm2d(out));
+  relu6 = register_module("2", nn::ReLU6(nn::ReLU6Options().inplace(true)));
+}
+
+torch::Tensor ConvBnReLU6Impl::forward(torch::Tensor x) { return relu6(bn(conv(x))); }
+
+InvertedResidualImpl::InvertedResidualImpl(int64_t in, int64_t out, int64_t stride,
+                                           int64_t expand_ratio) {
+  const int64_t hidden = static_cast<int64_t>(std::round(static_cast<double>(in * expand_ratio)));
+  use_residual_ = stride == 1 && in == out;
+  nn::Sequential layers;
+  if (expand_ratio != 1) layers->push_back(ConvBnReLU6(in, hidden, 1));
+  layers->push_back(ConvBnReLU6(hidden, hidden, 3, stride, /*groups=*/hidden));  // depthwise
+  layers->push_back(nn::Conv2d(nn::Conv2dOptions(hidden, out, 1).bias(false)));     // linear
+  layers->push_back(nn::BatchNorm2d(out));
+  conv = register_module("conv", layers);
+}
+
+torch::Tensor InvertedResidualImpl::forward(torch::Tensor x) {
+  return use_residual_ ? x + conv->forward(x) : conv->forward(x);
+}
+
+MobileNetV2Impl::MobileNetV2Impl(int64_t num_classes, double dropout) {
+  DDPX_CHECK(num_classes >= 1, ErrorKind::kUsage,
+             "MobileNetV2 num_classes is {}; expected at least 1", num_classes);
+  nn::Sequential layers;
+  layers->push_back(ConvBnReLU6(3, kFirstChannels, 3, /*stride=*/2));
+  int64_t channels = kFirstChannels;
+  for (const StageSetting& stage : kStages) {
+    for (int64_t i = 0; i < stage.blocks; ++i) {
+      layers->push_back(InvertedResidual(channels, stage.channels, i == 0 ? stage.stride : 1,
+                                         stage.expand_ratio));
+      channels = stage.channels;
+    }
+  }
+  layers->push_back(ConvBnReLU6(channels, kLastChannels, 1));
+  features = register_module("features", layers);
+  classifier = register_module(
+      "classifier", nn::Sequential(nn::Dropout(dropout), nn::Linear(kLastChannels, num_classes)));
+
+  // torchvision: kaiming_normal_(fan_out) for convolutions, BN 1/0, Linear N(0, 0.01) and 0.
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* c = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, /*a=*/0, torch::kFanOut);
+    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    } else if (auto* linear = module->as<nn::Linear>()) {
+      nn::init::normal_(linear->weight, 0, 0.01);
+      nn::init::zeros_(linear->bias);
+    }
+  }
+}
+
+torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
+  DDPX_CHECK(x.dim() == 4 && x.size(1) == 3, ErrorKind::kUsage,
+             "MobileNetV2 expects input of shape (B, 3, H, W), got {}; convert grayscale images "
+             "to 3 channels first",
+             fmt::format("{}", fmt::join(x.sizes(), "x")));
+  x = features->forward(x);  // (B, 1280, H/32, W/32)
+  x = torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);  // (B, 1280)
+  return classifier->forward(x);  // (B, num_classes)
+}
+
+void register_mobilenet_models(std::vector<ModelInfo>& table) {
+  ModelInfo info;
+  info.name = "mobilenet_v2";
+  info.family = "mobilenet";
+  info.default_image_size = 224;
+  // torchvision's reference recipe: SGD lr 0.045 for batch 256, weight decay 4e-5.
+  info.recommendation.optimizer = "sgd";
+  info.recommendation.learning_rate = 0.045;
+  info.recommendation.batch_size = 256;
+  info.recommendation.weight_decay = 4e-5;
+  info.build = [](const ModelConfig& config) {
+    DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
+               "mobilenet_v2 has no '{}' stem; --stem applies to the resnet family only",
+               config.stem);
+    return torch::nn::AnyModule(MobileNetV2(config.num_classes));
+  };
+  table.push_back(std::move(info));  // 3.5M parameters: counting by building is fast
+}
+
+}  // namespace ddpx::models
