@@ -56,12 +56,12 @@ void add_models_command(CLI::App& app, int& exit_code) {
     }
     log::out("# {} model{}; parameters at {} classes, {} stem", rows.size(),
              rows.size() == 1 ? "" : "s", config.num_classes, config.stem);
-    log::out("# {:<18} {:<8} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", "name", "family",
+    log::out("# {:<18} {:<9} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", "name", "family",
              "params", "size", "optimizer", "lr", "batch", "wd", "normalize", "note");
     for (const models::ModelInfo* info : rows) {
       const models::Recommendation& r = info->recommendation;
       std::string line = fmt::format(
-          "  {:<18} {:<8} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", info->name,
+          "  {:<18} {:<9} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", info->name,
           info->family, grouped(models::model_parameter_count(*info, config)),
           info->default_image_size, r.optimizer, fmt::format("{:g}", r.learning_rate),
           r.batch_size, fmt::format("{:g}", r.weight_decay), r.normalize, r.note);
