@@ -45,7 +45,8 @@ int main() try {
     int64_t batches = 0;
     for (int64_t start = 0; start + batch <= shard; start += batch) {
       sgd.zero_grad();
-      auto loss = torch::mse_loss(ddp.forward(x.narrow(0, start, batch)), y.narrow(0, start, batch));
+      auto out = ddp.forward(x.narrow(0, start, batch));  // (batch, 1)
+      auto loss = torch::mse_loss(out, y.narrow(0, start, batch));
       loss.backward();  // gradients are averaged across ranks before this returns
       sgd.step();
       loss_sum += loss.item<double>();

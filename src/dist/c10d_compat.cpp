@@ -78,7 +78,8 @@ std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, i
   options.waitWorkers = true;
   options.timeout = timeout;
   try {
-    return share(c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(addr, options)));
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(addr, options);
+    return share(std::move(store));
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));

@@ -38,7 +38,8 @@ std::string describe(const int64_t* sig) {
 void check_same_model(c10d::ProcessGroup& group,
                       const std::vector<std::pair<std::string, torch::Tensor>>& named) {
   const int world = group.getSize();
-  auto counts = all_gather(group, torch::tensor({static_cast<int64_t>(named.size())}, torch::kLong));
+  const auto count = static_cast<int64_t>(named.size());
+  auto counts = all_gather(group, torch::tensor({count}, torch::kLong));
   for (int r = 1; r < world; ++r) {
     DDPX_CHECK(counts[r].item<int64_t>() == counts[0].item<int64_t>(), ErrorKind::kDist,
                "rank {} has {} parameters but rank 0 has {}; every rank must build the same "
