@@ -129,7 +129,8 @@ void Parser::build(Value* obj, Value* state) {
   } else if (obj->kind == Kind::kObject) {
     obj->state = state;
   } else if (obj->kind == Kind::kDict && state->kind == Kind::kDict) {
-    for (auto& e : state->entries) obj->entries.push_back(e);
+    auto entries = state->entries;  // a copy: the state may be the dict itself (memo)
+    obj->entries.insert(obj->entries.end(), entries.begin(), entries.end());
   } else {
     bad(fmt::format("BUILD on a {}", kind_name(obj->kind)));
   }

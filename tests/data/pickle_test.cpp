@@ -186,5 +186,14 @@ TEST(PickleTest, LimitsStopHostileInput) {
   EXPECT_THROW(parse(deep, "deep.pkl"), Error);
 }
 
+TEST(PickleTest, SelfReferencesAreKeptWithoutLoopingOrLeaking) {
+  // l = []; l.append(l)  and  d = {}; d.__setstate__(d), both through the memo.
+  Pickle list = parse("\x80\x02]q\x00h\x00" "a.", "self.pkl");
+  ASSERT_EQ(list.root()->items.size(), 1u);
+  EXPECT_EQ(list.root()->items[0], list.root());
+  Pickle dict = parse("\x80\x02}q\x00(K\x01K\x02uh\x00" "b.", "self.pkl");
+  EXPECT_EQ(dict.root()->entries.size(), 2u);
+}
+
 }  // namespace
 }  // namespace ddpx::data::pickle
