@@ -188,10 +188,11 @@ TEST(PickleTest, LimitsStopHostileInput) {
 
 TEST(PickleTest, SelfReferencesAreKeptWithoutLoopingOrLeaking) {
   // l = []; l.append(l)  and  d = {}; d.__setstate__(d), both through the memo.
-  Pickle list = parse("\x80\x02]q\x00h\x00" "a.", "self.pkl");
+  using namespace std::string_literals;  // the bytes hold NULs
+  Pickle list = parse("\x80\x02]q\x00h\x00" "a."s, "self.pkl");
   ASSERT_EQ(list.root()->items.size(), 1u);
   EXPECT_EQ(list.root()->items[0], list.root());
-  Pickle dict = parse("\x80\x02}q\x00(K\x01K\x02uh\x00" "b.", "self.pkl");
+  Pickle dict = parse("\x80\x02}q\x00(K\x01K\x02uh\x00" "b."s, "self.pkl");
   EXPECT_EQ(dict.root()->entries.size(), 2u);
 }
 
