@@ -122,7 +122,8 @@ nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t st
   const int64_t out_planes = planes * expansion(options_.block);
   nn::Sequential downsample{nullptr};
   if (stride != 1 || inplanes_ != out_planes) {
-    downsample = nn::Sequential(conv1x1(inplanes_, out_planes, stride), nn::BatchNorm2d(out_planes));
+    downsample =
+        nn::Sequential(conv1x1(inplanes_, out_planes, stride), nn::BatchNorm2d(out_planes));
   }
   nn::Sequential layer;
   for (int64_t i = 0; i < blocks; ++i) {
@@ -147,10 +148,11 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
              fmt::format("{}", fmt::join(x.sizes(), "x")));
   x = relu(bn1(conv1(x)));  // (B, 64, H/2, W/2), or (B, 64, H, W) with the cifar stem
   if (!options_.cifar_stem) x = maxpool(x);
+  // Sequential's call operator cannot deduce a return type; forward() defaults to Tensor.
   for (auto* stage : {&layer1, &layer2, &layer3, &layer4}) x = (*stage)->forward(x);
   // x: (B, 512 * expansion, H/32, W/32)
-  x = torch::flatten(avgpool(x), 1);      // (B, 512 * expansion)
-  return fc(x);                           // (B, num_classes)
+  x = torch::flatten(avgpool(x), 1);  // (B, 512 * expansion)
+  return fc(x);                       // (B, num_classes)
 }
 
 int64_t resnet_parameter_count(const ResNetOptions& options) {
@@ -168,7 +170,8 @@ int64_t resnet_parameter_count(const ResNetOptions& options) {
     const int64_t stride = stage == 0 ? 1 : 2;
     for (int64_t i = 0; i < options.layers[stage]; ++i) {
       if (options.block == BlockKind::kBasic) {
-        total += conv(inplanes, planes, 3, 1) + bn(planes) + conv(planes, planes, 3, 1) + bn(planes);
+        total += conv(inplanes, planes, 3, 1) + bn(planes) + conv(planes, planes, 3, 1) +
+                 bn(planes);
       } else {
         const int64_t width = bottleneck_width(planes, options.groups, options.width_per_group);
         total += conv(inplanes, width, 1, 1) + bn(width) + conv(width, width, 3, options.groups) +
@@ -231,7 +234,8 @@ void register_resnet_models(std::vector<ModelInfo>& table) {
   table.push_back(resnet_entry("resnet50", {bottleneck, {3, 4, 6, 3}}, recommend(0.1, 256, 1e-4)));
   table.push_back(resnet_entry("resnet101", {bottleneck, {3, 4, 23, 3}},
                                recommend(0.002, 1024, 0.0, "", "neg_one_one")));
-  table.push_back(resnet_entry("resnet152", {bottleneck, {3, 8, 36, 3}}, recommend(0.1, 256, 1e-4)));
+  table.push_back(
+      resnet_entry("resnet152", {bottleneck, {3, 8, 36, 3}}, recommend(0.1, 256, 1e-4)));
   ResNetOptions wide{bottleneck, {3, 4, 6, 3}};
   wide.width_per_group = 128;
   table.push_back(resnet_entry("wide_resnet50_2", wide, recommend(0.1, 256, 1e-4)));

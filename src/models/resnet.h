@@ -38,7 +38,8 @@ struct ResNetOptions {
 class BasicBlockImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;
-  BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, torch::nn::Sequential downsample);
+  BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
+                 torch::nn::Sequential downsample);
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};

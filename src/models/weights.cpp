@@ -66,10 +66,12 @@ void load_named_tensors(torch::nn::Module& module,
       message += fmt::format(" {} missing key(s): {};", missing.size(), name_list(missing));
     }
     if (!unexpected.empty()) {
-      message += fmt::format(" {} unexpected key(s): {};", unexpected.size(), name_list(unexpected));
+      message +=
+          fmt::format(" {} unexpected key(s): {};", unexpected.size(), name_list(unexpected));
     }
     if (!mismatched.empty()) {
-      message += fmt::format(" {} shape mismatch(es): {};", mismatched.size(), name_list(mismatched));
+      message +=
+          fmt::format(" {} shape mismatch(es): {};", mismatched.size(), name_list(mismatched));
     }
     message += " check that the weights were saved from the same architecture and num_classes";
     throw Error(ErrorKind::kData, message);
@@ -143,6 +145,11 @@ std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
          "cannot read weights file '{}': not a readable torch.save file ({}); save it from "
          "Python with torch.save(model.state_dict(), path) (torch >= 1.6 zip format)",
          path, e.what_without_backtrace());
+  } catch (const std::exception& e) {  // e.g. std::out_of_range from a malformed pickle
+    fail(ErrorKind::kData,
+         "cannot read weights file '{}': malformed torch.save data ({}); re-save it from Python "
+         "with torch.save(model.state_dict(), path)",
+         path, e.what());
   }
   DDPX_CHECK(value.isGenericDict(), ErrorKind::kData,
              "weights file '{}' holds a {}, expected a dict of name -> tensor (a state_dict)", path,

@@ -15,7 +15,8 @@ namespace ddpx::models {
 // named_parameters()/named_buffers() keys, e.g. "layer1.0.bn1.running_mean"), converting dtype.
 // All-or-nothing: throws ddpx::Error(kData) before copying anything when keys are missing or
 // unexpected or shapes differ, listing the offending names.
-void load_named_tensors(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors);
+void load_named_tensors(torch::nn::Module& module,
+                        const std::map<std::string, torch::Tensor>& tensors);
 
 // Reads a file written by Python's torch.save(dict_of_tensors, path) (a state_dict, plain dict
 // or OrderedDict). Throws ddpx::Error(kIo) if unreadable, kData if it is not a dict of tensors.

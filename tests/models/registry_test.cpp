@@ -53,8 +53,9 @@ TEST(RegistryTest, UnknownNameIsAUsageErrorListingKnownNames) {
 TEST(RegistryTest, BadConfigIsAUsageError) {
   ModelConfig config;
   config.stem = "tiny";
-  EXPECT_NE(error_message([&] { create_model("resnet18", config); }, ErrorKind::kUsage).find("cifar"),
-            std::string::npos);
+  const std::string message =
+      error_message([&] { create_model("resnet18", config); }, ErrorKind::kUsage);
+  EXPECT_NE(message.find("cifar"), std::string::npos) << message;
   config = ModelConfig{};
   config.num_classes = 0;
   error_message([&] { create_model("resnet18", config); }, ErrorKind::kUsage);
@@ -130,7 +131,8 @@ TEST(ResNetInitTest, MatchesTorchvisionInitialisation) {
   const auto params = model.ptr()->named_parameters();
   // kaiming_normal_(fan_out, relu): std = sqrt(2 / (out_channels * k * k)); 2.4M samples.
   const torch::Tensor w = params["layer4.0.conv2.weight"];
-  EXPECT_NEAR(w.std().item<double>(), std::sqrt(2.0 / (512 * 9)), 0.01 * std::sqrt(2.0 / (512 * 9)));
+  const double expected_std = std::sqrt(2.0 / (512 * 9));
+  EXPECT_NEAR(w.std().item<double>(), expected_std, 0.01 * expected_std);
   EXPECT_NEAR(w.mean().item<double>(), 0.0, 1e-4);
   EXPECT_TRUE(params["layer2.0.bn1.weight"].eq(1).all().item<bool>());
   EXPECT_TRUE(params["layer2.0.bn1.bias"].eq(0).all().item<bool>());

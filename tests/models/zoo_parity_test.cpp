@@ -76,9 +76,13 @@ void expect_parity(const std::string& name, const std::string& stem, int64_t siz
   }
 }
 
-TEST(ResNetParityTest, Resnet18LogitsMatchTorchvision) { expect_parity("resnet18", "imagenet", 64); }
+TEST(ResNetParityTest, Resnet18LogitsMatchTorchvision) {
+  expect_parity("resnet18", "imagenet", 64);
+}
 
-TEST(ResNetParityTest, Resnet50LogitsMatchTorchvision) { expect_parity("resnet50", "imagenet", 64); }
+TEST(ResNetParityTest, Resnet50LogitsMatchTorchvision) {
+  expect_parity("resnet50", "imagenet", 64);
+}
 
 TEST(ResNetParityTest, Resnet18CifarStemLogitsMatchTorchvisionWithSwappedStem) {
   expect_parity("resnet18", "cifar", 32);

@@ -1,6 +1,6 @@
-// Every model in the zoo (ResNet, VGG, MobileNetV2) has torchvision's exact state_dict: the same parameter and buffer
-// names with the same shapes, and the same parameter counts (at 10 and 1000 classes), so
-// torchvision checkpoints load by name and `ddpx models` reports true sizes.
+// Every model in the zoo (ResNet, VGG, MobileNetV2) has torchvision's exact state_dict: the same
+// parameter and buffer names with the same shapes, and the same parameter counts (at 10 and 1000
+// classes), so torchvision checkpoints load by name and `ddpx models` reports true sizes.
 #include <map>
 #include <sstream>
 #include <string>
@@ -79,7 +79,9 @@ void expect_same_structure(const std::string& name, const std::string& stem) {
   for (const auto& item : model.ptr()->named_parameters()) {
     parameters[item.key()] = shape_key(item.value());
   }
-  for (const auto& item : model.ptr()->named_buffers()) buffers[item.key()] = shape_key(item.value());
+  for (const auto& item : model.ptr()->named_buffers()) {
+    buffers[item.key()] = shape_key(item.value());
+  }
   EXPECT_EQ(parameters, ref.parameters) << name << ": parameter names/shapes differ";
   EXPECT_EQ(buffers, ref.buffers) << name << ": buffer names/shapes differ";
 
