@@ -46,7 +46,7 @@ void add_data_command(CLI::App& app, int& exit_code) {
       ->required();
   info->add_option("--data_dir", args->data_dir,
                    "Folder holding the files (default: ./data/NAME; fashion-mnist: "
-                   "/usr/share/datasets/fashion-mnist)");
+                   "/usr/share/datasets/fashion-mnist when installed)");
   info->callback([args, &exit_code] {
     data::DatasetSpec spec;
     spec.name = args->name;

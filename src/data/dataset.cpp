@@ -2,6 +2,7 @@
 #include "data/dataset.h"
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include "core/error.h"
@@ -55,7 +56,10 @@ std::vector<std::string> dataset_names() {
 }
 
 std::string default_data_dir(const std::string& name) {
-  if (name == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
+  // Debian's dataset-fashion-mnist package; without it, where `ddpx data download` puts files.
+  constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
+  if (name == "fashion-mnist" && std::filesystem::is_directory(kDebianFashionMnist))
+    return kDebianFashionMnist;
   return "./data/" + name;
 }
 

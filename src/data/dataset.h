@@ -31,8 +31,9 @@ struct DatasetSplits {
   std::vector<float> std;   // per channel, of the training split
 };
 
-// What to load. data_dir empty means the dataset's default folder (for fashion-mnist:
-// Debian's dataset-fashion-mnist files under /usr/share/datasets/fashion-mnist).
+// What to load. data_dir empty means the dataset's default folder: ./data/NAME, except
+// fashion-mnist, which uses Debian's dataset-fashion-mnist files under
+// /usr/share/datasets/fashion-mnist when that package is installed.
 struct DatasetSpec {
   std::string name = "fashion-mnist";
   std::string data_dir;
