@@ -1,9 +1,8 @@
 // `ddpx data`: fetch the official dataset files (download) and check what a folder holds (info).
-#include <CLI/CLI.hpp>
-
-#include <memory>
-
 #include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <memory>
 
 #include "cli/commands.h"
 #include "core/log.h"
@@ -25,10 +24,8 @@ void add_data_command(CLI::App& app, int& exit_code) {
 
   auto* download = data->add_subcommand(
       "download", "Fetch a dataset's official files, check their MD5 and unpack them");
-  download->add_option("name", args->name, "mnist, fashion-mnist, cifar10 or cifar100")
-      ->required();
-  download->add_option("--data_dir", args->data_dir,
-                       "Destination folder (default: ./data/NAME)");
+  download->add_option("name", args->name, "mnist, fashion-mnist, cifar10 or cifar100")->required();
+  download->add_option("--data_dir", args->data_dir, "Destination folder (default: ./data/NAME)");
   download->add_option("--mirror", args->mirror,
                        "Base URL replacing the official one (also env DDPX_DATA_MIRROR)");
   download->callback([args, &exit_code] {

@@ -56,7 +56,8 @@ void extract_archive(const std::string& archive_path, const std::string& dest_di
       fs::path rel = safe_relative(name);
       DDPX_CHECK(!rel.empty(), ErrorKind::kData,
                  "{}: refusing entry '{}' (absolute or `..` path); the archive is not an official "
-                 "dataset archive", archive_path, name ? name : "");
+                 "dataset archive",
+                 archive_path, name ? name : "");
       auto type = archive_entry_filetype(entry);
       fs::path target = staging / rel;
       top_level.insert(*rel.begin());
@@ -66,7 +67,8 @@ void extract_archive(const std::string& archive_path, const std::string& dest_di
       }
       DDPX_CHECK(type == AE_IFREG, ErrorKind::kData,
                  "{}: refusing entry '{}' (a link or special file); the archive is not an "
-                 "official dataset archive", archive_path, name);
+                 "official dataset archive",
+                 archive_path, name);
       fs::create_directories(target.parent_path());
       std::ofstream out(target, std::ios::binary | std::ios::trunc);
       DDPX_CHECK(out.good(), ErrorKind::kIo, "cannot write {}", target.string());
@@ -75,8 +77,10 @@ void extract_archive(const std::string& archive_path, const std::string& dest_di
         la_ssize_t n = archive_read_data(reader.get(), buffer, sizeof(buffer));
         if (n == 0) break;
         if (n < 0)
-          fail(ErrorKind::kData, "{}: corrupt archive while reading '{}' ({}); delete it and "
-               "download it again", archive_path, name, archive_error_string(reader.get()));
+          fail(ErrorKind::kData,
+               "{}: corrupt archive while reading '{}' ({}); delete it and "
+               "download it again",
+               archive_path, name, archive_error_string(reader.get()));
         out.write(buffer, n);
       }
       out.close();

@@ -72,7 +72,8 @@ Dataset parse_cifar_binary(std::string_view bytes, const std::string& source, bo
   int64_t record = label_bytes + kCifarImageBytes;
   DDPX_CHECK(!bytes.empty() && bytes.size() % record == 0, ErrorKind::kData,
              "{}: {} bytes is not a whole number of {}-byte CIFAR records; delete it and "
-             "download it again", source, bytes.size(), record);
+             "download it again",
+             source, bytes.size(), record);
   int64_t n = static_cast<int64_t>(bytes.size()) / record;
   Dataset out;
   out.num_classes = num_classes_of(cifar100);
@@ -85,8 +86,8 @@ Dataset parse_cifar_binary(std::string_view bytes, const std::string& source, bo
     const uint8_t* rec = in + i * record;
     if (cifar100)
       DDPX_CHECK(rec[0] < 20, ErrorKind::kData,
-                 "{}: coarse label {} of record {} is out of range, expected 0..19", source,
-                 rec[0], i);
+                 "{}: coarse label {} of record {} is out of range, expected 0..19", source, rec[0],
+                 i);
     int64_t label = rec[label_bytes - 1];
     DDPX_CHECK(label < out.num_classes, ErrorKind::kData,
                "{}: label {} of record {} is out of range, expected 0..{}", source, label, i,
@@ -113,10 +114,10 @@ Dataset parse_cifar_python(std::string_view bytes, const std::string& source, bo
   DDPX_CHECK(data->kind == pickle::Kind::kNdarray, ErrorKind::kData,
              "{}: 'data' is a {}, expected a numpy array", source, pickle::kind_name(data->kind));
   const auto& a = data->array;
-  DDPX_CHECK(a.dtype == "|u1" && a.shape.size() == 2 && a.shape[1] == kCifarImageBytes &&
-                 !a.fortran_order,
-             ErrorKind::kData, "{}: 'data' is a {} array of {} dims, expected (N, 3072) uint8",
-             source, a.dtype, a.shape.size());
+  DDPX_CHECK(
+      a.dtype == "|u1" && a.shape.size() == 2 && a.shape[1] == kCifarImageBytes && !a.fortran_order,
+      ErrorKind::kData, "{}: 'data' is a {} array of {} dims, expected (N, 3072) uint8", source,
+      a.dtype, a.shape.size());
   int64_t n = a.shape[0];
   std::vector<int64_t> labels = int_list(labels_value, source, label_key);
   DDPX_CHECK(static_cast<int64_t>(labels.size()) == n, ErrorKind::kData,
@@ -143,8 +144,9 @@ struct Layout {
 };
 
 Layout layout_of(bool cifar100) {
-  if (cifar100) return {{"cifar-100-python", "cifar-100-binary"},
-                        {"cifar-100-python.tar.gz", "cifar-100-binary.tar.gz"}};
+  if (cifar100)
+    return {{"cifar-100-python", "cifar-100-binary"},
+            {"cifar-100-python.tar.gz", "cifar-100-binary.tar.gz"}};
   return {{"cifar-10-batches-py", "cifar-10-batches-bin"},
           {"cifar-10-python.tar.gz", "cifar-10-binary.tar.gz"}};
 }
@@ -171,9 +173,11 @@ fs::path find_folder(const std::string& name, const fs::path& dir, bool cifar100
                archive.string(), layout.folders[i], name, dir.string());
     return dir / layout.folders[i];
   }
-  fail(ErrorKind::kData, "{}: no {} or {} folder (nor {}) in {}; run `ddpx data download {} "
-       "--data_dir {}`", name, layout.folders[0], layout.folders[1], layout.archives[0],
-       dir.string(), name, dir.string());
+  fail(ErrorKind::kData,
+       "{}: no {} or {} folder (nor {}) in {}; run `ddpx data download {} "
+       "--data_dir {}`",
+       name, layout.folders[0], layout.folders[1], layout.archives[0], dir.string(), name,
+       dir.string());
 }
 
 Dataset load_files(const std::string& name, const fs::path& folder,

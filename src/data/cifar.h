@@ -4,10 +4,10 @@
 // official archive is in data_dir, it is unpacked first.
 #pragma once
 
+#include <torch/types.h>
+
 #include <string>
 #include <string_view>
-
-#include <torch/types.h>
 
 #include "data/dataset.h"
 

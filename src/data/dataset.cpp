@@ -19,8 +19,9 @@ Dataset make_synthetic(const DatasetSpec& spec, int64_t n, uint64_t stream) {
                  spec.synthetic_classes > 0 && spec.synthetic_classes <= 100000,
              ErrorKind::kUsage,
              "synthetic dataset: size {}, {}x{}x{}, {} classes; expected sizes > 0, 1 or 3 "
-             "channels and 1..100000 classes", n, spec.synthetic_height, spec.synthetic_width,
-             spec.synthetic_channels, spec.synthetic_classes);
+             "channels and 1..100000 classes",
+             n, spec.synthetic_height, spec.synthetic_width, spec.synthetic_channels,
+             spec.synthetic_classes);
   const int64_t c = spec.synthetic_channels, hw = spec.synthetic_height * spec.synthetic_width;
   // Class colours depend on the seed only, so train and test share them.
   std::mt19937_64 colour_rng(spec.seed * 0x9E3779B97F4A7C15ull + 1);
@@ -75,14 +76,15 @@ DatasetSplits load_dataset(const DatasetSpec& spec) {
     splits.test = make_synthetic(spec, spec.synthetic_test_size, 1);
     channel_stats(splits.train.images, splits.mean, splits.std);
   } else {
-    fail(ErrorKind::kUsage, "unknown dataset '{}'; expected one of mnist, fashion-mnist, "
-         "cifar10, cifar100, synthetic", spec.name);
+    fail(ErrorKind::kUsage,
+         "unknown dataset '{}'; expected one of mnist, fashion-mnist, "
+         "cifar10, cifar100, synthetic",
+         spec.name);
   }
   return splits;
 }
 
-void channel_stats(const torch::Tensor& images, std::vector<float>& mean,
-                   std::vector<float>& std) {
+void channel_stats(const torch::Tensor& images, std::vector<float>& mean, std::vector<float>& std) {
   DDPX_CHECK(images.dim() == 4 && images.scalar_type() == torch::kUInt8, ErrorKind::kInternal,
              "channel_stats expects (N, H, W, C) uint8, got {} dims", images.dim());
   auto contiguous = images.contiguous();

@@ -3,18 +3,18 @@
 // of it into float tensors for the model.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include <torch/types.h>
-
 namespace ddpx::data {
 
 struct Dataset {
-  std::string name;            // "fashion-mnist", "cifar10", ...
-  torch::Tensor images;        // (N, H, W, C) uint8, contiguous
-  torch::Tensor labels;        // (N) int64, each in [0, num_classes)
+  std::string name;      // "fashion-mnist", "cifar10", ...
+  torch::Tensor images;  // (N, H, W, C) uint8, contiguous
+  torch::Tensor labels;  // (N) int64, each in [0, num_classes)
   int64_t num_classes = 0;
   std::vector<std::string> class_names;  // may be empty
 

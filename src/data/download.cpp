@@ -93,8 +93,10 @@ std::vector<RemoteFile> remote_files(const std::string& name) {
     return {{kCifarBase, "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", true}};
   if (name == "cifar100")
     return {{kCifarBase, "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85", true}};
-  fail(ErrorKind::kUsage, "cannot download '{}'; expected mnist, fashion-mnist, cifar10 or "
-       "cifar100 (synthetic needs no files)", name);
+  fail(ErrorKind::kUsage,
+       "cannot download '{}'; expected mnist, fashion-mnist, cifar10 or "
+       "cifar100 (synthetic needs no files)",
+       name);
 }
 
 std::string md5_file(const std::string& path) {
@@ -122,8 +124,8 @@ void fetch_file(const RemoteFile& file, const std::string& data_dir,
   fs::create_directories(data_dir);
   const std::string target = (fs::path(data_dir) / file.file).string();
   const std::string part = target + ".part";
-  std::string base = options.mirror.empty() ? env::get_or("DDPX_DATA_MIRROR", file.base_url)
-                                            : options.mirror;
+  std::string base =
+      options.mirror.empty() ? env::get_or("DDPX_DATA_MIRROR", file.base_url) : options.mirror;
   if (!base.empty() && base.back() != '/') base += '/';
   const std::string url = base + file.file;
   bool present = fs::is_regular_file(target) && md5_file(target) == file.md5;
@@ -134,8 +136,8 @@ void fetch_file(const RemoteFile& file, const std::string& data_dir,
       std::string got = md5_file(part);
       DDPX_CHECK(got == file.md5, ErrorKind::kData,
                  "{}: MD5 is {}, expected {}; the download is corrupt or the mirror serves "
-                 "another file, run the command again or use another --mirror", url, got,
-                 file.md5);
+                 "another file, run the command again or use another --mirror",
+                 url, got, file.md5);
       fs::rename(part, target);
     } catch (...) {
       std::error_code ignored;

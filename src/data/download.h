@@ -17,8 +17,8 @@ struct RemoteFile {
 };
 
 struct DownloadOptions {
-  std::string data_dir;       // empty: ./data/NAME
-  std::string mirror;         // replaces each file's base_url (also env DDPX_DATA_MIRROR)
+  std::string data_dir;  // empty: ./data/NAME
+  std::string mirror;    // replaces each file's base_url (also env DDPX_DATA_MIRROR)
   long connect_timeout_s = 30;
   long stall_timeout_s = 60;  // abort when under 1 byte/s for this long
   bool progress = false;      // log each file on stderr

@@ -40,8 +40,10 @@ std::string gunzip(std::string_view bytes, const std::string& source, int64_t ma
     }
     if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
       inflateEnd(&zs);
-      fail(ErrorKind::kData, "{}: the gzip stream is truncated; delete the file and download it "
-           "again", source);
+      fail(ErrorKind::kData,
+           "{}: the gzip stream is truncated; delete the file and download it "
+           "again",
+           source);
     }
     if (rc != Z_OK) {
       std::string msg = zs.msg ? zs.msg : "unknown error";

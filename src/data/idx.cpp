@@ -19,15 +19,15 @@ uint32_t be32(std::string_view bytes, size_t at) {
 }
 
 // Validates magic and exact length; returns the dimensions.
-std::vector<int64_t> parse_header(std::string_view bytes, const std::string& source,
-                                  uint32_t magic, const char* what) {
+std::vector<int64_t> parse_header(std::string_view bytes, const std::string& source, uint32_t magic,
+                                  const char* what) {
   DDPX_CHECK(bytes.size() >= 4, ErrorKind::kData,
              "{}: {} bytes is too short for an IDX {} file; delete it and download it again",
              source, bytes.size(), what);
   uint32_t got = be32(bytes, 0);
   DDPX_CHECK(got == magic, ErrorKind::kData,
-             "{}: IDX magic is 0x{:08x}, expected 0x{:08x} for {}; is this the right file?",
-             source, got, magic, what);
+             "{}: IDX magic is 0x{:08x}, expected 0x{:08x} for {}; is this the right file?", source,
+             got, magic, what);
   size_t ndim = magic & 0xff;
   size_t header = 4 + 4 * ndim;
   DDPX_CHECK(bytes.size() >= header, ErrorKind::kData,
@@ -44,7 +44,8 @@ std::vector<int64_t> parse_header(std::string_view bytes, const std::string& sou
   }
   DDPX_CHECK(bytes.size() - header == total, ErrorKind::kData,
              "{}: IDX {} file has {} data bytes, its header promises {} ({}); delete it and "
-             "download it again", source, what, bytes.size() - header, total,
+             "download it again",
+             source, what, bytes.size() - header, total,
              bytes.size() - header < total ? "truncated" : "trailing bytes");
   return dims;
 }
@@ -76,7 +77,7 @@ torch::Tensor parse_idx_labels(std::string_view bytes, const std::string& source
 
 std::vector<std::string> fashion_mnist_class_names() {
   return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+          "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 }
 
 namespace {

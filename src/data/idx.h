@@ -2,10 +2,10 @@
 // the number of dimensions, then D uint32 sizes) followed by uint8 data. Files may be gzipped.
 #pragma once
 
+#include <torch/types.h>
+
 #include <string>
 #include <string_view>
-
-#include <torch/types.h>
 
 #include "data/dataset.h"
 

@@ -8,10 +8,10 @@ DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
     : dataset_(dataset), options_(std::move(options)) {
   DDPX_CHECK(options_.batch_size >= 1 && options_.num_workers >= 0 && options_.prefetch >= 1 &&
                  options_.limit_batches >= 0,
-             ErrorKind::kUsage, "loader: batch size {}, {} workers, prefetch {}, limit {}: "
+             ErrorKind::kUsage,
+             "loader: batch size {}, {} workers, prefetch {}, limit {}: "
              "expected batch size >= 1, workers >= 0, prefetch >= 1, limit >= 0",
-             options_.batch_size, options_.num_workers, options_.prefetch,
-             options_.limit_batches);
+             options_.batch_size, options_.num_workers, options_.prefetch, options_.limit_batches);
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -49,8 +49,8 @@ int64_t DataLoader::num_batches() const { return num_batches_; }
 Batch DataLoader::build_batch(int64_t batch_index) const {
   const int64_t begin = batch_index * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, indices_.size());
-  auto idx = torch::from_blob(const_cast<int64_t*>(indices_.data()) + begin, {end - begin},
-                              torch::kInt64);
+  auto idx =
+      torch::from_blob(const_cast<int64_t*>(indices_.data()) + begin, {end - begin}, torch::kInt64);
   // The augmentation stream depends on (seed, epoch, batch) only, not on which thread runs.
   // seed_seq keeps 32 bits per value, so 64-bit values go in as two halves.
   auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };

@@ -6,6 +6,8 @@
 // thread are rethrown by next().
 #pragma once
 
+#include <torch/types.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -14,8 +16,6 @@
 #include <optional>
 #include <thread>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "data/dataset.h"
 #include "data/transforms.h"
@@ -31,8 +31,8 @@ struct Batch {
 struct LoaderOptions {
   int64_t batch_size = 128;
   bool drop_last = false;
-  int num_workers = 1;     // background threads building batches
-  int prefetch = 4;        // ready batches kept ahead
+  int num_workers = 1;        // background threads building batches
+  int prefetch = 4;           // ready batches kept ahead
   int64_t limit_batches = 0;  // 0 = all
   uint64_t seed = 0;
   TransformOptions transform;

@@ -11,18 +11,30 @@ namespace ddpx::data::pickle {
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::kNone: return "None";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kBytes: return "bytes";
-    case Kind::kStr: return "str";
-    case Kind::kList: return "list";
-    case Kind::kTuple: return "tuple";
-    case Kind::kDict: return "dict";
-    case Kind::kNdarray: return "ndarray";
-    case Kind::kGlobal: return "global";
-    case Kind::kObject: return "object";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kBytes:
+      return "bytes";
+    case Kind::kStr:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNdarray:
+      return "ndarray";
+    case Kind::kGlobal:
+      return "global";
+    case Kind::kObject:
+      return "object";
   }
   return "?";
 }
@@ -61,7 +73,9 @@ Pickle Parser::run() {
         if (proto > 5) bad(fmt::format("unsupported pickle protocol {}", proto));
         break;
       }
-      case 0x95: need(uint_le(8) + 0); break;  // FRAME: only a read-ahead hint
+      case 0x95:  // FRAME: only a read-ahead hint
+        need(uint_le(8) + 0);
+        break;
       case '.': {  // STOP
         if (stack_.size() != 1 || !marks_.empty()) bad("STOP with an unbalanced stack");
         out_.root_ = stack_.back();
@@ -72,13 +86,27 @@ Pickle Parser::run() {
           bad("MARKs nest too deep");
         marks_.push_back(stack_.size());
         break;
-      case '0': pop(); break;  // POP
-      case '1': pop_mark(); break;  // POP_MARK
-      case '2': push(top()); break;  // DUP
-      case '}': push(make(Kind::kDict)); break;
-      case ']': push(make(Kind::kList)); break;
-      case ')': push(make(Kind::kTuple)); break;
-      case 'd': case 'l': case 't': {  // DICT, LIST, TUPLE from the items above the mark
+      case '0':  // POP
+        pop();
+        break;
+      case '1':  // POP_MARK
+        pop_mark();
+        break;
+      case '2':  // DUP
+        push(top());
+        break;
+      case '}':
+        push(make(Kind::kDict));
+        break;
+      case ']':
+        push(make(Kind::kList));
+        break;
+      case ')':
+        push(make(Kind::kTuple));
+        break;
+      case 'd':
+      case 'l':
+      case 't': {  // DICT, LIST, TUPLE from the items above the mark
         auto items = pop_mark();
         Value* v = make(op == 'd' ? Kind::kDict : op == 'l' ? Kind::kList : Kind::kTuple);
         if (op == 'd') {
@@ -91,7 +119,9 @@ Pickle Parser::run() {
         push(v);
         break;
       }
-      case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+      case 0x85:
+      case 0x86:
+      case 0x87: {  // TUPLE1..3
         size_t n = op - 0x84;
         if (stack_.size() < mark_floor() + n) bad("TUPLE with too few items");
         Value* v = make(Kind::kTuple);
@@ -113,14 +143,20 @@ Pickle Parser::run() {
         for (size_t i = 0; i < items.size(); i += 2) set_item(dict, items[i], items[i + 1]);
         break;
       }
-      case 'a': { Value* item = pop(); append(top(), item); break; }  // APPEND
+      case 'a': {
+        Value* item = pop();
+        append(top(), item);
+        break;
+      }            // APPEND
       case 'e': {  // APPENDS
         auto items = pop_mark();
         Value* list = top();
         for (Value* item : items) append(list, item);
         break;
       }
-      case 0x8f: push(make(Kind::kList)); break;  // EMPTY_SET, read as a list
+      case 0x8f:  // EMPTY_SET, read as a list
+        push(make(Kind::kList));
+        break;
       case 0x90: {  // ADDITEMS
         auto items = pop_mark();
         Value* set = top();
@@ -133,10 +169,17 @@ Pickle Parser::run() {
         push(v);
         break;
       }
-      case 'J': push(make_int(static_cast<int32_t>(uint_le(4)))); break;  // BININT
-      case 'K': push(make_int(u8())); break;  // BININT1
-      case 'M': push(make_int(static_cast<int64_t>(uint_le(2)))); break;  // BININT2
-      case 0x8a: case 0x8b: {  // LONG1, LONG4: little-endian two's complement
+      case 'J':  // BININT
+        push(make_int(static_cast<int32_t>(uint_le(4))));
+        break;
+      case 'K':  // BININT1
+        push(make_int(u8()));
+        break;
+      case 'M':  // BININT2
+        push(make_int(static_cast<int64_t>(uint_le(2))));
+        break;
+      case 0x8a:
+      case 0x8b: {  // LONG1, LONG4: little-endian two's complement
         uint64_t n = op == 0x8a ? u8() : uint_le(4);
         if (n > 8) bad(fmt::format("an integer of {} bytes does not fit in 64 bits", n));
         uint64_t raw = n ? uint_le(static_cast<int>(n)) : 0;
@@ -154,30 +197,61 @@ Pickle Parser::run() {
         push(v);
         break;
       }
-      case 'N': push(make(Kind::kNone)); break;
-      case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
+      case 'N':
+        push(make(Kind::kNone));
+        break;
+      case 0x88:
+      case 0x89: {  // NEWTRUE, NEWFALSE
         Value* v = make(Kind::kBool);
         v->boolean = op == 0x88;
         push(v);
         break;
       }
-      case 'T': push(make_string(Kind::kBytes, take(uint_le(4)))); break;  // BINSTRING (py2 str)
-      case 'U': push(make_string(Kind::kBytes, take(u8()))); break;  // SHORT_BINSTRING
-      case 'X': push(make_string(Kind::kStr, take(uint_le(4)))); break;  // BINUNICODE
-      case 0x8c: push(make_string(Kind::kStr, take(u8()))); break;  // SHORT_BINUNICODE
-      case 0x8d: push(make_string(Kind::kStr, take(uint_le(8)))); break;  // BINUNICODE8
-      case 'B': push(make_string(Kind::kBytes, take(uint_le(4)))); break;  // BINBYTES
-      case 'C': push(make_string(Kind::kBytes, take(u8()))); break;  // SHORT_BINBYTES
-      case 0x8e: case 0x96:  // BINBYTES8, BYTEARRAY8
+      case 'T':  // BINSTRING (py2 str)
+        push(make_string(Kind::kBytes, take(uint_le(4))));
+        break;
+      case 'U':  // SHORT_BINSTRING
+        push(make_string(Kind::kBytes, take(u8())));
+        break;
+      case 'X':  // BINUNICODE
+        push(make_string(Kind::kStr, take(uint_le(4))));
+        break;
+      case 0x8c:  // SHORT_BINUNICODE
+        push(make_string(Kind::kStr, take(u8())));
+        break;
+      case 0x8d:  // BINUNICODE8
+        push(make_string(Kind::kStr, take(uint_le(8))));
+        break;
+      case 'B':  // BINBYTES
+        push(make_string(Kind::kBytes, take(uint_le(4))));
+        break;
+      case 'C':  // SHORT_BINBYTES
+        push(make_string(Kind::kBytes, take(u8())));
+        break;
+      case 0x8e:
+      case 0x96:  // BINBYTES8, BYTEARRAY8
         push(make_string(Kind::kBytes, take(uint_le(8))));
         break;
-      case 0x97: bad("out-of-band buffers (NEXT_BUFFER) are not supported");
-      case 0x98: top(); break;  // READONLY_BUFFER: no-op on in-band data
-      case 'q': memo_put(u8()); break;  // BINPUT
-      case 'r': memo_put(uint_le(4)); break;  // LONG_BINPUT
-      case 0x94: memo_put(memo_.size()); break;  // MEMOIZE
-      case 'h': push(memo_get(u8())); break;  // BINGET
-      case 'j': push(memo_get(uint_le(4))); break;  // LONG_BINGET
+      case 0x97:
+        bad("out-of-band buffers (NEXT_BUFFER) are not supported");
+      case 0x98:  // READONLY_BUFFER: no-op on in-band data
+        top();
+        break;
+      case 'q':  // BINPUT
+        memo_put(u8());
+        break;
+      case 'r':  // LONG_BINPUT
+        memo_put(uint_le(4));
+        break;
+      case 0x94:  // MEMOIZE
+        memo_put(memo_.size());
+        break;
+      case 'h':  // BINGET
+        push(memo_get(u8()));
+        break;
+      case 'j':  // LONG_BINGET
+        push(memo_get(uint_le(4)));
+        break;
       case 'c': {  // GLOBAL "module\nname\n"
         std::string module = line();
         std::string name = line();

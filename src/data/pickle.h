@@ -19,8 +19,20 @@
 
 namespace ddpx::data::pickle {
 
-enum class Kind { kNone, kBool, kInt, kFloat, kBytes, kStr, kList, kTuple, kDict, kNdarray,
-                  kGlobal, kObject };
+enum class Kind {
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kBytes,
+  kStr,
+  kList,
+  kTuple,
+  kDict,
+  kNdarray,
+  kGlobal,
+  kObject
+};
 const char* kind_name(Kind kind);
 
 struct Value;
@@ -40,13 +52,13 @@ struct Value {
   bool boolean = false;
   int64_t integer = 0;
   double real = 0;
-  std::string text;                  // kBytes (raw), kStr (UTF-8)
-  std::vector<Value*> items;         // kList, kTuple
+  std::string text;                                // kBytes (raw), kStr (UTF-8)
+  std::vector<Value*> items;                       // kList, kTuple
   std::vector<std::pair<Value*, Value*>> entries;  // kDict, in insertion order
-  NdArray array;                     // kNdarray
-  std::string module, name;          // kGlobal, kObject: the callable's qualified name
-  std::vector<Value*> args;          // kObject: the REDUCE/NEWOBJ arguments
-  Value* state = nullptr;            // kObject: the BUILD state, if any
+  NdArray array;                                   // kNdarray
+  std::string module, name;  // kGlobal, kObject: the callable's qualified name
+  std::vector<Value*> args;  // kObject: the REDUCE/NEWOBJ arguments
+  Value* state = nullptr;    // kObject: the BUILD state, if any
 
   bool is_string() const { return kind == Kind::kBytes || kind == Kind::kStr; }
   // Dict lookup by a str or bytes key equal to `key` (CIFAR uses b'data', Python 2 'data').

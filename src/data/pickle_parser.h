@@ -22,14 +22,19 @@ class Parser {
 
  private:
   [[noreturn]] void bad(const std::string& what) const {
-    fail(ErrorKind::kData, "{}: malformed pickle at byte {}: {} (the file is corrupt or not a "
-         "pickle; delete it and download it again)", source_, op_pos_, what);
+    fail(ErrorKind::kData,
+         "{}: malformed pickle at byte {}: {} (the file is corrupt or not a "
+         "pickle; delete it and download it again)",
+         source_, op_pos_, what);
   }
   void need(uint64_t n) const {
     if (n > in_.size() - pos_)
       bad(fmt::format("needs {} more bytes, {} left", n, in_.size() - pos_));
   }
-  uint8_t u8() { need(1); return static_cast<uint8_t>(in_[pos_++]); }
+  uint8_t u8() {
+    need(1);
+    return static_cast<uint8_t>(in_[pos_++]);
+  }
   uint64_t uint_le(int n) {
     need(n);
     uint64_t v = 0;
@@ -89,8 +94,8 @@ class Parser {
     return items;
   }
   Value* expect(Value* v, Kind kind, const char* what) {
-    if (v->kind != kind) bad(fmt::format("{} must be a {}, got {}", what, kind_name(kind),
-                                         kind_name(v->kind)));
+    if (v->kind != kind)
+      bad(fmt::format("{} must be a {}, got {}", what, kind_name(kind), kind_name(v->kind)));
     return v;
   }
   void memo_put(uint64_t index) {

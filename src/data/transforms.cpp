@@ -1,8 +1,8 @@
 #include "data/transforms.h"
 
-#include <cstring>
-
 #include <torch/nn/functional/upsampling.h>
+
+#include <cstring>
 
 #include "core/error.h"
 
@@ -54,16 +54,22 @@ Normalize parse_normalize(const std::string& name) {
   if (name == "dataset") return Normalize::kDataset;
   if (name == "neg_one_one") return Normalize::kNegOneOne;
   if (name == "none") return Normalize::kNone;
-  fail(ErrorKind::kUsage, "unknown normalization '{}'; expected imagenet, dataset, neg_one_one "
-       "or none", name);
+  fail(ErrorKind::kUsage,
+       "unknown normalization '{}'; expected imagenet, dataset, neg_one_one "
+       "or none",
+       name);
 }
 
 std::string normalize_name(Normalize n) {
   switch (n) {
-    case Normalize::kImagenet: return "imagenet";
-    case Normalize::kDataset: return "dataset";
-    case Normalize::kNegOneOne: return "neg_one_one";
-    case Normalize::kNone: return "none";
+    case Normalize::kImagenet:
+      return "imagenet";
+    case Normalize::kDataset:
+      return "dataset";
+    case Normalize::kNegOneOne:
+      return "neg_one_one";
+    case Normalize::kNone:
+      return "none";
   }
   return "?";
 }
@@ -73,8 +79,7 @@ torch::Tensor transform_batch(const torch::Tensor& images, const TransformOption
   DDPX_CHECK(images.dim() == 4 && images.scalar_type() == torch::kUInt8, ErrorKind::kInternal,
              "transform_batch expects (B, H, W, C) uint8, got {} dims", images.dim());
   const int64_t in_channels = images.size(3);
-  DDPX_CHECK(options.out_channels == in_channels ||
-                 (in_channels == 1 && options.out_channels == 3),
+  DDPX_CHECK(options.out_channels == in_channels || (in_channels == 1 && options.out_channels == 3),
              ErrorKind::kUsage, "cannot turn {}-channel images into {} channels", in_channels,
              options.out_channels);
   DDPX_CHECK(options.crop_padding >= 0 && options.image_size >= 0, ErrorKind::kUsage,
@@ -113,8 +118,10 @@ torch::Tensor transform_batch(const torch::Tensor& images, const TransformOption
       const auto& s = options.dataset_std;
       // Gray statistics repeat over the 3 channels a gray image is expanded to.
       DDPX_CHECK(m.size() == s.size() && (static_cast<int64_t>(m.size()) == c || m.size() == 1),
-                 ErrorKind::kInternal, "dataset normalization has {} means and {} stds for {} "
-                 "channels; pass DatasetSplits::mean/std", m.size(), s.size(), c);
+                 ErrorKind::kInternal,
+                 "dataset normalization has {} means and {} stds for {} "
+                 "channels; pass DatasetSplits::mean/std",
+                 m.size(), s.size(), c);
       for (int64_t i = 0; i < c; ++i) {
         mean[i] = m.size() == 1 ? m[0] : m[i];
         std[i] = s.size() == 1 ? s[0] : s[i];

@@ -3,12 +3,12 @@
 // the conversion to float, so they move 4x less memory.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 namespace ddpx::data {
 

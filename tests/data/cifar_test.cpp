@@ -1,12 +1,13 @@
 // CIFAR readers on small folders written by Python with the official files' structure (fewer
 // rows), the official archives' layout, and archive safety.
+#include "data/cifar.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "core/error.h"
 #include "data/archive.h"
-#include "data/cifar.h"
 #include "data/dataset.h"
 #include "support/support.h"
 
@@ -88,7 +89,8 @@ TEST(CifarTest, Cifar10BinaryVersion) {
   run(R"(
 def rec(o, n):
     return b''.join(bytes([labels(o, n, 10)[r]]) + rows(o, n)[r].tobytes() for r in range(n))
-d = os.path.join(')" + dir.path() + R"(', 'cifar-10-batches-bin'); os.makedirs(d)
+d = os.path.join(')" +
+      dir.path() + R"(', 'cifar-10-batches-bin'); os.makedirs(d)
 for b in range(1, 6): open(os.path.join(d, 'data_batch_%d.bin' % b), 'wb').write(rec(10 * b, 3))
 open(os.path.join(d, 'test_batch.bin'), 'wb').write(rec(99, 2))
 names = '\n'.join('c%d' % i for i in range(10)) + '\n\n'
@@ -104,7 +106,8 @@ TEST(CifarTest, Cifar100PythonAndBinaryTrainOnFineLabels) {
   run(R"(
 def c100(o, n): return {b'data': rows(o, n), b'fine_labels': labels(o, n, 100),
                         b'coarse_labels': labels(o, n, 20), b'filenames': [b'f'] * n}
-d = os.path.join(')" + py.path() + R"(', 'cifar-100-python'); os.makedirs(d)
+d = os.path.join(')" +
+      py.path() + R"(', 'cifar-100-python'); os.makedirs(d)
 pickle.dump(c100(95, 4), open(os.path.join(d, 'train'), 'wb'), protocol=2)
 pickle.dump(c100(3, 2), open(os.path.join(d, 'test'), 'wb'), protocol=2)
 pickle.dump({b'fine_label_names': [b'n%d' % i for i in range(100)]},
@@ -112,7 +115,8 @@ pickle.dump({b'fine_label_names': [b'n%d' % i for i in range(100)]},
 def rec(o, n):
     return b''.join(bytes([labels(o, n, 20)[r], labels(o, n, 100)[r]]) + rows(o, n)[r].tobytes()
                     for r in range(n))
-d = os.path.join(')" + bin.path() + R"(', 'cifar-100-binary'); os.makedirs(d)
+d = os.path.join(')" +
+      bin.path() + R"(', 'cifar-100-binary'); os.makedirs(d)
 open(os.path.join(d, 'train.bin'), 'wb').write(rec(95, 4))
 open(os.path.join(d, 'test.bin'), 'wb').write(rec(3, 2))
 )");

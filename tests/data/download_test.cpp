@@ -1,8 +1,9 @@
 // Downloads from a tiny HTTP server on 127.0.0.1 inside the test (never the internet): a good
 // archive, a wrong checksum, a 404, and a connection that stops mid-file.
-#include <gtest/gtest.h>
+#include "data/download.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,7 +17,6 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/dataset.h"
-#include "data/download.h"
 #include "support/support.h"
 
 namespace ddpx::data {
@@ -94,7 +94,8 @@ import io, tarfile
 with tarfile.open('{}', 'w:gz') as t:
     data = b'hello from the mirror\n' * 1000
     i = tarfile.TarInfo('hello/world.txt'); i.size = len(data); t.addfile(i, io.BytesIO(data))
-)", dir.file("small.tar.gz")));
+)",
+                                             dir.file("small.tar.gz")));
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return read_file(dir.file("small.tar.gz"));
 }
@@ -124,9 +125,9 @@ TEST(DownloadTest, FetchesVerifiesAndUnpacks) {
 TEST(DownloadTest, Md5MatchesPython) {
   test::TempDir dir;
   small_archive(dir);
-  auto result = test::run_python(fmt::format(
-      "import hashlib\nprint(hashlib.md5(open('{}', 'rb').read()).hexdigest())",
-      dir.file("small.tar.gz")));
+  auto result = test::run_python(
+      fmt::format("import hashlib\nprint(hashlib.md5(open('{}', 'rb').read()).hexdigest())",
+                  dir.file("small.tar.gz")));
   ASSERT_EQ(result.exit_code, 0);
   EXPECT_EQ(md5_file(dir.file("small.tar.gz")) + "\n", result.output);
 }

@@ -1,5 +1,7 @@
 // IDX reader: files written by numpy (raw and gzip), Debian's real Fashion-MNIST, and the
 // errors a user sees for corrupt or missing files.
+#include "data/idx.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,7 +9,6 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/dataset.h"
-#include "data/idx.h"
 #include "support/support.h"
 
 namespace ddpx::data {
@@ -16,7 +17,8 @@ namespace {
 // Writes a tiny IDX dataset with numpy: pixel (n, y, x) = (n*31 + y*7 + x) % 256,
 // label n = (3n + 1) % 10. gz selects gzip files.
 void write_idx_with_numpy(const std::string& dir, bool gz) {
-  auto result = test::run_python(fmt::format(R"(
+  auto result =
+      test::run_python(fmt::format(R"(
 import gzip, numpy as np
 def write(path, magic, arr):
     head = np.array([magic] + list(arr.shape), dtype='>u4').tobytes()
@@ -29,7 +31,8 @@ for prefix, n in (('train', 12), ('t10k', 5)):
     n_, y, x = np.meshgrid(np.arange(n), np.arange(6), np.arange(4), indexing='ij')
     write('{dir}/%s-images-idx3-ubyte' % prefix, 0x803, (n_ * 31 + y * 7 + x) % 256)
     write('{dir}/%s-labels-idx1-ubyte' % prefix, 0x801, (3 * np.arange(n) + 1) % 10)
-)", fmt::arg("gz", gz ? "True" : "False"), fmt::arg("dir", dir)));
+)",
+                                   fmt::arg("gz", gz ? "True" : "False"), fmt::arg("dir", dir)));
   ASSERT_EQ(result.exit_code, 0) << result.output;
 }
 
@@ -73,7 +76,8 @@ d = '{}'
 lab = np.frombuffer(gzip.open(d + '/train-labels-idx1-ubyte.gz').read(), np.uint8, offset=8)
 img = np.frombuffer(gzip.open(d + '/t10k-images-idx3-ubyte.gz').read(), np.uint8, offset=16)
 print(lab[0], lab[59999], int(img[:784].sum()))
-)", test::fashion_mnist_dir()));
+)",
+                                             test::fashion_mnist_dir()));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   std::string ours = fmt::format("{} {} {}\n", splits.train.labels[0].item<int64_t>(),
                                  splits.train.labels[59999].item<int64_t>(),
@@ -140,10 +144,16 @@ TEST(IdxTest, RejectsCountMismatch) {
 }
 
 TEST(IdxTest, MissingDirectoryNamesItAndTheDownloadCommand) {
-  expect_data_error([&] { load_dataset({"mnist", "/nonexistent/ddpx-data"}); },
-                    "/nonexistent/ddpx-data");
-  expect_data_error([&] { load_dataset({"mnist", "/nonexistent/ddpx-data"}); },
-                    "ddpx data download mnist");
+  expect_data_error(
+      [&] {
+        load_dataset({"mnist", "/nonexistent/ddpx-data"});
+      },
+      "/nonexistent/ddpx-data");
+  expect_data_error(
+      [&] {
+        load_dataset({"mnist", "/nonexistent/ddpx-data"});
+      },
+      "ddpx data download mnist");
 }
 
 TEST(DatasetTest, SyntheticIsDeterministicAndShaped) {

@@ -1,9 +1,10 @@
 // The prefetching loader: order, completeness, determinism across thread counts, restarts
 // and errors raised in worker threads.
+#include "data/loader.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "data/loader.h"
 
 namespace ddpx::data {
 namespace {

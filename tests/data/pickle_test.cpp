@@ -1,12 +1,13 @@
 // The pickle reader against pickles written by Python's own pickle module (protocols 2 to 5)
 // and a Python-2-style pickle built from the published opcode table.
+#include "data/pickle.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "data/pickle.h"
 #include "support/support.h"
 
 namespace ddpx::data::pickle {
@@ -28,7 +29,8 @@ obj = {{b'data': data, b'labels': [7, 0, 9], 'batch_label': 'training batch 1 of
 shared = [1, 2]
 obj['shared'] = (shared, shared)
 open('{}', 'wb').write(pickle.dumps(obj, protocol={}))
-)", path, protocol));
+)",
+                                             path, protocol));
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return path;
 }
@@ -100,31 +102,84 @@ INSTANTIATE_TEST_SUITE_P(Protocols, PickleProtocolTest, ::testing::Values(2, 3, 
 std::string python2_pickle() {
   std::string p;
   auto op = [&](int code) { p.push_back(static_cast<char>(code)); };
-  auto short_str = [&](const std::string& s) { op('U'); op(static_cast<int>(s.size())); p += s; };
+  auto short_str = [&](const std::string& s) {
+    op('U');
+    op(static_cast<int>(s.size()));
+    p += s;
+  };
   auto global = [&](const std::string& module, const std::string& name) {
     op('c');
     p += module + "\n" + name + "\n";
   };
-  auto int1 = [&](int v) { op('K'); op(v); };
-  auto put = [&](int slot) { op('q'); op(slot); };
-  op(0x80); op(2);                                        // PROTO 2
-  op('}'); put(0); op('(');                               // {  MARK
-  short_str("data"); put(1);
-  global("numpy.core.multiarray", "_reconstruct"); put(2);
-  global("numpy", "ndarray"); put(3);
-  int1(0); op(0x85); short_str("b"); op(0x87); op('R'); put(4);  // _reconstruct(ndarray, (0,), 'b')
-  op('(');                                                // ndarray state
-  int1(1); int1(2); int1(3); op(0x86);                    // version 1, shape (2, 3)
-  global("numpy", "dtype"); put(5);
-  short_str("u1"); int1(0); int1(1); op(0x87); op('R'); put(6);  // dtype('u1', 0, 1)
-  op('('); int1(3); short_str("|"); op('N'); op('N'); op('N');
-  op('J'); p += std::string(4, '\xff'); op('J'); p += std::string(4, '\xff'); int1(0);
-  op('t'); op('b');                                       // dtype state
-  op(0x89);                                               // is_fortran False
-  op('T'); op(6); op(0); op(0); op(0); p += "ABCDEF";     // BINSTRING data
-  op('t'); op('b');                                       // array state
-  short_str("labels"); put(7); op(']'); op('('); int1(1); int1(2); op('e');
-  op('u'); op('.');                                       // SETITEMS, STOP
+  auto int1 = [&](int v) {
+    op('K');
+    op(v);
+  };
+  auto put = [&](int slot) {
+    op('q');
+    op(slot);
+  };
+  op(0x80);
+  op(2);  // PROTO 2
+  op('}');
+  put(0);
+  op('(');  // {  MARK
+  short_str("data");
+  put(1);
+  global("numpy.core.multiarray", "_reconstruct");
+  put(2);
+  global("numpy", "ndarray");
+  put(3);
+  int1(0);
+  op(0x85);
+  short_str("b");
+  op(0x87);
+  op('R');
+  put(4);   // _reconstruct(ndarray, (0,), 'b')
+  op('(');  // ndarray state
+  int1(1);
+  int1(2);
+  int1(3);
+  op(0x86);  // version 1, shape (2, 3)
+  global("numpy", "dtype");
+  put(5);
+  short_str("u1");
+  int1(0);
+  int1(1);
+  op(0x87);
+  op('R');
+  put(6);  // dtype('u1', 0, 1)
+  op('(');
+  int1(3);
+  short_str("|");
+  op('N');
+  op('N');
+  op('N');
+  op('J');
+  p += std::string(4, '\xff');
+  op('J');
+  p += std::string(4, '\xff');
+  int1(0);
+  op('t');
+  op('b');   // dtype state
+  op(0x89);  // is_fortran False
+  op('T');
+  op(6);
+  op(0);
+  op(0);
+  op(0);
+  p += "ABCDEF";  // BINSTRING data
+  op('t');
+  op('b');  // array state
+  short_str("labels");
+  put(7);
+  op(']');
+  op('(');
+  int1(1);
+  int1(2);
+  op('e');
+  op('u');
+  op('.');  // SETITEMS, STOP
   return p;
 }
 
@@ -133,10 +188,10 @@ TEST(PickleTest, ReadsPython2StylePickle) {
   // Python itself must accept the crafted bytes the way CIFAR users load them.
   test::TempDir dir;
   test::write_bytes(dir.file("py2.pkl"), bytes);
-  auto check = test::run_python(fmt::format(
-      "import pickle\nd = pickle.load(open('{}', 'rb'), encoding='bytes')\n"
-      "print(sorted(d), d[b'data'].shape, d[b'data'].tobytes(), d[b'labels'])",
-      dir.file("py2.pkl")));
+  auto check = test::run_python(
+      fmt::format("import pickle\nd = pickle.load(open('{}', 'rb'), encoding='bytes')\n"
+                  "print(sorted(d), d[b'data'].shape, d[b'data'].tobytes(), d[b'labels'])",
+                  dir.file("py2.pkl")));
   ASSERT_EQ(check.exit_code, 0) << check.output;
   EXPECT_EQ(check.output, "[b'data', b'labels'] (2, 3) b'ABCDEF' [1, 2]\n");
 
@@ -165,11 +220,14 @@ TEST(PickleTest, MalformedInputGivesOffsetNotCrash) {
   std::string good = python2_pickle();
   for (size_t cut = 0; cut < good.size(); ++cut)
     EXPECT_THROW(parse(good.substr(0, cut), "bad.pkl"), Error) << "cut at " << cut;
-  expect_malformed("\x80\x02X\xff\xff\xff\x7f", "at byte 2");   // string longer than input
+  expect_malformed("\x80\x02X\xff\xff\xff\x7f", "at byte 2");  // string longer than input
   expect_malformed("\x80\x02\xff.", "unsupported opcode 0xff");
   expect_malformed("\x80\x02h\x05.", "memo entry 5");
   expect_malformed("\x80\x02K\x01K\x02.", "unbalanced");
-  expect_malformed("\x80\x02K\x01K\x02" "a.", "APPEND to a int");
+  expect_malformed(
+      "\x80\x02K\x01K\x02"
+      "a.",
+      "APPEND to a int");
   expect_malformed(std::string("\x80\x02\x8a\x09", 4) + std::string(9, '\x01') + ".", "64 bits");
 }
 
@@ -189,10 +247,16 @@ TEST(PickleTest, LimitsStopHostileInput) {
 TEST(PickleTest, SelfReferencesAreKeptWithoutLoopingOrLeaking) {
   // l = []; l.append(l)  and  d = {}; d.__setstate__(d), both through the memo.
   using namespace std::string_literals;  // the bytes hold NULs
-  Pickle list = parse("\x80\x02]q\x00h\x00" "a."s, "self.pkl");
+  Pickle list = parse(
+      "\x80\x02]q\x00h\x00"
+      "a."s,
+      "self.pkl");
   ASSERT_EQ(list.root()->items.size(), 1u);
   EXPECT_EQ(list.root()->items[0], list.root());
-  Pickle dict = parse("\x80\x02}q\x00(K\x01K\x02uh\x00" "b."s, "self.pkl");
+  Pickle dict = parse(
+      "\x80\x02}q\x00(K\x01K\x02uh\x00"
+      "b."s,
+      "self.pkl");
   EXPECT_EQ(dict.root()->entries.size(), 2u);
 }
 

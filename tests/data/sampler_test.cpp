@@ -1,10 +1,11 @@
 // DistributedSampler against torch.utils.data.DistributedSampler, and exact eval splits.
+#include "data/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 #include <sstream>
 
-#include "data/sampler.h"
 #include "support/support.h"
 
 namespace ddpx::data {
@@ -19,8 +20,8 @@ struct Config {
 
 TEST(SamplerTest, MatchesPyTorchDistributedSampler) {
   const std::vector<Config> configs = {
-      {10, 3, true, false, 0, 0}, {10, 3, true, false, 0, 1}, {10, 3, true, true, 42, 3},
-      {7, 4, false, false, 0, 0}, {7, 4, false, true, 0, 0},  {2, 5, true, false, 5, 2},
+      {10, 3, true, false, 0, 0},     {10, 3, true, false, 0, 1},  {10, 3, true, true, 42, 3},
+      {7, 4, false, false, 0, 0},     {7, 4, false, true, 0, 0},   {2, 5, true, false, 5, 2},
       {1000, 8, true, false, 123, 7}, {60000, 3, true, true, 0, 0}};
   std::string script = "import torch\nfrom torch.utils.data import DistributedSampler\n";
   for (const auto& c : configs)

@@ -1,16 +1,19 @@
 // Batch transforms: exact crop and flip on known bytes, normalisation values, resize, gray->3.
+#include "data/transforms.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "data/transforms.h"
 
 namespace ddpx::data {
 namespace {
 
 // (B, 5, 5, 1) with pixel value 1 + y*5 + x (never 0, so padding is recognisable).
 torch::Tensor ramp(int64_t batch) {
-  return (torch::arange(25, torch::kInt64) + 1).to(torch::kUInt8).view({1, 5, 5, 1}).repeat(
-      {batch, 1, 1, 1});
+  return (torch::arange(25, torch::kInt64) + 1)
+      .to(torch::kUInt8)
+      .view({1, 5, 5, 1})
+      .repeat({batch, 1, 1, 1});
 }
 
 TransformOptions raw_pixels() {
