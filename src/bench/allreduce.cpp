@@ -29,6 +29,7 @@ double run_allreduce(const AllreduceOptions& o) {
              "--dtype '{}' is not one of float32, float64", o.dtype);
   dist::InitOptions init;
   init.backend = o.backend;
+  init.transport = o.transport;
   init.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   auto context = dist::init(init);
   log::set_rank(context->rank());

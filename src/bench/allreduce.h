@@ -16,6 +16,7 @@ struct AllreduceOptions {
   int64_t warmup = 2;
   std::string dtype = "float32";  // float32 | float64
   std::string backend = "auto";
+  std::string transport = "auto";  // auto | shm | gloo
   double timeout_s = 300;
 };
 

@@ -55,7 +55,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
                               : static_cast<int>(env::get_int_or("DDPX_THREADS",
                                                                  torch::get_num_threads()));
   torch::set_num_threads(threads);
-  auto context = dist::init({});
+  dist::InitOptions init;
+  init.transport = o.transport;
+  auto context = dist::init(init);
   log::set_rank(context->rank());
 
   data::DatasetSpec spec;
@@ -108,7 +110,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     Stopwatch total;
     std::optional<data::Batch> batch = loader.next();
     if (!batch) {
-      loader.start_epoch(sampler.indices(++epoch), epoch);
+      ++epoch;
+      loader.start_epoch(sampler.indices(epoch), epoch);
       batch = loader.next();
     }
     double data_s = total.seconds();
@@ -171,9 +174,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   r.step_ms = f[4];
 
   log::out("# ddpx bench train: {} ({} stem), {} classes, {}x{} input, batch {} per rank, {} "
-           "rank(s), data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}",
+           "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}",
            o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
-           context->world_size(), o.data, threads, o.first_bucket_mb, o.bucket_mb, o.comm_hook);
+           context->world_size(), context->backend(), o.data, threads, o.first_bucket_mb, o.bucket_mb, o.comm_hook);
   log::out("images/s (all ranks): {:.1f}", r.images_per_sec);
   log::out("per step: {:.1f} ms | data wait {:.2f} ms ({:.1f}%) | forward+backward {:.1f} ms | "
            "communication not hidden {:.1f} ms ({:.1f}%) | optimizer {:.1f} ms",
@@ -188,7 +191,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
                            {"forward_backward_ms", r.forward_backward_ms},
                            {"exposed_comm_ms", r.exposed_comm_ms},
                            {"optimizer_ms", r.optimizer_ms}, {"startup_s", r.startup_s},
-                           {"bucket_mb", o.bucket_mb}};
+                           {"bucket_mb", o.bucket_mb}, {"backend", context->backend()}};
     std::ofstream(o.json, std::ios::app) << line.dump() << "\n";
   }
   return r;

@@ -27,6 +27,7 @@ struct TrainBenchOptions {
   int64_t bucket_mb = 25;          // DDP bucket cap
   int64_t first_bucket_mb = 1;
   std::string comm_hook = "allreduce";
+  std::string transport = "auto";  // auto | shm | gloo
   std::string json;                // append a JSON line with the figures (rank 0)
 };
 

@@ -36,6 +36,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--warmup,-w", a->warmup, "untimed iterations per size");
   allreduce->add_option("--dtype", a->dtype, "float32 | float64");
   allreduce->add_option("--backend", a->backend, "auto | gloo | nccl");
+  allreduce->add_option("--transport", a->transport, "auto | shm | gloo");
   allreduce->add_option("--timeout", a->timeout_s, "collective timeout in seconds");
   allreduce->callback([a, &exit_code] {
     bench::run_allreduce(*a);
@@ -60,6 +61,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB");
   train->add_option("--first_bucket_mb", t->first_bucket_mb, "DDP first bucket cap in MiB");
   train->add_option("--comm_hook", t->comm_hook, "allreduce | fp16 | bf16");
+  train->add_option("--transport", t->transport, "auto | shm | gloo");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, &exit_code] {
     bench::run_train_bench(*t);

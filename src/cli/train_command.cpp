@@ -51,6 +51,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--limit_test_batches", o->limit_test_batches, "test batches (0: all)");
   cmd->add_option("--log_every", o->log_every, "report test accuracy every N epochs");
   cmd->add_option("--backend", o->backend, "auto | gloo | nccl");
+  cmd->add_option("--transport", o->transport,
+                  "all-reduce transport: auto (shared memory when all ranks share this host), "
+                  "shm, gloo");
   cmd->add_option("--timeout", o->timeout_s, "collective and rendezvous timeout in seconds");
   cmd->add_flag("--broadcast_buffers,!--no_broadcast_buffers", o->broadcast_buffers,
                 "DDP: broadcast buffers (BatchNorm statistics) from rank 0 before each forward");

@@ -25,6 +25,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "dist/process_group_shm.h"
 
 #define DDPX_TORCH_2X (TORCH_VERSION_MAJOR >= 2)
 #define DDPX_TORCH_AT_LEAST_2_6 \
@@ -147,6 +148,20 @@ bool nccl_available() {
 #endif
 }
 
+std::shared_ptr<c10d::ProcessGroup> make_shm_group(const std::shared_ptr<c10d::Store>& store,
+                                                   std::shared_ptr<c10d::ProcessGroup> gloo,
+                                                   int rank, int world_size,
+                                                   std::chrono::milliseconds timeout) {
+#ifdef DDPX_HAVE_SHM_GROUP
+  auto shm = ShmAllreduce::create(*store, rank, world_size, timeout);
+  if (!shm) return nullptr;
+  return share(c10::intrusive_ptr<c10d::ProcessGroup>(
+      c10::make_intrusive<ProcessGroupShm>(std::move(gloo), std::move(shm))));
+#else
+  return nullptr;
+#endif
+}
+
 std::shared_ptr<c10d::ProcessGroup> make_nccl_group(const std::shared_ptr<c10d::Store>& store,
                                                     int rank, int world_size,
                                                     std::chrono::milliseconds timeout) {
@@ -176,7 +191,7 @@ std::shared_ptr<c10d::ProcessGroup> make_nccl_group(const std::shared_ptr<c10d::
 bool supports_bf16_allreduce(const c10d::ProcessGroup& group) {
   // Gloo learned bfloat16 in libtorch 2.x; NCCL has it in every version ddpx supports.
   if (DDPX_TORCH_2X) return true;
-  return backend_name(group) != "gloo";
+  return backend_name(group).rfind("gloo", 0) != 0;  // "gloo" and "gloo+shm"
 }
 
 std::string backend_name(const c10d::ProcessGroup& group) { return group.getBackendName(); }

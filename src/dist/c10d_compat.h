@@ -38,6 +38,15 @@ std::shared_ptr<c10d::ProcessGroup> make_nccl_group(const std::shared_ptr<c10d::
 
 bool nccl_available();
 
+// Wraps a Gloo group of ranks that share this host so that CPU float all-reduces go through
+// shared memory (ProcessGroupShm). Collective over the store. Returns null on every rank when
+// the ranks are not on one host, shared memory cannot be had, or this libtorch's c10d layout
+// has no ProcessGroupShm (2.x): the caller keeps the Gloo group.
+std::shared_ptr<c10d::ProcessGroup> make_shm_group(const std::shared_ptr<c10d::Store>& store,
+                                                   std::shared_ptr<c10d::ProcessGroup> gloo,
+                                                   int rank, int world_size,
+                                                   std::chrono::milliseconds timeout);
+
 // Whether the group's backend can all-reduce bfloat16 tensors (Gloo in 1.13 cannot).
 bool supports_bf16_allreduce(const c10d::ProcessGroup& group);
 

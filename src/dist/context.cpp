@@ -77,10 +77,25 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
         is_loopback(world.master_addr) || world.local_world_size == world.world_size;
     group = compat::make_gloo_group(store, world.rank, world.world_size, options.timeout,
                                     one_node ? "127.0.0.1" : "");
+    DDPX_CHECK(options.transport == "auto" || options.transport == "shm" ||
+                   options.transport == "gloo",
+               ErrorKind::kUsage, "--transport '{}' is not one of auto, shm, gloo",
+               options.transport);
+    if (options.transport != "gloo") {
+      if (auto shm = compat::make_shm_group(store, group, world.rank, world.world_size,
+                                            options.timeout)) {
+        group = std::move(shm);
+      } else {
+        DDPX_CHECK(options.transport != "shm", ErrorKind::kUsage,
+                   "--transport shm: the ranks are not all on one host (or /dev/shm is full); "
+                   "use --transport auto or gloo");
+      }
+    }
   }
+  std::string name = compat::backend_name(*group);
   log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
-            world.master_port, backend, world.source);
-  return std::make_shared<Context>(world, std::move(store), std::move(group), backend);
+            world.master_port, name, world.source);
+  return std::make_shared<Context>(world, std::move(store), std::move(group), name);
 }
 
 }  // namespace ddpx::dist

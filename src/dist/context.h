@@ -21,6 +21,9 @@ namespace ddpx::dist {
 struct InitOptions {
   std::string backend = "auto";  // auto | gloo | nccl (auto: nccl when the device is a GPU)
   std::chrono::milliseconds timeout = std::chrono::minutes(30);  // collectives and rendezvous
+  // auto | shm | gloo. auto and shm: when every rank is on this host, CPU float all-reduces
+  // go through shared memory (ProcessGroupShm) and the rest through Gloo; shm insists on it.
+  std::string transport = "auto";
 };
 
 class Context {

@@ -16,7 +16,7 @@ class ProcessGroupShm::ShmWork : public c10d::Work {
   at::Tensor tensor_;
 };
 
-ProcessGroupShm::ProcessGroupShm(c10::intrusive_ptr<c10d::ProcessGroup> fallback,
+ProcessGroupShm::ProcessGroupShm(std::shared_ptr<c10d::ProcessGroup> fallback,
                                  std::unique_ptr<ShmAllreduce> shm)
     : c10d::ProcessGroup(fallback->getRank(), fallback->getSize()),
       fallback_(std::move(fallback)),

@@ -28,7 +28,7 @@ namespace ddpx::dist {
 
 class ProcessGroupShm : public c10d::ProcessGroup {
  public:
-  ProcessGroupShm(c10::intrusive_ptr<c10d::ProcessGroup> fallback,
+  ProcessGroupShm(std::shared_ptr<c10d::ProcessGroup> fallback,
                   std::unique_ptr<ShmAllreduce> shm);
   ~ProcessGroupShm() override;
 
@@ -75,7 +75,7 @@ class ProcessGroupShm : public c10d::ProcessGroup {
   class ShmWork;
   void run();
 
-  c10::intrusive_ptr<c10d::ProcessGroup> fallback_;
+  std::shared_ptr<c10d::ProcessGroup> fallback_;
   std::unique_ptr<ShmAllreduce> shm_;
   std::mutex mutex_;
   std::condition_variable cv_;

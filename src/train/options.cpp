@@ -41,6 +41,8 @@ void validate(const TrainOptions& o) {
              "--stem '{}' is not one of imagenet, cifar", o.stem);
   DDPX_CHECK(one_of(o.backend, {"auto", "gloo", "nccl"}), usage,
              "--backend '{}' is not one of auto, gloo, nccl", o.backend);
+  DDPX_CHECK(one_of(o.transport, {"auto", "shm", "gloo"}), usage,
+             "--transport '{}' is not one of auto, shm, gloo", o.transport);
   DDPX_CHECK(one_of(o.comm_hook, {"allreduce", "fp16", "bf16"}), usage,
              "--comm_hook '{}' is not one of allreduce, fp16, bf16", o.comm_hook);
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,

@@ -42,6 +42,7 @@ struct TrainOptions {
   int64_t limit_test_batches = 0;
   int64_t log_every = 1;          // test accuracy every N epochs (and after the last)
   std::string backend = "auto";   // auto | gloo | nccl
+  std::string transport = "auto"; // auto | shm | gloo: shared-memory all-reduce on one host
   double timeout_s = 1800;        // collective and rendezvous timeout
   bool broadcast_buffers = true;
   bool find_unused_parameters = false;

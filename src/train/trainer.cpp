@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <sched.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,9 +33,14 @@ namespace {
 
 constexpr int64_t kEvalBatchSize = 512;
 
+// --threads, else the launcher's share ($DDPX_THREADS = cores / workers), else every core
+// this process may run on.
 int choose_threads(const TrainOptions& o) {
   if (o.threads > 0) return o.threads;
-  return static_cast<int>(env::get_int_or("DDPX_THREADS", torch::get_num_threads()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return static_cast<int>(env::get_int_or("DDPX_THREADS", std::max(cores, 1)));
 }
 
 dist::CommHook parse_comm_hook(const std::string& name) {
@@ -82,6 +89,7 @@ class Run {
     torch::set_num_threads(choose_threads(o_));
     dist::InitOptions init;
     init.backend = o_.backend;
+    init.transport = o_.transport;
     init.timeout = std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000));
     context_ = dist::init(init);
     log::set_rank(context_->rank());

@@ -1,5 +1,6 @@
 // The shared-memory all-reduce: exact sums across chunk boundaries, dtypes and world sizes,
-// a clear timeout naming the rank that never arrived, and nothing left in /dev/shm.
+// a clear timeout naming the rank that never arrived, nothing left in /dev/shm, and init()
+// choosing it for a one-host job while other collectives still go through Gloo.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -10,7 +11,9 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "core/error.h"
+#include "dist/context.h"
 #include "dist/shm_allreduce.h"
+#include "support/support.h"
 
 namespace ddpx::dist {
 namespace {
@@ -115,6 +118,65 @@ TEST(ShmAllreduceTest, RefusesWhatItCannotReduce) {
   EXPECT_FALSE(ShmAllreduce::supports(torch::ones({4}, torch::kInt64)));
   EXPECT_FALSE(ShmAllreduce::supports(torch::ones({4, 4}).t()));
   EXPECT_TRUE(ShmAllreduce::supports(torch::ones({4, 4})));
+}
+
+}  // namespace
+}  // namespace ddpx::dist
+
+namespace ddpx::dist {
+namespace {
+
+// init() over real TCPStore + Gloo on loopback picks shared memory for a one-host job, and
+// the wrapped group still sums correctly and still does every other collective through Gloo.
+std::vector<std::shared_ptr<Context>> join(int world_size, const std::string& transport) {
+  int port = test::free_port();
+  std::vector<std::shared_ptr<Context>> contexts(world_size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      WorldInfo world;
+      world.rank = world.local_rank = rank;
+      world.world_size = world.local_world_size = world_size;
+      world.master_addr = "127.0.0.1";
+      world.master_port = port;
+      InitOptions options;
+      options.transport = transport;
+      options.timeout = std::chrono::seconds(20);
+      contexts[rank] = init(world, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return contexts;
+}
+
+TEST(ProcessGroupShmTest, OneHostJobUsesSharedMemoryAndStaysCorrect) {
+  auto contexts = join(2, "auto");
+  ASSERT_EQ(contexts[0]->backend(), "gloo+shm");
+  std::vector<std::thread> threads;
+  std::vector<torch::Tensor> sums(2), broadcasts(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      torch::Tensor t = torch::full({5000}, rank + 1.0f);
+      contexts[rank]->all_reduce_sum(t);      // shared memory
+      torch::Tensor b = torch::full({3}, rank * 10.0f);
+      contexts[rank]->broadcast(b, 1);        // Gloo
+      torch::Tensor i = torch::full({4}, int64_t{rank + 1});
+      contexts[rank]->all_reduce_sum(i);      // int64: Gloo
+      sums[rank] = t;
+      broadcasts[rank] = torch::cat({b, i.to(torch::kFloat32)});
+      contexts[rank]->barrier();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(sums[rank].eq(3.0f).all().item<bool>());
+    EXPECT_TRUE(torch::equal(broadcasts[rank], torch::tensor({10.0f, 10.0f, 10.0f, 3.0f, 3.0f, 3.0f, 3.0f})));
+  }
+}
+
+TEST(ProcessGroupShmTest, TransportGlooKeepsPlainGloo) {
+  auto contexts = join(2, "gloo");
+  EXPECT_EQ(contexts[0]->backend(), "gloo");
 }
 
 }  // namespace
