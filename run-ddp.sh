@@ -82,7 +82,8 @@ fi
 ddpx=$(find_ddpx)
 launcher_flags=()
 if [[ "$2" == "auto" ]] || is_count "$2"; then
-  [[ $# -ge 4 && $# -le 5 ]] || die_usage "the multi-node form is NPROC NNODES|auto MASTER_ADDR SCRIPT \"ARGS\""
+  [[ $# -ge 4 && $# -le 5 ]] ||
+    die_usage "the multi-node form is NPROC NNODES|auto MASTER_ADDR SCRIPT \"ARGS\""
   nnodes=$2
   if [[ "$nnodes" == "auto" ]]; then nnodes=${SLURM_NNODES:-${NNODES:-1}}; fi
   is_count "$nnodes" || die_usage "NNODES '$nnodes' must be a positive whole number or auto"
@@ -93,7 +94,8 @@ if [[ "$2" == "auto" ]] || is_count "$2"; then
   script=$4
   script_args=${5:-}
 else
-  [[ $# -le 3 ]] || die_usage "the single-node form is NPROC SCRIPT \"ARGS\" (quote ARGS as one word)"
+  [[ $# -le 3 ]] ||
+    die_usage "the single-node form is NPROC SCRIPT \"ARGS\" (quote ARGS as one word)"
   script=$2
   script_args=${3:-}
 fi

@@ -28,7 +28,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
   run->add_option("--log_dir", options->log_dir,
                   "Per-rank logs go to LOG_DIR/<YYYYmmdd-HHMMSS>_<job>/rank<K>.log")
       ->capture_default_str();
-  run->add_option("--job_name", options->job_name, "Job name in the log folder (default: a short id)");
+  run->add_option("--job_name", options->job_name,
+                  "Job name in the log folder (default: a short id)");
   run->add_option("--tee", *tee, "Console shows: 0 (local rank 0), all ([rank K] prefixed), none")
       ->capture_default_str();
   run->add_option("--grace_s", options->grace_s,

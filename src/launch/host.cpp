@@ -110,8 +110,7 @@ std::string find_program(const std::string& name) {
   DDPX_CHECK(!name.empty(), ErrorKind::kUsage, "ddpx run: the program after `--` is empty");
   if (name.find('/') != std::string::npos) {
     DDPX_CHECK(is_executable_file(name), ErrorKind::kUsage,
-               "ddpx run: '{}' is not an executable file; check the path and `chmod +x` it",
-               name);
+               "ddpx run: '{}' is not an executable file; check the path and `chmod +x` it", name);
     return name;
   }
   std::string path = env::get_or("PATH", "/usr/local/bin:/usr/bin:/bin");

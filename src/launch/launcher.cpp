@@ -137,8 +137,9 @@ class Attempt {
     while (running_count() > 0) {
       poll_once(kPollInterval);
       reap();
-      if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) kill_all("did not stop within "
-                                                                             "--grace_s");
+      if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
+        kill_all("did not stop within --grace_s");
+      }
     }
     finish_output();
     return result_;
@@ -247,8 +248,8 @@ class Attempt {
 
   void begin_stop(int signal) {
     stopping_ = true;
-    kill_deadline_ = Clock::now() + std::chrono::milliseconds(
-                                        static_cast<long>(options_.grace_s * 1000));
+    kill_deadline_ =
+        Clock::now() + std::chrono::milliseconds(static_cast<long>(options_.grace_s * 1000));
     for (Worker& w : workers_) {
       if (w.running) signal_worker(w.process.pid, signal);
     }
@@ -258,8 +259,8 @@ class Attempt {
   void kill_all(const char* why) {
     for (Worker& w : workers_) {
       if (!w.running) continue;
-      say(fmt::format("rank {} (pid {}) {}; sending SIGKILL", w.spec->global_rank,
-                      w.process.pid, why));
+      say(fmt::format("rank {} (pid {}) {}; sending SIGKILL", w.spec->global_rank, w.process.pid,
+                      why));
       signal_worker(w.process.pid, SIGKILL);
     }
     killed_ = true;
@@ -328,8 +329,8 @@ int run_job(const LaunchOptions& options) {
     std::string prefix = options.tee == Tee::kAll ? fmt::format("[rank {}] ", w.global_rank) : "";
     outputs.emplace_back(fmt::format("{}/rank{}.log", log_dir, w.global_rank), console, prefix);
   }
-  say(fmt::format("{} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) "
-                  "each, logs in {}/",
+  say(fmt::format("{} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) each, "
+                  "logs in {}/",
                   plan.workers.size(), options.node_rank, options.nnodes, plan.world_size,
                   plan.master_addr, plan.master_port, plan.threads_per_worker, log_dir));
 

@@ -13,9 +13,12 @@ Tee parse_tee(const std::string& value) {
 
 const char* tee_name(Tee tee) {
   switch (tee) {
-    case Tee::kFirst: return "0";
-    case Tee::kAll: return "all";
-    case Tee::kNone: return "none";
+    case Tee::kFirst:
+      return "0";
+    case Tee::kAll:
+      return "all";
+    case Tee::kNone:
+      return "none";
   }
   return "?";
 }
@@ -33,10 +36,12 @@ void validate(const LaunchOptions& o) {
   if (o.nnodes > 1) {
     DDPX_CHECK(!o.master_addr.empty(), ErrorKind::kUsage,
                "--nnodes {} needs --master_addr: the address of node 0, reachable from every "
-               "node", o.nnodes);
+               "node",
+               o.nnodes);
     DDPX_CHECK(o.master_port != 0, ErrorKind::kUsage,
                "--nnodes {} needs --master_port: the same free port on node 0 for every node "
-               "(e.g. --master_port 29500)", o.nnodes);
+               "(e.g. --master_port 29500)",
+               o.nnodes);
   }
   DDPX_CHECK(o.grace_s >= 0 && o.grace_s <= 3600, ErrorKind::kUsage,
              "--grace_s {}: must be between 0 and 3600 seconds", o.grace_s);

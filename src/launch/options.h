@@ -19,20 +19,20 @@ Tee parse_tee(const std::string& value);  // "0", "rank0", "all", "none"
 const char* tee_name(Tee tee);
 
 struct LaunchOptions {
-  int nproc_per_node = 1;       // N: workers on this node
+  int nproc_per_node = 1;  // N: workers on this node
   int nnodes = 1;
   int node_rank = 0;
-  std::string master_addr;      // empty: 127.0.0.1 on one node; required on several
-  int master_port = 0;          // 0: the launcher picks a free one (one node only)
+  std::string master_addr;  // empty: 127.0.0.1 on one node; required on several
+  int master_port = 0;      // 0: the launcher picks a free one (one node only)
   std::string log_dir = "log";
-  std::string job_name;         // empty: a short random id
+  std::string job_name;  // empty: a short random id
   Tee tee = Tee::kFirst;
-  double grace_s = 5.0;         // SIGTERM -> SIGKILL delay when stopping workers
-  int threads_per_worker = 0;   // 0: usable cores / N, at least 1
-  std::string gpus;             // empty: the first N visible GPUs; "none"; or "0,1"
+  double grace_s = 5.0;        // SIGTERM -> SIGKILL delay when stopping workers
+  int threads_per_worker = 0;  // 0: usable cores / N, at least 1
+  std::string gpus;            // empty: the first N visible GPUs; "none"; or "0,1"
   int max_restarts = 0;
-  bool dry_run = false;         // print each worker's environment and command, start nothing
-  std::vector<std::string> command;           // PROGRAM ARGS... (the words after `--`)
+  bool dry_run = false;              // print each worker's environment and command, start nothing
+  std::vector<std::string> command;  // PROGRAM ARGS... (the words after `--`)
   std::vector<std::string> self_subcommands;  // PROGRAM words that mean "this ddpx binary"
 };
 

@@ -49,8 +49,8 @@ std::vector<std::string> assign_gpus(const LaunchOptions& o, const GpuInfo& gpus
 bool needs_quoting(const std::string& s) {
   if (s.empty()) return true;
   return std::any_of(s.begin(), s.end(), [](char c) {
-    return !(std::isalnum(static_cast<unsigned char>(c)) || std::string("-_./=:,@%+").find(c) !=
-                                                                std::string::npos);
+    return !(std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string("-_./=:,@%+").find(c) != std::string::npos);
   });
 }
 

@@ -20,9 +20,9 @@ namespace ddpx::launch {
 struct WorkerSpec {
   int local_rank = 0;
   int global_rank = 0;
-  std::string path;                                        // what execv runs
-  std::vector<std::string> argv;                           // argv[0] included
-  std::vector<std::pair<std::string, std::string>> env;    // set on top of the launcher's
+  std::string path;                                      // what execv runs
+  std::vector<std::string> argv;                         // argv[0] included
+  std::vector<std::pair<std::string, std::string>> env;  // set on top of the launcher's
 };
 
 struct JobPlan {

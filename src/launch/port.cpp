@@ -14,7 +14,7 @@
 namespace ddpx::launch {
 namespace {
 
-constexpr int kLowestPort = 20000;    // below: well-known services people run by hand
+constexpr int kLowestPort = 20000;  // below: well-known services people run by hand
 constexpr int kMaxAttempts = 500;
 
 // The kernel's ephemeral range (outgoing connections); candidates are drawn below it.
@@ -83,8 +83,8 @@ PortReservation PortReservation::pick() {
     return PortReservation(port, lock_fd, probe_fd);
   }
   fail(ErrorKind::kIo,
-       "ddpx run: found no free TCP port in [{}, {}] after {} tries; pass --master_port", low,
-       high, kMaxAttempts);
+       "ddpx run: found no free TCP port in [{}, {}] after {} tries; pass --master_port", low, high,
+       kMaxAttempts);
 }
 
 PortReservation::PortReservation(PortReservation&& other) noexcept

@@ -13,8 +13,8 @@
 namespace ddpx::launch {
 
 struct WorkerProcess {
-  pid_t pid = -1;    // also its process group id
-  int out_fd = -1;   // read ends, non-blocking, close-on-exec
+  pid_t pid = -1;   // also its process group id
+  int out_fd = -1;  // read ends, non-blocking, close-on-exec
   int err_fd = -1;
 };
 

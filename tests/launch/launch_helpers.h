@@ -32,9 +32,8 @@ inline std::string write_script(const test::TempDir& dir, const std::string& nam
 // `cd <dir> && exec ddpx run <args>` with OUT=<dir> exported: workers write their files into
 // $OUT. The shell execs the launcher, so the shell's pid is the launcher's.
 inline std::string ddpx_run(const test::TempDir& dir, const std::string& args) {
-  return "cd " + test::shell_quote(dir.path()) + " && export OUT=" +
-         test::shell_quote(dir.path()) + " && exec " + test::shell_quote(test::ddpx_binary()) +
-         " run " + args;
+  return "cd " + test::shell_quote(dir.path()) + " && export OUT=" + test::shell_quote(dir.path()) +
+         " && exec " + test::shell_quote(test::ddpx_binary()) + " run " + args;
 }
 
 inline bool file_exists(const std::string& path) { return std::filesystem::exists(path); }

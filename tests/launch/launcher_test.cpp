@@ -109,30 +109,28 @@ TEST(LauncherTest, TeeAllPrefixesEveryLineAndTeeNoneShowsNoWorker) {
 // Rank 0 records its pid and its child's, then sleeps; rank 1 waits for that and fails.
 std::string failing_job_script(const TempDir& dir, const std::string& how_rank1_fails,
                                const std::string& rank0_prelude = "") {
-  return write_script(
-      dir, "job.sh",
-      "if [ \"$RANK\" = 0 ]; then\n" + rank0_prelude +
-          "  sleep 60 &\n"
-          "  echo $! > \"$OUT/child.0\"\n"
-          "  echo $$ > \"$OUT/pid.0\"\n"
-          "  while true; do sleep 0.1; done\n"
-          "fi\n"
-          "while [ ! -s \"$OUT/pid.0\" ]; do sleep 0.05; done\n"
-          "echo \"rank 1 is about to fail\"\n" +
-          how_rank1_fails + "\n");
+  return write_script(dir, "job.sh",
+                      "if [ \"$RANK\" = 0 ]; then\n" + rank0_prelude +
+                          "  sleep 60 &\n"
+                          "  echo $! > \"$OUT/child.0\"\n"
+                          "  echo $$ > \"$OUT/pid.0\"\n"
+                          "  while true; do sleep 0.1; done\n"
+                          "fi\n"
+                          "while [ ! -s \"$OUT/pid.0\" ]; do sleep 0.05; done\n"
+                          "echo \"rank 1 is about to fail\"\n" +
+                          how_rank1_fails + "\n");
 }
 
 TEST(LauncherTest, FailingWorkerStopsTheOthersAndIsNamed) {
   TempDir dir;
   std::string script = failing_job_script(dir, "exit 3");
   auto result = run_command(ddpx_run(dir, "2 --log_dir logs -- " + script), 10);
-  ASSERT_FALSE(result.timed_out) << "the launcher must end the job within 10 s\n"
-                                 << result.output;
+  ASSERT_FALSE(result.timed_out) << "the launcher must end the job within 10 s\n" << result.output;
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_TRUE(contains(result.output, "rank 1 (local rank 1")) << result.output;
   EXPECT_TRUE(contains(result.output, "exit code 3")) << result.output;
   EXPECT_TRUE(contains(result.output, "  | rank 1 is about to fail")) << "log tail\n"
-                                                                       << result.output;
+                                                                      << result.output;
   EXPECT_TRUE(process_gone(read_pid(dir.file("pid.0")))) << "rank 0 survived the job";
   EXPECT_TRUE(process_gone(read_pid(dir.file("child.0")))) << "rank 0's child survived";
 }
@@ -232,8 +230,8 @@ TEST(LauncherTest, TwoNodesOnLoopbackGiveGlobalRanksZeroToThree) {
   TempDir dir;
   std::string script = write_script(dir, "env.sh", kEnvScript);
   std::string port = std::to_string(test::free_port());
-  std::string common = "--nnodes 2 --master_addr 127.0.0.1 --master_port " + port +
-                       " --log_dir logs --job_name mn";
+  std::string common =
+      "--nnodes 2 --master_addr 127.0.0.1 --master_port " + port + " --log_dir logs --job_name mn";
   std::string node0 = ddpx_run(dir, "2 " + common + " --node_rank 0 -- " + script);
   std::string node1 = ddpx_run(dir, "2 " + common + " --node_rank 1 -- " + script);
   auto result = run_command("(" + node0 + ") & (" + node1 + ") & wait", 30);
@@ -267,8 +265,7 @@ TEST(LauncherTest, FailedJobIsRestartedWithRestartCount) {
                                     "exit 0\n");
   auto result = run_command(ddpx_run(dir, "2 --max_restarts 2 --log_dir logs -- " + script), 30);
   EXPECT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_TRUE(contains(result.output, "restarting all workers (restart 1 of 2)"))
-      << result.output;
+  EXPECT_TRUE(contains(result.output, "restarting all workers (restart 1 of 2)")) << result.output;
   std::string log = slurp(job_log_dir(dir.file("logs")) + "/rank1.log");
   EXPECT_TRUE(contains(log, "attempt 0") && contains(log, "attempt 1")) << log;
   auto no_restart = run_command(ddpx_run(dir, "2 -- " + script), 30);

@@ -1,11 +1,12 @@
 // The job plan without processes: the env contract per rank, the thread split, multi-node
 // ranks, GPU assignment and program resolution.
+#include "launch/plan.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "core/error.h"
-#include "launch/plan.h"
 
 namespace ddpx::launch {
 namespace {

@@ -1,5 +1,7 @@
 // Port choice: a reserved port is free for a worker once the probe is released, and two
 // reservations alive at once never share a port.
+#include "launch/port.h"
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -7,8 +9,6 @@
 
 #include <set>
 #include <vector>
-
-#include "launch/port.h"
 
 namespace ddpx::launch {
 namespace {

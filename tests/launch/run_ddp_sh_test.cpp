@@ -15,17 +15,18 @@ using test::TempDir;
 test::CommandResult run_ddp(const std::string& ddpx_bin, const std::string& env,
                             const std::string& args) {
   std::string script = shell_quote(test::source_dir() + "/run-ddp.sh");
-  return run_command("env -u NODE_RANK -u SLURM_NODEID -u SLURM_NNODES -u NNODES -u MASTER_PORT "
-                     "-u DDPX_RUN_ARGS DDPX_BIN=" +
-                         shell_quote(ddpx_bin) + " " + env + " " + script + " " + args,
-                     30);
+  return run_command(
+      "env -u NODE_RANK -u SLURM_NODEID -u SLURM_NNODES -u NNODES -u MASTER_PORT "
+      "-u DDPX_RUN_ARGS DDPX_BIN=" +
+          shell_quote(ddpx_bin) + " " + env + " " + script + " " + args,
+      30);
 }
 
 class RunDdpShTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fake_ = write_script(dir_, "fake_ddpx", "printf '%s\\n' \"$@\" > " +
-                                                shell_quote(dir_.file("args")) + "\n");
+    fake_ = write_script(dir_, "fake_ddpx",
+                         "printf '%s\\n' \"$@\" > " + shell_quote(dir_.file("args")) + "\n");
   }
   std::string args() const { return slurp(dir_.file("args")); }
   TempDir dir_;

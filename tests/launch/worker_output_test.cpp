@@ -1,4 +1,6 @@
 // A worker's output: the log gets every byte, the console gets whole prefixed lines.
+#include "launch/worker_output.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -6,7 +8,6 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "launch/worker_output.h"
 #include "support/support.h"
 
 namespace ddpx::launch {
