@@ -236,9 +236,9 @@ class Attempt {
   void report_failure(const Worker& w, int status) {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     result_ = {Outcome::kWorkerFailed, code};
-    say(fmt::format("rank {} (local rank {}, pid {}) failed with {}; stopping the other {} "
-                    "worker(s)",
-                    w.spec->global_rank, w.spec->local_rank, w.process.pid,
+    constexpr char what[] =
+        "rank {} (local rank {}, pid {}) failed with {}; stopping the other {} worker(s)";
+    say(fmt::format(what, w.spec->global_rank, w.spec->local_rank, w.process.pid,
                     describe_status(status), running_count()));
     std::string report = fmt::format("ddpx run: last lines of {}:\n", w.output->log_path());
     for (const std::string& line : w.output->tail(kTailLines)) report += "  | " + line + "\n";
@@ -329,9 +329,9 @@ int run_job(const LaunchOptions& options) {
     std::string prefix = options.tee == Tee::kAll ? fmt::format("[rank {}] ", w.global_rank) : "";
     outputs.emplace_back(fmt::format("{}/rank{}.log", log_dir, w.global_rank), console, prefix);
   }
-  say(fmt::format("{} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) each, "
-                  "logs in {}/",
-                  plan.workers.size(), options.node_rank, options.nnodes, plan.world_size,
+  constexpr char start[] =
+      "{} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) each, logs in {}/";
+  say(fmt::format(start, plan.workers.size(), options.node_rank, options.nnodes, plan.world_size,
                   plan.master_addr, plan.master_port, plan.threads_per_worker, log_dir));
 
   SignalPipe signals;
