@@ -60,6 +60,7 @@ void add_models_command(CLI::App& app, int& exit_code) {
              "params", "size", "optimizer", "lr", "batch", "wd", "normalize", "note");
     for (const models::ModelInfo* info : rows) {
       const models::Recommendation& r = info->recommendation;
+      config.image_size = info->default_image_size;  // counts that depend on it (mlp)
       std::string line = fmt::format(
           "  {:<18} {:<9} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", info->name,
           info->family, grouped(models::model_parameter_count(*info, config)),

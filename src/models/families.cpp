@@ -3,6 +3,7 @@
 // here is the display order of `ddpx models`.
 #include "models/families.h"
 
+#include "models/mlp.h"
 #include "models/mobilenet.h"
 #include "models/resnet.h"
 #include "models/vgg.h"
@@ -14,6 +15,7 @@ std::vector<ModelInfo> build_model_table() {
   register_resnet_models(table);
   register_vgg_models(table);
   register_mobilenet_models(table);
+  register_mlp_models(table);
   return table;
 }
 

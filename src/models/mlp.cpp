@@ -1,0 +1,49 @@
+#include "models/mlp.h"
+
+#include <torch/nn/functional/activation.h>
+
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace ddpx::models {
+
+MlpImpl::MlpImpl(const MlpOptions& o) : in_features(o.in_features) {
+  fc1 = register_module("fc1", torch::nn::Linear(o.in_features, o.hidden));
+  fc2 = register_module("fc2", torch::nn::Linear(o.hidden, o.hidden / 2));
+  fc3 = register_module("fc3", torch::nn::Linear(o.hidden / 2, o.num_classes));
+}
+
+torch::Tensor MlpImpl::forward(torch::Tensor x) {
+  DDPX_CHECK(x.dim() >= 2 && x[0].numel() == in_features, ErrorKind::kUsage,
+             "mlp expects {} input features per sample (3 x image_size^2), got shape {}",
+             in_features, fmt::join(x.sizes(), "x"));
+  x = x.flatten(1);                      // (B, C*H*W)
+  x = torch::relu(fc1->forward(x));      // (B, hidden)
+  x = torch::relu(fc2->forward(x));      // (B, hidden/2)
+  return fc3->forward(x);                // (B, num_classes)
+}
+
+void register_mlp_models(std::vector<ModelInfo>& table) {
+  ModelInfo info;
+  info.name = "mlp";
+  info.family = "mlp";
+  info.default_image_size = 28;
+  info.recommendation.optimizer = "adam";
+  info.recommendation.learning_rate = 1e-3;
+  info.recommendation.batch_size = 128;
+  info.recommendation.weight_decay = 0;
+  info.recommendation.normalize = "dataset";
+  info.recommendation.note = "smoke test, no BatchNorm";
+  info.build = [](const ModelConfig& config) {
+    DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
+               "mlp has no '{}' stem; --stem applies to the resnet family only", config.stem);
+    MlpOptions options;
+    options.in_features = 3 * config.image_size * config.image_size;
+    options.num_classes = config.num_classes;
+    return torch::nn::AnyModule(Mlp(options));
+  };
+  table.push_back(std::move(info));
+}
+
+}  // namespace ddpx::models

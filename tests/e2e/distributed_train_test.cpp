@@ -1,0 +1,84 @@
+// `ddpx run N -- train` as a user runs it: the seed's lines from rank 0 of a 2-worker job, and
+// the same training as one process when the global batch is kept (--batch_size_scaled).
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "models/registry.h"
+#include "support/support.h"
+#include "train/checkpoint.h"
+
+namespace ddpx {
+namespace {
+
+using test::run_command;
+
+std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+
+std::vector<double> numbers_after(const std::string& text, const std::string& label) {
+  std::vector<double> out;
+  std::regex re(label + R"( - ([0-9.]+))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
+TEST(DistributedTrainTest, TwoWorkersPrintTheSeedLinesOnce) {
+  test::TempDir dir;
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
+                            " -- train --model resnet18 --dataset fashion-mnist --num_epochs 1 "
+                            "--batch_size 32 --limit_train_batches 10 --limit_test_batches 2"),
+                       600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(numbers_after(r.output, "loss_train").size(), 1u) << "rank 0 only\n" << r.output;
+  EXPECT_EQ(numbers_after(r.output, "Accuracy on test dataset").size(), 1u) << r.output;
+  EXPECT_NE(r.output.find("world size 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("global batch 64"), std::string::npos) << r.output;
+}
+
+TEST(DistributedTrainTest, TwoRanksWithScaledBatchTrainLikeOneProcess) {
+  test::TempDir dir;
+  std::string common = "train --model mlp --dataset synthetic --synthetic_size 256 "
+                       "--synthetic_image 8 --batch_size 32 --no_flip --threads 1 --seed 5 "
+                       "--num_epochs 2 --learning_rate 0.05 --limit_test_batches 0 ";
+  auto one = run_command(ddpx(common + "--save_dir " + dir.file("one")), 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = run_command(ddpx("run 2 --log_dir " + dir.file("log") + " -- " + common +
+                              "--batch_size_scaled --save_dir " + dir.file("two")),
+                         300);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("batch size 16 per process, global batch 32"), std::string::npos)
+      << two.output;
+
+  auto loss_one = numbers_after(one.output, "loss_train");
+  auto loss_two = numbers_after(two.output, "loss_train");
+  ASSERT_EQ(loss_one.size(), 2u) << one.output;
+  ASSERT_EQ(loss_two.size(), 2u) << two.output;
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(loss_one[i], loss_two[i], 2e-4) << "epoch " << i;
+
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 8;
+  auto a = models::create_model("mlp", config);
+  auto b = models::create_model("mlp", config);
+  train::load_checkpoint_weights(train::checkpoint_path(dir.file("one"), 2), *a.ptr());
+  train::load_checkpoint_weights(train::checkpoint_path(dir.file("two"), 2), *b.ptr());
+  auto pb = b.ptr()->named_parameters();
+  for (const auto& item : a.ptr()->named_parameters()) {
+    double diff = (item.value() - pb[item.key()]).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-5) << item.key();
+  }
+}
+
+TEST(DistributedTrainTest, BatchThatDoesNotDivideIsAClearError) {
+  test::TempDir dir;
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
+                            " -- train --model mlp --dataset synthetic --batch_size 33 "
+                            "--batch_size_scaled --num_epochs 1"),
+                       120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--batch_size_scaled"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ddpx
