@@ -3,10 +3,14 @@
 // here is the display order of `ddpx models`.
 #include "models/families.h"
 
+#include "models/densenet.h"
+#include "models/efficientnet.h"
 #include "models/mlp.h"
 #include "models/mobilenet.h"
+#include "models/mobilenet_v3.h"
 #include "models/resnet.h"
 #include "models/vgg.h"
+#include "models/vit.h"
 
 namespace ddpx::models {
 
@@ -14,7 +18,11 @@ std::vector<ModelInfo> build_model_table() {
   std::vector<ModelInfo> table;
   register_resnet_models(table);
   register_vgg_models(table);
+  register_densenet_models(table);
   register_mobilenet_models(table);
+  register_mobilenet_v3_models(table);
+  register_efficientnet_models(table);
+  register_vit_models(table);
   register_mlp_models(table);
   return table;
 }
