@@ -11,18 +11,6 @@ Tee parse_tee(const std::string& value) {
   fail(ErrorKind::kUsage, "--tee {}: unknown value; use 0 (rank 0 only), all or none", value);
 }
 
-const char* tee_name(Tee tee) {
-  switch (tee) {
-    case Tee::kFirst:
-      return "0";
-    case Tee::kAll:
-      return "all";
-    case Tee::kNone:
-      return "none";
-  }
-  return "?";
-}
-
 void validate(const LaunchOptions& o) {
   constexpr int kMaxWorkers = 4096;  // a typo guard, far above any node's core count
   DDPX_CHECK(o.nproc_per_node >= 1 && o.nproc_per_node <= kMaxWorkers, ErrorKind::kUsage,

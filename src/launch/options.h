@@ -16,7 +16,6 @@ enum class Tee {
 };
 
 Tee parse_tee(const std::string& value);  // "0", "rank0", "all", "none"
-const char* tee_name(Tee tee);
 
 struct LaunchOptions {
   int nproc_per_node = 1;  // N: workers on this node

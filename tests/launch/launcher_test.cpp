@@ -210,6 +210,20 @@ TEST_P(LauncherSignalTest, SignalToLauncherStopsEveryWorker) {
 
 INSTANTIATE_TEST_SUITE_P(IntAndTerm, LauncherSignalTest, ::testing::Values(SIGINT, SIGTERM));
 
+TEST(LauncherTest, WorkersDieWhenTheLauncherIsKilled) {
+  TempDir dir;
+  std::string script = write_script(dir, "sleepy.sh",
+                                    "echo $$ > \"$OUT/pid.$RANK\"\n"
+                                    "exec sleep 60\n");
+  pid_t launcher = start_in_background(ddpx_run(dir, "2 -- " + script), dir.file("console"));
+  ASSERT_TRUE(wait_for_file(dir.file("pid.0"), 10) && wait_for_file(dir.file("pid.1"), 10))
+      << slurp(dir.file("console"));
+  ::kill(launcher, SIGKILL);  // no chance to clean up: only PR_SET_PDEATHSIG can act
+  EXPECT_EQ(wait_exit_code(launcher, 10), 128 + SIGKILL);
+  EXPECT_TRUE(process_gone(read_pid(dir.file("pid.0"))));
+  EXPECT_TRUE(process_gone(read_pid(dir.file("pid.1"))));
+}
+
 TEST(LauncherTest, TwoJobsStartedTogetherGetDifferentPorts) {
   TempDir dir;
   std::string script = write_script(dir, "port.sh",
