@@ -16,7 +16,7 @@ Usage:
   NPROC        workers on this node
   NNODES|auto  number of nodes; auto = $SLURM_NNODES, else $NNODES, else 1
   MASTER_ADDR  address of node 0, reachable from every node
-  ARGS         arguments for `ddpx train`, one quoted string (e.g. "--model resnet18 --epochs 2")
+  ARGS         arguments for `ddpx train`, one quoted string (e.g. "--model resnet18 --num_epochs 2")
   A script name other than script_single_node / script_multi_node is run as the program
   (found on PATH or by path) instead of `ddpx train`.
 
