@@ -33,6 +33,9 @@ std::string parity_script(const std::string& name, const std::string& stem, int6
        "            mod.running_mean.uniform_(-0.5, 0.5); mod.running_var.uniform_(0.5, 1.5)\n"
        "            mod.weight.uniform_(0.5, 1.5); mod.bias.uniform_(-0.2, 0.2)\n"
        "            mod.num_batches_tracked.fill_(7)\n"
+       // torchvision zero-initialises some biases (SE, classifier): randomise them to count.
+       "        elif isinstance(mod, (nn.Conv2d, nn.Linear)) and mod.bias is not None:\n"
+       "            mod.bias.uniform_(-0.2, 0.2)\n"
        "m.eval()\n"
        "x = torch.randn(2, 3, " + std::to_string(size) + ", " + std::to_string(size) + ")\n"
        "with torch.no_grad(): y = m(x)\n"
@@ -94,6 +97,19 @@ TEST(ResNetParityTest, Resnext50LogitsMatchTorchvision) {
 
 TEST(MobileNetParityTest, MobilenetV2LogitsMatchTorchvision) {
   expect_parity("mobilenet_v2", "imagenet", 64);
+}
+
+// 32 px: the smallest members also run on CIFAR-sized images (DenseNet needs at least 29).
+TEST(DenseNetParityTest, Densenet121LogitsMatchTorchvisionAt32Pixels) {
+  expect_parity("densenet121", "imagenet", 32);
+}
+
+TEST(MobileNetParityTest, MobilenetV3SmallLogitsMatchTorchvisionAt32Pixels) {
+  expect_parity("mobilenet_v3_small", "imagenet", 32);
+}
+
+TEST(MobileNetParityTest, MobilenetV3LargeLogitsMatchTorchvision) {
+  expect_parity("mobilenet_v3_large", "imagenet", 64);
 }
 
 // VGG's weights are 500 MB; instead of writing them, both sides fill every tensor from the same

@@ -1,6 +1,6 @@
-// Every model in the zoo (ResNet, VGG, MobileNetV2) has torchvision's exact state_dict: the same
-// parameter and buffer names with the same shapes, and the same parameter counts (at 10 and 1000
-// classes), so torchvision checkpoints load by name and `ddpx models` reports true sizes.
+// Every model in the zoo (ResNet, VGG, DenseNet, MobileNetV2/V3) has torchvision's exact
+// state_dict: the same parameter and buffer names with the same shapes, and the same parameter
+// counts (at 10 and 1000 classes), so torchvision checkpoints load by name and `ddpx models` reports true sizes.
 #include <map>
 #include <sstream>
 #include <string>
@@ -112,6 +112,11 @@ TEST_P(ZooStructureTest, StateDictAndParameterCountMatchTorchvision) {
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooStructureTest,
                          ::testing::Values("vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16",
                                            "vgg16_bn", "vgg19", "vgg19_bn", "mobilenet_v2"));
+
+INSTANTIATE_TEST_SUITE_P(DenseNetMobileNetV3, ZooStructureTest,
+                         ::testing::Values("densenet121", "densenet161", "densenet169",
+                                           "densenet201", "mobilenet_v3_small",
+                                           "mobilenet_v3_large"));
 
 TEST(ResNetCifarStemTest, KeepsTorchvisionKeysWithSmallFirstConvolution) {
   expect_same_structure("resnet18", "cifar");
