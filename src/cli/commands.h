@@ -15,5 +15,6 @@ void add_run_command(CLI::App& app, int& exit_code);     // run_command.cpp (the
 void add_data_command(CLI::App& app, int& exit_code);    // data_command.cpp (download)
 void add_models_command(CLI::App& app, int& exit_code);  // models_command.cpp
 void add_bench_command(CLI::App& app, int& exit_code);   // bench_command.cpp
+void add_export_command(CLI::App& app, int& exit_code);  // export_command.cpp
 
 }  // namespace ddpx::cli

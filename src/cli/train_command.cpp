@@ -18,6 +18,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
 
   // model and data
   cmd->add_option("--model", o->model, "model name (`ddpx models` lists them)");
+  cmd->add_option("--pretrained", o->pretrained,
+                  "start from a state_dict saved in Python (torch.save(model.state_dict(), PATH))");
   cmd->add_option("--stem", o->stem, "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
   cmd->add_option("--dataset", o->dataset, "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
   cmd->add_option("--data_dir", o->data_dir, "dataset folder (default: the dataset's own; "

@@ -108,6 +108,8 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
   archive.write("global_step", c10::IValue(position.global_step));
   archive.write("model_name", c10::IValue(meta.model));
   archive.write("num_classes", c10::IValue(meta.num_classes));
+  archive.write("stem", c10::IValue(meta.stem));
+  archive.write("image_size", c10::IValue(meta.image_size));
   {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -166,6 +168,21 @@ TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
 }
 
 void verify_checkpoint(const std::string& path) { open_archive(path); }
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  auto archive = open_archive(path);
+  CheckpointMeta meta;
+  c10::IValue value;
+  archive.read("model_name", value);
+  meta.model = value.toStringRef();
+  archive.read("num_classes", value);
+  meta.num_classes = value.toInt();
+  archive.read("stem", value);
+  meta.stem = value.toStringRef();
+  archive.read("image_size", value);
+  meta.image_size = value.toInt();
+  return meta;
+}
 
 std::vector<std::string> list_checkpoints(const std::string& save_dir) {
   namespace fs = std::filesystem;

@@ -22,10 +22,16 @@ struct TrainPosition {
   int64_t global_step = 0;   // optimizer steps taken
 };
 
+// What the weights belong to: enough to rebuild the model from the checkpoint alone.
 struct CheckpointMeta {
   std::string model;
   int64_t num_classes = 0;
+  std::string stem = "imagenet";
+  int64_t image_size = 0;
 };
+
+// The meta of a checkpoint file (verified first).
+CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 // Path of the checkpoint written after `epochs_done` epochs.
 std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done);

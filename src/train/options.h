@@ -12,6 +12,7 @@ struct TrainOptions {
   // model and data
   std::string model = "resnet18";
   std::string stem = "imagenet";  // imagenet | cifar
+  std::string pretrained;         // a torch.save'd state_dict to start from
   std::string dataset = "fashion-mnist";
   std::string data_dir;           // empty: the dataset's default folder
   int64_t image_size = 0;         // 0: the dataset's native size

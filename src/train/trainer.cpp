@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/pretrained.h"
 #include "train/progress.h"
 
 namespace ddpx::train {
@@ -114,6 +115,7 @@ class Run {
     config.image_size = image_size_;
     config.stem = o_.stem;
     model_ = models::create_model(o_.model, config);
+    if (!o_.pretrained.empty()) pretrained_note_ = load_pretrained(o_.pretrained, *model_.ptr());
     if (context_->distributed()) {
       dist::DdpOptions ddp;
       ddp.broadcast_buffers = o_.broadcast_buffers;
@@ -178,7 +180,9 @@ class Run {
     log::info("resumed from {} after {} epochs ({} steps)", path, start_epoch_, global_step_);
   }
 
-  CheckpointMeta meta() const { return {o_.model, splits_.train.num_classes}; }
+  CheckpointMeta meta() const {
+    return {o_.model, splits_.train.num_classes, o_.stem, image_size_};
+  }
 
   void save(int64_t epochs_done) {
     if (context_->rank() == 0) {
@@ -206,6 +210,7 @@ class Run {
              context_->world_size(), context_->backend(), batch_size_,
              batch_size_ * context_->world_size() * o_.accumulation_steps, o_.accumulation_steps,
              o_.learning_rate);
+    if (!pretrained_note_.empty()) log::out("{}", pretrained_note_);
   }
 
   torch::Tensor forward(const torch::Tensor& images) {
@@ -300,6 +305,7 @@ class Run {
   std::shared_ptr<dist::Context> context_;
   int64_t batch_size_ = 0;
   int64_t image_size_ = 0;
+  std::string pretrained_note_;
   data::DatasetSplits splits_;
   torch::nn::AnyModule model_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;

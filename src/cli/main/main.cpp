@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   ddpx::cli::add_data_command(app, exit_code);
   ddpx::cli::add_models_command(app, exit_code);
   ddpx::cli::add_bench_command(app, exit_code);
+  ddpx::cli::add_export_command(app, exit_code);
   auto prefix = [] {
     return ddpx::log::rank() > 0 ? "ddpx: error [rank " + std::to_string(ddpx::log::rank()) + "]: "
                                  : std::string("ddpx: error: ");
