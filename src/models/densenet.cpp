@@ -1,10 +1,10 @@
 // DenseNet, mirroring torchvision/models/densenet.py (0.14).
 #include "models/densenet.h"
 
-#include <string>
-
 #include <torch/nn/functional/dropout.h>
 #include <torch/nn/init.h>
+
+#include <string>
 
 #include "core/error.h"
 
@@ -21,14 +21,12 @@ nn::ReLU relu_inplace() { return nn::ReLU(nn::ReLUOptions().inplace(true)); }
 
 nn::Conv2d conv_no_bias(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1,
                         int64_t padding = 0) {
-  return nn::Conv2d(
-      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
 }
 
 }  // namespace
 
-DenseLayerImpl::DenseLayerImpl(int64_t in, int64_t growth_rate, int64_t bn_size,
-                               double drop_rate)
+DenseLayerImpl::DenseLayerImpl(int64_t in, int64_t growth_rate, int64_t bn_size, double drop_rate)
     : drop_rate_(drop_rate) {
   const int64_t width = bn_size * growth_rate;
   norm1 = register_module("norm1", nn::BatchNorm2d(in));
@@ -41,7 +39,7 @@ DenseLayerImpl::DenseLayerImpl(int64_t in, int64_t growth_rate, int64_t bn_size,
 
 torch::Tensor DenseLayerImpl::forward(torch::Tensor x) {
   torch::Tensor out = conv1(relu1(norm1(x)));  // (B, bn_size * k, H, W)
-  out = conv2(relu2(norm2(out)));             // (B, k, H, W)
+  out = conv2(relu2(norm2(out)));              // (B, k, H, W)
   if (drop_rate_ > 0) {
     out = nn::functional::dropout(
         out, nn::functional::DropoutFuncOptions().p(drop_rate_).training(is_training()));
@@ -49,12 +47,12 @@ torch::Tensor DenseLayerImpl::forward(torch::Tensor x) {
   return out;
 }
 
-DenseBlockImpl::DenseBlockImpl(int64_t num_layers, int64_t in, int64_t bn_size,
-                               int64_t growth_rate, double drop_rate) {
+DenseBlockImpl::DenseBlockImpl(int64_t num_layers, int64_t in, int64_t bn_size, int64_t growth_rate,
+                               double drop_rate) {
   for (int64_t i = 0; i < num_layers; ++i) {
-    layers_.push_back(register_module(
-        "denselayer" + std::to_string(i + 1),
-        DenseLayer(in + i * growth_rate, growth_rate, bn_size, drop_rate)));
+    layers_.push_back(
+        register_module("denselayer" + std::to_string(i + 1),
+                        DenseLayer(in + i * growth_rate, growth_rate, bn_size, drop_rate)));
   }
 }
 
@@ -87,9 +85,8 @@ DenseNetImpl::DenseNetImpl(const DenseNetOptions& options) {
   for (size_t i = 0; i < options.block_config.size(); ++i) {
     const int64_t num_layers = options.block_config[i];
     const std::string index = std::to_string(i + 1);
-    layers->push_back("denseblock" + index,
-                      DenseBlock(num_layers, channels, options.bn_size, options.growth_rate,
-                                 options.drop_rate));
+    layers->push_back("denseblock" + index, DenseBlock(num_layers, channels, options.bn_size,
+                                                       options.growth_rate, options.drop_rate));
     channels += num_layers * options.growth_rate;
     if (i + 1 != options.block_config.size()) {
       layers->push_back("transition" + index, Transition(channels, channels / 2));
@@ -116,15 +113,15 @@ DenseNetImpl::DenseNetImpl(const DenseNetOptions& options) {
 }
 
 torch::Tensor DenseNetImpl::forward(torch::Tensor x) {
-  DDPX_CHECK(x.dim() == 4 && x.size(1) == 3 && x.size(2) >= kMinInputSize &&
-                 x.size(3) >= kMinInputSize,
-             ErrorKind::kUsage,
-             "DenseNet expects input of shape (B, 3, H, W) with H, W >= {} (a stride-4 stem and "
-             "three 2x2 pools), got {}; resize with --image_size 32 or larger",
-             kMinInputSize, fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = torch::relu(features->forward(x));                          // (B, C, H/32, W/32)
+  DDPX_CHECK(
+      x.dim() == 4 && x.size(1) == 3 && x.size(2) >= kMinInputSize && x.size(3) >= kMinInputSize,
+      ErrorKind::kUsage,
+      "DenseNet expects input of shape (B, 3, H, W) with H, W >= {} (a stride-4 stem and "
+      "three 2x2 pools), got {}; resize with --image_size 32 or larger",
+      kMinInputSize, fmt::format("{}", fmt::join(x.sizes(), "x")));
+  x = torch::relu(features->forward(x));                         // (B, C, H/32, W/32)
   x = torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);  // (B, C)
-  return classifier(x);                                           // (B, num_classes)
+  return classifier(x);                                          // (B, num_classes)
 }
 
 int64_t densenet_parameter_count(const DenseNetOptions& o) {

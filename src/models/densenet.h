@@ -6,9 +6,6 @@
 // checkpointing, the results are identical either way.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -19,16 +16,19 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "models/registry.h"
 
 namespace ddpx::models {
 
 struct DenseNetOptions {
-  int64_t growth_rate = 32;                          // k in the paper
+  int64_t growth_rate = 32;                             // k in the paper
   std::vector<int64_t> block_config = {6, 12, 24, 16};  // dense layers per block
   int64_t num_init_features = 64;
-  int64_t bn_size = 4;        // bottleneck width = bn_size * growth_rate
-  double drop_rate = 0.0;     // dropout after each dense layer (train mode only)
+  int64_t bn_size = 4;     // bottleneck width = bn_size * growth_rate
+  double drop_rate = 0.0;  // dropout after each dense layer (train mode only)
   int64_t num_classes = 1000;
 };
 

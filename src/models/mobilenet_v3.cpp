@@ -1,13 +1,13 @@
 // MobileNetV3, mirroring torchvision/models/mobilenetv3.py and ops/misc.py (0.14).
 #include "models/mobilenet_v3.h"
 
-#include <algorithm>
-#include <string>
-
 #include <torch/nn/init.h>
 #include <torch/nn/modules/container/functional.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+
+#include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -24,20 +24,20 @@ constexpr int64_t kLastConvExpansion = 6;  // last 1x1 conv: 6x the last block's
 // torchvision's inverted_residual_setting: in, kernel, expanded, out, SE, hardswish, stride.
 const std::vector<BneckConfig>& block_table(bool large) {
   static const std::vector<BneckConfig> kLarge = {
-      {16, 3, 16, 16, false, false, 1},    {16, 3, 64, 24, false, false, 2},
-      {24, 3, 72, 24, false, false, 1},    {24, 5, 72, 40, true, false, 2},
-      {40, 5, 120, 40, true, false, 1},    {40, 5, 120, 40, true, false, 1},
-      {40, 3, 240, 80, false, true, 2},    {80, 3, 200, 80, false, true, 1},
-      {80, 3, 184, 80, false, true, 1},    {80, 3, 184, 80, false, true, 1},
-      {80, 3, 480, 112, true, true, 1},    {112, 3, 672, 112, true, true, 1},
-      {112, 5, 672, 160, true, true, 2},   {160, 5, 960, 160, true, true, 1},
+      {16, 3, 16, 16, false, false, 1},  {16, 3, 64, 24, false, false, 2},
+      {24, 3, 72, 24, false, false, 1},  {24, 5, 72, 40, true, false, 2},
+      {40, 5, 120, 40, true, false, 1},  {40, 5, 120, 40, true, false, 1},
+      {40, 3, 240, 80, false, true, 2},  {80, 3, 200, 80, false, true, 1},
+      {80, 3, 184, 80, false, true, 1},  {80, 3, 184, 80, false, true, 1},
+      {80, 3, 480, 112, true, true, 1},  {112, 3, 672, 112, true, true, 1},
+      {112, 5, 672, 160, true, true, 2}, {160, 5, 960, 160, true, true, 1},
       {160, 5, 960, 160, true, true, 1}};
   static const std::vector<BneckConfig> kSmall = {
-      {16, 3, 16, 16, true, false, 2},   {16, 3, 72, 24, false, false, 2},
-      {24, 3, 88, 24, false, false, 1},  {24, 5, 96, 40, true, true, 2},
-      {40, 5, 240, 40, true, true, 1},   {40, 5, 240, 40, true, true, 1},
-      {40, 5, 120, 48, true, true, 1},   {48, 5, 144, 48, true, true, 1},
-      {48, 5, 288, 96, true, true, 2},   {96, 5, 576, 96, true, true, 1},
+      {16, 3, 16, 16, true, false, 2},  {16, 3, 72, 24, false, false, 2},
+      {24, 3, 88, 24, false, false, 1}, {24, 5, 96, 40, true, true, 2},
+      {40, 5, 240, 40, true, true, 1},  {40, 5, 240, 40, true, true, 1},
+      {40, 5, 120, 48, true, true, 1},  {48, 5, 144, 48, true, true, 1},
+      {48, 5, 288, 96, true, true, 2},  {96, 5, 576, 96, true, true, 1},
       {96, 5, 576, 96, true, true, 1}};
   return large ? kLarge : kSmall;
 }
@@ -46,8 +46,8 @@ int64_t last_channel(bool large) { return large ? 1280 : 1024; }
 
 // torchvision's _make_divisible: round to a multiple of 8, never more than 10% down.
 int64_t make_divisible(int64_t v) {
-  int64_t rounded = std::max(kChannelDivisor,
-                             (v + kChannelDivisor / 2) / kChannelDivisor * kChannelDivisor);
+  int64_t rounded =
+      std::max(kChannelDivisor, (v + kChannelDivisor / 2) / kChannelDivisor * kChannelDivisor);
   if (10 * rounded < 9 * v) rounded += kChannelDivisor;
   return rounded;
 }
@@ -67,16 +67,19 @@ ConvBnActImpl::ConvBnActImpl(int64_t in, int64_t out, int64_t kernel, int64_t st
                                              .groups(groups)
                                              .bias(false)));
   bn = register_module(
-      "1", nn::BatchNorm2d(nn::BatchNorm2dOptions(out).eps(kBatchNormEps).momentum(
-               kBatchNormMomentum)));
+      "1",
+      nn::BatchNorm2d(nn::BatchNorm2dOptions(out).eps(kBatchNormEps).momentum(kBatchNormMomentum)));
 }
 
 torch::Tensor ConvBnActImpl::forward(torch::Tensor x) {
   x = bn(conv(x));
   switch (activation_) {
-    case Activation::kReLU: return torch::relu(x);
-    case Activation::kHardswish: return torch::hardswish(x);
-    case Activation::kNone: break;
+    case Activation::kReLU:
+      return torch::relu(x);
+    case Activation::kHardswish:
+      return torch::hardswish(x);
+    case Activation::kNone:
+      break;
   }
   return x;
 }
@@ -121,9 +124,9 @@ MobileNetV3Impl::MobileNetV3Impl(const MobileNetV3Options& options) {
   features = register_module("features", layers);
   const int64_t hidden = last_channel(options.large);
   classifier = register_module(
-      "classifier", nn::Sequential(nn::Linear(last_out, hidden), nn::Functional(hardswish),
-                                   nn::Dropout(options.dropout),
-                                   nn::Linear(hidden, options.num_classes)));
+      "classifier",
+      nn::Sequential(nn::Linear(last_out, hidden), nn::Functional(hardswish),
+                     nn::Dropout(options.dropout), nn::Linear(hidden, options.num_classes)));
 
   // torchvision: kaiming_normal_(fan_out) and zero bias for convolutions, BN 1/0, Linear
   // N(0, 0.01) and zero bias.

@@ -6,16 +6,16 @@
 // features.1.block.1.fc1.bias, classifier.3.weight, ...). BatchNorm eps 1e-3, momentum 0.01.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "models/registry.h"
 

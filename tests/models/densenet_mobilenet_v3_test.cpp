@@ -1,12 +1,12 @@
 // DenseNet and MobileNetV3 beyond structure and logits: BatchNorm eps/momentum and dropout
 // rates as torchvision's, dropout active only in train mode, small inputs, and clear errors.
-#include <sstream>
-#include <string>
-#include <vector>
-
 #include <gtest/gtest.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/dropout.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "models/registry.h"
@@ -34,13 +34,16 @@ std::vector<std::string> regularisation_settings(const torch::nn::Module& model)
 
 void expect_torchvision_regularisation(const std::string& name) {
   // Python's str(float) and C++'s ostream print 0.001, 1e-05, 0.1 the same way.
-  DDPX_RUN_TORCHVISION(run,
+  DDPX_RUN_TORCHVISION(
+      run,
       "nn.init.kaiming_normal_ = nn.init.normal_ = lambda t, *a, **k: t\n"
-      "m = torchvision.models." + name + "(num_classes=10)\n"
-      "for mod in m.modules():\n"
-      "    if isinstance(mod, nn.BatchNorm2d): print('REF BN', mod.eps, mod.momentum)\n"
-      "    elif isinstance(mod, nn.Dropout): print('REF DROP', mod.p)\n"
-      "    elif type(mod).__name__ in ('StochasticDepth', 'Dropout2d'): print('REF', mod)\n");
+      "m = torchvision.models." +
+          name +
+          "(num_classes=10)\n"
+          "for mod in m.modules():\n"
+          "    if isinstance(mod, nn.BatchNorm2d): print('REF BN', mod.eps, mod.momentum)\n"
+          "    elif isinstance(mod, nn.Dropout): print('REF DROP', mod.p)\n"
+          "    elif type(mod).__name__ in ('StochasticDepth', 'Dropout2d'): print('REF', mod)\n");
   torch::nn::AnyModule model = create_model(name, ModelConfig{10, 224, "imagenet"});
   EXPECT_EQ(regularisation_settings(*model.ptr()), run.lines) << name;
 }
