@@ -21,10 +21,9 @@ constexpr int kVariants = 8;
 struct StageSetting {
   int64_t expand_ratio, kernel, stride, in, out, layers;  // torchvision's bneck_conf arguments
 };
-constexpr StageSetting kStages[] = {{1, 3, 1, 32, 16, 1},   {6, 3, 2, 16, 24, 2},
-                                    {6, 5, 2, 24, 40, 2},   {6, 3, 2, 40, 80, 3},
-                                    {6, 5, 1, 80, 112, 3},  {6, 5, 2, 112, 192, 4},
-                                    {6, 3, 1, 192, 320, 1}};
+constexpr StageSetting kStages[] = {
+    {1, 3, 1, 32, 16, 1},  {6, 3, 2, 16, 24, 2},   {6, 5, 2, 24, 40, 2},  {6, 3, 2, 40, 80, 3},
+    {6, 5, 1, 80, 112, 3}, {6, 5, 2, 112, 192, 4}, {6, 3, 1, 192, 320, 1}};
 
 struct Variant {
   double width, depth, dropout;
@@ -38,8 +37,8 @@ constexpr Variant kVariantTable[kVariants] = {
 
 // torchvision's _make_divisible(v, 8): round to a multiple of 8, never 10% below v.
 int64_t make_divisible(double v) {
-  int64_t rounded = std::max<int64_t>(kDivisor, static_cast<int64_t>(v + kDivisor / 2.0) /
-                                                    kDivisor * kDivisor);
+  int64_t rounded =
+      std::max<int64_t>(kDivisor, static_cast<int64_t>(v + kDivisor / 2.0) / kDivisor * kDivisor);
   if (static_cast<double>(rounded) < 0.9 * v) rounded += kDivisor;
   return rounded;
 }
@@ -62,16 +61,15 @@ std::vector<std::vector<BlockSpec>> block_specs(const EfficientNetOptions& o) {
   std::vector<std::vector<BlockSpec>> stages;
   int64_t block_id = 0;
   for (const StageSetting& s : kStages) {
-    const int64_t layers = static_cast<int64_t>(std::ceil(static_cast<double>(s.layers) *
-                                                          o.depth_mult));
+    const int64_t layers =
+        static_cast<int64_t>(std::ceil(static_cast<double>(s.layers) * o.depth_mult));
     const int64_t in = adjust_channels(s.in, o.width_mult);
     const int64_t out = adjust_channels(s.out, o.width_mult);
     std::vector<BlockSpec> stage;
     for (int64_t i = 0; i < layers; ++i) {
-      const double p = o.stochastic_depth_prob * static_cast<double>(block_id) /
-                       static_cast<double>(total);
-      stage.push_back({i == 0 ? in : out, out, s.kernel, i == 0 ? s.stride : 1, s.expand_ratio,
-                       p});
+      const double p =
+          o.stochastic_depth_prob * static_cast<double>(block_id) / static_cast<double>(total);
+      stage.push_back({i == 0 ? in : out, out, s.kernel, i == 0 ? s.stride : 1, s.expand_ratio, p});
       ++block_id;
     }
     stages.push_back(std::move(stage));
@@ -92,7 +90,8 @@ const Variant& variant_at(int variant) {
 }  // namespace
 
 ConvBnSiLUImpl::ConvBnSiLUImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride,
-                               int64_t groups, bool activation, const EfficientNetOptions& options) {
+                               int64_t groups, bool activation,
+                               const EfficientNetOptions& options) {
   conv = register_module("0", nn::Conv2d(nn::Conv2dOptions(in, out, kernel)
                                              .stride(stride)
                                              .padding((kernel - 1) / 2)
@@ -201,9 +200,9 @@ torch::Tensor EfficientNetImpl::forward(torch::Tensor x) {
              "EfficientNet expects input of shape (B, 3, H, W), got {}; convert grayscale images "
              "to 3 channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = features->forward(x);                   // (B, 4 * C_last, H/32, W/32)
-  x = torch::flatten(avgpool(x), 1);          // (B, 4 * C_last)
-  return classifier->forward(x);              // (B, num_classes)
+  x = features->forward(x);           // (B, 4 * C_last, H/32, W/32)
+  x = torch::flatten(avgpool(x), 1);  // (B, 4 * C_last)
+  return classifier->forward(x);      // (B, num_classes)
 }
 
 EfficientNetOptions efficientnet_options(int variant) {

@@ -27,10 +27,10 @@ namespace ddpx::models {
 struct EfficientNetOptions {
   double width_mult = 1.0;
   double depth_mult = 1.0;
-  double dropout = 0.2;                 // before the classifier
-  double stochastic_depth_prob = 0.2;   // of the last block; block i gets prob * i / blocks
-  double bn_eps = 1e-5;                 // b5-b7: 1e-3 (ported TF weights)
-  double bn_momentum = 0.1;             // b5-b7: 0.01
+  double dropout = 0.2;                // before the classifier
+  double stochastic_depth_prob = 0.2;  // of the last block; block i gets prob * i / blocks
+  double bn_eps = 1e-5;                // b5-b7: 1e-3 (ported TF weights)
+  double bn_momentum = 0.1;            // b5-b7: 0.01
   int64_t num_classes = 1000;
 };
 

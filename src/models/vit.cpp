@@ -45,7 +45,9 @@ ViTOptions vit_options(int64_t image, int64_t patch, int64_t layers, int64_t hea
   return o;
 }
 
-std::string shape_of(const torch::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
+std::string shape_of(const torch::Tensor& t) {
+  return fmt::format("{}", fmt::join(t.sizes(), "x"));
+}
 
 }  // namespace
 
@@ -83,14 +85,16 @@ torch::Tensor ViTEncoderBlockImpl::forward(torch::Tensor input) {
 ViTEncoderImpl::ViTEncoderImpl(const ViTOptions& o) {
   const int64_t grid = o.image_size / o.patch_size;
   pos_embedding = register_parameter(
-      "pos_embedding", torch::empty({1, grid * grid + 1, o.hidden_dim}).normal_(0, kPosEmbeddingStd));
+      "pos_embedding",
+      torch::empty({1, grid * grid + 1, o.hidden_dim}).normal_(0, kPosEmbeddingStd));
   dropout = register_module("dropout", nn::Dropout(o.dropout));
   nn::Sequential blocks;
   for (int64_t i = 0; i < o.num_layers; ++i) {
     blocks->push_back("encoder_layer_" + std::to_string(i), ViTEncoderBlock(o));
   }
   layers = register_module("layers", blocks);
-  ln = register_module("ln", nn::LayerNorm(nn::LayerNormOptions({o.hidden_dim}).eps(kLayerNormEps)));
+  ln =
+      register_module("ln", nn::LayerNorm(nn::LayerNormOptions({o.hidden_dim}).eps(kLayerNormEps)));
 }
 
 torch::Tensor ViTEncoderImpl::forward(torch::Tensor x, int64_t grid_h, int64_t grid_w) {
@@ -107,7 +111,8 @@ VisionTransformerImpl::VisionTransformerImpl(const ViTOptions& o) : options_(o) 
   DDPX_CHECK(o.num_heads >= 1 && o.hidden_dim % o.num_heads == 0, ErrorKind::kUsage,
              "ViT hidden_dim {} is not divisible by num_heads {}", o.hidden_dim, o.num_heads);
   conv_proj = register_module(
-      "conv_proj", nn::Conv2d(nn::Conv2dOptions(3, o.hidden_dim, o.patch_size).stride(o.patch_size)));
+      "conv_proj",
+      nn::Conv2d(nn::Conv2dOptions(3, o.hidden_dim, o.patch_size).stride(o.patch_size)));
   class_token = register_parameter("class_token", torch::zeros({1, 1, o.hidden_dim}));
   encoder = register_module("encoder", ViTEncoder(o));
   heads = register_module("heads", nn::Sequential());
@@ -116,8 +121,8 @@ VisionTransformerImpl::VisionTransformerImpl(const ViTOptions& o) : options_(o) 
   // torchvision: truncated normal with std sqrt(1 / fan_in) for the patch projection, bias 0;
   // a zero classifier head.
   torch::NoGradGuard no_grad;
-  trunc_normal_(conv_proj->weight, std::sqrt(1.0 / static_cast<double>(3 * o.patch_size *
-                                                                          o.patch_size)));
+  trunc_normal_(conv_proj->weight,
+                std::sqrt(1.0 / static_cast<double>(3 * o.patch_size * o.patch_size)));
   nn::init::zeros_(conv_proj->bias);
   for (auto& p : heads->parameters()) nn::init::zeros_(p);
 }
@@ -131,16 +136,17 @@ torch::Tensor VisionTransformerImpl::forward(torch::Tensor x) {
              "{}, got {}; resize with --image_size (e.g. {})",
              p, p, shape_of(x), options_.image_size);
   const int64_t n = x.size(0), grid_h = x.size(2) / p, grid_w = x.size(3) / p;
-  x = conv_proj(x);                                                      // (B, D, gh, gw)
+  x = conv_proj(x);                                                             // (B, D, gh, gw)
   x = x.reshape({n, options_.hidden_dim, grid_h * grid_w}).permute({0, 2, 1});  // (B, N, D)
-  x = torch::cat({class_token.expand({n, -1, -1}), x}, 1);               // (B, 1 + N, D)
+  x = torch::cat({class_token.expand({n, -1, -1}), x}, 1);                      // (B, 1 + N, D)
   x = encoder(x, grid_h, grid_w);
-  return heads->forward(x.select(1, 0));                                 // (B, num_classes)
+  return heads->forward(x.select(1, 0));  // (B, num_classes)
 }
 
 torch::Tensor resize_position_embedding(const torch::Tensor& pos, int64_t grid_h, int64_t grid_w) {
   DDPX_CHECK(pos.dim() == 3 && pos.size(0) == 1, ErrorKind::kData,
-             "position embedding has shape {}; expected (1, 1 + grid^2, hidden_dim)", shape_of(pos));
+             "position embedding has shape {}; expected (1, 1 + grid^2, hidden_dim)",
+             shape_of(pos));
   const int64_t tokens = pos.size(1) - 1;
   const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(tokens))));
   DDPX_CHECK(side * side == tokens, ErrorKind::kData,
@@ -161,16 +167,16 @@ torch::Tensor resize_position_embedding(const torch::Tensor& pos, int64_t grid_h
 
 int64_t vit_parameter_count(const ViTOptions& o) {
   const int64_t d = o.hidden_dim, m = o.mlp_dim, grid = o.image_size / o.patch_size;
-  const int64_t per_layer = 2 * d                  // ln_1
-                            + 3 * d * d + 3 * d    // in_proj
-                            + d * d + d            // out_proj
-                            + 2 * d                // ln_2
+  const int64_t per_layer = 2 * d                     // ln_1
+                            + 3 * d * d + 3 * d       // in_proj
+                            + d * d + d               // out_proj
+                            + 2 * d                   // ln_2
                             + d * m + m + m * d + d;  // mlp.0, mlp.3
-  return 3 * o.patch_size * o.patch_size * d + d    // conv_proj
-         + d                                        // class_token
-         + (grid * grid + 1) * d                    // pos_embedding
-         + o.num_layers * per_layer + 2 * d         // layers, ln
-         + (d + 1) * o.num_classes;                 // heads.head
+  return 3 * o.patch_size * o.patch_size * d + d      // conv_proj
+         + d                                          // class_token
+         + (grid * grid + 1) * d                      // pos_embedding
+         + o.num_layers * per_layer + 2 * d           // layers, ln
+         + (d + 1) * o.num_classes;                   // heads.head
 }
 
 void register_vit_models(std::vector<ModelInfo>& table) {
@@ -178,12 +184,9 @@ void register_vit_models(std::vector<ModelInfo>& table) {
       {"vit_b_16", vit_options(224, 16, 12, 12, 768, 3072), ""},
       {"vit_b_32", vit_options(224, 32, 12, 12, 768, 3072), ""},
       {"vit_l_16", vit_options(224, 16, 24, 16, 1024, 4096), ""},
-      {"vit_base_patch16_224", vit_options(224, 16, 12, 12, 768, 3072),
-       "timm name of vit_b_16"},
-      {"vit_base_patch32_224", vit_options(224, 32, 12, 12, 768, 3072),
-       "timm name of vit_b_32"},
-      {"vit_large_patch16_224", vit_options(224, 16, 24, 16, 1024, 4096),
-       "timm name of vit_l_16"},
+      {"vit_base_patch16_224", vit_options(224, 16, 12, 12, 768, 3072), "timm name of vit_b_16"},
+      {"vit_base_patch32_224", vit_options(224, 32, 12, 12, 768, 3072), "timm name of vit_b_32"},
+      {"vit_large_patch16_224", vit_options(224, 16, 24, 16, 1024, 4096), "timm name of vit_l_16"},
       {"vit_tiny_patch4_32", vit_options(32, 4, 6, 3, 192, 768), "28-32 px images"},
   };
   for (const Preset& preset : presets) {

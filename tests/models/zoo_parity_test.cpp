@@ -182,5 +182,10 @@ TEST(VggParityTest, Vgg11BnLogitsMatchTorchvisionWithFormulaWeights) {
   }
 }
 
+// Stochastic depth and dropout are inactive in eval mode, so the logits are deterministic.
+TEST(EfficientNetParityTest, EfficientnetB0LogitsMatchTorchvision) {
+  expect_parity("efficientnet_b0", "imagenet", 64);
+}
+
 }  // namespace
 }  // namespace ddpx::models

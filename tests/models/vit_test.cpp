@@ -1,0 +1,243 @@
+// Vision Transformer against torchvision: vit_b_16's logits on 32 px images (weights filled from
+// one formula on both sides, as its 330 MB of weights are too big to pass through a file; the
+// 224 px comparison is there but disabled for time), the tiny ViT against torchvision's
+// VisionTransformer class with the same hyperparameters, at its own size and at 28 px through
+// interpolate_embeddings; plus timm aliases, a training step and errors for inputs a ViT cannot
+// take. Keys and parameter counts: efficientnet_vit_structure_test.cpp.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
+
+#include "core/error.h"
+#include "models/registry.h"
+#include "models/vit.h"
+#include "models/weights.h"
+#include "reference.h"
+#include "support/support.h"
+
+namespace ddpx::models {
+namespace {
+
+constexpr double kRelativeTolerance = 1e-4;  // of the output's largest magnitude
+constexpr double kSineStep = 0.731;
+
+// The formula both sides fill every float tensor with, by index in sorted-name order:
+// LayerNorm weights near 1, biases small, embeddings 0.5 * sine, matrices scaled by fan-in.
+const char* const kPythonFormula =
+    "import math\n"
+    "def fill(m):\n"
+    "    sd = m.state_dict()\n"
+    "    with torch.no_grad():\n"
+    "        for i, n in enumerate(sorted(sd)):\n"
+    "            t = sd[n]\n"
+    "            v = torch.sin(torch.arange(t.numel(), dtype=torch.float32) * 0.731 + i)\n"
+    "            if t.dim() == 1 and n.endswith('weight'): v = 1 + 0.3 * v\n"
+    "            elif t.dim() == 1: v = 0.1 * v\n"
+    "            elif n in ('class_token', 'encoder.pos_embedding'): v = 0.5 * v\n"
+    "            else: v = v / math.sqrt(t.numel() // t.shape[0])\n"
+    "            t.copy_(v.reshape(t.shape))\n";
+
+void fill_with_formula(torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> current, filled;  // sorted by name, as in Python
+  for (const auto& p : module.named_parameters()) current[p.key()] = p.value();
+  for (const auto& b : module.named_buffers()) current[b.key()] = b.value();
+  size_t index = 0;
+  for (const auto& [name, t] : current) {
+    torch::Tensor v = torch::sin(torch::arange(t.numel(), torch::kFloat32) * kSineStep +
+                                 static_cast<double>(index++));
+    const bool is_weight = name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
+    if (t.dim() == 1 && is_weight) {
+      v = 1 + 0.3 * v;
+    } else if (t.dim() == 1) {
+      v = 0.1 * v;
+    } else if (name == "class_token" || name == "encoder.pos_embedding") {
+      v = 0.5 * v;
+    } else {
+      v = v / std::sqrt(static_cast<double>(t.numel() / t.size(0)));
+    }
+    filled[name] = v.reshape(t.sizes());
+  }
+  load_named_tensors(module, filled);
+}
+
+// Runs `model` in eval mode on io.pt's x and compares with its y.
+void expect_same_logits(torch::nn::AnyModule& model, const std::string& io_path,
+                        const std::string& what) {
+  const auto io = read_state_dict(io_path);
+  model.ptr()->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor y = model.forward(io.at("x"));
+  const torch::Tensor expected = io.at("y");
+  ASSERT_EQ(y.sizes(), expected.sizes());
+  const double scale = expected.abs().max().item<double>();
+  const double max_diff = (y - expected).abs().max().item<double>();
+  ASSERT_GT(scale, 0.0);
+  std::printf("  %s: max |diff| %.3g at output scale %.3g\n", what.c_str(), max_diff, scale);
+  EXPECT_LE(max_diff / scale, kRelativeTolerance) << what;
+}
+
+// A forward at 224 px costs ~30 s per side on a shared CPU, so by default vit_b_16 is compared
+// at 32 px (a 2x2 grid, every weight used) and the default-size code path by the tiny ViT below.
+// Run the 224 px comparison with --gtest_also_run_disabled_tests.
+TEST(ViTParityTest, DISABLED_VitB16LogitsMatchTorchvisionAtDefaultSizeWithFormulaWeights) {
+  test::TempDir dir;
+  DDPX_RUN_TORCHVISION(run, std::string(kPythonFormula) +
+                                "m = torchvision.models.vit_b_16(num_classes=10).eval()\n"
+                                "fill(m)\n"
+                                "torch.manual_seed(0)\n"
+                                "x = torch.randn(2, 3, 224, 224)\n"
+                                "with torch.no_grad(): y = m(x)\n"
+                                "torch.save({'x': x, 'y': y}, '" +
+                                dir.path() +
+                                "/io.pt')\n"
+                                "print('REF ok')\n");
+  ASSERT_EQ(run.lines.size(), 1u) << "reference script produced no output";
+  torch::nn::AnyModule model = create_model("vit_b_16", ModelConfig{10, 224, "imagenet"});
+  fill_with_formula(*model.ptr());
+  expect_same_logits(model, dir.file("io.pt"), "vit_b_16 at 224 px");
+}
+
+// A 224-default vit_b_16 built for 32 px images keeps torchvision's 14x14 embedding (so 224 px
+// checkpoints load) and runs on a 2x2 patch grid, matching torchvision's vit_b_16(image_size=32)
+// given the same weights through interpolate_embeddings.
+TEST(ViTParityTest, VitB16At32PixelsMatchesTorchvisionWithInterpolatedEmbeddings) {
+  test::TempDir dir;
+  DDPX_RUN_TORCHVISION(
+      run, std::string(kPythonFormula) +
+               "from torchvision.models.vision_transformer import interpolate_embeddings\n"
+               "m = torchvision.models.vit_b_16(num_classes=10)\n"
+               "fill(m)\n"
+               "m32 = torchvision.models.vit_b_16(num_classes=10, image_size=32).eval()\n"
+               "m32.load_state_dict(interpolate_embeddings(32, 16, m.state_dict(), 'bilinear'))\n"
+               "torch.manual_seed(0)\n"
+               "x = torch.randn(2, 3, 32, 32)\n"
+               "with torch.no_grad(): y = m32(x)\n"
+               "torch.save({'x': x, 'y': y}, '" +
+               dir.path() +
+               "/io.pt')\n"
+               "print('REF ok')\n");
+  ASSERT_EQ(run.lines.size(), 1u) << "reference script produced no output";
+  torch::nn::AnyModule model = create_model("vit_b_16", ModelConfig{10, 32, "imagenet"});
+  const auto& named = model.ptr()->named_parameters();
+  EXPECT_EQ(named["encoder.pos_embedding"].sizes(), (std::vector<int64_t>{1, 197, 768}));
+  fill_with_formula(*model.ptr());
+  expect_same_logits(model, dir.file("io.pt"), "vit_b_16 at 32 px (2x2 grid)");
+}
+
+// torchvision has no tiny ViT, but its VisionTransformer class with vit_tiny_patch4_32's
+// hyperparameters is one; at 28 px torchvision's interpolate_embeddings (bilinear) adapts the
+// same weights, which is what ddpx does per input.
+TEST(ViTParityTest, TinyVitMatchesTorchvisionClassAtNativeAndInterpolatedSizes) {
+  test::TempDir dir;
+  DDPX_RUN_TORCHVISION(
+      run,
+      "from torchvision.models.vision_transformer import VisionTransformer, "
+      "interpolate_embeddings\n"
+      "torch.manual_seed(0)\n"
+      "kw = dict(patch_size=4, num_layers=6, num_heads=3, hidden_dim=192, mlp_dim=768, "
+      "num_classes=10)\n"
+      "m = VisionTransformer(image_size=32, **kw).eval()\n"
+      "with torch.no_grad():\n"
+      "    for p in m.parameters(): p.add_(0.05 * torch.randn_like(p))\n"  // the head is zeros
+      "d = '" +
+          dir.path() +
+          "'\n"
+          "torch.save(m.state_dict(), d + '/weights.pt')\n"
+          "x = torch.randn(2, 3, 32, 32)\n"
+          "with torch.no_grad(): y = m(x)\n"
+          "torch.save({'x': x, 'y': y}, d + '/io32.pt')\n"
+          "m28 = VisionTransformer(image_size=28, **kw).eval()\n"
+          "m28.load_state_dict(interpolate_embeddings(28, 4, m.state_dict(), 'bilinear'))\n"
+          "x = torch.randn(2, 3, 28, 28)\n"
+          "with torch.no_grad(): y = m28(x)\n"
+          "torch.save({'x': x, 'y': y}, d + '/io28.pt')\n"
+          "print('REF ok')\n");
+  ASSERT_EQ(run.lines.size(), 1u) << "reference script produced no output";
+  torch::nn::AnyModule model = create_model("vit_tiny_patch4_32", ModelConfig{10, 32, "imagenet"});
+  load_named_tensors(*model.ptr(), read_state_dict(dir.file("weights.pt")));
+  expect_same_logits(model, dir.file("io32.pt"), "vit_tiny_patch4_32 at 32 px");
+  expect_same_logits(model, dir.file("io28.pt"), "vit_tiny_patch4_32 at 28 px (7x7 grid)");
+}
+
+TEST(ViTTest, PositionEmbeddingResizeKeepsClassTokenAndCorners) {
+  const torch::Tensor pos = torch::randn({1, 1 + 8 * 8, 5});
+  const torch::Tensor same = resize_position_embedding(pos, 8, 8);
+  EXPECT_TRUE(torch::equal(same, pos));
+  const torch::Tensor small = resize_position_embedding(pos, 2, 3);  // (1, 1 + 6, 5)
+  ASSERT_EQ(small.sizes(), (std::vector<int64_t>{1, 7, 5}));
+  EXPECT_TRUE(torch::equal(small[0][0], pos[0][0]));  // the class token's embedding
+  // align_corners: the grid's corners are kept exactly.
+  EXPECT_TRUE(torch::allclose(small[0][1], pos[0][1]));   // (0, 0)
+  EXPECT_TRUE(torch::allclose(small[0][6], pos[0][64]));  // (last, last)
+  EXPECT_THROW(resize_position_embedding(torch::randn({1, 1 + 10, 5}), 2, 2), Error);
+}
+
+TEST(ViTTest, TimmAliasesBuildTheTorchvisionModels) {
+  for (const auto& [alias, name] :
+       std::map<std::string, std::string>{{"vit_base_patch16_224", "vit_b_16"},
+                                          {"vit_base_patch32_224", "vit_b_32"},
+                                          {"vit_large_patch16_224", "vit_l_16"}}) {
+    for (int64_t classes : {10, 1000}) {
+      const ModelConfig config{classes, 224, "imagenet"};
+      EXPECT_EQ(model_parameter_count(find_model(alias), config),
+                model_parameter_count(find_model(name), config))
+          << alias;
+    }
+    EXPECT_EQ(find_model(alias).default_image_size, find_model(name).default_image_size);
+  }
+  // The smallest alias, built: vit_b_32's parameters (its keys are checked against
+  // torchvision in efficientnet_vit_structure_test.cpp).
+  const ModelConfig config{10, 224, "imagenet"};
+  torch::nn::AnyModule alias = create_model("vit_base_patch32_224", config);
+  EXPECT_EQ(count_parameters(*alias.ptr()), model_parameter_count(find_model("vit_b_32"), config));
+  EXPECT_EQ(alias.ptr()->named_parameters()["conv_proj.weight"].sizes(),
+            (std::vector<int64_t>{768, 3, 32, 32}));
+  const ModelInfo& seed = find_model("vit_base_patch16_224");
+  EXPECT_EQ(seed.recommendation.optimizer, "adamw");
+  EXPECT_DOUBLE_EQ(seed.recommendation.learning_rate, 1e-4);
+  EXPECT_EQ(seed.recommendation.batch_size, 128);
+  EXPECT_DOUBLE_EQ(seed.recommendation.weight_decay, 0.05);
+}
+
+TEST(ViTTest, TinyVitLearnsAFixedBatchAt32Pixels) {
+  torch::manual_seed(0);
+  torch::nn::AnyModule model = create_model("vit_tiny_patch4_32", ModelConfig{10, 32, "imagenet"});
+  ASSERT_EQ(count_parameters(*model.ptr()), model_parameter_count(find_model("vit_tiny_patch4_32"),
+                                                                  ModelConfig{10, 32, "imagenet"}));
+  model.ptr()->train();
+  torch::optim::AdamW optimizer(model.ptr()->parameters(), torch::optim::AdamWOptions(1e-3));
+  const torch::Tensor x = torch::randn({4, 3, 32, 32});
+  const torch::Tensor labels = torch::arange(4);
+  double first = 0, last = 0;
+  for (int step = 0; step < 3; ++step) {
+    optimizer.zero_grad();
+    torch::Tensor logits = model.forward(x);  // (4, 10)
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits, labels);
+    loss.backward();
+    optimizer.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_NEAR(first, std::log(10.0), 1e-4) << "torchvision's zero head gives uniform logits";
+  EXPECT_LT(last, first);
+  const auto& named = model.ptr()->named_parameters();
+  EXPECT_GT(named["encoder.pos_embedding"].grad().abs().sum().item<double>(), 0.0);
+  EXPECT_GT(named["class_token"].grad().abs().sum().item<double>(), 0.0);
+}
+
+TEST(ViTTest, RejectsInputsThatAreNotWholePatches) {
+  torch::nn::AnyModule model = create_model("vit_tiny_patch4_32", ModelConfig{10, 32, "imagenet"});
+  torch::NoGradGuard no_grad;
+  EXPECT_THROW(model.forward(torch::randn({2, 3, 30, 30})), Error);  // 30 is not a multiple of 4
+  EXPECT_THROW(model.forward(torch::randn({2, 1, 32, 32})), Error);  // grayscale
+  EXPECT_THROW(model.forward(torch::randn({3, 32, 32})), Error);     // no batch dimension
+  EXPECT_THROW(create_model("vit_b_16", ModelConfig{10, 224, "cifar"}), Error);
+}
+
+}  // namespace
+}  // namespace ddpx::models
