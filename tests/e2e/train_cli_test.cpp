@@ -85,6 +85,7 @@ TEST(TrainCliTest, ResumedRunEndsWithTheSameWeightsAsAnUninterruptedOne) {
 }
 
 struct BadInput {
+  std::string name;  // the test's name
   std::string args;
   int exit_code;
   std::string expected_text;
@@ -103,13 +104,18 @@ TEST_P(TrainCliErrorTest, EndsWithOneClearLine) {
 INSTANTIATE_TEST_SUITE_P(
     BadInputs, TrainCliErrorTest,
     ::testing::Values(
-        BadInput{"train --no_such_flag 3", 2, "--no_such_flag"},
-        BadInput{"train --model resnet9000", 2, "resnet18"},
-        BadInput{"train --batch_size 0", 2, "--batch_size"},
-        BadInput{"train --optimizer lion", 2, "sgd"},
-        BadInput{"train --dataset imagenet22k", 2, "fashion-mnist"},
-        BadInput{"train --dataset cifar10 --data_dir /nonexistent-ddpx", 1, "ddpx data download"},
-        BadInput{"train --resume /nonexistent-ddpx/ckpt.ddpx", 2, "/nonexistent-ddpx/ckpt.ddpx"}));
+        BadInput{"UnknownFlag", "train --no_such_flag 3", 2, "--no_such_flag"},
+        BadInput{"UnknownModel", "train --model resnet9000", 2, "resnet18"},
+        BadInput{"ZeroBatch", "train --batch_size 0", 2, "--batch_size"},
+        BadInput{"UnknownOptimizer", "train --optimizer lion", 2, "sgd"},
+        BadInput{"UnknownDataset", "train --dataset imagenet22k", 2, "fashion-mnist"},
+        BadInput{"MissingDataDir", "train --dataset cifar10 --data_dir /nonexistent-ddpx", 1,
+                 "ddpx data download"},
+        BadInput{"MissingResumeFile", "train --resume /nonexistent-ddpx/ckpt.ddpx", 2,
+                 "/nonexistent-ddpx/ckpt.ddpx"},
+        BadInput{"PretrainedMissing", "train --pretrained /nonexistent-ddpx/w.pth", 1,
+                 "/nonexistent-ddpx/w.pth"}),
+    [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
 TEST(TrainCliTest, ShowRecommendationsListsTheSeedModels) {
   auto r = run_command(ddpx("train --show_recommendations"), 60);
