@@ -9,6 +9,7 @@
 #include <torch/utils.h>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 
 namespace ddpx::bench {
@@ -52,6 +53,7 @@ GemmResult run_gemm(const GemmOptions& o) {
              "--size and --iterations must be positive, --warmup >= 0");
   DDPX_CHECK(o.device == "cpu", ErrorKind::kUsage,
              "--device {}: this build of ddpx has a CPU-only libtorch; use --device cpu", o.device);
+  set_threads(o.threads > 0 ? o.threads : default_threads());
   auto dtype = parse_dtype(o.dtype);
   auto options = torch::TensorOptions().dtype(dtype);
   torch::Tensor a = torch::randn({o.size, o.size}, options);

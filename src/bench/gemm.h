@@ -15,6 +15,7 @@ struct GemmOptions {
   int64_t iterations = 20;
   int64_t warmup = 3;
   std::string device = "cpu";     // cpu (cuda when libtorch has it)
+  int threads = 0;                // 0: $DDPX_THREADS or every usable core
 };
 
 struct GemmResult {

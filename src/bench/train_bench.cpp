@@ -14,6 +14,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -51,10 +52,8 @@ struct Phase {
 TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   DDPX_CHECK(o.batch_size > 0 && o.steps > 0 && o.warmup >= 0, ErrorKind::kUsage,
              "--batch_size and --steps must be positive");
-  int threads = o.threads > 0 ? o.threads
-                              : static_cast<int>(env::get_int_or("DDPX_THREADS",
-                                                                 torch::get_num_threads()));
-  torch::set_num_threads(threads);
+  int threads = o.threads > 0 ? o.threads : default_threads();
+  set_threads(threads);
   dist::InitOptions init;
   init.transport = o.transport;
   auto context = dist::init(init);

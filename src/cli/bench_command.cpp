@@ -20,6 +20,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   gemm->add_option("--iterations", g->iterations, "timed multiplies");
   gemm->add_option("--warmup", g->warmup, "untimed multiplies first");
   gemm->add_option("--device", g->device, "cpu (cuda on GPU builds)");
+  gemm->add_option("--threads", g->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
   gemm->callback([g, &exit_code] {
     bench::print_gemm(*g, bench::run_gemm(*g));
     exit_code = 0;

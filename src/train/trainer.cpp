@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <sched.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -34,15 +33,7 @@ namespace {
 
 constexpr int64_t kEvalBatchSize = 512;
 
-// --threads, else the launcher's share ($DDPX_THREADS = cores / workers), else every core
-// this process may run on.
-int choose_threads(const TrainOptions& o) {
-  if (o.threads > 0) return o.threads;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cores = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return static_cast<int>(env::get_int_or("DDPX_THREADS", std::max(cores, 1)));
-}
+int choose_threads(const TrainOptions& o) { return o.threads > 0 ? o.threads : default_threads(); }
 
 dist::CommHook parse_comm_hook(const std::string& name) {
   if (name == "fp16") return dist::CommHook::kFp16Compress;
@@ -87,7 +78,7 @@ class Run {
  private:
   void setup() {
     validate(o_);
-    torch::set_num_threads(choose_threads(o_));
+    set_threads(choose_threads(o_));
     dist::InitOptions init;
     init.backend = o_.backend;
     init.transport = o_.transport;
