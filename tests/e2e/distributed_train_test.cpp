@@ -2,6 +2,7 @@
 // the same training as one process when the global batch is kept (--batch_size_scaled).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <regex>
 
 #include "models/registry.h"
@@ -68,6 +69,37 @@ TEST(DistributedTrainTest, TwoRanksWithScaledBatchTrainLikeOneProcess) {
     double diff = (item.value() - pb[item.key()]).abs().max().item<double>();
     EXPECT_LT(diff, 1e-5) << item.key();
   }
+}
+
+// A worker that stops answering mid-training (SIGSTOP: alive, holding its sockets, silent) must
+// not hang the job: its peer's collective times out after --timeout, names the rank that is
+// behind, and the launcher ends the whole job.
+TEST(DistributedTrainTest, AStalledRankEndsTheJobWithinTheTimeout) {
+  test::TempDir dir;
+  const std::string marker = "--seed 4242" + std::to_string(test::free_port());
+  std::string command = ddpx("run 2 --grace_s 2 --log_dir " + dir.path() +
+                             " -- train --model mlp --dataset synthetic --synthetic_size 200000 "
+                             "--synthetic_image 8 --batch_size 16 --num_epochs 1 --timeout 5 " +
+                             marker);
+  // "[-]-seed ..." matches the workers' command lines but not the shells that search for them.
+  const std::string pattern = "[-]" + marker.substr(1);
+  // Stop rank 1 two seconds after rank 0 has printed its header (training is under way), from
+  // a helper shell running beside the job.
+  std::string stopper =
+      "( for i in $(seq 1 300); do "
+      "if grep -q 'world size' " + dir.path() + "/*/rank0.log 2>/dev/null; then sleep 2; "
+      "for p in $(pgrep -f -- '" + pattern + "'); do "
+      "if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then "
+      "kill -STOP $p; exit 0; fi; done; fi; sleep 0.2; done ) & ";
+  auto start = std::chrono::steady_clock::now();
+  auto r = run_command(stopper + command, 180);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(seconds, 120) << r.output;
+  EXPECT_NE(r.output.find("rank(s) 1"), std::string::npos) << "names the rank behind\n" << r.output;
+  auto left = run_command("pgrep -f -- '" + pattern + "' || true", 10);
+  EXPECT_EQ(left.output, "") << "no worker survives the job";
 }
 
 TEST(DistributedTrainTest, BatchThatDoesNotDivideIsAClearError) {
