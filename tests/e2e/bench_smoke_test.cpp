@@ -1,0 +1,58 @@
+// Every benchmark runs once at a tiny size so it cannot rot; the figures are not checked (they
+// live in docs/performance.md), only that each program runs and prints its table correctly.
+#include <gtest/gtest.h>
+
+#include "support/support.h"
+
+namespace ddpx {
+namespace {
+
+using test::run_command;
+
+std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+
+TEST(BenchSmokeTest, GemmPrintsTheSeedsLine) {
+  auto r = run_command(ddpx("bench gemm --size 64 --iterations 2 --warmup 1"), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Average performance: "), std::string::npos) << r.output;
+}
+
+TEST(BenchSmokeTest, AllreduceTableHasNoWrongValuesOnEitherTransport) {
+  for (const char* transport : {"shm", "gloo"}) {
+    test::TempDir dir;
+    auto r = run_command(ddpx(std::string("run 2 --log_dir ") + dir.path() +
+                              " -- bench allreduce -b 1024 -e 65536 -f 8 -n 2 --transport " +
+                              transport),
+                         120);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("# Out of bounds values : 0 OK"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("# Avg bus bandwidth"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("     65536"), std::string::npos) << "last row present\n" << r.output;
+  }
+}
+
+TEST(BenchSmokeTest, TrainSplitsTheStep) {
+  test::TempDir dir;
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
+                            " -- bench train --model mlp --image_size 8 --batch_size 4 --steps 2 "
+                            "--warmup 1 --json " + dir.file("out.json")),
+                       120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("communication not hidden"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loader alone"), std::string::npos) << r.output;
+  auto json = run_command("cat " + dir.file("out.json"), 10);
+  EXPECT_NE(json.output.find("\"images_per_sec\""), std::string::npos) << json.output;
+}
+
+TEST(BenchSmokeTest, PytorchPeerRuns) {
+  if (!test::python_has_module("torchvision")) GTEST_SKIP() << "needs Debian's python3-torchvision";
+  auto r = test::run_command(std::string(DDPX_PYTHON) + " " + test::source_dir() +
+                                 "/bench/pytorch_train.py --steps 1 --warmup 1 --batch_size 4 "
+                                 "--workers 0",
+                             180);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"images_per_sec\""), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ddpx
