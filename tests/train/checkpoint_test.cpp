@@ -2,6 +2,11 @@
 // truncation detected; `--resume auto` falls back to the newest good file; pruning.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -126,6 +131,38 @@ TEST(CheckpointTest, PruneKeepsTheNewest) {
   ASSERT_EQ(left.size(), 2u);
   EXPECT_EQ(left[0], checkpoint_path(dir.path(), 5));
   EXPECT_EQ(left[1], checkpoint_path(dir.path(), 4));
+}
+
+// A disk that fills up mid-write, injected with RLIMIT_FSIZE in a child process (writes past
+// the limit fail with EFBIG, as they would with ENOSPC): the save fails with a clear error, the
+// previous file is intact and no temporary file is left.
+TEST(AtomicFileTest, DiskFullMidWriteKeepsThePreviousFile) {
+  test::TempDir dir;
+  std::string path = dir.file("checkpoint.ddpx");
+  write_file_atomic(path, std::string(1000, 'a'));
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      write_file_atomic(path, std::string(1 << 20, 'b'));
+      ::_exit(1);  // the write should not have succeeded
+    } catch (const Error& e) {
+      bool clear = e.kind() == ErrorKind::kIo &&
+                   std::string(e.what()).find(path) != std::string::npos &&
+                   std::string(e.what()).find("previous file is kept") != std::string::npos;
+      ::_exit(clear ? 0 : 2);
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the write succeeded; 2: the error was not clear";
+  EXPECT_EQ(read_file(path), std::string(1000, 'a'));
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1) << "no temporary file left";
 }
 
 TEST(AtomicFileTest, FailedWriteKeepsThePreviousFile) {
