@@ -17,6 +17,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -95,6 +96,19 @@ std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, i
          "rank {} could not reach the rendezvous at {}:{} within {} ms ({}); check that rank 0 "
          "is running, that MASTER_ADDR/MASTER_PORT point at it and that the port is reachable",
          rank, addr, port, timeout.count(), what);
+  }
+}
+
+std::shared_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,
+                                             std::chrono::milliseconds timeout) {
+  try {
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::FileStore>(path, world_size);
+    store->setTimeout(timeout);
+    return share(std::move(store));
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    fail(ErrorKind::kDist, "cannot open the rendezvous file {} ({}); check that its folder exists "
+         "and is writable", path, what.substr(0, what.find('\n')));
   }
 }
 

@@ -23,6 +23,10 @@ namespace ddpx::dist::compat {
 std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, int rank,
                                             int world_size, std::chrono::milliseconds timeout);
 
+// A rendezvous store in a file every rank of one host can open (c10d::FileStore): no socket.
+std::shared_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,
+                                             std::chrono::milliseconds timeout);
+
 // A Gloo process group over TCP. `bind_host` is the address this rank's Gloo device binds
 // (127.0.0.1 for single-node loopback jobs; empty means the interface in GLOO_SOCKET_IFNAME,
 // else this host's resolved name).

@@ -1,6 +1,7 @@
 // init(): environment -> TCPStore rendezvous -> process group, and the Context's collectives.
 #include "dist/context.h"
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/c10d_compat.h"
@@ -66,8 +67,13 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   if (world.world_size == 1) {
     return std::make_shared<Context>(world, nullptr, nullptr, "none");
   }
-  auto store = compat::make_tcp_store(world.master_addr, world.master_port, world.rank,
-                                      world.world_size, options.timeout);
+  // `ddpx run` on one node hands its workers a rendezvous file (no listening socket at all);
+  // torchrun-style jobs and multi-node jobs meet at MASTER_ADDR:MASTER_PORT.
+  auto store_file = env::get("DDPX_STORE_FILE");
+  auto store = store_file && world.local_world_size == world.world_size
+                   ? compat::make_file_store(*store_file, world.world_size, options.timeout)
+                   : compat::make_tcp_store(world.master_addr, world.master_port, world.rank,
+                                            world.world_size, options.timeout);
   std::shared_ptr<c10d::ProcessGroup> group;
   if (backend == "nccl") {
     group = compat::make_nccl_group(store, world.rank, world.world_size, options.timeout);

@@ -338,6 +338,7 @@ int run_job(const LaunchOptions& options) {
   if (reservation) reservation->release_probe();  // rank 0's TCPStore binds the port next
   for (int restart = 0;; ++restart) {
     set_restart_count(plan, restart);
+    if (options.nnodes == 1) set_store_file(plan, fmt::format("{}/rendezvous.{}", log_dir, restart));
     AttemptResult result = Attempt(options, plan, outputs, signals.fd()).run();
     if (result.outcome == Outcome::kSuccess) return 0;
     if (result.outcome == Outcome::kWorkerFailed && restart < options.max_restarts) {

@@ -115,6 +115,16 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
   return plan;
 }
 
+void set_store_file(JobPlan& plan, const std::string& path) {
+  for (WorkerSpec& w : plan.workers) {
+    bool found = false;
+    for (auto& [name, value] : w.env) {
+      if (name == "DDPX_STORE_FILE") value = path, found = true;
+    }
+    if (!found) w.env.emplace_back("DDPX_STORE_FILE", path);
+  }
+}
+
 void set_restart_count(JobPlan& plan, int restart_count) {
   for (WorkerSpec& w : plan.workers) {
     for (auto& [name, value] : w.env) {

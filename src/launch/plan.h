@@ -47,6 +47,11 @@ JobPlan make_plan(const LaunchOptions& options, const HostInfo& host, int master
 // Sets DDPX_RESTART_COUNT for a restarted job.
 void set_restart_count(JobPlan& plan, int restart_count);
 
+// Single-node jobs meet through a file store (DDPX_STORE_FILE) rather than a TCPStore, whose
+// server in libtorch 1.13 listens on every interface: nothing of a local job is reachable
+// from the network. One fresh file per attempt, so a restart never sees stale keys.
+void set_store_file(JobPlan& plan, const std::string& path);
+
 // One shell-quoted line per worker: `[rank K] VAR=value ... program args`.
 std::string describe(const JobPlan& plan);
 

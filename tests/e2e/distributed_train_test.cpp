@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <regex>
+#include <sstream>
 
 #include "models/registry.h"
 #include "support/support.h"
@@ -100,6 +101,33 @@ TEST(DistributedTrainTest, AStalledRankEndsTheJobWithinTheTimeout) {
   EXPECT_NE(r.output.find("rank(s) 1"), std::string::npos) << "names the rank behind\n" << r.output;
   auto left = run_command("pgrep -f -- '" + pattern + "' || true", 10);
   EXPECT_EQ(left.output, "") << "no worker survives the job";
+}
+
+// A single-node job opens no socket that listens beyond loopback: it meets through a file
+// store, and Gloo binds 127.0.0.1.
+TEST(DistributedTrainTest, ASingleNodeJobListensOnlyOnLoopback) {
+  test::TempDir dir;
+  const std::string marker = "--seed 5151" + std::to_string(test::free_port());
+  const std::string pattern = "[-]" + marker.substr(1);
+  std::string job = ddpx("run 2 --log_dir " + dir.path() +
+                         " -- train --model mlp --dataset synthetic --synthetic_size 200000 "
+                         "--synthetic_image 8 --batch_size 16 --num_epochs 1 " + marker);
+  // While the job trains, list the listening TCP sockets of its processes, then stop it.
+  std::string probe =
+      "( for i in $(seq 1 300); do "
+      "if grep -q 'world size' " + dir.path() + "/*/rank0.log 2>/dev/null; then sleep 1; "
+      "for p in $(pgrep -f -- '" + pattern + "'); do ss -ltnpH | grep \"pid=$p,\" ; done "
+      "> " + dir.file("listening") + "; echo probed > " + dir.file("done") + "; "
+      "pkill -INT -f -- '[d]dpx run 2 --log_dir " + dir.path() + "'; exit 0; fi; sleep 0.2; done ) & ";
+  auto r = run_command(probe + job, 180);
+  ASSERT_EQ(run_command("cat " + dir.file("done"), 10).output, "probed\n") << r.output;
+  std::string listening = run_command("cat " + dir.file("listening"), 10).output;
+  std::istringstream lines(listening);
+  for (std::string line; std::getline(lines, line);) {
+    bool loopback = line.find(" 127.") != std::string::npos || line.find(" [::1]") != std::string::npos;
+    EXPECT_TRUE(loopback) << "listens beyond loopback: " << line;
+  }
+  EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "' || true", 10).output, "");
 }
 
 TEST(DistributedTrainTest, BatchThatDoesNotDivideIsAClearError) {
