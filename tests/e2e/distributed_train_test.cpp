@@ -130,6 +130,47 @@ TEST(DistributedTrainTest, ASingleNodeJobListensOnlyOnLoopback) {
   EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "' || true", 10).output, "");
 }
 
+// `--max_restarts` + `--resume auto`: a worker killed with SIGKILL in the middle of epoch 2
+// costs only that epoch; the job restarts from the epoch-1 checkpoint and ends where an
+// uninterrupted run ends. Known gap: across a multi-rank resume the weights agree to ~1e-3, not
+// bit for bit (a one-process resume is exact, see train_cli_test); the bound below says so.
+TEST(DistributedTrainTest, AJobRestartedAfterAKilledWorkerEndsWhereAnUninterruptedOneEnds) {
+  test::TempDir dir;
+  const std::string marker = "--seed 6161" + std::to_string(test::free_port());
+  const std::string pattern = "[-]" + marker.substr(1);
+  std::string train = " -- train --model mlp --dataset synthetic --synthetic_size 40000 "
+                      "--synthetic_image 8 --batch_size 16 --threads 1 --num_epochs 3 "
+                      "--resume auto --limit_test_batches 1 " + marker + " --save_dir ";
+  auto clean = run_command(ddpx("run 2 --log_dir " + dir.file("log1") + train + dir.file("clean")), 300);
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  // Kill rank 1 once the epoch-1 checkpoint exists (it is then in epoch 2).
+  std::string killer =
+      "( for i in $(seq 1 600); do "
+      "if [ -e " + train::checkpoint_path(dir.file("faulty"), 1) + " ]; then sleep 0.3; "
+      "for p in $(pgrep -f -- '" + pattern + "'); do "
+      "if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then "
+      "kill -KILL $p; exit 0; fi; done; fi; sleep 0.1; done ) & ";
+  auto faulty = run_command(killer + ddpx("run 2 --max_restarts 1 --grace_s 2 --log_dir " +
+                                          dir.file("log2") + train + dir.file("faulty")),
+                            300);
+  ASSERT_EQ(faulty.exit_code, 0) << faulty.output;
+  EXPECT_NE(faulty.output.find("restarting all workers"), std::string::npos) << faulty.output;
+  EXPECT_NE(faulty.output.find("resumed from"), std::string::npos) << faulty.output;
+
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 8;
+  auto a = models::create_model("mlp", config);
+  auto b = models::create_model("mlp", config);
+  train::load_checkpoint_weights(train::checkpoint_path(dir.file("clean"), 3), *a.ptr());
+  train::load_checkpoint_weights(train::checkpoint_path(dir.file("faulty"), 3), *b.ptr());
+  auto pb = b.ptr()->named_parameters();
+  for (const auto& item : a.ptr()->named_parameters()) {
+    double diff = (item.value() - pb[item.key()]).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-2) << item.key();
+  }
+}
+
 TEST(DistributedTrainTest, BatchThatDoesNotDivideIsAClearError) {
   test::TempDir dir;
   auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
