@@ -107,13 +107,6 @@ class Run {
     config.stem = o_.stem;
     model_ = models::create_model(o_.model, config);
     if (!o_.pretrained.empty()) pretrained_note_ = load_pretrained(o_.pretrained, *model_.ptr());
-    if (context_->distributed()) {
-      dist::DdpOptions ddp;
-      ddp.broadcast_buffers = o_.broadcast_buffers;
-      ddp.find_unused_parameters = o_.find_unused_parameters;
-      ddp.comm_hook = parse_comm_hook(o_.comm_hook);
-      ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, context_->process_group(), ddp);
-    }
 
     data::SamplerOptions sampler;
     sampler.rank = context_->rank();
@@ -133,6 +126,15 @@ class Run {
         static_cast<int64_t>(std::llround(o_.warmup_epochs * updates_per_epoch)));
 
     resume();
+    // DDP last: it registers its gradient hooks on the parameters as loaded (a checkpoint load
+    // replaces their storage) and broadcasts rank 0's weights, pretrained or resumed.
+    if (context_->distributed()) {
+      dist::DdpOptions ddp;
+      ddp.broadcast_buffers = o_.broadcast_buffers;
+      ddp.find_unused_parameters = o_.find_unused_parameters;
+      ddp.comm_hook = parse_comm_hook(o_.comm_hook);
+      ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, context_->process_group(), ddp);
+    }
     print_header();
   }
 
