@@ -102,17 +102,23 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   int64_t epoch = 0;
   loader.start_epoch(sampler.indices(epoch), epoch);
 
-  model.ptr()->train();
-  double startup_s = 0;
-  // One step; `sync` false runs the same compute under no_sync (no communication).
-  auto step = [&](Phase& phase, bool sync) {
-    Stopwatch total;
+  // The next batch, running on into the next epoch when one ends.
+  auto next_batch = [&]() -> std::optional<data::Batch> {
     std::optional<data::Batch> batch = loader.next();
     if (!batch) {
       ++epoch;
       loader.start_epoch(sampler.indices(epoch), epoch);
       batch = loader.next();
     }
+    return batch;
+  };
+
+  model.ptr()->train();
+  double startup_s = 0;
+  // One step; `sync` false runs the same compute under no_sync (no communication).
+  auto step = [&](Phase& phase, bool sync) {
+    Stopwatch total;
+    std::optional<data::Batch> batch = next_batch();
     double data_s = total.seconds();
     Stopwatch compute;
     auto run = [&] {
@@ -158,13 +164,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     Stopwatch watch;
     int64_t images = 0;
     for (int64_t i = 0; i < std::max<int64_t>(o.steps, 4); ++i) {
-      std::optional<data::Batch> batch = loader.next();
-      if (!batch) {
-        ++epoch;
-        loader.start_epoch(sampler.indices(epoch), epoch);
-        batch = loader.next();
-      }
-      images += batch->size();
+      images += next_batch()->size();
     }
     loader_images_per_sec = images / watch.seconds();
   }
