@@ -161,6 +161,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   // training it could run.
   double loader_images_per_sec = 0;
   {
+    ++epoch;  // a fresh epoch: batches prefetched during training would flatter the loader
+    loader.start_epoch(sampler.indices(epoch), epoch);
     Stopwatch watch;
     int64_t images = 0;
     for (int64_t i = 0; i < std::max<int64_t>(o.steps, 4); ++i) {
