@@ -168,11 +168,7 @@ void register_densenet_models(std::vector<ModelInfo>& table) {
     base.growth_rate = variant.growth_rate;
     base.block_config = variant.block_config;
     base.num_init_features = variant.num_init_features;
-    const std::string name = info.name;
-    info.build = [base, name](const ModelConfig& config) {
-      DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
-                 "{} has no '{}' stem; --stem applies to the resnet family only", name,
-                 config.stem);
+    info.build = [base](const ModelConfig& config) {
       DenseNetOptions options = base;
       options.num_classes = config.num_classes;
       return torch::nn::AnyModule(DenseNet(options));

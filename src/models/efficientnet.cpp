@@ -255,11 +255,7 @@ void register_efficientnet_models(std::vector<ModelInfo>& table) {
     info.recommendation.batch_size = 256;
     info.recommendation.weight_decay = 1e-5;
     const EfficientNetOptions base = efficientnet_options(variant);
-    const std::string name = info.name;
-    info.build = [base, name](const ModelConfig& config) {
-      DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
-                 "{} has no '{}' stem; --stem applies to the resnet family only", name,
-                 config.stem);
+    info.build = [base](const ModelConfig& config) {
       EfficientNetOptions options = base;
       options.num_classes = config.num_classes;
       return torch::nn::AnyModule(EfficientNet(options));

@@ -36,8 +36,6 @@ void register_mlp_models(std::vector<ModelInfo>& table) {
   info.recommendation.normalize = "dataset";
   info.recommendation.note = "smoke test, no BatchNorm";
   info.build = [](const ModelConfig& config) {
-    DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
-               "mlp has no '{}' stem; --stem applies to the resnet family only", config.stem);
     MlpOptions options;
     options.in_features = 3 * config.image_size * config.image_size;
     options.num_classes = config.num_classes;

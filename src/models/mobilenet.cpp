@@ -111,9 +111,6 @@ void register_mobilenet_models(std::vector<ModelInfo>& table) {
   info.recommendation.batch_size = 256;
   info.recommendation.weight_decay = 4e-5;
   info.build = [](const ModelConfig& config) {
-    DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
-               "mobilenet_v2 has no '{}' stem; --stem applies to the resnet family only",
-               config.stem);
     return torch::nn::AnyModule(MobileNetV2(config.num_classes));
   };
   table.push_back(std::move(info));  // 3.5M parameters: counting by building is fast

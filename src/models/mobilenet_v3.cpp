@@ -192,11 +192,7 @@ void register_mobilenet_v3_models(std::vector<ModelInfo>& table) {
     info.recommendation.note = "tv: rmsprop";
     MobileNetV3Options base;
     base.large = large;
-    const std::string name = info.name;
-    info.build = [base, name](const ModelConfig& config) {
-      DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
-                 "{} has no '{}' stem; --stem applies to the resnet family only", name,
-                 config.stem);
+    info.build = [base](const ModelConfig& config) {
       MobileNetV3Options options = base;
       options.num_classes = config.num_classes;
       return torch::nn::AnyModule(MobileNetV3(options));

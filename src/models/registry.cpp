@@ -46,6 +46,8 @@ void validate_config(const ModelConfig& config) {
 torch::nn::AnyModule create_model(const std::string& name, const ModelConfig& config) {
   const ModelInfo& info = find_model(name);
   validate_config(config);
+  DDPX_CHECK(config.stem == "imagenet" || info.has_cifar_stem, ErrorKind::kUsage,
+             "{} has no '{}' stem; --stem applies to the resnet family only", name, config.stem);
   return info.build(config);
 }
 

@@ -33,6 +33,7 @@ struct ModelInfo {
   std::string name;
   std::string family;
   int64_t default_image_size = 224;
+  bool has_cifar_stem = false;  // accepts ModelConfig::stem == "cifar" (the resnet family)
   Recommendation recommendation;
   std::function<torch::nn::AnyModule(const ModelConfig&)> build;
   // Optional: the exact parameter count without building (big models take seconds to

@@ -192,6 +192,7 @@ ModelInfo resnet_entry(const std::string& name, ResNetOptions base, Recommendati
   ModelInfo info;
   info.name = name;
   info.family = "resnet";
+  info.has_cifar_stem = true;
   info.default_image_size = 224;
   info.recommendation = std::move(recommendation);
   info.build = [base](const ModelConfig& config) {

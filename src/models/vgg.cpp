@@ -118,11 +118,7 @@ void register_vgg_models(std::vector<ModelInfo>& table) {
       VggOptions base;
       base.depth = depth;
       base.batch_norm = batch_norm;
-      const std::string name = info.name;
-      info.build = [base, name](const ModelConfig& config) {
-        DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
-                   "{} has no '{}' stem; --stem applies to the resnet family only", name,
-                   config.stem);
+      info.build = [base](const ModelConfig& config) {
         VggOptions options = base;
         options.num_classes = config.num_classes;
         return torch::nn::AnyModule(Vgg(options));

@@ -202,11 +202,7 @@ void register_vit_models(std::vector<ModelInfo>& table) {
     info.recommendation.weight_decay = 0.05;
     info.recommendation.note = preset.note;
     const ViTOptions base = preset.options;
-    const std::string name = info.name;
-    info.build = [base, name](const ModelConfig& config) {
-      DDPX_CHECK(config.stem == "imagenet", ErrorKind::kUsage,
-                 "{} has no '{}' stem; --stem applies to the resnet family only", name,
-                 config.stem);
+    info.build = [base](const ModelConfig& config) {
       // config.image_size does not change the structure: the position embedding keeps the
       // default grid and is resized per input (see vit.h).
       ViTOptions options = base;
