@@ -27,6 +27,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "dist/process_group_shm.h"
+#include "dist/traced_process_group.h"
 
 #define DDPX_TORCH_2X (TORCH_VERSION_MAJOR >= 2)
 #define DDPX_TORCH_AT_LEAST_2_6 \
@@ -77,7 +78,9 @@ std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, i
   options.port = static_cast<std::uint16_t>(port);
   options.isServer = rank == 0;
   options.numWorkers = static_cast<std::size_t>(world_size);
-  options.waitWorkers = true;
+  // join_rendezvous() waits for the ranks and names the missing ones; TCPStore would only
+  // say that not all of them came.
+  options.waitWorkers = false;
   options.timeout = timeout;
   try {
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(addr, options);
@@ -85,17 +88,25 @@ std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, i
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
+    if (rank == 0 && what.find("in use") != std::string::npos) {
+      fail(ErrorKind::kDist,
+           "rank 0 cannot host the rendezvous: port {} is already in use by another program "
+           "(a stale job?); stop it (ss -ltnp | grep :{} shows who listens) or set MASTER_PORT "
+           "to a free port for every rank (WORLD_SIZE={})",
+           port, port, world_size);
+    }
     if (rank == 0) {
       fail(ErrorKind::kDist,
-           "rank 0 could not host the rendezvous on port {} or not all {} ranks joined within "
-           "{} ms ({}); check that MASTER_PORT is free, that every rank uses MASTER_ADDR={} "
-           "MASTER_PORT={} and WORLD_SIZE={}",
-           port, world_size, timeout.count(), what, addr, port, world_size);
+           "rank 0 could not host the rendezvous on port {} within {} ms ({}); check that "
+           "MASTER_PORT is free and that every rank uses MASTER_ADDR={} MASTER_PORT={} and "
+           "WORLD_SIZE={}",
+           port, timeout.count(), what, addr, port, world_size);
     }
     fail(ErrorKind::kDist,
          "rank {} could not reach the rendezvous at {}:{} within {} ms ({}); check that rank 0 "
-         "is running, that MASTER_ADDR/MASTER_PORT point at it and that the port is reachable",
-         rank, addr, port, timeout.count(), what);
+         "is running, that MASTER_ADDR/MASTER_PORT point at it and that the port is reachable "
+         "(WORLD_SIZE={})",
+         rank, addr, port, timeout.count(), what, world_size);
   }
 }
 
@@ -199,6 +210,16 @@ std::shared_ptr<c10d::ProcessGroup> make_nccl_group(const std::shared_ptr<c10d::
        "--backend nccl: this libtorch was built without CUDA/NCCL (libtorch {}.{} CPU); use "
        "--backend gloo, or rebuild ddpx against a CUDA libtorch",
        TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
+#endif
+}
+
+std::shared_ptr<c10d::ProcessGroup> make_traced_group(
+    std::shared_ptr<c10d::ProcessGroup> group, std::shared_ptr<trace::CollectiveTrace> trace) {
+#ifdef DDPX_HAVE_TRACED_GROUP
+  return share(c10::intrusive_ptr<c10d::ProcessGroup>(
+      c10::make_intrusive<TracedProcessGroup>(std::move(group), std::move(trace))));
+#else
+  return group;
 #endif
 }
 

@@ -16,6 +16,10 @@ class ProcessGroup;
 class Store;
 }  // namespace c10d
 
+namespace ddpx::trace {
+class CollectiveTrace;
+}
+
 namespace ddpx::dist::compat {
 
 // The rendezvous store: rank 0 hosts it on `port` and waits for `world_size` clients; the
@@ -50,6 +54,11 @@ std::shared_ptr<c10d::ProcessGroup> make_shm_group(const std::shared_ptr<c10d::S
                                                    std::shared_ptr<c10d::ProcessGroup> gloo,
                                                    int rank, int world_size,
                                                    std::chrono::milliseconds timeout);
+
+// Wraps `group` so that every collective is recorded in `trace` (TracedProcessGroup). On
+// libtorch 2.x, whose ProcessGroup layout that class does not follow, returns `group` as is.
+std::shared_ptr<c10d::ProcessGroup> make_traced_group(
+    std::shared_ptr<c10d::ProcessGroup> group, std::shared_ptr<trace::CollectiveTrace> trace);
 
 // Whether the group's backend can all-reduce bfloat16 tensors (Gloo in 1.13 cannot).
 bool supports_bf16_allreduce(const c10d::ProcessGroup& group);

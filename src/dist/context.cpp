@@ -5,7 +5,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/c10d_compat.h"
+#include "core/collective_trace.h"
 #include "dist/collectives.h"
+#include "dist/rendezvous.h"
 
 namespace ddpx::dist {
 namespace {
@@ -70,10 +72,13 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   // `ddpx run` on one node hands its workers a rendezvous file (no listening socket at all);
   // torchrun-style jobs and multi-node jobs meet at MASTER_ADDR:MASTER_PORT.
   auto store_file = env::get("DDPX_STORE_FILE");
-  auto store = store_file && world.local_world_size == world.world_size
-                   ? compat::make_file_store(*store_file, world.world_size, options.timeout)
-                   : compat::make_tcp_store(world.master_addr, world.master_port, world.rank,
-                                            world.world_size, options.timeout);
+  const bool use_file = store_file && world.local_world_size == world.world_size;
+  auto store = use_file ? compat::make_file_store(*store_file, world.world_size, options.timeout)
+                        : compat::make_tcp_store(world.master_addr, world.master_port, world.rank,
+                                                 world.world_size, options.timeout);
+  join_rendezvous(*store, world, options.timeout,
+                  use_file ? "the file " + *store_file
+                           : world.master_addr + ":" + std::to_string(world.master_port));
   std::shared_ptr<c10d::ProcessGroup> group;
   if (backend == "nccl") {
     group = compat::make_nccl_group(store, world.rank, world.world_size, options.timeout);
@@ -97,6 +102,14 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
                    "use --transport auto or gloo");
       }
     }
+  }
+  // Every collective of the job's group is recorded (collective_trace.h); DDPX_TRACE_DIR puts
+  // the record where the other ranks and the launcher can read it.
+  // DDPX_TRACE=0 turns it off (to measure its cost; see docs/distributed.md).
+  if (env::get_or("DDPX_TRACE", "1") != "0") {
+    auto trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""),
+                                                          world.rank, world.world_size);
+    group = compat::make_traced_group(std::move(group), std::move(trace));
   }
   std::string name = compat::backend_name(*group);
   log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
