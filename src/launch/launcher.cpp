@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 
+#include "core/collective_report.h"
 #include "core/error.h"
 #include "launch/plan.h"
 #include "launch/port.h"
@@ -125,8 +126,11 @@ struct AttemptResult {
 class Attempt {
  public:
   Attempt(const LaunchOptions& options, const JobPlan& plan, std::vector<WorkerOutput>& outputs,
-          int signal_fd)
-      : options_(options), signal_fd_(signal_fd) {
+          int signal_fd, std::string trace_dir)
+      : options_(options),
+        signal_fd_(signal_fd),
+        trace_dir_(std::move(trace_dir)),
+        world_size_(plan.world_size) {
     for (size_t i = 0; i < plan.workers.size(); ++i) {
       workers_.push_back(Worker{&plan.workers[i], &outputs[i], {}, false});
     }
@@ -243,7 +247,25 @@ class Attempt {
     std::string report = fmt::format("ddpx run: last lines of {}:\n", w.output->log_path());
     for (const std::string& line : w.output->tail(kTailLines)) report += "  | " + line + "\n";
     write_all(STDERR_FILENO, report);
+    report_collectives();
     begin_stop(SIGTERM);
+  }
+
+  // When ranks were waiting in a collective (a timeout, or a peer that died in one), one
+  // table of every local rank's last collectives and the verdict (core/collective_report.h).
+  void report_collectives() {
+    if (trace_dir_.empty()) return;
+    auto ranks = trace::read_traces(trace_dir_, options_.nnodes == 1 ? world_size_ : 0);
+    bool waiting = false;
+    for (const auto& s : ranks) {
+      for (const auto& e : s.entries) waiting |= e.state != trace::State::kDone;
+    }
+    if (!waiting) return;
+    auto r = trace::make_report(std::move(ranks), options_.nnodes == 1 ? world_size_ : 0,
+                                trace::realtime_ns());
+    say("collectives of every rank (newest last; files in " + trace_dir_ + "/):");
+    write_all(STDERR_FILENO, r.table);
+    say(r.verdict);
   }
 
   void begin_stop(int signal) {
@@ -251,7 +273,10 @@ class Attempt {
     kill_deadline_ =
         Clock::now() + std::chrono::milliseconds(static_cast<long>(options_.grace_s * 1000));
     for (Worker& w : workers_) {
-      if (w.running) signal_worker(w.process.pid, signal);
+      if (!w.running) continue;
+      signal_worker(w.process.pid, signal);
+      // A stopped worker (SIGSTOP, a debugger) acts on the signal only once continued.
+      if (signal != SIGKILL) signal_worker(w.process.pid, SIGCONT);
     }
     if (signal == SIGKILL) killed_ = true;
   }
@@ -288,6 +313,8 @@ class Attempt {
 
   const LaunchOptions& options_;
   int signal_fd_;
+  std::string trace_dir_;
+  int world_size_;
   std::vector<Worker> workers_;
   AttemptResult result_;
   bool stopping_ = false;
@@ -339,7 +366,9 @@ int run_job(const LaunchOptions& options) {
   for (int restart = 0;; ++restart) {
     set_restart_count(plan, restart);
     if (options.nnodes == 1) set_store_file(plan, fmt::format("{}/rendezvous.{}", log_dir, restart));
-    AttemptResult result = Attempt(options, plan, outputs, signals.fd()).run();
+    std::string trace_dir = fmt::format("{}/trace.{}", log_dir, restart);
+    set_trace_dir(plan, trace_dir);
+    AttemptResult result = Attempt(options, plan, outputs, signals.fd(), trace_dir).run();
     if (result.outcome == Outcome::kSuccess) return 0;
     if (result.outcome == Outcome::kWorkerFailed && restart < options.max_restarts) {
       say(fmt::format("restarting all workers (restart {} of {})", restart + 1,

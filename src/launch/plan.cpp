@@ -116,13 +116,22 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
 }
 
 void set_store_file(JobPlan& plan, const std::string& path) {
+  set_env(plan, "DDPX_STORE_FILE", path);
+}
+
+void set_env(JobPlan& plan, const std::string& name, const std::string& value) {
   for (WorkerSpec& w : plan.workers) {
     bool found = false;
-    for (auto& [name, value] : w.env) {
-      if (name == "DDPX_STORE_FILE") value = path, found = true;
+    for (auto& [key, current] : w.env) {
+      if (key == name) current = value, found = true;
     }
-    if (!found) w.env.emplace_back("DDPX_STORE_FILE", path);
+    if (!found) w.env.emplace_back(name, value);
   }
+}
+
+void set_trace_dir(JobPlan& plan, const std::string& dir) {
+  set_env(plan, "DDPX_TRACE_DIR", dir);
+  set_env(plan, "DDPX_TRACE_TABLE", "0");  // the launcher prints the table, once
 }
 
 void set_restart_count(JobPlan& plan, int restart_count) {

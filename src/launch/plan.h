@@ -52,6 +52,14 @@ void set_restart_count(JobPlan& plan, int restart_count);
 // from the network. One fresh file per attempt, so a restart never sees stale keys.
 void set_store_file(JobPlan& plan, const std::string& path);
 
+// Every worker records its collectives in DDPX_TRACE_DIR=dir (one file per rank, see
+// core/collective_trace.h) and leaves the timeout table to the launcher (DDPX_TRACE_TABLE=0).
+// One folder per attempt, like the store file.
+void set_trace_dir(JobPlan& plan, const std::string& dir);
+
+// Sets (or replaces) one variable in every worker's environment.
+void set_env(JobPlan& plan, const std::string& name, const std::string& value);
+
 // One shell-quoted line per worker: `[rank K] VAR=value ... program args`.
 std::string describe(const JobPlan& plan);
 
