@@ -1,0 +1,137 @@
+// The collective record: the ring and its file, the verdicts, and a real Gloo job's group
+// recording what it did.
+#include "core/collective_trace.h"
+
+#include <gtest/gtest.h>
+
+#include "core/collective_report.h"
+#include "dist/traced_process_group.h"
+#include "ranks.h"
+
+namespace ddpx::trace {
+namespace {
+
+using test::error_text;
+
+void record(CollectiveTrace& t, const char* op, int64_t n, bool finish = true) {
+  uint64_t seq = t.begin(op, "float", &n, 1, 1);
+  if (finish) t.end(seq, true);
+}
+
+TEST(CollectiveTraceTest, TheRingKeepsTheNewestRecordsInOrder) {
+  CollectiveTrace t("", /*rank=*/0, /*world_size=*/1);
+  for (int i = 1; i <= kRing + 10; ++i) record(t, "allreduce", i, /*finish=*/i != kRing + 10);
+  Snapshot s = t.snapshot();
+  ASSERT_EQ(s.entries.size(), static_cast<size_t>(kRing));
+  EXPECT_EQ(s.entries.front().seq, 11u);
+  EXPECT_EQ(s.entries.back().seq, static_cast<uint64_t>(kRing + 10));
+  EXPECT_EQ(s.entries.back().state, State::kPending);
+  EXPECT_EQ(s.entries.front().sig.text(), "allreduce float[11]");
+  EXPECT_EQ(s.entries.front().state, State::kDone);
+}
+
+TEST(CollectiveTraceTest, AFileRingIsReadableByOthersDuringAndAfterTheRank) {
+  test::TempDir dir;
+  {
+    CollectiveTrace t(dir.path(), /*rank=*/1, /*world_size=*/2);
+    record(t, "broadcast", 10);
+    record(t, "allreduce", 1024, /*finish=*/false);
+    auto live = read_trace(dir.path(), 1);
+    ASSERT_TRUE(live.has_value());
+    ASSERT_EQ(live->entries.size(), 2u);
+    EXPECT_EQ(live->entries[1].state, State::kPending);
+    EXPECT_EQ(live->pid, ::getpid());
+  }
+  auto after = read_traces(dir.path());
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].rank, 1);
+  EXPECT_EQ(after[0].entries[0].sig.text(), "broadcast float[10]");
+  test::write_bytes(dir.file("rank0.trace"), "not a trace");
+  EXPECT_FALSE(read_trace(dir.path(), 0).has_value());
+}
+
+Snapshot rank_with(int rank, std::vector<std::pair<std::string, int64_t>> ops, size_t done) {
+  Snapshot s;
+  s.rank = rank;
+  s.pid = ::getpid();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Entry e;
+    e.seq = i + 1;
+    e.sig = Signature{ops[i].first, "float", {ops[i].second}, 1};
+    e.state = i < done ? State::kDone : State::kPending;
+    s.entries.push_back(e);
+  }
+  return s;
+}
+
+TEST(CollectiveReportTest, VerdictNamesTheRankBehindAndWhereOthersWait) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}, {"broadcast", 10}}, 2);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 2);
+  auto r2 = rank_with(2, {{"allreduce", 8}, {"allreduce", 8}, {"broadcast", 10}}, 2);
+  EXPECT_EQ(verdict({r0, r1, r2}, 3),
+            "rank 1 is behind: last completed seq 2 (allreduce float[8]), others wait in seq 3 "
+            "(broadcast float[10])");
+}
+
+TEST(CollectiveReportTest, VerdictNamesTheFirstMismatchedSequence) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 1024}}, 1);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"broadcast", 10}}, 1);
+  EXPECT_EQ(verdict({r0, r1}, 2),
+            "mismatched collectives at seq 2: rank 0 allreduce float[1024], rank 1 broadcast "
+            "float[10]");
+}
+
+TEST(CollectiveReportTest, RanksWithoutARecordAndEvenRanksAreSaidSo) {
+  auto r0 = rank_with(0, {{"allreduce", 8}}, 0);
+  EXPECT_EQ(verdict({r0}, 2),
+            "rank(s) 1 are behind: no record of them, the others wait in seq 1 (allreduce "
+            "float[8])");
+  auto r1 = rank_with(1, {{"allreduce", 8}}, 0);
+  EXPECT_NE(verdict({r0, r1}, 2).find("no rank is behind by the record: every rank waits in "
+                                      "seq 1 (allreduce float[8])"),
+            std::string::npos);
+}
+
+TEST(CollectiveReportTest, TheTableHasARowPerRecentCollectiveOfEveryRank) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}, {"broadcast", 10}}, 2);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 2);
+  auto report = make_report({r1, r0}, 2, realtime_ns(), /*rows_per_rank=*/2);
+  EXPECT_EQ(std::count(report.table.begin(), report.table.end(), '\n'), 5) << report.table;
+  EXPECT_EQ(report.table.rfind("# rank  pid", 0), 0u) << report.table;
+  EXPECT_NE(report.table.find("broadcast float[10]"), std::string::npos) << report.table;
+  EXPECT_NE(report.table.find("WAITING"), std::string::npos) << report.table;
+  EXPECT_EQ(process_state(::getpid()), "running");
+  EXPECT_EQ(process_state(0), "gone");
+}
+
+TEST(CollectiveTraceTest, AGlooJobRecordsEveryCollectiveOfItsGroup) {
+  std::vector<Snapshot> seen(2);
+  auto errors = test::run_ranks(2, [&](int rank, dist::Context& context) {
+    auto t = torch::ones({3, 4});
+    context.all_reduce_sum(t);
+    auto b = torch::zeros({5}, torch::kLong);
+    context.broadcast(b, 0);
+    context.barrier();
+#ifdef DDPX_HAVE_TRACED_GROUP
+    auto* traced = dynamic_cast<dist::TracedProcessGroup*>(context.process_group().get());
+    ASSERT_NE(traced, nullptr) << "the job's group is traced";
+    seen[rank] = traced->trace()->snapshot();
+#else
+    GTEST_SKIP() << "libtorch 2.x: collectives are not traced";
+#endif
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(seen[rank].entries.size(), 3u) << "rank " << rank;
+    EXPECT_EQ(seen[rank].entries[0].sig.text(), "allreduce float[3,4]");
+    EXPECT_EQ(seen[rank].entries[1].sig.text(), "broadcast long[5]");
+    EXPECT_EQ(seen[rank].entries[2].sig.op, "barrier");
+    for (const auto& e : seen[rank].entries) {
+      EXPECT_EQ(e.state, State::kDone) << e.sig.text();
+      EXPECT_GE(e.end_ns, e.start_ns);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddpx::trace
