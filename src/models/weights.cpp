@@ -1,17 +1,20 @@
-// Name-based copy of tensors into modules, and reading torch.save files with libtorch's own
-// zip reader and unpickler.
+// Name-based copy of tensors into modules, and reading torch.save files: ddpx's own zip reader
+// and pickle check (models/torch_file.h) in front of libtorch's unpickler.
 #include "models/weights.h"
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
-#include <caffe2/serialize/inline_container.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
 #include "core/error.h"
+#include "models/torch_file.h"
 
 namespace ddpx::models {
 namespace {
@@ -112,20 +115,55 @@ bool rewrite_ordered_dict(std::string& pickle) {
   return true;
 }
 
-}  // namespace
+// The records of the unpickled storages: where libtorch's storage memory starts, and how many
+// bytes the file really had for it (libtorch sizes a storage by the count in the pickle).
+using RecordSizes = std::map<const void*, size_t>;
 
-std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
-  DDPX_CHECK(std::ifstream(path, std::ios::binary).good(), ErrorKind::kIo,
-             "cannot open weights file '{}'; check the path", path);
+// A tensor must lie inside its storage and the storage inside its record: libtorch 1.13 sets
+// sizes, strides and offset from the pickle unchecked, so reading a bad one reads past memory.
+void check_extent(const torch::Tensor& t, const RecordSizes& records, const std::string& path,
+                  const std::string& name) {
+  auto bad = [&](const char* what) {
+    fail(ErrorKind::kData, "weights file '{}': tensor '{}' {}; the file is corrupt, save it again",
+         path, name, what);
+  };
+  const c10::Storage& storage = t.storage();
+  const auto record = records.find(storage.data());
+  const size_t have = record == records.end() ? 0 : record->second;
+  if (storage.nbytes() > have) bad("claims more storage than its record holds");
+  if (t.storage_offset() < 0) bad("has a negative offset");
+  // The last element's index, with overflow checks (sizes and strides are untrusted).
+  uint64_t last = static_cast<uint64_t>(t.storage_offset());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t size = t.sizes()[d], stride = t.strides()[d];
+    if (size < 0 || stride < 0) bad("has a negative size or stride");
+    if (size == 0) return;  // no elements, nothing is read
+    unsigned __int128 reach =
+        static_cast<unsigned __int128>(size - 1) * static_cast<uint64_t>(stride) + last;
+    if (reach >= (uint64_t(1) << 56)) bad("is too large");
+    last = static_cast<uint64_t>(reach);
+  }
+  if ((last + 1) * t.dtype().itemsize() > storage.nbytes()) {
+    bad("reaches past the end of its storage");
+  }
+}
+
+// Reads the dict from the bytes of a torch.save file; `path` labels errors. The zip and the
+// pickle pass ddpx's own checks (models/torch_file.h) before libtorch's unpickler sees them.
+std::map<std::string, torch::Tensor> read_state_dict_from(std::string_view bytes,
+                                                          const std::string& path) {
+  const std::string hint =
+      "save it from Python with torch.save(model.state_dict(), path) (torch >= 1.6)";
+  TorchZip zip = read_torch_zip(bytes, path, hint);
+  auto data_pkl = zip.records.find("data.pkl");
+  DDPX_CHECK(data_pkl != zip.records.end(), ErrorKind::kData,
+             "weights file '{}' has a compressed data.pkl; {}", path, hint);
+  std::string pickle(data_pkl->second);
+  const bool placeholder = rewrite_ordered_dict(pickle);
+  check_state_dict_pickle(pickle, path);
+  RecordSizes record_sizes;
   torch::IValue value;
-  bool placeholder = false;
   try {
-    caffe2::serialize::PyTorchStreamReader archive(path);
-    at::DataPtr data;
-    size_t size = 0;
-    std::tie(data, size) = archive.getRecord("data.pkl");
-    std::string pickle(static_cast<const char*>(data.get()), size);
-    placeholder = rewrite_ordered_dict(pickle);
     size_t offset = 0;
     auto reader = [&](char* buffer, size_t n) {
       n = std::min(n, pickle.size() - offset);
@@ -134,12 +172,23 @@ std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
       return n;
     };
     auto read_record = [&](const std::string& key) {
-      return std::get<0>(archive.getRecord("data/" + key));
+      auto it = zip.records.find("data/" + key);
+      DDPX_CHECK(it != zip.records.end(), ErrorKind::kData,
+                 "weights file '{}' lacks the record data/{} that its data.pkl names; the file "
+                 "is incomplete, save it again",
+                 path, key);
+      at::DataPtr data = c10::GetCPUAllocator()->allocate(it->second.size());
+      if (!it->second.empty()) std::memcpy(data.get(), it->second.data(), it->second.size());
+      record_sizes[data.get()] = it->second.size();
+      return data;
     };
+    // Storages go to the CPU whatever device they were saved from.
     torch::jit::Unpickler unpickler(reader, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
-                                    read_record, /*device=*/c10::nullopt);
-    unpickler.set_version(archive.version());
+                                    read_record, /*device=*/c10::Device(c10::kCPU));
+    unpickler.set_version(zip.version);
     value = unpickler.parse_ivalue();
+  } catch (const Error&) {
+    throw;
   } catch (const c10::Error& e) {
     fail(ErrorKind::kData,
          "cannot read weights file '{}': not a readable torch.save file ({}); save it from "
@@ -161,9 +210,25 @@ std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
                "weights file '{}' has an entry that is not name -> tensor ({} -> {}); expected "
                "a plain state_dict",
                path, entry.key().tagKind(), entry.value().tagKind());
+    check_extent(entry.value().toTensor(), record_sizes, path, entry.key().toStringRef());
     out[entry.key().toStringRef()] = entry.value().toTensor();
   }
   return out;
+}
+
+}  // namespace
+
+std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DDPX_CHECK(in.good(), ErrorKind::kIo, "cannot open weights file '{}'; check the path", path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  DDPX_CHECK(!in.bad(), ErrorKind::kIo, "cannot read weights file '{}'; check the file", path);
+  return read_state_dict_from(bytes, path);
+}
+
+std::map<std::string, torch::Tensor> read_state_dict_bytes(const std::string& bytes,
+                                                           const std::string& path) {
+  return read_state_dict_from(bytes, path);
 }
 
 }  // namespace ddpx::models

@@ -22,4 +22,9 @@ void load_named_tensors(torch::nn::Module& module,
 // or OrderedDict). Throws ddpx::Error(kIo) if unreadable, kData if it is not a dict of tensors.
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);
 
+// The same on the file's bytes already in memory; `path` labels errors. The fuzz target's
+// entry point: any input gives a dict or a ddpx::Error(kData).
+std::map<std::string, torch::Tensor> read_state_dict_bytes(const std::string& bytes,
+                                                           const std::string& path);
+
 }  // namespace ddpx::models

@@ -9,12 +9,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
+#include <caffe2/serialize/versions.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "models/torch_file.h"
 
 namespace ddpx::train {
 namespace {
@@ -48,35 +50,60 @@ uint32_t crc32_of(const char* data, size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-// Returns the verified payload of a checkpoint file.
-std::string read_payload(const std::string& path) {
-  std::string bytes = read_file(path);
+// Returns the verified payload of checkpoint bytes; `name` (the file) labels errors.
+std::string verified_payload(const std::string& bytes, const std::string& name) {
   DDPX_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, 8) == 0,
              ErrorKind::kData, "{} is not a ddpx checkpoint (bad header); delete it or point "
-             "--resume at another file", path);
+             "--resume at another file", name);
   uint32_t version = get<uint32_t>(bytes, 8);
   DDPX_CHECK(version == kFormatVersion, ErrorKind::kData,
-             "{} has checkpoint format {}, this ddpx reads {}", path, version, kFormatVersion);
+             "{} has checkpoint format {}, this ddpx reads {}", name, version, kFormatVersion);
   uint64_t size = get<uint64_t>(bytes, 12);
   DDPX_CHECK(bytes.size() - kHeaderBytes == size, ErrorKind::kData,
-             "{} is truncated: {} payload bytes expected, {} present", path, size,
+             "{} is truncated: {} payload bytes expected, {} present", name, size,
              bytes.size() - kHeaderBytes);
   uint32_t crc = get<uint32_t>(bytes, 20);
   DDPX_CHECK(crc32_of(bytes.data() + kHeaderBytes, size) == crc, ErrorKind::kData,
-             "{} is corrupt (CRC-32 mismatch)", path);
+             "{} is corrupt (CRC-32 mismatch)", name);
   return bytes.substr(kHeaderBytes);
 }
 
-torch::serialize::InputArchive open_archive(const std::string& path) {
-  std::string payload = read_payload(path);
+// libtorch's message without its C++ backtrace.
+std::string message_of(const std::exception& e) {
+  if (auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+// The checksum is the guard in front of libtorch's archive reader: only bytes that ddpx wrote
+// (or that match their CRC-32) reach it. Past it, any libtorch error (a missing key, a value of
+// the wrong type) still becomes a kData error naming the file.
+torch::serialize::InputArchive open_archive(const std::string& bytes, const std::string& name) {
+  std::string payload = verified_payload(bytes, name);
+  // libtorch's zip reader leaks when it rejects an archive; ddpx's own zip check
+  // (models/torch_file.h) rejects first what it would reject in its constructor.
+  const uint64_t format = models::read_torch_zip(payload, name, "the checkpoint is damaged; use an older one").version;
+  DDPX_CHECK(format >= caffe2::serialize::kMinSupportedFileFormatVersion &&
+                 format <= caffe2::serialize::kMaxSupportedFileFormatVersion,
+             ErrorKind::kData, "{} passed its checksum but holds torch archive version {}", name,
+             format);
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(payload.data(), payload.size());
-  } catch (const c10::Error& e) {
-    fail(ErrorKind::kData, "{} passed its checksum but cannot be decoded: {}", path,
-         e.what_without_backtrace());
+  } catch (const std::exception& e) {  // c10::Error, or the TorchScript parser's errors
+    fail(ErrorKind::kData, "{} passed its checksum but cannot be decoded: {}", name,
+         message_of(e));
   }
   return archive;
+}
+
+torch::serialize::InputArchive open_archive(const std::string& path) {
+  return open_archive(read_file(path), path);
+}
+
+[[noreturn]] void fail_undecodable(const std::string& name, const std::exception& e) {
+  if (auto* ours = dynamic_cast<const Error*>(&e)) throw *ours;
+  fail(ErrorKind::kData, "{} passed its checksum but is not a ddpx checkpoint: {}", name,
+       message_of(e));
 }
 
 int64_t epochs_of(const std::string& filename) {
@@ -130,58 +157,78 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
   write_file_atomic(path, file);
 }
 
-TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
-                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta) {
-  auto archive = open_archive(path);
-  c10::IValue value;
-  archive.read("model_name", value);
-  DDPX_CHECK(value.toStringRef() == meta.model, ErrorKind::kData,
-             "{} was written for --model {}, not {}; resume with the same model", path,
-             value.toStringRef(), meta.model);
-  archive.read("num_classes", value);
-  DDPX_CHECK(value.toInt() == meta.num_classes, ErrorKind::kData,
-             "{} was written for {} classes, this dataset has {}", path, value.toInt(),
-             meta.num_classes);
-  torch::serialize::InputArchive model_archive, optimizer_archive;
-  archive.read("model", model_archive);
-  archive.read("optimizer", optimizer_archive);
-  try {
-    model.load(model_archive);
-    optimizer.load(optimizer_archive);
-  } catch (const c10::Error& e) {
-    fail(ErrorKind::kData, "{} does not match this model/optimizer: {}", path,
-         e.what_without_backtrace());
-  }
+TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
+                                    torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                    const CheckpointMeta& meta) {
+  auto archive = open_archive(bytes, name);
   TrainPosition position;
-  archive.read("epochs_done", value);
-  position.epochs_done = value.toInt();
-  archive.read("global_step", value);
-  position.global_step = value.toInt();
-  torch::Tensor rng_state;
-  archive.read("cpu_rng_state", rng_state);
-  {
+  try {
+    c10::IValue value;
+    archive.read("model_name", value);
+    DDPX_CHECK(value.toStringRef() == meta.model, ErrorKind::kData,
+               "{} was written for --model {}, not {}; resume with the same model", name,
+               value.toStringRef(), meta.model);
+    archive.read("num_classes", value);
+    DDPX_CHECK(value.toInt() == meta.num_classes, ErrorKind::kData,
+               "{} was written for {} classes, this dataset has {}", name, value.toInt(),
+               meta.num_classes);
+    torch::serialize::InputArchive model_archive, optimizer_archive;
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    try {
+      model.load(model_archive);
+      optimizer.load(optimizer_archive);
+    } catch (const c10::Error& e) {
+      fail(ErrorKind::kData, "{} does not match this model/optimizer: {}", name,
+           message_of(e));
+    }
+    archive.read("epochs_done", value);
+    position.epochs_done = value.toInt();
+    archive.read("global_step", value);
+    position.global_step = value.toInt();
+    torch::Tensor rng_state;
+    archive.read("cpu_rng_state", rng_state);
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng_state);
+  } catch (const std::exception& e) {
+    fail_undecodable(name, e);
   }
   return position;
 }
 
+TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
+                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta) {
+  return load_checkpoint_bytes(read_file(path), path, model, optimizer, meta);
+}
+
 void verify_checkpoint(const std::string& path) { open_archive(path); }
 
-CheckpointMeta read_checkpoint_meta(const std::string& path) {
-  auto archive = open_archive(path);
+CheckpointMeta read_checkpoint_meta_bytes(const std::string& bytes, const std::string& name) {
+  auto archive = open_archive(bytes, name);
   CheckpointMeta meta;
-  c10::IValue value;
-  archive.read("model_name", value);
-  meta.model = value.toStringRef();
-  archive.read("num_classes", value);
-  meta.num_classes = value.toInt();
-  archive.read("stem", value);
-  meta.stem = value.toStringRef();
-  archive.read("image_size", value);
-  meta.image_size = value.toInt();
+  try {
+    c10::IValue value;
+    archive.read("model_name", value);
+    meta.model = value.toStringRef();
+    archive.read("num_classes", value);
+    meta.num_classes = value.toInt();
+    archive.read("stem", value);
+    meta.stem = value.toStringRef();
+    archive.read("image_size", value);
+    meta.image_size = value.toInt();
+  } catch (const std::exception& e) {
+    fail_undecodable(name, e);
+  }
   return meta;
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  return read_checkpoint_meta_bytes(read_file(path), path);
+}
+
+void verify_checkpoint_bytes(const std::string& bytes, const std::string& name) {
+  open_archive(bytes, name);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& save_dir) {
@@ -225,11 +272,15 @@ void prune_checkpoints(const std::string& save_dir, int keep) {
 void load_checkpoint_weights(const std::string& path, torch::nn::Module& model) {
   auto archive = open_archive(path);
   torch::serialize::InputArchive model_archive;
-  archive.read("model", model_archive);
+  try {
+    archive.read("model", model_archive);
+  } catch (const std::exception& e) {
+    fail_undecodable(path, e);
+  }
   try {
     model.load(model_archive);
-  } catch (const c10::Error& e) {
-    fail(ErrorKind::kData, "{} does not match this model: {}", path, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    fail(ErrorKind::kData, "{} does not match this model: {}", path, message_of(e));
   }
 }
 

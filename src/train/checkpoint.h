@@ -57,6 +57,14 @@ std::optional<std::string> find_latest_good_checkpoint(const std::string& save_d
 // Deletes all but the newest `keep` checkpoints.
 void prune_checkpoints(const std::string& save_dir, int keep);
 
+// The same readers on bytes already in memory (`name` labels errors, as the path does above).
+// They are what the fuzz target calls: any input gives a result or a ddpx::Error(kData).
+void verify_checkpoint_bytes(const std::string& bytes, const std::string& name);
+CheckpointMeta read_checkpoint_meta_bytes(const std::string& bytes, const std::string& name);
+TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
+                                    torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                    const CheckpointMeta& meta);
+
 // A model's weights only, from a checkpoint (for `ddpx export` and evaluation).
 void load_checkpoint_weights(const std::string& path, torch::nn::Module& model);
 
