@@ -1,5 +1,7 @@
 // `ddpx run N [options] -- PROGRAM ARGS...`: the launcher's command line. The work is in
 // src/launch/ (launcher.h); this file only maps flags onto LaunchOptions.
+#include <iterator>
+
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
@@ -46,12 +48,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
                 "Print each worker's environment and command line; start nothing");
   run->add_option("command", options->command,
                   "PROGRAM ARGS... after `--`: a ddpx subcommand or a program");
-  run->callback([options, tee, &app, &exit_code] {
+  run->callback([options, tee, &exit_code] {
     options->tee = launch::parse_tee(*tee);
-    options->self_subcommands.clear();
-    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-      options->self_subcommands.push_back(sub->get_name());
-    }
+    options->self_subcommands.assign(std::begin(kCommandNames), std::end(kCommandNames));
     exit_code = launch::run_job(*options);
   });
 }

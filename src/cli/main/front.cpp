@@ -1,0 +1,47 @@
+// ddpx: the command users run. It starts without libtorch: Debian's libtorch_cpu pulls in
+// about 300 shared libraries (OpenCV, GDAL, Qt, FFmpeg...) whose loading costs ~0.5 s of CPU
+// per process. `ddpx run` (the launcher) needs none of it, so it runs here and only the
+// workers pay for libtorch; every other command is handed, argv unchanged, to ddpx-torch
+// next to this binary (execv keeps the pid, so signals and process trees are unaffected).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "cli/main/run_app.h"
+
+namespace {
+
+constexpr const char* kTorchBinary = "ddpx-torch";
+
+// ddpx-torch beside this executable (build/src/ or an install's bin/).
+std::string torch_binary_path() {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return kTorchBinary;
+  std::string path(self, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/') + 1) + kTorchBinary;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "run") == 0) {
+    CLI::App app{"ddpx: distributed data-parallel deep-learning training in C++ (libtorch + c10d)"};
+    app.require_subcommand(1);
+    int exit_code = 0;
+    ddpx::cli::add_run_command(app, exit_code);
+    return ddpx::cli::run_app(app, argc, argv, exit_code);
+  }
+  std::string torch = torch_binary_path();
+  ::execv(torch.c_str(), argv);
+  std::fprintf(stderr, "ddpx: error: cannot start %s: %s; rebuild with scripts/build (it builds "
+               "both ddpx and %s into the same folder)\n", torch.c_str(), std::strerror(errno),
+               kTorchBinary);
+  return 1;
+}

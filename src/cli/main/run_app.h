@@ -1,0 +1,51 @@
+// Parsing the command line and turning what a command throws into one line and an exit code,
+// shared by both executables (main.cpp, front.cpp): 0 success, 1 failure, 2 bad usage.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ddpx::cli {
+
+// `describe` turns an exception that is neither CLI11's nor ddpx's into its message (main.cpp
+// strips libtorch's backtraces); by default what().
+inline int run_app(CLI::App& app, int argc, char** argv, const int& exit_code,
+                   const std::function<std::string(const std::exception&)>& describe = {}) {
+  auto prefix = [] {
+    return log::rank() > 0 ? "ddpx: error [rank " + std::to_string(log::rank()) + "]: "
+                           : std::string("ddpx: error: ");
+  };
+  if (argc <= 1) {
+    std::fputs(app.help().c_str(), stdout);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s%s (see --help)\n", prefix().c_str(), e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s%s\n", prefix().c_str(), e.what());
+    return e.kind() == ErrorKind::kUsage ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::string message = describe ? describe(e) : std::string(e.what());
+    std::fprintf(stderr, "%s%s\n", prefix().c_str(), message.c_str());
+    return 1;
+  }
+  return exit_code;
+}
+
+}  // namespace ddpx::cli
