@@ -38,7 +38,7 @@ struct TrainBenchResult {
   double exposed_comm_ms = 0;      // synced forward+backward minus no_sync forward+backward
   double optimizer_ms = 0;
   double step_ms = 0;
-  double startup_s = 0;            // process start to the first training step
+  double startup_s = 0;            // job start (launcher or process) to the first training step
 };
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& options);
