@@ -81,7 +81,9 @@ awk -v w="$warm" -v l="$last" -v n="$workers" -v slack="$slack_kb" 'BEGIN {
   names[2] = "launcher rss"; names[3] = "launcher fds"; names[4] = "launcher threads";
   names[6] = "workers rss"; names[8] = "workers fds"; names[9] = "workers threads";
   grew = 0
-  for (i in names) {
+  split("2 3 4 6 8 9", order, " ")
+  for (k = 1; k <= 6; ++k) {
+    i = order[k]
     d = b[i] - a[i]
     allowed = 0
     if (i == 2) allowed = slack
