@@ -1,15 +1,16 @@
-// `ddpx bench gemm|allreduce|train`: programs that print figures (docs/performance.md).
+// `ddpx bench gemm|allreduce|train|memory`: programs that print figures (docs/performance.md).
 #include <CLI/CLI.hpp>
 
 #include "bench/allreduce.h"
 #include "bench/gemm.h"
+#include "bench/memory_bench.h"
 #include "bench/train_bench.h"
 #include "cli/commands.h"
 
 namespace ddpx::cli {
 
 void add_bench_command(CLI::App& app, int& exit_code) {
-  auto* bench = app.add_subcommand("bench", "benchmarks: gemm, allreduce, train");
+  auto* bench = app.add_subcommand("bench", "benchmarks: gemm, allreduce, train, memory");
   bench->require_subcommand(1);
 
   auto* gemm = bench->add_subcommand("gemm", "matrix-multiply GFLOP/s (the seed's GEMM test)");
@@ -66,6 +67,20 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, &exit_code] {
     bench::run_train_bench(*t);
+    exit_code = 0;
+  });
+
+  auto* memory = bench->add_subcommand(
+      "memory", "peak resident memory of one training step at the model's default size");
+  memory->option_defaults()->always_capture_default();
+  auto m = std::make_shared<bench::MemoryBenchOptions>();
+  memory->add_option("--model", m->model, "model name");
+  memory->add_option("--image_size", m->image_size, "input height = width (0: the model's)");
+  memory->add_option("--batch_size", m->batch_size, "images in the step");
+  memory->add_option("--num_classes", m->num_classes, "classifier outputs");
+  memory->add_option("--threads", m->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
+  memory->callback([m, &exit_code] {
+    bench::print_memory_bench(*m, bench::run_memory_bench(*m));
     exit_code = 0;
   });
 }
