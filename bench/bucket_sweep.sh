@@ -4,10 +4,10 @@
 # Sizes are interleaved over several rounds and the median taken, so slow drift of the machine
 # hits every size alike. Prints one row per model and size, and whether the default (25 MiB)
 # is within 10% of the best.
-# Usage: bench/bucket_sweep.sh [steps] [rounds] [models]   (BUILD=build; 20 steps, 3 rounds)
+# Usage: bench/bucket_sweep.sh [steps] [rounds] [models]   (DDPX_BIN or BUILD=build; 20 steps, 3 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ddpx="${BUILD:-build}/src/ddpx"
+ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
 steps="${1:-20}"
 rounds="${2:-3}"
 models="${3:-resnet18 resnet50}"

@@ -7,7 +7,7 @@
 # Usage: bench/compare_train.sh [steps]   (BUILD=build by default; STEPS=30)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ddpx="${BUILD:-build}/src/ddpx"
+ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
 py=/usr/bin/python3
 steps="${1:-30}"
 out=$(mktemp -d)

@@ -44,6 +44,15 @@ TEST(BenchSmokeTest, TrainSplitsTheStep) {
   EXPECT_NE(json.output.find("\"images_per_sec\""), std::string::npos) << json.output;
 }
 
+TEST(BenchSmokeTest, BucketSweepScriptPrintsItsTable) {
+  auto r = run_command("DDPX_BIN=" + test::ddpx_binary() + " " + test::source_dir() +
+                           "/bench/bucket_sweep.sh 1 1 mlp",
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("| mlp | 25 (default) |"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# mlp: the default is"), std::string::npos) << r.output;
+}
+
 TEST(BenchSmokeTest, PytorchPeerRuns) {
   if (!test::python_has_module("torchvision")) GTEST_SKIP() << "needs Debian's python3-torchvision";
   auto r = test::run_command(std::string(DDPX_PYTHON) + " " + test::source_dir() +
