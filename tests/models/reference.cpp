@@ -10,10 +10,9 @@
 namespace ddpx::test {
 namespace {
 constexpr int kMissingModuleExit = 77;
-constexpr int kReferenceTimeoutS = 300;
 }  // namespace
 
-TorchvisionRun run_torchvision(const std::string& body) {
+TorchvisionRun run_torchvision(const std::string& body, int timeout_s) {
   const std::string script =
       "import sys\n"
       "try:\n"
@@ -21,7 +20,7 @@ TorchvisionRun run_torchvision(const std::string& body) {
       "except ImportError:\n"
       "    sys.exit(" + std::to_string(kMissingModuleExit) + ")\n"
       "torch.set_num_threads(1)\n" + body;
-  CommandResult result = run_python(script, kReferenceTimeoutS);
+  CommandResult result = run_python(script, timeout_s);
   TorchvisionRun run;
   if (result.exit_code == kMissingModuleExit) return run;
   EXPECT_EQ(result.exit_code, 0) << "reference script failed:\n" << result.output;

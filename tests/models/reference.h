@@ -13,8 +13,9 @@ struct TorchvisionRun {
 };
 
 // `body` runs after `import torch, torchvision, torch.nn as nn`; it reports with
-// print("REF ...", flush=True). A failing script fails the calling test.
-TorchvisionRun run_torchvision(const std::string& body);
+// print("REF ...", flush=True). A failing script (or one running past timeout_s) fails the
+// calling test.
+TorchvisionRun run_torchvision(const std::string& body, int timeout_s = 300);
 
 }  // namespace ddpx::test
 
