@@ -1,0 +1,55 @@
+// Every name in the zoo trains from `ddpx train --model NAME`: the real binary on CIFAR-shaped
+// synthetic data (32x32 RGB, the smallest size every family takes), one step of batch 2 with
+// each model's default optimizer, then one test batch. Asserts the seed's epoch line with a
+// finite loss and accuracy, the test accuracy line and the closing line.
+#include <cmath>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "models/registry.h"
+#include "support/support.h"
+
+namespace ddpx {
+namespace {
+
+constexpr int kTimeoutS = 300;  // vit_l_16 and VGG take seconds to build; a hang is a failure
+
+std::vector<std::string> zoo_names() {
+  std::vector<std::string> names;
+  for (const models::ModelInfo& info : models::model_table()) names.push_back(info.name);
+  return names;
+}
+
+class ZooTrainTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooTrainTest, TrainsOneStepWithAFiniteLoss) {
+  const std::string name = GetParam();
+  // Batch 2: BatchNorm in training needs more than one value per channel, and the ResNets'
+  // last map is 1x1 at 32 px.
+  const auto r = test::run_command(
+      test::ddpx_binary() + " train --model " + name +
+          " --dataset synthetic --synthetic_size 4 --synthetic_image 32 --batch_size 2"
+          " --num_epochs 1 --limit_train_batches 1 --limit_test_batches 1 --threads 1",
+      kTimeoutS);
+  ASSERT_EQ(r.exit_code, 0) << name << ":\n" << r.output;
+  std::smatch m;
+  const std::regex epoch(R"(Epoch - 0/1: time - \S+s \|\| loss_train - (\S+) \|\| accuracy_train - (\S+))");
+  ASSERT_TRUE(std::regex_search(r.output, m, epoch)) << name << ": no epoch line\n" << r.output;
+  const double loss = std::stod(m[1].str());
+  const double accuracy = std::stod(m[2].str());
+  EXPECT_TRUE(std::isfinite(loss) && loss > 0.0) << name << ": loss_train " << m[1].str();
+  EXPECT_TRUE(accuracy >= 0.0 && accuracy <= 1.0) << name << ": accuracy_train " << m[2].str();
+  EXPECT_NE(r.output.find("Accuracy on test dataset - "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Training took "), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryModel, ZooTrainTest, ::testing::ValuesIn(zoo_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+}  // namespace
+}  // namespace ddpx
