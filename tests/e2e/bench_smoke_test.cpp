@@ -63,5 +63,17 @@ TEST(BenchSmokeTest, PytorchPeerRuns) {
   EXPECT_NE(r.output.find("\"images_per_sec\""), std::string::npos) << r.output;
 }
 
+TEST(BenchSmokeTest, MemoryReportsAPeakAboveTheBaseline) {
+  auto r = run_command(ddpx("bench memory --model mlp --image_size 8 --batch_size 2 --threads 1"),
+                       120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto value = [&](const std::string& key) {  // from the `memory key=value ...` line
+    const size_t at = r.output.find(" " + key + "=");
+    return at == std::string::npos ? -1.0 : std::stod(r.output.substr(at + key.size() + 2));
+  };
+  EXPECT_GT(value("baseline_mib"), 0.0) << r.output;
+  EXPECT_GE(value("peak_mib"), value("baseline_mib")) << r.output;
+}
+
 }  // namespace
 }  // namespace ddpx
