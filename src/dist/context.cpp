@@ -73,12 +73,18 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   // torchrun-style jobs and multi-node jobs meet at MASTER_ADDR:MASTER_PORT.
   auto store_file = env::get("DDPX_STORE_FILE");
   const bool use_file = store_file && world.local_world_size == world.world_size;
-  auto store = use_file ? compat::make_file_store(*store_file, world.world_size, options.timeout)
-                        : compat::make_tcp_store(world.master_addr, world.master_port, world.rank,
-                                                 world.world_size, options.timeout);
-  join_rendezvous(*store, world, options.timeout,
-                  use_file ? "the file " + *store_file
-                           : world.master_addr + ":" + std::to_string(world.master_port));
+  std::shared_ptr<c10d::Store> store;
+  if (use_file) {
+    store = compat::make_file_store(*store_file, world.world_size, options.timeout);
+    join_rendezvous(*store, world, options.timeout, "the file " + *store_file);
+  } else {
+    store = rendezvous_with_deadline(
+        [world, timeout = options.timeout] {
+          return compat::make_tcp_store(world.master_addr, world.master_port, world.rank,
+                                        world.world_size, timeout);
+        },
+        world, options.timeout, world.master_addr + ":" + std::to_string(world.master_port));
+  }
   std::shared_ptr<c10d::ProcessGroup> group;
   if (backend == "nccl") {
     group = compat::make_nccl_group(store, world.rank, world.world_size, options.timeout);

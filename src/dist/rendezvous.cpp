@@ -1,6 +1,7 @@
 // The join step (see rendezvous.h).
 #include "dist/rendezvous.h"
 
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -74,6 +75,32 @@ void join_rendezvous(c10d::Store& store, const WorldInfo& world, std::chrono::mi
          "same WORLD_SIZE, MASTER_ADDR and MASTER_PORT",
          rank, where, size, first_line(e));
   }
+}
+
+std::shared_ptr<c10d::Store> rendezvous_with_deadline(
+    const std::function<std::shared_ptr<c10d::Store>()>& make_store, const WorldInfo& world,
+    std::chrono::milliseconds timeout, const std::string& where) {
+  using Clock = std::chrono::steady_clock;
+  auto result = std::make_shared<std::promise<std::shared_ptr<c10d::Store>>>();
+  auto done = result->get_future();
+  const auto deadline = Clock::now() + timeout;
+  std::thread([result, make_store, world, timeout, where, deadline] {
+    try {
+      auto store = make_store();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      join_rendezvous(*store, world, std::max(left, std::chrono::milliseconds(100)), where);
+      result->set_value(std::move(store));
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (done.wait_for(timeout + kDeadlineMargin) == std::future_status::ready) return done.get();
+  fail(ErrorKind::kDist,
+       "rank {}: the rendezvous at {} accepted the connection but did not answer within {} ms: "
+       "the program listening there is not this job's rendezvous (another service, or a hung "
+       "job); stop it (ss -ltnp shows who listens) or set MASTER_PORT to the port rank 0 of "
+       "this job uses (WORLD_SIZE={})",
+       world.rank, where, timeout.count(), world.world_size);
 }
 
 }  // namespace ddpx::dist

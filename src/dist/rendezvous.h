@@ -10,6 +10,8 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "dist/world.h"
@@ -23,5 +25,15 @@ namespace ddpx::dist {
 // `where` names the store in messages ("127.0.0.1:29500" or "the file /tmp/x").
 void join_rendezvous(c10d::Store& store, const WorldInfo& world, std::chrono::milliseconds timeout,
                      const std::string& where);
+
+// make_store() then join_rendezvous() with what is left of `timeout`, on a helper thread that
+// is abandoned after timeout + kDeadlineMargin. Why: libtorch 1.13's TCPStore client waits for
+// each answer without a deadline, so a program on MASTER_PORT that accepts connections and
+// never answers (another service, a hung job) would block the rank forever. The abandoned
+// thread stays blocked until that program closes the connection; the error ends the process.
+constexpr auto kDeadlineMargin = std::chrono::seconds(2);
+std::shared_ptr<c10d::Store> rendezvous_with_deadline(
+    const std::function<std::shared_ptr<c10d::Store>()>& make_store, const WorldInfo& world,
+    std::chrono::milliseconds timeout, const std::string& where);
 
 }  // namespace ddpx::dist

@@ -146,8 +146,10 @@ TEST(ContextTest, WrongWorldSizeFailsOnEveryRankInsteadOfHanging) {
 
 TEST(ContextTest, ARankArrivingAfterRankZeroGaveUpStillNamesTheWorldSize) {
   // What heavy load did to the test above: rank 1 comes only after rank 0's timeout.
-  auto errors = join_all({{0, 3}, {1, 3}}, test::free_port(), std::chrono::milliseconds(500),
-                         /*rank1_delay=*/std::chrono::milliseconds(1200));
+  // (c10d rounds its connect timeout down to whole seconds: below 1 s, rank 0 cannot even
+  // reach its own store.)
+  auto errors = join_all({{0, 3}, {1, 3}}, test::free_port(), std::chrono::milliseconds(1500),
+                         /*rank1_delay=*/std::chrono::milliseconds(2500));
   EXPECT_NE(errors[0].find("rank(s) 1,2 of WORLD_SIZE=3 did not join"), std::string::npos)
       << errors[0];
   EXPECT_NE(errors[1].find("WORLD_SIZE=3"), std::string::npos) << errors[1];
