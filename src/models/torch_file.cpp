@@ -15,6 +15,9 @@ constexpr uint32_t kLocalEntry = 0x04034b50;
 constexpr size_t kEndBytes = 22, kCentralBytes = 46, kLocalBytes = 30;
 constexpr size_t kMaxComment = 0xffff;
 constexpr uint64_t kDeflate = 8;
+constexpr uint32_t kZip64Locator = 0x07064b50, kZip64End = 0x06064b50;
+constexpr size_t kLocatorBytes = 20, kZip64EndBytes = 56;
+constexpr uint64_t kZip64Extra = 0x0001;
 
 uint64_t le(std::string_view b, size_t at, size_t n) {
   uint64_t v = 0;
@@ -40,10 +43,26 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path,
     }
   }
   if (end == std::string::npos) bad("no end of central directory");
-  const uint64_t entries = le(bytes, end + 10, 2);
-  const uint64_t directory_size = le(bytes, end + 12, 4);
-  const uint64_t directory = le(bytes, end + 16, 4);
-  if (directory > end || directory_size > end - directory) bad("central directory out of range");
+  uint64_t entries = le(bytes, end + 10, 2);
+  uint64_t directory_size = le(bytes, end + 12, 4);
+  uint64_t directory = le(bytes, end + 16, 4);
+  // Files past 4 GB (big checkpoints) keep these in the zip64 end record, found through the
+  // locator right before the end record; torch writes both always.
+  uint64_t limit = end;
+  if (end >= kLocatorBytes && le(bytes, end - kLocatorBytes, 4) == kZip64Locator) {
+    const uint64_t record = le(bytes, end - kLocatorBytes + 8, 8);
+    if (record > end - kLocatorBytes || end - kLocatorBytes - record < kZip64EndBytes ||
+        le(bytes, record, 4) != kZip64End) {
+      bad("bad zip64 end record");
+    }
+    if (entries == 0xffff || directory_size == 0xffffffff || directory == 0xffffffff) {
+      entries = le(bytes, record + 32, 8);
+      directory_size = le(bytes, record + 40, 8);
+      directory = le(bytes, record + 48, 8);
+    }
+    limit = record;
+  }
+  if (directory > limit || directory_size > limit - directory) bad("central directory out of range");
 
   TorchZip zip;
   std::string folder;
@@ -52,14 +71,32 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path,
     if (at + kCentralBytes > directory + directory_size) bad("central directory truncated");
     if (le(bytes, at, 4) != kCentralEntry) bad("bad central directory entry");
     const uint64_t method = le(bytes, at + 10, 2);
-    const uint64_t packed = le(bytes, at + 20, 4), size = le(bytes, at + 24, 4);
+    uint64_t packed = le(bytes, at + 20, 4), size = le(bytes, at + 24, 4);
     const uint64_t name_len = le(bytes, at + 28, 2), extra_len = le(bytes, at + 30, 2),
-                   comment_len = le(bytes, at + 32, 2), local = le(bytes, at + 42, 4);
+                   comment_len = le(bytes, at + 32, 2);
+    uint64_t local = le(bytes, at + 42, 4);
     const size_t next = at + kCentralBytes + name_len + extra_len + comment_len;
     if (next > directory + directory_size) bad("central directory truncated");
+    // Saturated fields continue in the zip64 extra field (id 1), in this order.
+    if (size == 0xffffffff || packed == 0xffffffff || local == 0xffffffff) {
+      std::string_view extra = bytes.substr(at + kCentralBytes + name_len, extra_len);
+      size_t field = 0;
+      while (field + 4 <= extra.size() && le(extra, field, 2) != kZip64Extra) {
+        field += 4 + le(extra, field + 2, 2);
+      }
+      if (field + 4 > extra.size()) bad("no zip64 extra field");
+      std::string_view values = extra.substr(field + 4, le(extra, field + 2, 2));
+      size_t v = 0;
+      for (uint64_t* value : {&size, &packed, &local}) {
+        if (*value != 0xffffffff) continue;
+        if (v + 8 > values.size()) bad("short zip64 extra field");
+        *value = le(values, v, 8);
+        v += 8;
+      }
+    }
     std::string name(bytes.substr(at + kCentralBytes, name_len));
     if (!(method == 0 && packed == size) && method != kDeflate) bad("unsupported record method");
-    if (local + kLocalBytes > directory || le(bytes, local, 4) != kLocalEntry) {
+    if (local > directory || directory - local < kLocalBytes || le(bytes, local, 4) != kLocalEntry) {
       bad("bad local header");
     }
     const uint64_t data = local + kLocalBytes + le(bytes, local + 26, 2) + le(bytes, local + 28, 2);
