@@ -66,7 +66,7 @@ TEST(CollectiveTimeoutTest, AStoppedRankIsNamedBehindWithItsLastCollective) {
       << job.result.output;
   // Rank 0's own one-line error names the operation and the same verdict.
   EXPECT_TRUE(std::regex_search(job.result.output,
-                                std::regex(R"(error: broadcast \(seq 3\) failed: .*rank 1 is behind)")))
+                                std::regex(R"(error \[rank 0\]: broadcast \(seq 3\) failed: .*rank 1 is behind)")))
       << job.result.output;
 }
 
