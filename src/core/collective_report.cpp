@@ -149,12 +149,23 @@ std::string verdict(const std::vector<Snapshot>& ranks, int world_size) {
                        describe(ranks[0].entries.empty() ? nullptr : &ranks[0].entries.back()),
                        note);
   }
+  // A rank that gave up on it (failed: its timeout) was waiting, not behind. Of the others, a
+  // stopped process is the likeliest culprit, then one that is gone.
+  const Snapshot* suspect = nullptr;
+  std::string suspect_state;
   for (const Snapshot& s : ranks) {
+    const Entry* e = find_seq(s, waiting->seq);
+    if (e && e->state == State::kFailed) continue;
     std::string state = process_state(s.pid);
-    if (state != "running") {
-      return fmt::format("rank {} is behind (process {}) inside {}; the others wait in it{}",
-                         s.rank, state, describe(waiting), note);
+    if (state == "running") continue;
+    if (!suspect || (state == "stopped" && suspect_state != "stopped")) {
+      suspect = &s;
+      suspect_state = state;
     }
+  }
+  if (suspect) {
+    return fmt::format("rank {} is behind (process {}) inside {}; the others wait in it{}",
+                       suspect->rank, suspect_state, describe(waiting), note);
   }
   if (!missing.empty()) {
     return fmt::format("rank(s) {} are behind: no record of them, the others wait in {}",

@@ -92,6 +92,19 @@ TEST(CollectiveReportTest, RanksWithoutARecordAndEvenRanksAreSaidSo) {
             std::string::npos);
 }
 
+TEST(CollectiveReportTest, ARankThatGaveUpWaitingIsNotTheOneBehind) {
+  // Rank 0 timed out in seq 2 and exited; rank 1 (a process that is gone too, pid 0) never
+  // finished seq 2: rank 1 is behind, not rank 0.
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  r0.entries[1].state = State::kFailed;
+  r0.pid = 0;
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  r1.pid = 0;
+  EXPECT_EQ(verdict({r0, r1}, 2),
+            "rank 1 is behind (process gone) inside seq 2 (allreduce float[8]); the others wait "
+            "in it");
+}
+
 TEST(CollectiveReportTest, TheTableHasARowPerRecentCollectiveOfEveryRank) {
   auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}, {"broadcast", 10}}, 2);
   auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 2);
