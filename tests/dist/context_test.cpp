@@ -98,15 +98,36 @@ TEST(ContextTest, UnreachableMasterFailsNamingAddressWithinTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
+// Until something accepts connections on 127.0.0.1:port (at most 10 s).
+void wait_until_listening(int port) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (up) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 // Starts `ranks` (rank, world size) on threads against one port; each rank's error text.
+// `others_after_rank0`: the other ranks start once rank 0's store listens. Without it, a rank
+// that tries before (easy on a loaded machine) meets libtorch 1.13's connect back-off of about
+// a second, which a 1.5 s timeout may not survive: it then fails as "could not reach".
 std::vector<std::string> join_all(const std::vector<std::pair<int, int>>& ranks, int port,
                                   std::chrono::milliseconds timeout,
-                                  std::chrono::milliseconds rank1_delay = {}) {
+                                  std::chrono::milliseconds rank1_delay = {},
+                                  bool others_after_rank0 = false) {
   std::vector<std::string> errors(ranks.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ranks.size(); ++i) {
     threads.emplace_back([&, i] {
       if (ranks[i].first == 1) std::this_thread::sleep_for(rank1_delay);
+      if (ranks[i].first != 0 && others_after_rank0) wait_until_listening(port);
       try {
         InitOptions options;
         options.backend = "gloo";
@@ -127,14 +148,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The flaky version of this test looked for "3" anywhere in the message. Under load rank 1 can
-// reach the store only after rank 0 gave up (or not at all), and its message then never named
-// the world size: the digit came from the port number, or not. Every rendezvous message now
-// says WORLD_SIZE=N, and rank 0 names the rank that never came.
+// The flaky version of this test looked for "3" anywhere in the message. Under load rank 1 could
+// try the store before rank 0 listened, back off for about a second (libtorch 1.13's client),
+// and fail to reach it within the 1.5 s timeout; its message then did not name the world size,
+// and the "3" came from the port number or not at all. Every rendezvous message now says
+// WORLD_SIZE=N, rank 0 names the ranks that never came, and rank 1 starts once rank 0 listens.
 TEST(ContextTest, WrongWorldSizeFailsOnEveryRankInsteadOfHanging) {
   // Two ranks start, both believing the world has three: the third never comes.
   const auto start = std::chrono::steady_clock::now();
-  auto errors = join_all({{0, 3}, {1, 3}}, test::free_port(), std::chrono::milliseconds(1500));
+  auto errors = join_all({{0, 3}, {1, 3}}, test::free_port(), std::chrono::milliseconds(1500),
+                         {}, /*others_after_rank0=*/true);
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_FALSE(errors[rank].empty()) << "rank " << rank << " joined a world that cannot form";
     EXPECT_NE(errors[rank].find("WORLD_SIZE=3"), std::string::npos) << errors[rank];
@@ -156,7 +179,8 @@ TEST(ContextTest, ARankArrivingAfterRankZeroGaveUpStillNamesTheWorldSize) {
 }
 
 TEST(ContextTest, RanksDisagreeingOnTheWorldSizeAreNamed) {
-  auto errors = join_all({{0, 2}, {1, 3}}, test::free_port(), std::chrono::milliseconds(1500));
+  auto errors = join_all({{0, 2}, {1, 3}}, test::free_port(), std::chrono::milliseconds(1500), {},
+                         /*others_after_rank0=*/true);
   EXPECT_NE(errors[0].find("rank 1 was started with WORLD_SIZE=3 but rank 0 with WORLD_SIZE=2"),
             std::string::npos)
       << errors[0];
