@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <csignal>
 #include <filesystem>
@@ -131,6 +132,105 @@ TEST(CheckpointTest, PruneKeepsTheNewest) {
   ASSERT_EQ(left.size(), 2u);
   EXPECT_EQ(left[0], checkpoint_path(dir.path(), 5));
   EXPECT_EQ(left[1], checkpoint_path(dir.path(), 4));
+}
+
+// kill -9 in the middle of a checkpoint write: a forked writer saves 16 MB checkpoints over the
+// same path in a loop (all weights 1, then all 2, ...) and is killed while its temporary file
+// exists. The path must then hold one complete checkpoint that loads, never a torn mix.
+TEST(CheckpointTest, KillDuringWriteLeavesThePreviousCheckpointLoadable) {
+  namespace fs = std::filesystem;
+  constexpr int64_t kWidth = 2048;  // 2048x2048 floats: a write long enough to be caught
+  constexpr int kAttempts = 20;
+  test::TempDir dir;
+  std::string path = checkpoint_path(dir.path(), 1);
+  // Both versions are built before fork so that the child only serializes (no torch thread pool
+  // use after fork).
+  torch::nn::Linear versions[2] = {torch::nn::Linear(kWidth, kWidth),
+                                   torch::nn::Linear(kWidth, kWidth)};
+  torch::optim::SGD optimizer(versions[0]->parameters(), torch::optim::SGDOptions(0.1));
+  {
+    torch::NoGradGuard no_grad;
+    for (int v = 0; v < 2; ++v) versions[v]->weight.fill_(v + 1);
+  }
+  save_checkpoint(path, *versions[0], optimizer, {1, 1}, {"linear", 3});
+  auto temp_exists = [&] {
+    for (auto& e : fs::directory_iterator(dir.path()))
+      if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
+    return false;
+  };
+  int killed_mid_write = 0;
+  for (int attempt = 0; attempt < kAttempts && killed_mid_write < 3; ++attempt) {
+    pid_t child = ::fork();
+    if (child == 0) {  // the writer never returns into the test
+      try {
+        for (int i = 0;; ++i) {
+          save_checkpoint(path, *versions[i % 2], optimizer, {1, 1}, {"linear", 3});
+        }
+      } catch (...) {
+        ::_exit(1);
+      }
+    }
+    int status = 0;
+    while (!temp_exists()) {
+      ASSERT_EQ(::waitpid(child, &status, WNOHANG), 0) << "the writer died on its own";
+      ::usleep(200);
+    }
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    if (temp_exists()) ++killed_mid_write;
+    // The survivor verifies, is what --resume auto picks, and is one whole version.
+    ASSERT_NO_THROW(verify_checkpoint(path));
+    ASSERT_EQ(find_latest_good_checkpoint(dir.path()), path);
+    torch::nn::Linear loaded(kWidth, kWidth);
+    torch::optim::SGD loaded_optimizer(loaded->parameters(), torch::optim::SGDOptions(0.1));
+    load_checkpoint(path, *loaded, loaded_optimizer, {"linear", 3});
+    float first = loaded->weight[0][0].item<float>();
+    EXPECT_TRUE(first == 1.0f || first == 2.0f) << first;
+    EXPECT_TRUE(torch::all(loaded->weight == first).item<bool>()) << "torn checkpoint";
+    for (auto& e : fs::directory_iterator(dir.path()))  // the next attempt starts clean
+      if (e.path().filename().string().find(".tmp.") != std::string::npos) fs::remove(e.path());
+  }
+  EXPECT_GE(killed_mid_write, 1) << "the writer was never caught mid-write";
+}
+
+// Payloads that the fuzzer made libtorch choke on (fuzz/regressions/checkpoint/), framed with a
+// correct header and CRC-32 so that they get past the checksum: each ends in one kData error
+// naming the file, never an escaped libtorch exception or a leak.
+TEST(CheckpointTest, DamagedPayloadBehindAValidChecksumIsAClearError) {
+  test::TempDir dir;
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           test::source_dir() + "/fuzz/regressions/checkpoint")) {
+    SCOPED_TRACE(entry.path().string());
+    std::string payload = read_file(entry.path().string());
+    std::string file = "DDPXCKPT";
+    uint32_t version = 1;
+    uint64_t size = payload.size();
+    uint32_t crc = static_cast<uint32_t>(
+        ::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(payload.data()),
+                static_cast<uInt>(payload.size())));
+    file.append(reinterpret_cast<const char*>(&version), 4);
+    file.append(reinterpret_cast<const char*>(&size), 8);
+    file.append(reinterpret_cast<const char*>(&crc), 4);
+    file += payload;
+    std::string path = dir.file("damaged.ddpx");
+    test::write_bytes(path, file);
+    Fixture a;
+    for (int reader = 0; reader < 3; ++reader) {
+      try {
+        if (reader == 0) verify_checkpoint(path);
+        if (reader == 1) read_checkpoint_meta(path);
+        if (reader == 2) load_checkpoint(path, *a.model, a.optimizer, {"linear", 3});
+        ADD_FAILURE() << "reader " << reader << " accepted a damaged payload";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kData);
+        EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      }
+    }
+    ++files;
+  }
+  EXPECT_GE(files, 2);
 }
 
 // A disk that fills up mid-write, injected with RLIMIT_FSIZE in a child process (writes past
