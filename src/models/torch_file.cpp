@@ -4,6 +4,8 @@
 #include <set>
 #include <vector>
 
+#include <caffe2/serialize/versions.h>
+
 #include "core/error.h"
 
 namespace ddpx::models {
@@ -18,6 +20,12 @@ constexpr uint64_t kDeflate = 8;
 constexpr uint32_t kZip64Locator = 0x07064b50, kZip64End = 0x06064b50;
 constexpr size_t kLocatorBytes = 20, kZip64EndBytes = 56;
 constexpr uint64_t kZip64Extra = 0x0001;
+
+// The storage types of plain tensors. Quantized ones (QInt8Storage, ...) are left out: libtorch
+// rebuilds them without a quantizer, and the first operation on one fails an internal assert.
+const std::set<std::string> kStorages = {
+    "FloatStorage", "DoubleStorage", "HalfStorage",  "BFloat16Storage", "LongStorage",
+    "IntStorage",   "ShortStorage",  "CharStorage", "ByteStorage",     "BoolStorage"};
 
 uint64_t le(std::string_view b, size_t at, size_t n) {
   uint64_t v = 0;
@@ -123,6 +131,10 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path,
     bad("unreadable version record");
   }
   zip.version = std::stoull(digits);
+  if (zip.version < caffe2::serialize::kMinSupportedFileFormatVersion ||
+      zip.version > caffe2::serialize::kMaxSupportedFileFormatVersion) {
+    bad("a format version this libtorch does not read");
+  }
   return zip;
 }
 
@@ -175,8 +187,7 @@ void check_state_dict_pickle(std::string_view p, const std::string& path) {
         bool known = (module == "collections" && name == "OrderedDict") ||
                      (module == "torch._utils" &&
                       (name == "_rebuild_tensor_v2" || name == "_rebuild_parameter")) ||
-                     (module == "torch" && name.size() > 7 &&
-                      name.compare(name.size() - 7, 7, "Storage") == 0);
+                     (module == "torch" && kStorages.count(name) == 1);
         if (!known) bad("global " + module + "." + name);
         ++depth;
         break;

@@ -22,13 +22,13 @@ namespace ddpx::models {
 struct TorchZip {
   std::map<std::string, std::string_view> records;
   std::set<std::string> compressed;
-  uint64_t version = 0;  // the "version" record: torch's serialization format version
+  uint64_t version = 0;  // the "version" record, within what this libtorch reads
 };
 TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const std::string& hint);
 
 // Checks the pickle's opcode stream: only the opcodes a state_dict needs, every length within
 // the data, no stack or mark underflow, memo reads only of written slots, and only the globals
-// of tensors, storages and OrderedDict.
+// of tensors, plain (not quantized) storages and OrderedDict.
 void check_state_dict_pickle(std::string_view pickle, const std::string& path);
 
 }  // namespace ddpx::models

@@ -95,6 +95,9 @@ TEST(TorchFileTest, StackUnderflowAndUnknownGlobalsAreRefusedBeforeLibtorch) {
   EXPECT_NE(rejection(replaced(seed, "ctorch\nFloatStorage", "cos\nsystem_________"))
                 .find("global os.system"),
             std::string::npos);
+  // Quantized storages: libtorch rebuilds them without a quantizer (found by fuzz_state_dict).
+  EXPECT_NE(rejection(replaced(seed, "FloatStorage", "QInt8Storage")).find("QInt8Storage"),
+            std::string::npos);
 }
 
 // Past 4 GB (a big checkpoint), the end record's fields saturate and the zip64 end record
