@@ -48,12 +48,25 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
+// dtype and element count of one call in one word: (1 for float32, 2 for float64) << 56 | numel.
+uint64_t signature(bool is_double, int64_t numel) {
+  return (uint64_t{is_double ? 2u : 1u} << 56) | static_cast<uint64_t>(numel);
+}
+
+std::string describe_signature(uint64_t sig) {
+  const char* dtype = (sig >> 56) == 2 ? "double" : "float";
+  return std::string(dtype) + "[" + std::to_string(sig & ((uint64_t{1} << 56) - 1)) + "]";
+}
+
 }  // namespace
 
 struct ShmAllreduce::Control {
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> generation;
   alignas(64) std::atomic<uint64_t> passes[kMaxRanks];  // barriers entered, per rank
+  // What each rank's current call reduces (signature()), compared after the first barrier:
+  // ranks that disagree would otherwise sum unrelated bytes and return without an error.
+  alignas(64) std::atomic<uint64_t> calls[kMaxRanks];
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free);
 static_assert(sizeof(ShmAllreduce::kChunkBytes) == 8);
@@ -159,8 +172,23 @@ void ShmAllreduce::barrier() {
   }
 }
 
+void ShmAllreduce::check_calls_agree() {
+  const uint64_t mine = control_->calls[rank_].load(std::memory_order_acquire);
+  std::string ranks;
+  bool agree = true;
+  for (int r = 0; r < world_size_; ++r) {
+    uint64_t theirs = control_->calls[r].load(std::memory_order_acquire);
+    agree = agree && theirs == mine;
+    ranks += (r == 0 ? "" : ", ") + ("rank " + std::to_string(r) + " " + describe_signature(theirs));
+  }
+  DDPX_CHECK(agree, ErrorKind::kDist,
+             "mismatched all-reduce on shared memory (rank {}): {}; every rank must call the same "
+             "collectives in the same order with the same shapes and dtypes",
+             rank_, ranks);
+}
+
 template <typename T>
-void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set) {
+void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, bool first) {
   const int world = world_size_;
   auto begin = [&](int part) { return count * part / world; };
   T* mine = reinterpret_cast<T*>(slot(set, rank_));
@@ -169,6 +197,9 @@ void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set) {
     if (part != rank_)
       std::memcpy(mine + begin(part), data + begin(part), (begin(part + 1) - begin(part)) * sizeof(T));
   barrier();
+  // A rank writes its next call's signature only after the last barrier of this call, which
+  // every peer passes after this check: no peer can see a signature of the wrong call.
+  if (first) check_calls_agree();
   // 2. Reduce my part: my own values plus every peer's, in rank order; the sum goes to my
   //    tensor and to my slot, where the peers fetch it.
   const int64_t lo = begin(rank_), n = begin(rank_ + 1) - lo;
@@ -202,15 +233,19 @@ void ShmAllreduce::allreduce_sum(torch::Tensor& tensor) {
   DDPX_CHECK(supports(tensor), ErrorKind::kInternal,
              "shared-memory all-reduce got a {} tensor; it handles contiguous CPU float32/float64",
              tensor.toString());
+  control_->calls[rank_].store(
+      signature(tensor.scalar_type() == torch::kFloat64, tensor.numel()), std::memory_order_release);
   auto run = [&](auto* data) {
     using T = std::remove_pointer_t<decltype(data)>;
     const int64_t total = tensor.numel();
     const int64_t per_chunk = kChunkBytes / static_cast<int64_t>(sizeof(T));
-    for (int64_t offset = 0; offset < total; offset += per_chunk) {
+    int64_t offset = 0;
+    do {  // at least one chunk, so that an empty tensor is checked against the peers' calls too
       reduce_chunk<T>(data + offset, std::min(per_chunk, total - offset),
-                      static_cast<int>(chunks_done_ & 1));
+                      static_cast<int>(chunks_done_ & 1), offset == 0);
       ++chunks_done_;
-    }
+      offset += per_chunk;
+    } while (offset < total);
   };
   if (tensor.scalar_type() == torch::kFloat32) run(tensor.data_ptr<float>());
   else run(tensor.data_ptr<double>());

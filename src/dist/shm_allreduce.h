@@ -5,7 +5,8 @@
 // memory-copy speed of a core (docs/performance.md has the figures).
 //
 // Contract: collective and blocking. Every rank of the group calls allreduce_sum with a tensor
-// of the same dtype and element count, in the same order. One call at a time per object (the
+// of the same dtype and element count, in the same order; ranks that do not all throw
+// ddpx::Error(kDist) naming each rank's call. One call at a time per object (the
 // owner, ProcessGroupShm, serialises them on its own thread). A rank that does not arrive
 // within `timeout` makes the others throw ddpx::Error(kTimeout) naming the ranks that are
 // behind. The segment is unlinked as soon as every rank has mapped it, so nothing is left in
@@ -57,8 +58,9 @@ class ShmAllreduce {
                std::chrono::milliseconds timeout);
   void barrier();
   char* slot(int set, int rank) const;
+  void check_calls_agree();
   template <typename T>
-  void reduce_chunk(T* data, int64_t count, int set);
+  void reduce_chunk(T* data, int64_t count, int set, bool first);
 
   void* base_;
   size_t bytes_;

@@ -72,6 +72,34 @@ torch::Tensor rank_values(int rank) {
   return torch::sin(torch::arange(12345, torch::kFloat64) * (rank + 1.37)) * 1e3;
 }
 
+// Ranks that disagree on the element count or dtype must not get sums of unrelated bytes:
+// every rank throws, naming what each rank called (each case maps a fresh segment: after a
+// mismatch the job is over).
+TEST(ShmAllreduceTest, MismatchedCallsThrowOnEveryRankInsteadOfSummingWrongBytes) {
+  struct Case {
+    int64_t n0, n1;
+    torch::ScalarType dtype1;
+    const char* expected;
+  };
+  for (const Case& c : {Case{1024, 10, torch::kFloat32, "rank 0 float[1024], rank 1 float[10]"},
+                        Case{0, 3, torch::kFloat32, "rank 0 float[0], rank 1 float[3]"},
+                        Case{8, 8, torch::kFloat64, "rank 0 float[8], rank 1 double[8]"}}) {
+    std::vector<std::string> errors(2);
+    run_ranks(2, [&](int rank, ShmAllreduce& shm) {
+      torch::Tensor t = rank == 0 ? torch::ones({c.n0}) : torch::ones({c.n1}, c.dtype1);
+      try {
+        shm.allreduce_sum(t);
+      } catch (const Error& e) {
+        errors[rank] = e.what();
+      }
+    });
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_NE(errors[rank].find("mismatched all-reduce"), std::string::npos) << errors[rank];
+      EXPECT_NE(errors[rank].find(c.expected), std::string::npos) << errors[rank];
+    }
+  }
+}
+
 TEST(ShmAllreduceTest, Float64AndEveryRankGetsBitIdenticalResults) {
   std::vector<torch::Tensor> results(2);
   run_ranks(2, [&](int rank, ShmAllreduce& shm) {
