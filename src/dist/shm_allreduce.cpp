@@ -194,7 +194,7 @@ void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, bool first) {
   T* mine = reinterpret_cast<T*>(slot(set, rank_));
   // 1. Publish the parts the other ranks reduce.
   for (int part = 0; part < world; ++part)
-    if (part != rank_)
+    if (part != rank_ && begin(part + 1) > begin(part))  // an empty tensor's data may be null
       std::memcpy(mine + begin(part), data + begin(part), (begin(part + 1) - begin(part)) * sizeof(T));
   barrier();
   // A rank writes its next call's signature only after the last barrier of this call, which
@@ -214,12 +214,12 @@ void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, bool first) {
       const T* __restrict src = reinterpret_cast<const T*>(slot(set, peer)) + lo;
       for (int64_t i = 0; i < n; ++i) out[i] += src[i];
     }
-    std::memcpy(published, out, n * sizeof(T));
+    if (n > 0) std::memcpy(published, out, n * sizeof(T));
   }
   barrier();
   // 3. Fetch the other parts' sums from their owners.
   for (int part = 0; part < world; ++part)
-    if (part != rank_)
+    if (part != rank_ && begin(part + 1) > begin(part))
       std::memcpy(data + begin(part), reinterpret_cast<const T*>(slot(set, part)) + begin(part),
                   (begin(part + 1) - begin(part)) * sizeof(T));
 }
