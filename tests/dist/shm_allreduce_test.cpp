@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <functional>
 #include <thread>
@@ -40,10 +41,13 @@ void run_ranks(int world_size, const std::function<void(int, ShmAllreduce&)>& fn
     EXPECT_EQ(errors[rank], "") << "rank " << rank;
 }
 
+// Segments this process created (named ddpx-<pid>-...): tests in other processes running at the
+// same time have their own for a moment.
 int ddpx_segments_in_dev_shm() {
+  const std::string mine = "ddpx-" + std::to_string(::getpid()) + "-";
   int count = 0;
   if (DIR* dir = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(dir)) count += std::string(e->d_name).rfind("ddpx-", 0) == 0;
+    while (dirent* e = ::readdir(dir)) count += std::string(e->d_name).rfind(mine, 0) == 0;
     ::closedir(dir);
   }
   return count;
