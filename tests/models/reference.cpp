@@ -1,6 +1,8 @@
 // See reference.h.
 #include "reference.h"
 
+#include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -30,6 +32,17 @@ TorchvisionRun run_torchvision(const std::string& body, int timeout_s) {
     if (line.rfind("REF ", 0) == 0) run.lines.push_back(line.substr(4));
   }
   return run;
+}
+
+void expect_logits_match(const torch::Tensor& y, const torch::Tensor& expected,
+                         const std::string& label) {
+  ASSERT_EQ(y.sizes(), expected.sizes()) << label;
+  const double scale = expected.abs().max().item<double>();
+  const double max_diff = (y - expected).abs().max().item<double>();
+  ASSERT_TRUE(std::isfinite(scale) && scale > 0.0) << label << ": reference output scale " << scale;
+  std::printf("  %s: max |diff| %.3g at output scale %.3g\n", label.c_str(), max_diff, scale);
+  EXPECT_LE(max_diff / scale, kRelativeTolerance)
+      << label << ": max |diff| " << max_diff << " at output scale " << scale;
 }
 
 }  // namespace ddpx::test

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/types.h>
+
 namespace ddpx::test {
 
 struct TorchvisionRun {
@@ -16,6 +18,15 @@ struct TorchvisionRun {
 // print("REF ...", flush=True). A failing script (or one running past timeout_s) fails the
 // calling test.
 TorchvisionRun run_torchvision(const std::string& body, int timeout_s = 300);
+
+// Relative to the output's largest magnitude; float32 sums over thousands of terms differ in
+// order between the two builds, so bit equality is not expected.
+constexpr double kRelativeTolerance = 1e-4;
+
+// Expects ddpx's logits `y` to match torchvision's `expected` within kRelativeTolerance of the
+// output scale, and prints the max difference under `label` (llm.c style).
+void expect_logits_match(const torch::Tensor& y, const torch::Tensor& expected,
+                         const std::string& label);
 
 }  // namespace ddpx::test
 

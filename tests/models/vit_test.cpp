@@ -4,8 +4,6 @@
 // plus timm aliases, a training step and errors for inputs a ViT cannot take. Every ViT's
 // logits at 32 px: zoo_all_parity_test.cpp. Keys and parameter counts:
 // efficientnet_vit_structure_test.cpp.
-#include <cmath>
-#include <cstdio>
 #include <map>
 #include <string>
 
@@ -24,22 +22,13 @@
 namespace ddpx::models {
 namespace {
 
-constexpr double kRelativeTolerance = 1e-4;  // of the output's largest magnitude
-
 // Runs `model` in eval mode on io.pt's x and compares with its y.
 void expect_same_logits(torch::nn::AnyModule& model, const std::string& io_path,
                         const std::string& what) {
   const auto io = read_state_dict(io_path);
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
-  const torch::Tensor y = model.forward(io.at("x"));
-  const torch::Tensor expected = io.at("y");
-  ASSERT_EQ(y.sizes(), expected.sizes());
-  const double scale = expected.abs().max().item<double>();
-  const double max_diff = (y - expected).abs().max().item<double>();
-  ASSERT_GT(scale, 0.0);
-  std::printf("  %s: max |diff| %.3g at output scale %.3g\n", what.c_str(), max_diff, scale);
-  EXPECT_LE(max_diff / scale, kRelativeTolerance) << what;
+  test::expect_logits_match(model.forward(io.at("x")), io.at("y"), what);
 }
 
 // vit_b_16 built for 32 px images keeps torchvision's 14x14 position embedding (so 224 px

@@ -7,7 +7,6 @@
 // cost no disk. A key or shape that differs from torchvision shifts the draws and fails.
 // Real torchvision initialisation with a weight file: zoo_parity_test.cpp.
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,7 +23,6 @@
 namespace ddpx::models {
 namespace {
 
-constexpr double kRelativeTolerance = 1e-4;  // of the output's largest magnitude
 constexpr int64_t kNumClasses = 10;
 // The smallest side every family takes: VGG's five pools and DenseNet's stride-4 stem and
 // three pools need >= 32 (>= 29); vit_b_32 then runs on a single patch.
@@ -142,15 +140,7 @@ TEST_P(ZooParityTest, LogitsMatchTorchvision) {
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
   const torch::Tensor y = model.forward(io.at("x"));  // (2, 10)
-  const torch::Tensor expected = io.at("y");
-  ASSERT_EQ(y.sizes(), expected.sizes());
-  const double scale = expected.abs().max().item<double>();
-  const double max_diff = (y - expected).abs().max().item<double>();
-  ASSERT_TRUE(std::isfinite(scale) && scale > 0.0) << name << ": reference output scale " << scale;
-  std::printf("  %s at %lld px: max |diff| %.3g at output scale %.3g\n", name.c_str(),
-              static_cast<long long>(kImageSize), max_diff, scale);
-  EXPECT_LE(max_diff / scale, kRelativeTolerance)
-      << name << ": max |diff| " << max_diff << " at output scale " << scale;
+  test::expect_logits_match(y, io.at("y"), name + " at " + std::to_string(kImageSize) + " px");
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooParityTest, ::testing::ValuesIn(zoo_names()),

@@ -4,7 +4,6 @@
 // enough to pass through a file. BatchNorm statistics and affine terms are randomised first so
 // that every loaded tensor affects the output. Every model (VGG and ViT included), with
 // generated weights: zoo_all_parity_test.cpp.
-#include <cstdio>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -17,10 +16,6 @@
 
 namespace ddpx::models {
 namespace {
-
-// Relative to the output's largest magnitude; float32 sums over thousands of terms differ in
-// order between the two builds, so bit equality is not expected.
-constexpr double kRelativeTolerance = 1e-4;
 
 std::string parity_script(const std::string& name, const std::string& stem, int64_t size,
                           const std::string& dir) {
@@ -62,15 +57,7 @@ void expect_parity(const std::string& name, const std::string& stem, int64_t siz
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
   const torch::Tensor y = model.forward(io.at("x"));  // (2, 10)
-  const torch::Tensor expected = io.at("y");
-  ASSERT_EQ(y.sizes(), expected.sizes());
-  const double scale = expected.abs().max().item<double>();
-  const double max_diff = (y - expected).abs().max().item<double>();
-  ASSERT_GT(scale, 0.0);
-  std::printf("  %s (%s stem): max |diff| %.3g at output scale %.3g\n", name.c_str(),
-              stem.c_str(), max_diff, scale);
-  EXPECT_LE(max_diff / scale, kRelativeTolerance)
-      << name << " (" << stem << " stem): max |diff| " << max_diff << " at output scale " << scale;
+  test::expect_logits_match(y, io.at("y"), name + " (" + stem + " stem)");
 
   // The loaded buffers are the file's, not the defaults (e.g. num_batches_tracked).
   for (const auto& buffer : model.ptr()->named_buffers()) {
