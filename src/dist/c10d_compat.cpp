@@ -223,6 +223,29 @@ std::shared_ptr<c10d::ProcessGroup> make_traced_group(
 #endif
 }
 
+#if defined(DDPX_HAVE_SHM_GROUP) && defined(DDPX_HAVE_TRACED_GROUP)
+namespace {
+ProcessGroupShm* shm_group(c10d::ProcessGroup& group) {
+  c10d::ProcessGroup* inner = &group;
+  if (auto* traced = dynamic_cast<TracedProcessGroup*>(inner)) inner = &traced->inner();
+  return dynamic_cast<ProcessGroupShm*>(inner);
+}
+}  // namespace
+
+torch::Tensor allocate_bucket(c10d::ProcessGroup& group, int64_t numel, c10::ScalarType dtype) {
+  ProcessGroupShm* shm = shm_group(group);
+  if (shm == nullptr || !shm->arena() || !supports_average(group, dtype)) return {};
+  return shm->arena()->allocate(numel, dtype);
+}
+
+bool supports_average(c10d::ProcessGroup& group, c10::ScalarType dtype) {
+  return shm_group(group) != nullptr && (dtype == torch::kFloat32 || dtype == torch::kFloat64);
+}
+#else
+torch::Tensor allocate_bucket(c10d::ProcessGroup&, int64_t, c10::ScalarType) { return {}; }
+bool supports_average(c10d::ProcessGroup&, c10::ScalarType) { return false; }
+#endif
+
 bool supports_bf16_allreduce(const c10d::ProcessGroup& group) {
   // Gloo learned bfloat16 in libtorch 2.x; NCCL has it in every version ddpx supports.
   if (DDPX_TORCH_2X) return true;

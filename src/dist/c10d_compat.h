@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include <torch/types.h>
+
 namespace c10d {
 class ProcessGroup;
 class Store;
@@ -59,6 +61,16 @@ std::shared_ptr<c10d::ProcessGroup> make_shm_group(const std::shared_ptr<c10d::S
 // libtorch 2.x, whose ProcessGroup layout that class does not follow, returns `group` as is.
 std::shared_ptr<c10d::ProcessGroup> make_traced_group(
     std::shared_ptr<c10d::ProcessGroup> group, std::shared_ptr<trace::CollectiveTrace> trace);
+
+// A zero-filled 1-d tensor for a gradient bucket that `group` all-reduces in place without
+// copies: memory in the shared segment of "gloo+shm" (ShmArena). Undefined where the group
+// has no such memory (other backends, libtorch 2.x), /dev/shm is full, or `dtype` is not
+// float32/float64; the caller then allocates ordinary memory.
+torch::Tensor allocate_bucket(c10d::ProcessGroup& group, int64_t numel, c10::ScalarType dtype);
+
+// Whether `group` all-reduces `dtype` tensors with ReduceOp::AVG, averaging in the pass that
+// sums ("gloo+shm" for float32/float64). The same answer on every rank of a group.
+bool supports_average(c10d::ProcessGroup& group, c10::ScalarType dtype);
 
 // Whether the group's backend can all-reduce bfloat16 tensors (Gloo in 1.13 cannot).
 bool supports_bf16_allreduce(const c10d::ProcessGroup& group);

@@ -6,14 +6,16 @@ namespace ddpx::dist {
 
 class ProcessGroupShm::ShmWork : public c10d::Work {
  public:
-  ShmWork(int rank, at::Tensor tensor)
-      : c10d::Work(rank, c10d::OpType::ALLREDUCE), tensor_(std::move(tensor)) {}
+  ShmWork(int rank, at::Tensor tensor, bool average)
+      : c10d::Work(rank, c10d::OpType::ALLREDUCE), tensor_(std::move(tensor)), average_(average) {}
   void complete(std::exception_ptr error) { finish(std::move(error)); }
   at::Tensor& tensor() { return tensor_; }
+  bool average() const { return average_; }
   std::vector<at::Tensor> result() override { return {tensor_}; }
 
  private:
   at::Tensor tensor_;
+  bool average_;
 };
 
 ProcessGroupShm::ProcessGroupShm(std::shared_ptr<c10d::ProcessGroup> fallback,
@@ -44,7 +46,7 @@ void ProcessGroupShm::run() {
     }
     std::exception_ptr error;
     try {
-      shm_->allreduce_sum(work->tensor());
+      shm_->allreduce(work->tensor(), work->average());
     } catch (...) {
       error = std::current_exception();
     }
@@ -54,10 +56,11 @@ void ProcessGroupShm::run() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  if (tensors.size() != 1 || opts.reduceOp != c10d::ReduceOp::SUM ||
+  const bool average = opts.reduceOp == c10d::ReduceOp::AVG;
+  if (tensors.size() != 1 || (opts.reduceOp != c10d::ReduceOp::SUM && !average) ||
       !ShmAllreduce::supports(tensors[0]))
     return fallback_->allreduce(tensors, opts);
-  auto work = c10::make_intrusive<ShmWork>(getRank(), tensors[0]);
+  auto work = c10::make_intrusive<ShmWork>(getRank(), tensors[0], average);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(work);

@@ -1,6 +1,7 @@
-// A c10d process group for one host: all-reduce of contiguous CPU float tensors goes through
-// shared memory (ShmAllreduce); every other collective, and everything across hosts, is
-// delegated to the wrapped Gloo group. Work is asynchronous like Gloo's: allreduce() queues
+// A c10d process group for one host: all-reduce (sum or average) of contiguous CPU float
+// tensors goes through shared memory (ShmAllreduce), in place for tensors allocated in its
+// arena(); every other collective, and everything across hosts, is delegated to the wrapped
+// Gloo group. Work is asynchronous like Gloo's: allreduce() queues
 // the tensor for this group's communication thread and returns a Work that wait()s for it.
 //
 // Ordering: each rank issues the same sequence of collectives; the shared-memory queue and the
@@ -34,6 +35,8 @@ class ProcessGroupShm : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "gloo+shm"; }
   c10d::ProcessGroup& fallback() { return *fallback_; }
+  // Memory that this group all-reduces without copying (ShmArena); null when there is none.
+  const std::shared_ptr<ShmArena>& arena() const { return shm_->arena(); }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;

@@ -113,7 +113,12 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     Bucket bucket;
     int64_t total = 0;
     for (size_t i : indices) total += params_[i].numel();
-    bucket.buffer = torch::zeros({total}, params_[indices.front()].options().requires_grad(false));
+    const auto dtype = params_[indices.front()].scalar_type();
+    bucket.buffer = compat::allocate_bucket(*group_, total, dtype);
+    // Decided by the group, not by this rank's allocation: every rank must ask for the same op.
+    bucket.average = compat::supports_average(*group_, dtype);
+    if (!bucket.buffer.defined())
+      bucket.buffer = torch::zeros({total}, params_[indices.front()].options().requires_grad(false));
     int64_t offset = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
       const auto& p = params_[indices[k]];
@@ -219,6 +224,15 @@ void Reducer::mark_ready_locked(size_t param) {
 
 void Reducer::launch(Bucket& bucket) {
   torch::NoGradGuard no_grad;
+  c10d::AllreduceOptions options;
+  if (bucket.average && options_.comm_hook == CommHook::kAllreduce) {
+    // Averaged by the group in the pass that sums.
+    std::vector<torch::Tensor> tensors{bucket.buffer};
+    bucket.comm = bucket.buffer;
+    options.reduceOp = c10d::ReduceOp::AVG;
+    bucket.work = group_->allreduce(tensors, options);
+    return;
+  }
   // Pre-divide so that the sum over ranks is the average (and fp16 sums cannot overflow).
   bucket.buffer.div_(group_->getSize());
   const bool floating = bucket.buffer.scalar_type() == torch::kFloat ||
@@ -242,7 +256,6 @@ void Reducer::launch(Bucket& bucket) {
       break;
   }
   std::vector<torch::Tensor> tensors{bucket.comm};
-  c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   bucket.work = group_->allreduce(tensors, options);
 }

@@ -2,8 +2,10 @@
 // (reverse registration order first, then the order gradients really became ready), each
 // bucket one flat contiguous buffer whose slices *are* the parameters' .grad tensors. A post
 // hook on every parameter's gradient accumulator counts the bucket down; a full bucket is
-// pre-divided by the world size and all-reduced asynchronously, in bucket order on every rank
-// (collectives must match across ranks). An autograd-engine callback queued by the first hook
+// all-reduced asynchronously, in bucket order on every rank (collectives must match across
+// ranks), and averaged: by the group in the pass that sums where it can (ReduceOp::AVG; on one
+// host the buffer also lives in the group's shared memory, compat::allocate_bucket, and is
+// reduced there without a copy), else by dividing before a sum. An autograd-engine callback queued by the first hook
 // of a backward waits for all buckets before backward() returns.
 //
 // Not thread-safe against concurrent backward passes through the same model; a reducer
@@ -56,6 +58,7 @@ class Reducer {
     std::vector<size_t> params;         // indices into params_
     std::vector<torch::Tensor> views;   // views[k] is params_[params[k]].grad
     size_t pending = 0;                 // gradients not yet ready in this backward
+    bool average = false;               // all-reduced with ReduceOp::AVG (no division pass)
     torch::Tensor comm;                 // what is all-reduced: buffer or a compressed copy
     c10::intrusive_ptr<c10d::Work> work;
   };

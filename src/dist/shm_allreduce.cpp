@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,10 +11,12 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace ddpx::dist {
@@ -22,6 +25,19 @@ namespace {
 constexpr size_t kControlBytes = 8192;
 constexpr int kSpinIterations = 4000;  // ~10 us of polling before sleeping in the kernel
 constexpr const char* kKeyPrefix = "ddpx/shm/";
+constexpr uint64_t kNowhere = ~uint64_t{0};  // Control::places: the tensor is not in an arena
+constexpr size_t kArenaAlignment = size_t{2} << 20;
+constexpr size_t kMaxArenaBytes = size_t{64} << 30;
+
+// Each rank's arena: an equal share of /dev/shm's size (the segment is sparse, so this is
+// address space; an allocation takes pages and fails cleanly when /dev/shm is full).
+size_t arena_bytes_per_rank(int world_size) {
+  if (env::get_or("DDPX_SHM_ARENA", "1") == "0") return 0;
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) != 0) return 0;
+  size_t share = static_cast<size_t>(fs.f_blocks) * fs.f_frsize / static_cast<size_t>(world_size);
+  return std::min(share, kMaxArenaBytes) / kArenaAlignment * kArenaAlignment;
+}
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string from_bytes(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
@@ -48,14 +64,17 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
-// dtype and element count of one call in one word: (1 for float32, 2 for float64) << 56 | numel.
-uint64_t signature(bool is_double, int64_t numel) {
-  return (uint64_t{is_double ? 2u : 1u} << 56) | static_cast<uint64_t>(numel);
+// Operation, dtype and element count of one call in one word:
+// average << 58 | (1 for float32, 2 for float64) << 56 | numel.
+uint64_t signature(bool average, bool is_double, int64_t numel) {
+  return (uint64_t{average} << 58) | (uint64_t{is_double ? 2u : 1u} << 56) |
+         static_cast<uint64_t>(numel);
 }
 
 std::string describe_signature(uint64_t sig) {
-  const char* dtype = (sig >> 56) == 2 ? "double" : "float";
-  return std::string(dtype) + "[" + std::to_string(sig & ((uint64_t{1} << 56) - 1)) + "]";
+  const char* dtype = ((sig >> 56) & 3) == 2 ? "double" : "float";
+  const char* op = (sig >> 58) & 1 ? "average" : "sum";
+  return std::string(op) + " " + dtype + "[" + std::to_string(sig & ((uint64_t{1} << 56) - 1)) + "]";
 }
 
 }  // namespace
@@ -67,6 +86,8 @@ struct ShmAllreduce::Control {
   // What each rank's current call reduces (signature()), compared after the first barrier:
   // ranks that disagree would otherwise sum unrelated bytes and return without an error.
   alignas(64) std::atomic<uint64_t> calls[kMaxRanks];
+  // Where each rank's tensor of the current call lies in its arena, or kNowhere.
+  alignas(64) std::atomic<uint64_t> places[kMaxRanks];
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free);
 static_assert(sizeof(ShmAllreduce::kChunkBytes) == 8);
@@ -83,59 +104,74 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(c10d::Store& store, int rank,
   for (int r = 0; r < world_size; ++r)
     same_host = same_host && from_bytes(store.get(prefix + "host/" + std::to_string(r))) == me;
 
-  // 2. Rank 0 creates the segment, reserving its pages now (a full /dev/shm is an error here,
-  //    not a SIGBUS later), and publishes its name.
-  const size_t bytes = kControlBytes + 2 * static_cast<size_t>(world_size) * kChunkBytes;
+  // 2. Rank 0 creates the segment: control block and chunk slots with their pages reserved
+  //    now (a full /dev/shm is an error here, not a SIGBUS later), then every rank's arena,
+  //    sparse. It publishes the name and the arena size.
+  const size_t fixed = kControlBytes + 2 * static_cast<size_t>(world_size) * kChunkBytes;
+  const size_t arena_begin = (fixed + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   if (rank == 0) {
-    std::string name;
+    std::string published;
     if (same_host) {
       std::mt19937_64 rng(std::random_device{}());
       std::string candidate = "/ddpx-" + std::to_string(::getpid()) + "-" + std::to_string(rng());
+      const size_t arena = arena_bytes_per_rank(world_size);
       int fd = ::shm_open(candidate.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd >= 0) {
-        if (::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0) name = candidate;
-        else ::shm_unlink(candidate.c_str());
+        const size_t total = arena_begin + static_cast<size_t>(world_size) * arena;
+        if (::ftruncate(fd, static_cast<off_t>(total)) == 0 &&
+            ::posix_fallocate(fd, 0, static_cast<off_t>(fixed)) == 0)
+          published = candidate + " " + std::to_string(arena);
+        else
+          ::shm_unlink(candidate.c_str());
         ::close(fd);
       }
     }
-    store.set(prefix + "name", to_bytes(name));
+    store.set(prefix + "name", to_bytes(published));
   }
-  std::string name = from_bytes(store.get(prefix + "name"));
-  if (name.empty()) return nullptr;
+  const std::string published = from_bytes(store.get(prefix + "name"));
+  if (published.empty()) return nullptr;
+  const std::string name = published.substr(0, published.find(' '));
+  const size_t arena_bytes = std::stoull(published.substr(published.find(' ') + 1));
+  const size_t bytes = arena_begin + static_cast<size_t>(world_size) * arena_bytes;
 
   // 3. Everyone maps it and says whether that worked; rank 0 unlinks once all have answered.
+  //    The descriptor stays open: the arena reserves and frees pages through it.
   void* base = MAP_FAILED;
   int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd >= 0) {
-    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (base == MAP_FAILED) ::close(fd);
   }
   store.set(prefix + "mapped/" + std::to_string(rank), to_bytes(base != MAP_FAILED ? "1" : "0"));
   bool all_mapped = true;
   for (int r = 0; r < world_size; ++r)
     all_mapped = all_mapped && from_bytes(store.get(prefix + "mapped/" + std::to_string(r))) == "1";
   if (rank == 0) ::shm_unlink(name.c_str());
-  if (!all_mapped) {
-    if (base != MAP_FAILED) ::munmap(base, bytes);
-    return nullptr;
-  }
-  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(base, bytes, rank, world_size, timeout));
+  auto mapping = base != MAP_FAILED ? std::make_shared<ShmMapping>(base, bytes, fd) : nullptr;
+  if (!all_mapped) return nullptr;
+  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(std::move(mapping), arena_begin,
+                                                        arena_bytes, rank, world_size, timeout));
 }
 
-ShmAllreduce::ShmAllreduce(void* base, size_t bytes, int rank, int world_size,
+ShmAllreduce::ShmAllreduce(std::shared_ptr<ShmMapping> mapping, size_t arena_begin,
+                           size_t arena_bytes, int rank, int world_size,
                            std::chrono::milliseconds timeout)
-    : base_(base),
-      bytes_(bytes),
-      control_(static_cast<Control*>(base)),
+    : mapping_(std::move(mapping)),
+      arena_begin_(arena_begin),
+      arena_bytes_(arena_bytes),
+      control_(reinterpret_cast<Control*>(mapping_->base)),
       rank_(rank),
       world_size_(world_size),
-      timeout_(timeout) {}
+      timeout_(timeout) {
+  if (arena_bytes_ > 0)
+    arena_ = std::make_shared<ShmArena>(mapping_, arena_begin_ + rank_ * arena_bytes_, arena_bytes_);
+}
 
-ShmAllreduce::~ShmAllreduce() { ::munmap(base_, bytes_); }
+// The mapping itself goes with its last user: this object or a tensor in the arena.
+ShmAllreduce::~ShmAllreduce() = default;
 
 char* ShmAllreduce::slot(int set, int rank) const {
-  return static_cast<char*>(base_) + kControlBytes +
-         (static_cast<size_t>(set) * world_size_ + rank) * kChunkBytes;
+  return mapping_->at(kControlBytes + (static_cast<size_t>(set) * world_size_ + rank) * kChunkBytes);
 }
 
 void ShmAllreduce::barrier() {
@@ -187,8 +223,39 @@ void ShmAllreduce::check_calls_agree() {
              rank_, ranks);
 }
 
+bool ShmAllreduce::all_in_arenas() const {
+  for (int r = 0; r < world_size_; ++r)
+    if (control_->places[r].load(std::memory_order_acquire) == kNowhere) return false;
+  return true;
+}
+
 template <typename T>
-void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, bool first) {
+void ShmAllreduce::reduce_in_place(int64_t count, T scale) {
+  const int world = world_size_;
+  auto tensor_of = [&](int r) {
+    return reinterpret_cast<T*>(mapping_->at(arena_begin_ + r * arena_bytes_ +
+                                             control_->places[r].load(std::memory_order_relaxed)));
+  };
+  const int64_t lo = count * rank_ / world, n = count * (rank_ + 1) / world - lo;
+  T* __restrict mine = tensor_of(rank_) + lo;
+  if (world == 2) {  // read 2, write 2
+    T* __restrict theirs = tensor_of(1 - rank_) + lo;
+    for (int64_t i = 0; i < n; ++i) theirs[i] = mine[i] = (mine[i] + theirs[i]) * scale;
+  } else {
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == rank_) continue;
+      const T* __restrict src = tensor_of(peer) + lo;
+      for (int64_t i = 0; i < n; ++i) mine[i] += src[i];
+    }
+    for (int64_t i = 0; i < n; ++i) mine[i] *= scale;
+    for (int peer = 0; peer < world; ++peer)
+      if (peer != rank_ && n > 0) std::memcpy(tensor_of(peer) + lo, mine, n * sizeof(T));
+  }
+  barrier();
+}
+
+template <typename T>
+void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, T scale) {
   const int world = world_size_;
   auto begin = [&](int part) { return count * part / world; };
   T* mine = reinterpret_cast<T*>(slot(set, rank_));
@@ -197,9 +264,6 @@ void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, bool first) {
     if (part != rank_ && begin(part + 1) > begin(part))  // an empty tensor's data may be null
       std::memcpy(mine + begin(part), data + begin(part), (begin(part + 1) - begin(part)) * sizeof(T));
   barrier();
-  // A rank writes its next call's signature only after the last barrier of this call, which
-  // every peer passes after this check: no peer can see a signature of the wrong call.
-  if (first) check_calls_agree();
   // 2. Reduce my part: my own values plus every peer's, in rank order; the sum goes to my
   //    tensor and to my slot, where the peers fetch it.
   const int64_t lo = begin(rank_), n = begin(rank_ + 1) - lo;
@@ -207,13 +271,14 @@ void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, bool first) {
   T* __restrict published = mine + lo;
   if (world == 2) {  // the common case in one pass: read 2, write 2
     const T* __restrict src = reinterpret_cast<const T*>(slot(set, 1 - rank_)) + lo;
-    for (int64_t i = 0; i < n; ++i) published[i] = out[i] = out[i] + src[i];
+    for (int64_t i = 0; i < n; ++i) published[i] = out[i] = (out[i] + src[i]) * scale;
   } else {
     for (int peer = 0; peer < world; ++peer) {
       if (peer == rank_) continue;
       const T* __restrict src = reinterpret_cast<const T*>(slot(set, peer)) + lo;
       for (int64_t i = 0; i < n; ++i) out[i] += src[i];
     }
+    for (int64_t i = 0; i < n; ++i) out[i] *= scale;
     if (n > 0) std::memcpy(published, out, n * sizeof(T));
   }
   barrier();
@@ -229,23 +294,33 @@ bool ShmAllreduce::supports(const torch::Tensor& t) {
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
 }
 
-void ShmAllreduce::allreduce_sum(torch::Tensor& tensor) {
+void ShmAllreduce::allreduce(torch::Tensor& tensor, bool average) {
   DDPX_CHECK(supports(tensor), ErrorKind::kInternal,
              "shared-memory all-reduce got a {} tensor; it handles contiguous CPU float32/float64",
              tensor.toString());
-  control_->calls[rank_].store(
-      signature(tensor.scalar_type() == torch::kFloat64, tensor.numel()), std::memory_order_release);
+  const int64_t total = tensor.numel();
+  std::optional<size_t> place;
+  if (arena_ && total > 0) place = arena_->locate(tensor.data_ptr(), total * tensor.element_size());
+  control_->calls[rank_].store(signature(average, tensor.scalar_type() == torch::kFloat64, total),
+                               std::memory_order_release);
+  control_->places[rank_].store(place ? *place : kNowhere, std::memory_order_release);
+  barrier();
+  // A rank writes its next call's signature only after the last barrier of this call, which
+  // every peer passes after this check: no peer can see a signature of the wrong call.
+  check_calls_agree();
+  if (total == 0) return barrier();  // so that no rank writes its next call before all checked
+  const bool in_place = all_in_arenas();
+  calls_in_place_ += in_place;
   auto run = [&](auto* data) {
     using T = std::remove_pointer_t<decltype(data)>;
-    const int64_t total = tensor.numel();
+    const T scale = average ? T(1) / static_cast<T>(world_size_) : T(1);
+    if (in_place) return reduce_in_place<T>(total, scale);
     const int64_t per_chunk = kChunkBytes / static_cast<int64_t>(sizeof(T));
-    int64_t offset = 0;
-    do {  // at least one chunk, so that an empty tensor is checked against the peers' calls too
+    for (int64_t offset = 0; offset < total; offset += per_chunk) {
       reduce_chunk<T>(data + offset, std::min(per_chunk, total - offset),
-                      static_cast<int>(chunks_done_ & 1), offset == 0);
+                      static_cast<int>(chunks_done_ & 1), scale);
       ++chunks_done_;
-      offset += per_chunk;
-    } while (offset < total);
+    }
   };
   if (tensor.scalar_type() == torch::kFloat32) run(tensor.data_ptr<float>());
   else run(tensor.data_ptr<double>());

@@ -12,12 +12,17 @@
 // behind. The segment is unlinked as soon as every rank has mapped it, so nothing is left in
 // /dev/shm even when a job is killed.
 //
-// Algorithm, per chunk of at most kChunkBytes, with the chunk split into one part per rank:
+// Every call starts with a barrier after which each rank checks the others' calls. Then:
+// - In place, when every rank's tensor lies in its arena (arena(): gradient buckets are
+//   allocated there): rank r reads part r of every rank's tensor and writes the result into
+//   every rank's tensor; barrier. Each byte is read once and written once per rank.
+// - Otherwise, per chunk of at most kChunkBytes, with the chunk split into one part per rank:
 //   1. each rank copies the parts that other ranks reduce into its slot;   barrier
 //   2. rank r sums part r of its own tensor and every peer's slot, writing the sum into its
 //      tensor and into its slot;                                           barrier
 //   3. each rank copies every other part's sum from its owner's slot.
-// Slots are double-buffered, so chunk k+1 may start while peers still read chunk k.
+//   Slots are double-buffered, so chunk k+1 may start while peers still read chunk k.
+// An average is the sum times 1/world_size, computed in the same pass.
 #pragma once
 
 #include <chrono>
@@ -26,6 +31,8 @@
 #include <string>
 
 #include <torch/types.h>
+
+#include "dist/shm_arena.h"
 
 namespace c10d {
 class Store;
@@ -40,35 +47,46 @@ class ShmAllreduce {
 
   // Collective over the store. Returns null on every rank when the ranks are not all on this
   // host (compared by boot id and host name) or shared memory cannot be had; the caller then
-  // keeps using Gloo.
+  // keeps using Gloo. Each rank's arena gets an equal share of /dev/shm's size (address space
+  // only: pages are taken per allocation); DDPX_SHM_ARENA=0 gives no arena.
   static std::unique_ptr<ShmAllreduce> create(c10d::Store& store, int rank, int world_size,
                                               std::chrono::milliseconds timeout);
   ~ShmAllreduce();
 
-  // In-place sum across ranks of a contiguous CPU float32 or float64 tensor.
-  void allreduce_sum(torch::Tensor& tensor);
+  // In-place sum (or average) across ranks of a contiguous CPU float32 or float64 tensor.
+  void allreduce(torch::Tensor& tensor, bool average = false);
   static bool supports(const torch::Tensor& tensor);
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  // This rank's share of the segment; null when there is none.
+  const std::shared_ptr<ShmArena>& arena() const { return arena_; }
+  // Calls so far that every rank made with a tensor in its arena (reduced without copies).
+  int64_t calls_in_place() const { return calls_in_place_; }
 
  private:
   struct Control;
-  ShmAllreduce(void* base, size_t bytes, int rank, int world_size,
-               std::chrono::milliseconds timeout);
+  ShmAllreduce(std::shared_ptr<ShmMapping> mapping, size_t arena_begin, size_t arena_bytes,
+               int rank, int world_size, std::chrono::milliseconds timeout);
   void barrier();
   char* slot(int set, int rank) const;
   void check_calls_agree();
+  bool all_in_arenas() const;
   template <typename T>
-  void reduce_chunk(T* data, int64_t count, int set, bool first);
+  void reduce_in_place(int64_t count, T scale);
+  template <typename T>
+  void reduce_chunk(T* data, int64_t count, int set, T scale);
 
-  void* base_;
-  size_t bytes_;
+  std::shared_ptr<ShmMapping> mapping_;
+  size_t arena_begin_;  // rank r's arena starts at arena_begin_ + r * arena_bytes_
+  size_t arena_bytes_;
+  std::shared_ptr<ShmArena> arena_;
   Control* control_;
   int rank_;
   int world_size_;
   std::chrono::milliseconds timeout_;
   int64_t chunks_done_ = 0;
+  int64_t calls_in_place_ = 0;
 };
 
 }  // namespace ddpx::dist

@@ -8,6 +8,8 @@
 #include <torch/optim/sgd.h>
 
 #include "core/error.h"
+#include "dist/process_group_shm.h"
+#include "dist/traced_process_group.h"
 #include "ranks.h"
 
 namespace ddpx::dist {
@@ -74,7 +76,26 @@ struct Result {
   std::vector<torch::Tensor> grads, weights;
   std::vector<std::vector<size_t>> buckets_before, buckets_after;
   bool grads_are_bucket_views = true;
+  bool grads_in_shared_memory = true;
 };
+
+// Whether every gradient lies in this rank's share of the group's shared segment.
+bool grads_in_shared_memory(torch::nn::Module& m, c10d::ProcessGroup& group) {
+#if defined(DDPX_HAVE_SHM_GROUP) && defined(DDPX_HAVE_TRACED_GROUP)
+  c10d::ProcessGroup* inner = &group;
+  if (auto* traced = dynamic_cast<TracedProcessGroup*>(inner)) inner = &traced->inner();
+  auto* shm = dynamic_cast<ProcessGroupShm*>(inner);
+  if (shm == nullptr || !shm->arena()) return false;
+  for (auto& p : m.parameters()) {
+    const auto& g = p.grad();
+    if (!g.defined() || !shm->arena()->locate(g.data_ptr(), g.numel() * g.element_size()))
+      return false;
+  }
+  return true;
+#else
+  return false;
+#endif
+}
 
 // Within a bucket, parameter k+1's gradient starts where parameter k's ends: the gradients
 // live in the bucket's flat buffer, so the reducer never copies them in or out.
@@ -138,6 +159,8 @@ std::pair<Result, std::vector<Result>> train_both(DdpOptions options, int steps,
       loss_of(ddp.forward(x), y, half).backward();
       results[rank].grads = grads_of(ddp.module());
       results[rank].grads_are_bucket_views &= grads_are_bucket_views(ddp.module(), ddp.buckets());
+      results[rank].grads_in_shared_memory &=
+          grads_in_shared_memory(ddp.module(), *context.process_group());
       sgd.step();
     }
     results[rank].buckets_after = ddp.buckets();
@@ -169,6 +192,25 @@ TEST(DdpTest, DefaultBucketsMatchFullBatch) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].buckets_before.size(), 1u);
     EXPECT_LE(max_diff(ranks[r].weights, reference.weights), 1e-5) << "rank " << r;
+  }
+}
+
+// On one host the buckets live in the shared segment and are averaged there in place;
+// DDPX_SHM_ARENA=0 puts them in ordinary memory (divide, then sum through the chunk slots).
+// Both give the full-batch result.
+TEST(DdpTest, BucketsInSharedMemoryAndInOrdinaryMemoryMatchFullBatch) {
+  DdpOptions options;
+  options.first_bucket_bytes = 256;
+  options.bucket_bytes = 1024;
+  for (bool shared : {true, false}) {
+    if (!shared) ::setenv("DDPX_SHM_ARENA", "0", 1);
+    auto [reference, ranks] = train_both(options, /*steps=*/3);
+    ::unsetenv("DDPX_SHM_ARENA");
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(ranks[r].grads_in_shared_memory, shared) << "rank " << r;
+      EXPECT_LE(max_diff(ranks[r].grads, reference.grads), 1e-5) << "rank " << r;
+      EXPECT_LE(max_diff(ranks[r].weights, reference.weights), 1e-5) << "rank " << r;
+    }
   }
 }
 

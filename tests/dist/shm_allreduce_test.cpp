@@ -61,7 +61,7 @@ TEST(ShmAllreduceTest, SumsExactlyAcrossChunkBoundaries) {
                         per_chunk + 1, 2 * per_chunk + 7}) {
         // Element i on rank r holds i % 97 + r: the sum is known exactly in float.
         torch::Tensor t = torch::arange(n, torch::kInt64).remainder(97).to(torch::kFloat32) + rank;
-        shm.allreduce_sum(t);
+        shm.allreduce(t);
         torch::Tensor expected =
             torch::arange(n, torch::kInt64).remainder(97).to(torch::kFloat32) * world +
             world * (world - 1) / 2;
@@ -76,23 +76,27 @@ torch::Tensor rank_values(int rank) {
   return torch::sin(torch::arange(12345, torch::kFloat64) * (rank + 1.37)) * 1e3;
 }
 
-// Ranks that disagree on the element count or dtype must not get sums of unrelated bytes:
+// Ranks that disagree on the element count, dtype or operation must not get sums of unrelated
+// bytes (or a sum on one rank and an average on another):
 // every rank throws, naming what each rank called (each case maps a fresh segment: after a
 // mismatch the job is over).
 TEST(ShmAllreduceTest, MismatchedCallsThrowOnEveryRankInsteadOfSummingWrongBytes) {
   struct Case {
     int64_t n0, n1;
     torch::ScalarType dtype1;
+    bool average1;
     const char* expected;
   };
-  for (const Case& c : {Case{1024, 10, torch::kFloat32, "rank 0 float[1024], rank 1 float[10]"},
-                        Case{0, 3, torch::kFloat32, "rank 0 float[0], rank 1 float[3]"},
-                        Case{8, 8, torch::kFloat64, "rank 0 float[8], rank 1 double[8]"}}) {
+  for (const Case& c :
+       {Case{1024, 10, torch::kFloat32, false, "rank 0 sum float[1024], rank 1 sum float[10]"},
+        Case{0, 3, torch::kFloat32, false, "rank 0 sum float[0], rank 1 sum float[3]"},
+        Case{8, 8, torch::kFloat64, false, "rank 0 sum float[8], rank 1 sum double[8]"},
+        Case{8, 8, torch::kFloat32, true, "rank 0 sum float[8], rank 1 average float[8]"}}) {
     std::vector<std::string> errors(2);
     run_ranks(2, [&](int rank, ShmAllreduce& shm) {
       torch::Tensor t = rank == 0 ? torch::ones({c.n0}) : torch::ones({c.n1}, c.dtype1);
       try {
-        shm.allreduce_sum(t);
+        shm.allreduce(t, rank == 1 && c.average1);
       } catch (const Error& e) {
         errors[rank] = e.what();
       }
@@ -108,11 +112,47 @@ TEST(ShmAllreduceTest, Float64AndEveryRankGetsBitIdenticalResults) {
   std::vector<torch::Tensor> results(2);
   run_ranks(2, [&](int rank, ShmAllreduce& shm) {
     torch::Tensor t = rank_values(rank);
-    shm.allreduce_sum(t);
+    shm.allreduce(t);
     results[rank] = t;
   });
   EXPECT_TRUE(torch::equal(results[0], results[1]));
   EXPECT_TRUE(torch::allclose(results[0], rank_values(0) + rank_values(1), 0, 1e-9));
+}
+
+// Tensors in the ranks' arenas (where DDP puts its gradient buckets) are reduced in place:
+// exact sums and averages for 2 and 3 ranks, float32 and float64, with each rank's tensor at
+// a different place in its arena; a call where one rank's tensor is in ordinary memory still
+// gets the right answer (through the chunk slots).
+TEST(ShmAllreduceTest, ArenaTensorsReduceInPlaceToExactSumsAndAverages) {
+  const int64_t per_chunk = ShmAllreduce::kChunkBytes / 4;
+  for (int world : {2, 3}) {
+    run_ranks(world, [&](int rank, ShmAllreduce& shm) {
+      ASSERT_NE(shm.arena(), nullptr);
+      std::vector<torch::Tensor> padding;  // a different offset on every rank
+      for (int i = 0; i < rank; ++i) padding.push_back(shm.arena()->allocate(5000, torch::kFloat32));
+      for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{1001}, per_chunk + 3}) {
+        for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+          for (bool average : {false, true}) {
+            for (bool rank1_in_arena : {true, false}) {
+              torch::Tensor values = torch::arange(n, torch::kInt64).remainder(97).to(dtype);
+              torch::Tensor t = rank == 1 && !rank1_in_arena
+                                    ? torch::empty({n}, dtype)
+                                    : shm.arena()->allocate(n, dtype);
+              ASSERT_TRUE(t.defined());
+              t.copy_(values + rank);
+              shm.allreduce(t, average);
+              torch::Tensor expected = values * world + world * (world - 1) / 2;
+              if (average) expected = expected * (1.0 / world);
+              ASSERT_TRUE(torch::equal(t, expected.to(dtype)))
+                  << "world " << world << " n " << n << " " << dtype << " average " << average
+                  << " rank 1 in arena " << rank1_in_arena;
+            }
+          }
+        }
+      }
+      EXPECT_EQ(shm.calls_in_place(), 4 * 2 * 2);  // the calls where every rank's was in its arena
+    });
+  }
 }
 
 TEST(ShmAllreduceTest, AMissingRankTimesOutNamingIt) {
@@ -128,7 +168,7 @@ TEST(ShmAllreduceTest, AMissingRankTimesOutNamingIt) {
   torch::Tensor t = torch::ones({10});
   auto start = std::chrono::steady_clock::now();
   try {
-    shm->allreduce_sum(t);
+    shm->allreduce(t);
   } catch (const Error& e) {
     error = e.what();
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
@@ -141,7 +181,7 @@ TEST(ShmAllreduceTest, LeavesNothingInDevShm) {
   int before = ddpx_segments_in_dev_shm();
   run_ranks(2, [](int rank, ShmAllreduce& shm) {
     torch::Tensor t = torch::ones({100});
-    shm.allreduce_sum(t);
+    shm.allreduce(t);
   });
   EXPECT_EQ(ddpx_segments_in_dev_shm(), before);
 }
