@@ -5,8 +5,10 @@
 
 #include "cli/commands.h"
 #include "cli/main/run_app.h"
+#include "core/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  ddpx::tune_malloc();  // before libtorch allocates anything that training frees and re-allocates
   CLI::App app{"ddpx: distributed data-parallel deep-learning training in C++ (libtorch + c10d)"};
   app.set_version_flag("--version", "ddpx 0.1.0");
   app.require_subcommand(1);
