@@ -5,6 +5,8 @@
 #   2. End to end: ddpx vs PyTorch DDP on real Fashion-MNIST resized to 32x32 with crop + flip.
 #   3. Start-up: process start to the first training step.
 # Usage: bench/compare_train.sh [steps]   (BUILD=build by default; STEPS=30)
+#   ROUNDS=N repeats part 1 N times, one after the other, and prints every round's ratios and
+#   their median: on a shared VM one run can be off by several percent. WARMUP=5 untimed steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
@@ -12,7 +14,7 @@ py=/usr/bin/python3
 steps="${1:-30}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-common="--image_size 32 --batch_size 64 --steps $steps --warmup 5"
+common="--image_size 32 --batch_size 64 --steps $steps --warmup ${WARMUP:-5}"
 
 free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 field() { $py -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])])[sys.argv[3]])" "$@"; }
@@ -20,33 +22,45 @@ field() { $py -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines(
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 
 echo "# 1. synthetic data, resnet18, 10 classes, 32x32, batch 64 per worker, SGD momentum"
-# ddpx: two independent single-thread processes at once, then 2 DDP workers
-"$ddpx" bench train $common --threads 1 --json "$out/ddpx_solo0" >/dev/null &
-"$ddpx" bench train $common --threads 1 --json "$out/ddpx_solo1" >/dev/null
-wait
-"$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train $common --json "$out/ddpx_ddp" >/dev/null
-# PyTorch: the same
-for r in 0 1; do $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --json "$out/pt_solo$r" >/dev/null & done
-wait
-port=$(free_port)
-for r in 0 1; do
-  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-    $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --json "$out/pt_ddp" >/dev/null &
+for round in $(seq "${ROUNDS:-1}"); do
+  # ddpx: two independent single-thread processes at once, then 2 DDP workers
+  "$ddpx" bench train $common --threads 1 --json "$out/ddpx_solo0.$round" >/dev/null &
+  "$ddpx" bench train $common --threads 1 --json "$out/ddpx_solo1.$round" >/dev/null
+  wait
+  "$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train $common --json "$out/ddpx_ddp.$round" >/dev/null
+  # PyTorch: the same
+  for r in 0 1; do $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_solo$r.$round" >/dev/null & done
+  wait
+  port=$(free_port)
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+      $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_ddp.$round" >/dev/null &
+  done
+  wait
 done
-wait
-$py - "$out" <<'PY'
+$py - "$out" "${ROUNDS:-1}" <<'PY'
 import json, sys, os
-d = sys.argv[1]
+d, rounds = sys.argv[1], int(sys.argv[2])
 def ips(name): return json.loads(open(os.path.join(d, name)).readline())["images_per_sec"]
-ddpx_solo = ips("ddpx_solo0") + ips("ddpx_solo1"); ddpx_ddp = ips("ddpx_ddp")
-pt_solo = ips("pt_solo0") + ips("pt_solo1"); pt_ddp = ips("pt_ddp")
-print(f"ddpx    2 independent: {ddpx_solo:8.1f} img/s | 2-worker DDP: {ddpx_ddp:8.1f} img/s | efficiency {ddpx_ddp/ddpx_solo:.3f}")
-print(f"pytorch 2 independent: {pt_solo:8.1f} img/s | 2-worker DDP: {pt_ddp:8.1f} img/s | efficiency {pt_ddp/pt_solo:.3f}")
-print(f"ddpx DDP / pytorch DDP: {ddpx_ddp/pt_ddp:.2f}x")
-ddp = json.loads(open(os.path.join(d, "ddpx_ddp")).readline())
+ratios = []
+for k in range(1, rounds + 1):
+    ddpx_solo = ips(f"ddpx_solo0.{k}") + ips(f"ddpx_solo1.{k}"); ddpx_ddp = ips(f"ddpx_ddp.{k}")
+    pt_solo = ips(f"pt_solo0.{k}") + ips(f"pt_solo1.{k}"); pt_ddp = ips(f"pt_ddp.{k}")
+    ratios.append((ddpx_ddp / ddpx_solo, pt_ddp / pt_solo))
+    tag = f"round {k}: " if rounds > 1 else ""
+    print(f"{tag}ddpx    2 independent: {ddpx_solo:8.1f} img/s | 2-worker DDP: {ddpx_ddp:8.1f} img/s | efficiency {ddpx_ddp/ddpx_solo:.3f}")
+    print(f"{tag}pytorch 2 independent: {pt_solo:8.1f} img/s | 2-worker DDP: {pt_ddp:8.1f} img/s | efficiency {pt_ddp/pt_solo:.3f}")
+    print(f"{tag}ddpx DDP / pytorch DDP: {ddpx_ddp/pt_ddp:.2f}x")
+if rounds > 1:
+    median = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs)//2-1:len(xs)//2+1]) / 2
+    print(f"efficiency over {rounds} rounds: ddpx median {median([a for a, _ in ratios]):.3f} "
+          f"(min {min(a for a, _ in ratios):.3f}, max {max(a for a, _ in ratios):.3f}) | "
+          f"pytorch median {median([b for _, b in ratios]):.3f} "
+          f"(min {min(b for _, b in ratios):.3f}, max {max(b for _, b in ratios):.3f})")
+ddp = json.loads(open(os.path.join(d, f"ddpx_ddp.{rounds}")).readline())
 print(f"ddpx step split: data wait {ddp['data_wait_ms']:.2f} ms, forward+backward {ddp['forward_backward_ms']:.1f} ms, "
       f"communication not hidden {ddp['exposed_comm_ms']:.1f} ms, optimizer {ddp['optimizer_ms']:.1f} ms of {ddp['step_ms']:.1f} ms")
-pt = json.loads(open(os.path.join(d, "pt_ddp")).readline())
+pt = json.loads(open(os.path.join(d, f"pt_ddp.{rounds}")).readline())
 print(f"start-up to first step: ddpx {ddp['startup_s']:.2f} s, pytorch {pt['startup_s']:.2f} s (ratio {ddp['startup_s']/pt['startup_s']:.2f})")
 PY
 
@@ -55,7 +69,7 @@ echo "# 2. Fashion-MNIST resized to 32x32, random crop (padding 4) + flip, 2 wor
 port=$(free_port)
 for r in 0 1; do
   RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-    $py bench/pytorch_train.py --data fashion-mnist --threads 1 --workers 1 --batch_size 64 --steps "$steps" --json "$out/pt_fm" >/dev/null &
+    $py bench/pytorch_train.py --data fashion-mnist --threads 1 --workers 1 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_fm" >/dev/null &
 done
 wait
 $py - "$out" <<'PY'

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "dist/c10d_compat.h"
 #include "dist/collectives.h"
 #include "dist/context.h"
 
@@ -27,6 +28,8 @@ double run_allreduce(const AllreduceOptions& o) {
              "and a factor of at least 2");
   DDPX_CHECK(o.dtype == "float32" || o.dtype == "float64", ErrorKind::kUsage,
              "--dtype '{}' is not one of float32, float64", o.dtype);
+  DDPX_CHECK(o.buffer == "ordinary" || o.buffer == "shared", ErrorKind::kUsage,
+             "--buffer '{}' is not one of ordinary, shared", o.buffer);
   dist::InitOptions init;
   init.backend = o.backend;
   init.transport = o.transport;
@@ -41,8 +44,8 @@ double run_allreduce(const AllreduceOptions& o) {
   int64_t element = o.dtype == "float64" ? 8 : 4;
   const double expected = n * (n + 1) / 2.0;
 
-  log::out("# ddpx bench allreduce: {} ranks, backend {}, {}, sum, in place", n,
-           context->backend(), o.dtype);
+  log::out("# ddpx bench allreduce: {} ranks, backend {}, {}, sum, in place, {} buffer", n,
+           context->backend(), o.dtype, o.buffer);
   log::out("#");
   log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "size", "count", "type",
            "redop", "time", "algbw", "busbw", "#wrong");
@@ -53,7 +56,12 @@ double run_allreduce(const AllreduceOptions& o) {
   int64_t total_wrong = 0;
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
     int64_t count = std::max<int64_t>(bytes / element, 1);
-    torch::Tensor buffer = torch::empty({count}, dtype);
+    torch::Tensor buffer = o.buffer == "shared" ? dist::compat::allocate_bucket(group, count, dtype)
+                                                : torch::empty({count}, dtype);
+    DDPX_CHECK(buffer.defined(), ErrorKind::kUsage,
+               "--buffer shared: backend {} has no shared memory for a {}-byte buffer; use "
+               "--transport shm on one host (with room in /dev/shm), or --buffer ordinary",
+               context->backend(), count * element);
     std::vector<at::Tensor> tensors{buffer};
     for (int64_t i = 0; i < o.warmup; ++i)
       dist::wait_work(group.allreduce(tensors), "bench allreduce warm-up");

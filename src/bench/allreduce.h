@@ -17,6 +17,10 @@ struct AllreduceOptions {
   std::string dtype = "float32";  // float32 | float64
   std::string backend = "auto";
   std::string transport = "auto";  // auto | shm | gloo
+  // ordinary: a plain tensor (what a user's all-reduce passes). shared: allocated where DDP
+  // puts its gradient buckets (the group's shared memory with --transport shm), reduced in
+  // place without copies.
+  std::string buffer = "ordinary";
   double timeout_s = 300;
 };
 

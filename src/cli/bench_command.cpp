@@ -39,6 +39,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--dtype", a->dtype, "float32 | float64");
   allreduce->add_option("--backend", a->backend, "auto | gloo | nccl");
   allreduce->add_option("--transport", a->transport, "auto | shm | gloo");
+  allreduce->add_option("--buffer", a->buffer,
+                        "ordinary | shared (where DDP puts gradient buckets: reduced in place)");
   allreduce->add_option("--timeout", a->timeout_s, "collective timeout in seconds");
   allreduce->callback([a, &exit_code] {
     bench::run_allreduce(*a);

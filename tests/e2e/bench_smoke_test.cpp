@@ -18,7 +18,7 @@ TEST(BenchSmokeTest, GemmPrintsTheSeedsLine) {
 }
 
 TEST(BenchSmokeTest, AllreduceTableHasNoWrongValuesOnEitherTransport) {
-  for (const char* transport : {"shm", "gloo"}) {
+  for (const char* transport : {"shm --buffer shared", "shm", "gloo"}) {
     test::TempDir dir;
     auto r = run_command(ddpx(std::string("run 2 --log_dir ") + dir.path() +
                               " -- bench allreduce -b 1024 -e 65536 -f 8 -n 2 --transport " +
@@ -61,6 +61,18 @@ TEST(BenchSmokeTest, PytorchPeerRuns) {
                              180);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\"images_per_sec\""), std::string::npos) << r.output;
+}
+
+TEST(BenchSmokeTest, CompareTrainScriptPrintsEveryRatio) {
+  if (!test::python_has_module("torchvision")) GTEST_SKIP() << "needs Debian's python3-torchvision";
+  auto r = run_command("ROUNDS=2 WARMUP=1 DDPX_BIN=" + test::ddpx_binary() + " " +
+                           test::source_dir() + "/bench/compare_train.sh 1",
+                       600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"round 2: ddpx    2 independent:", "efficiency over 2 rounds: ddpx median",
+                           "start-up to first step: ddpx", "pytorch DDP + DataLoader",
+                           "ddpx data wait"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
 }
 
 TEST(BenchSmokeTest, MemoryReportsAPeakAboveTheBaseline) {
