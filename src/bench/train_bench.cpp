@@ -21,6 +21,7 @@
 #include "data/sampler.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "dist/sharded_sgd.h"
 #include "models/registry.h"
 
 namespace ddpx::bench {
@@ -98,6 +99,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   }
   torch::optim::SGD optimizer(model.ptr()->parameters(),
                               torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
+  // As `ddpx train`: each rank steps half of the parameters (sharded_sgd.h).
+  auto sharded = ddp ? dist::ShardedSgd::create(optimizer, context->process_group()) : nullptr;
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -148,7 +151,11 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     }
     double fwd_bwd_s = compute.seconds();
     Stopwatch optim;
-    optimizer.step();
+    if (sharded && sync) {
+      sharded->step();
+    } else {
+      optimizer.step();
+    }
     optimizer.zero_grad();
     phase.data += data_s;
     phase.fwd_bwd += fwd_bwd_s;

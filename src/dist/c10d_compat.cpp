@@ -224,13 +224,11 @@ std::shared_ptr<c10d::ProcessGroup> make_traced_group(
 }
 
 #if defined(DDPX_HAVE_SHM_GROUP) && defined(DDPX_HAVE_TRACED_GROUP)
-namespace {
 ProcessGroupShm* shm_group(c10d::ProcessGroup& group) {
   c10d::ProcessGroup* inner = &group;
   if (auto* traced = dynamic_cast<TracedProcessGroup*>(inner)) inner = &traced->inner();
   return dynamic_cast<ProcessGroupShm*>(inner);
 }
-}  // namespace
 
 torch::Tensor allocate_bucket(c10d::ProcessGroup& group, int64_t numel, c10::ScalarType dtype) {
   ProcessGroupShm* shm = shm_group(group);
@@ -242,6 +240,7 @@ bool supports_average(c10d::ProcessGroup& group, c10::ScalarType dtype) {
   return shm_group(group) != nullptr && (dtype == torch::kFloat32 || dtype == torch::kFloat64);
 }
 #else
+ProcessGroupShm* shm_group(c10d::ProcessGroup&) { return nullptr; }
 torch::Tensor allocate_bucket(c10d::ProcessGroup&, int64_t, c10::ScalarType) { return {}; }
 bool supports_average(c10d::ProcessGroup&, c10::ScalarType) { return false; }
 #endif

@@ -22,6 +22,10 @@ namespace ddpx::trace {
 class CollectiveTrace;
 }
 
+namespace ddpx::dist {
+class ProcessGroupShm;
+}
+
 namespace ddpx::dist::compat {
 
 // The rendezvous store: rank 0 hosts it on `port` and waits for `world_size` clients; the
@@ -67,6 +71,10 @@ std::shared_ptr<c10d::ProcessGroup> make_traced_group(
 // has no such memory (other backends, libtorch 2.x), /dev/shm is full, or `dtype` is not
 // float32/float64; the caller then allocates ordinary memory.
 torch::Tensor allocate_bucket(c10d::ProcessGroup& group, int64_t numel, c10::ScalarType dtype);
+
+// The shared-memory group inside `group` (under the recording wrapper), or null (other
+// backends, libtorch 2.x).
+ProcessGroupShm* shm_group(c10d::ProcessGroup& group);
 
 // Whether `group` all-reduces `dtype` tensors with ReduceOp::AVG, averaging in the pass that
 // sums ("gloo+shm" for float32/float64). The same answer on every rank of a group.

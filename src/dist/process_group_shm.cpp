@@ -6,16 +6,26 @@ namespace ddpx::dist {
 
 class ProcessGroupShm::ShmWork : public c10d::Work {
  public:
-  ShmWork(int rank, at::Tensor tensor, bool average)
-      : c10d::Work(rank, c10d::OpType::ALLREDUCE), tensor_(std::move(tensor)), average_(average) {}
-  void complete(std::exception_ptr error) { finish(std::move(error)); }
-  at::Tensor& tensor() { return tensor_; }
-  bool average() const { return average_; }
-  std::vector<at::Tensor> result() override { return {tensor_}; }
+  ShmWork(int rank, c10d::OpType type, std::function<void(ShmAllreduce&)> op,
+          at::Tensor tensor = {})
+      : c10d::Work(rank, type), op_(std::move(op)), tensor_(std::move(tensor)) {}
+  void run(ShmAllreduce& shm) {
+    std::exception_ptr error;
+    try {
+      op_(shm);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(error);
+  }
+  std::vector<at::Tensor> result() override {
+    if (tensor_.defined()) return {tensor_};
+    return {};
+  }
 
  private:
+  std::function<void(ShmAllreduce&)> op_;
   at::Tensor tensor_;
-  bool average_;
 };
 
 ProcessGroupShm::ProcessGroupShm(std::shared_ptr<c10d::ProcessGroup> fallback,
@@ -44,14 +54,21 @@ void ProcessGroupShm::run() {
       work = queue_.front();
       queue_.pop_front();
     }
-    std::exception_ptr error;
-    try {
-      shm_->allreduce(work->tensor(), work->average());
-    } catch (...) {
-      error = std::current_exception();
-    }
-    work->complete(error);
+    work->run(*shm_);
   }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::enqueue(c10::intrusive_ptr<ShmWork> work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(work);
+  }
+  cv_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::submit(std::function<void(ShmAllreduce&)> op) {
+  return enqueue(c10::make_intrusive<ShmWork>(getRank(), c10d::OpType::UNKNOWN, std::move(op)));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor>& tensors,
@@ -60,13 +77,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
   if (tensors.size() != 1 || (opts.reduceOp != c10d::ReduceOp::SUM && !average) ||
       !ShmAllreduce::supports(tensors[0]))
     return fallback_->allreduce(tensors, opts);
-  auto work = c10::make_intrusive<ShmWork>(getRank(), tensors[0], average);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(work);
-  }
-  cv_.notify_one();
-  return work;
+  return enqueue(c10::make_intrusive<ShmWork>(
+      getRank(), c10d::OpType::ALLREDUCE,
+      [tensor = tensors[0], average](ShmAllreduce& shm) mutable { shm.allreduce(tensor, average); },
+      tensors[0]));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::broadcast(std::vector<at::Tensor>& t,

@@ -19,6 +19,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -37,6 +38,9 @@ class ProcessGroupShm : public c10d::ProcessGroup {
   c10d::ProcessGroup& fallback() { return *fallback_; }
   // Memory that this group all-reduces without copying (ShmArena); null when there is none.
   const std::shared_ptr<ShmArena>& arena() const { return shm_->arena(); }
+  // Runs `op` on this group's communication thread, in order with the all-reduces queued
+  // before it; every rank must submit the same ops in the same order (they are collective).
+  c10::intrusive_ptr<c10d::Work> submit(std::function<void(ShmAllreduce&)> op);
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
@@ -77,6 +81,7 @@ class ProcessGroupShm : public c10d::ProcessGroup {
  private:
   class ShmWork;
   void run();
+  c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<ShmWork> work);
 
   std::shared_ptr<c10d::ProcessGroup> fallback_;
   std::unique_ptr<ShmAllreduce> shm_;

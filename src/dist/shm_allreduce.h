@@ -61,6 +61,11 @@ class ShmAllreduce {
   int world_size() const { return world_size_; }
   // This rank's share of the segment; null when there is none.
   const std::shared_ptr<ShmArena>& arena() const { return arena_; }
+  // Where rank r's arena starts in this process's mapping (peers write there directly).
+  char* arena_of(int rank) const { return mapping_->at(arena_begin_ + rank * arena_bytes_); }
+  // Collective: returns once every rank has called it (or throws kTimeout naming who did not).
+  void barrier();
+
   // Calls so far that every rank made with a tensor in its arena (reduced without copies).
   int64_t calls_in_place() const { return calls_in_place_; }
 
@@ -68,7 +73,6 @@ class ShmAllreduce {
   struct Control;
   ShmAllreduce(std::shared_ptr<ShmMapping> mapping, size_t arena_begin, size_t arena_bytes,
                int rank, int world_size, std::chrono::milliseconds timeout);
-  void barrier();
   char* slot(int set, int rank) const;
   void check_calls_agree();
   bool all_in_arenas() const;

@@ -21,6 +21,7 @@
 #include "data/transforms.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "dist/sharded_sgd.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
@@ -134,6 +135,11 @@ class Run {
       ddp.find_unused_parameters = o_.find_unused_parameters;
       ddp.comm_hook = parse_comm_hook(o_.comm_hook);
       ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, context_->process_group(), ddp);
+      // After the checkpoint is loaded: it moves the parameters and momentum buffers.
+      if (auto* sgd = dynamic_cast<torch::optim::SGD*>(optimizer_.get()))
+        sharded_ = dist::ShardedSgd::create(*sgd, context_->process_group());
+      if (sharded_) log::info("the optimizer step is split across the {} ranks (sharded_sgd.h)",
+                              context_->world_size());
     }
     print_header();
   }
@@ -235,7 +241,7 @@ class Run {
       }
       if (boundary) {
         set_learning_rate(*optimizer_, schedule_->lr_at(global_step_));
-        optimizer_->step();
+        sharded_ ? sharded_->step() : static_cast<void>(optimizer_->step());
         optimizer_->zero_grad();
         ++global_step_;
       }
@@ -305,6 +311,7 @@ class Run {
   std::unique_ptr<data::DistributedSampler> sampler_;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<dist::ShardedSgd> sharded_;  // the step split across ranks, when it applies
   std::unique_ptr<LrSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;
   int64_t start_epoch_ = 0;

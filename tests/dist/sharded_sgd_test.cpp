@@ -1,0 +1,149 @@
+// ShardedSgd: two DDP ranks that each update half of the parameters end every step with the
+// parameters and momentum of an unsharded step, bit for bit, on both ranks; it declines what
+// it cannot do exactly (other optimizers, dampening) on every rank alike, and a momentum
+// buffer replaced after set-up is refused instead of silently ignored.
+#include "dist/sharded_sgd.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/nn/modules/linear.h>
+
+#include "core/error.h"
+#include "dist/c10d_compat.h"
+#include "dist/ddp.h"
+#include "dist/process_group_shm.h"
+#include "ranks.h"
+
+namespace ddpx::dist {
+namespace {
+
+using test::error_text;
+using test::run_ranks;
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    a = register_module("a", torch::nn::Linear(8, 32));
+    b = register_module("b", torch::nn::Linear(32, 16));
+    c = register_module("c", torch::nn::Linear(16, 4));
+  }
+  torch::Tensor forward(torch::Tensor x) { return c(torch::tanh(b(torch::tanh(a(x))))); }
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+};
+TORCH_MODULE(Net);
+
+Net make_model() {
+  torch::manual_seed(3);
+  return Net();
+}
+
+struct Outcome {
+  std::vector<torch::Tensor> weights, momenta;
+  std::vector<int> owners;
+  bool in_shared_memory = true;
+};
+
+// Three SGD steps (momentum, weight decay) of two DDP ranks on halves of fixed batches.
+std::vector<Outcome> train(bool sharded) {
+  std::vector<torch::Tensor> xs, ys;
+  torch::manual_seed(11);
+  for (int s = 0; s < 3; ++s) {
+    xs.push_back(torch::randn({8, 8}));
+    ys.push_back(torch::randn({8, 4}));
+  }
+  std::vector<Net> models{make_model(), make_model()};
+  std::vector<Outcome> out(2);
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group());
+    torch::optim::SGD sgd(models[rank]->parameters(),
+                          torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
+    std::unique_ptr<ShardedSgd> shard;
+    if (sharded) {
+      shard = ShardedSgd::create(sgd, context.process_group());
+      if (!shard) throw std::runtime_error("ShardedSgd::create declined");
+      out[rank].owners = shard->owners();
+    }
+    for (int s = 0; s < 3; ++s) {
+      sgd.zero_grad();
+      auto x = xs[s].narrow(0, rank * 4, 4), y = ys[s].narrow(0, rank * 4, 4);
+      (ddp.forward(x) - y).pow(2).mean().backward();
+      if (shard) {
+        shard->step();
+      } else {
+        sgd.step();
+      }
+    }
+    auto* shm = compat::shm_group(*context.process_group());
+    for (auto& p : models[rank]->parameters()) {
+      out[rank].weights.push_back(p.detach().clone());
+      auto& state = static_cast<torch::optim::SGDParamState&>(
+          *sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+      out[rank].momenta.push_back(state.momentum_buffer().clone());
+      out[rank].in_shared_memory &=
+          shm != nullptr && shm->arena()->locate(p.data_ptr(), p.numel() * p.element_size());
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  return out;
+}
+
+void expect_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
+                      const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << what << " #" << i;
+}
+
+TEST(ShardedSgdTest, HalfTheUpdatesPerRankSameWeightsAndMomentumBitForBit) {
+  auto plain = train(false);
+  auto sharded = train(true);
+  ASSERT_EQ(sharded.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    expect_identical(sharded[r].weights, plain[r].weights, "weights on rank " + std::to_string(r));
+    expect_identical(sharded[r].momenta, plain[r].momenta, "momentum on rank " + std::to_string(r));
+    EXPECT_TRUE(sharded[r].in_shared_memory) << "rank " << r;
+  }
+  // Both ranks own some parameters, and agree on who owns what.
+  EXPECT_EQ(sharded[0].owners, sharded[1].owners);
+  EXPECT_NE(std::count(sharded[0].owners.begin(), sharded[0].owners.end(), 0), 0);
+  EXPECT_NE(std::count(sharded[0].owners.begin(), sharded[0].owners.end(), 1), 0);
+}
+
+TEST(ShardedSgdTest, DeclinesWhatItCannotDoExactlyOnEveryRank) {
+  std::vector<int> declined(2, 0);
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    auto model = make_model();
+    torch::optim::SGD damped(model->parameters(),
+                             torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1));
+    declined[rank] += ShardedSgd::create(damped, context.process_group()) == nullptr;
+    // One rank's optimizer qualifies, the other's does not: neither shards.
+    torch::optim::SGD half(model->parameters(),
+                           torch::optim::SGDOptions(0.1).momentum(0.9).dampening(rank == 0 ? 0 : 0.5));
+    declined[rank] += ShardedSgd::create(half, context.process_group()) == nullptr;
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  EXPECT_EQ(declined, (std::vector<int>{2, 2}));
+}
+
+TEST(ShardedSgdTest, AMomentumBufferReplacedAfterSetUpIsRefused) {
+  std::vector<std::string> messages(2);
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    auto model = make_model();
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    auto shard = ShardedSgd::create(sgd, context.process_group());
+    ASSERT_NE(shard, nullptr);
+    torch::Tensor p = model->parameters()[0];
+    auto& state = static_cast<torch::optim::SGDParamState&>(
+        *sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+    state.momentum_buffer(torch::zeros_like(p));  // as loading a checkpoint would
+    try {
+      shard->step();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      messages[rank] = e.what();
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  for (const auto& m : messages) EXPECT_NE(m.find("replaced after the sharded optimizer"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace ddpx::dist
