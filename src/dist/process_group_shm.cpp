@@ -83,9 +83,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
       tensors[0]));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShm::broadcast(std::vector<at::Tensor>& t,
-                                                          const c10d::BroadcastOptions& o) {
-  return fallback_->broadcast(t, o);
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  if (tensors.size() != 1 || opts.rootTensor != 0 || !ShmAllreduce::supports_broadcast(tensors[0]))
+    return fallback_->broadcast(tensors, opts);
+  return enqueue(c10::make_intrusive<ShmWork>(
+      getRank(), c10d::OpType::BROADCAST,
+      [tensor = tensors[0], root = static_cast<int>(opts.rootRank)](ShmAllreduce& shm) mutable {
+        shm.broadcast(tensor, root);
+      },
+      tensors[0]));
 }
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce_coalesced(
     std::vector<at::Tensor>& t, const c10d::AllreduceCoalescedOptions& o) {

@@ -1,7 +1,7 @@
 // A c10d process group for one host: all-reduce (sum or average) of contiguous CPU float
-// tensors goes through shared memory (ShmAllreduce), in place for tensors allocated in its
-// arena(); every other collective, and everything across hosts, is delegated to the wrapped
-// Gloo group. Work is asynchronous like Gloo's: allreduce() queues
+// tensors and broadcast of contiguous CPU tensors go through shared memory (ShmAllreduce),
+// all-reduces in place for tensors allocated in its arena(); every other collective, and
+// everything across hosts, is delegated to the wrapped Gloo group. Work is asynchronous like Gloo's: allreduce() queues
 // the tensor for this group's communication thread and returns a Work that wait()s for it.
 //
 // Ordering: each rank issues the same sequence of collectives; the shared-memory queue and the
@@ -44,10 +44,10 @@ class ProcessGroupShm : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
-
-  // Everything else: Gloo.
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
+
+  // Everything else: Gloo.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,

@@ -64,17 +64,21 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
-// Operation, dtype and element count of one call in one word:
-// average << 58 | (1 for float32, 2 for float64) << 56 | numel.
-uint64_t signature(bool average, bool is_double, int64_t numel) {
-  return (uint64_t{average} << 58) | (uint64_t{is_double ? 2u : 1u} << 56) |
-         static_cast<uint64_t>(numel);
+// One call in one word: op << 58 | type << 56 | root << 48 | count, where op is 0 sum,
+// 1 average, 2 broadcast; type 1 float32, 2 float64, 3 bytes (broadcast); count elements or
+// bytes.
+enum : uint64_t { kSum = 0, kAverage = 1, kBroadcast = 2 };
+uint64_t signature(uint64_t op, uint64_t type, int root, int64_t count) {
+  return (op << 58) | (type << 56) | (static_cast<uint64_t>(root) << 48) |
+         static_cast<uint64_t>(count);
 }
 
 std::string describe_signature(uint64_t sig) {
-  const char* dtype = ((sig >> 56) & 3) == 2 ? "double" : "float";
-  const char* op = (sig >> 58) & 1 ? "average" : "sum";
-  return std::string(op) + " " + dtype + "[" + std::to_string(sig & ((uint64_t{1} << 56) - 1)) + "]";
+  const uint64_t op = sig >> 58, type = (sig >> 56) & 3, root = (sig >> 48) & 0xff;
+  const std::string count = std::to_string(sig & ((uint64_t{1} << 48) - 1));
+  if (op == kBroadcast) return "broadcast from " + std::to_string(root) + " bytes[" + count + "]";
+  return std::string(op == kAverage ? "average " : "sum ") + (type == 2 ? "double" : "float") +
+         "[" + count + "]";
 }
 
 }  // namespace
@@ -197,7 +201,7 @@ void ShmAllreduce::barrier() {
         if (c.passes[r].load(std::memory_order_relaxed) < my_pass)
           behind += (behind.empty() ? "" : ", ") + std::to_string(r);
       fail(ErrorKind::kTimeout,
-           "shared-memory all-reduce timed out after {} ms on rank {}: rank(s) {} did not "
+           "shared-memory collective timed out after {} ms on rank {}: rank(s) {} did not "
            "arrive (stopped, or calling a different collective); raise --timeout if they are "
            "just slow", timeout_.count(), rank_, behind.empty() ? "?" : behind);
     }
@@ -218,7 +222,7 @@ void ShmAllreduce::check_calls_agree() {
     ranks += (r == 0 ? "" : ", ") + ("rank " + std::to_string(r) + " " + describe_signature(theirs));
   }
   DDPX_CHECK(agree, ErrorKind::kDist,
-             "mismatched all-reduce on shared memory (rank {}): {}; every rank must call the same "
+             "mismatched collectives on shared memory (rank {}): {}; every rank must call the same "
              "collectives in the same order with the same shapes and dtypes",
              rank_, ranks);
 }
@@ -301,7 +305,8 @@ void ShmAllreduce::allreduce(torch::Tensor& tensor, bool average) {
   const int64_t total = tensor.numel();
   std::optional<size_t> place;
   if (arena_ && total > 0) place = arena_->locate(tensor.data_ptr(), total * tensor.element_size());
-  control_->calls[rank_].store(signature(average, tensor.scalar_type() == torch::kFloat64, total),
+  control_->calls[rank_].store(signature(average ? kAverage : kSum,
+                                         tensor.scalar_type() == torch::kFloat64 ? 2 : 1, 0, total),
                                std::memory_order_release);
   control_->places[rank_].store(place ? *place : kNowhere, std::memory_order_release);
   barrier();
@@ -324,6 +329,36 @@ void ShmAllreduce::allreduce(torch::Tensor& tensor, bool average) {
   };
   if (tensor.scalar_type() == torch::kFloat32) run(tensor.data_ptr<float>());
   else run(tensor.data_ptr<double>());
+}
+
+bool ShmAllreduce::supports_broadcast(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.layout() == torch::kStrided && t.is_contiguous();
+}
+
+void ShmAllreduce::broadcast(torch::Tensor& tensor, int root) {
+  DDPX_CHECK(supports_broadcast(tensor) && root >= 0 && root < world_size_, ErrorKind::kInternal,
+             "shared-memory broadcast got a {} tensor from root {}; it handles contiguous CPU "
+             "tensors from a rank of the group",
+             tensor.toString(), root);
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  control_->calls[rank_].store(signature(kBroadcast, 3, root, bytes), std::memory_order_release);
+  control_->places[rank_].store(kNowhere, std::memory_order_release);
+  barrier();
+  check_calls_agree();
+  if (bytes == 0) return barrier();
+  // Root's slot, chunk by chunk: root fills set k & 1, everyone else copies it out after the
+  // barrier. Root refills a set two chunks later, after a barrier every reader passes only
+  // once done with it.
+  char* data = static_cast<char*>(tensor.data_ptr());
+  for (int64_t offset = 0; offset < bytes; offset += kChunkBytes) {
+    const int64_t n = std::min<int64_t>(kChunkBytes, bytes - offset);
+    char* slot_data = slot(static_cast<int>(chunks_done_ & 1), root);
+    if (rank_ == root) std::memcpy(slot_data, data + offset, n);
+    barrier();
+    if (rank_ != root) std::memcpy(data + offset, slot_data, n);
+    ++chunks_done_;
+  }
+  barrier();  // the slot may be reused by the next call once every reader is done
 }
 
 }  // namespace ddpx::dist

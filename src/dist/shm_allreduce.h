@@ -57,6 +57,10 @@ class ShmAllreduce {
   void allreduce(torch::Tensor& tensor, bool average = false);
   static bool supports(const torch::Tensor& tensor);
 
+  // Root's bytes into every rank's tensor (contiguous CPU, any dtype), through root's slots.
+  void broadcast(torch::Tensor& tensor, int root);
+  static bool supports_broadcast(const torch::Tensor& tensor);
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   // This rank's share of the segment; null when there is none.

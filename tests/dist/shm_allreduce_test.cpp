@@ -1,4 +1,5 @@
-// The shared-memory all-reduce: exact sums across chunk boundaries, dtypes and world sizes,
+// The shared-memory collectives: exact sums across chunk boundaries, dtypes and world sizes,
+// in place for tensors in the arenas, broadcasts from any root,
 // a clear timeout naming the rank that never arrived, nothing left in /dev/shm, and init()
 // choosing it for a one-host job while other collectives still go through Gloo.
 #include <gtest/gtest.h>
@@ -102,7 +103,7 @@ TEST(ShmAllreduceTest, MismatchedCallsThrowOnEveryRankInsteadOfSummingWrongBytes
       }
     });
     for (int rank = 0; rank < 2; ++rank) {
-      EXPECT_NE(errors[rank].find("mismatched all-reduce"), std::string::npos) << errors[rank];
+      EXPECT_NE(errors[rank].find("mismatched collectives on shared memory"), std::string::npos) << errors[rank];
       EXPECT_NE(errors[rank].find(c.expected), std::string::npos) << errors[rank];
     }
   }
@@ -153,6 +154,40 @@ TEST(ShmAllreduceTest, ArenaTensorsReduceInPlaceToExactSumsAndAverages) {
       EXPECT_EQ(shm.calls_in_place(), 4 * 2 * 2);  // the calls where every rank's was in its arena
     });
   }
+}
+
+// Broadcast copies the root's bytes into every rank's tensor, any dtype and size (across chunk
+// boundaries, and empty), from every root; ranks that disagree on the root throw.
+TEST(ShmAllreduceTest, BroadcastCopiesTheRootsBytesFromAnyRoot) {
+  const int64_t chunk = ShmAllreduce::kChunkBytes;
+  for (int world : {2, 3}) {
+    run_ranks(world, [&](int rank, ShmAllreduce& shm) {
+      for (int root = 0; root < world; ++root) {
+        for (auto dtype : {torch::kUInt8, torch::kInt64, torch::kFloat32}) {
+          for (int64_t bytes : {int64_t{0}, int64_t{40}, chunk, 2 * chunk + 8}) {
+            const int64_t n = bytes / static_cast<int64_t>(c10::elementSize(dtype));
+            auto values = [&](int r) { return (torch::arange(n, torch::kInt64) * 7 + r).remainder(251).to(dtype); };
+            torch::Tensor t = values(rank);
+            shm.broadcast(t, root);
+            ASSERT_TRUE(torch::equal(t, values(root)))
+                << "world " << world << " root " << root << " " << dtype << " bytes " << bytes;
+          }
+        }
+      }
+    });
+  }
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int rank, ShmAllreduce& shm) {
+    torch::Tensor t = torch::ones({4});
+    try {
+      shm.broadcast(t, rank);  // each rank names itself the root
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("rank 0 broadcast from 0 bytes[16], rank 1 broadcast from 1 bytes[16]"),
+              std::string::npos) << e;
 }
 
 TEST(ShmAllreduceTest, AMissingRankTimesOutNamingIt) {
@@ -231,9 +266,9 @@ TEST(ProcessGroupShmTest, OneHostJobUsesSharedMemoryAndStaysCorrect) {
       torch::Tensor t = torch::full({5000}, rank + 1.0f);
       contexts[rank]->all_reduce_sum(t);      // shared memory
       torch::Tensor b = torch::full({3}, rank * 10.0f);
-      contexts[rank]->broadcast(b, 1);        // Gloo
+      contexts[rank]->broadcast(b, 1);        // shared memory
       torch::Tensor i = torch::full({4}, int64_t{rank + 1});
-      contexts[rank]->all_reduce_sum(i);      // int64: Gloo
+      contexts[rank]->all_reduce_sum(i);      // int64 sum: Gloo
       sums[rank] = t;
       broadcasts[rank] = torch::cat({b, i.to(torch::kFloat32)});
       contexts[rank]->barrier();
