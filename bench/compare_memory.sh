@@ -10,7 +10,7 @@ py=/usr/bin/python3
 batch="${1:-2}"
 shift || true
 threads="${THREADS:-1}"
-if [ $# -gt 0 ]; then models=("$@"); else mapfile -t models < <("$ddpx" models | awk '!/^#/ && NF {print $1}'); fi
+if [ $# -gt 0 ]; then models=("$@"); else mapfile -t models < <("$ddpx" models | awk '!/^#/ && NF && $1 != "mlp" {print $1}'); fi  # mlp is ddpx's own: no torchvision peer
 
 # field LINE KEY: the value of KEY=... in a `memory ...` line
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
