@@ -42,8 +42,11 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
   if (!group || group->getSize() < 2 || env::get_or("DDPX_SHARDED_STEP", "1") == "0")
     return nullptr;
   ProcessGroupShm* shm = compat::shm_group(*group);
+  // The same answer on every rank (one kind of group, one segment): no collective yet, so an
+  // NCCL or multi-node group is never asked for one on CPU tensors.
+  if (shm == nullptr || shm->arena() == nullptr) return nullptr;
   // 1. Does it apply here? Every rank finds out, then they agree (one rank may lack room).
-  bool ok = shm != nullptr && shm->arena() != nullptr;
+  bool ok = true;
   std::vector<torch::Tensor> params;
   std::vector<bool> with_momentum;
   for (auto& param_group : sgd.param_groups()) {
