@@ -157,17 +157,18 @@ void ShardedSgd::step_on_comm_thread(ShmAllreduce& shm) {
   shm.barrier();  // every rank is done with this step's forward and backward
   // 1. libtorch's SGD on the parameters this rank owns: the others have no gradient for it.
   std::vector<torch::Tensor> parked(n);
-  for (size_t i = 0; i < n; ++i)
-    if (held_[i].owner != rank) std::swap(parked[i], held_[i].param.mutable_grad());
+  auto swap_others = [&] {  // parks the gradients of other ranks' parameters, or puts them back
+    for (size_t i = 0; i < n; ++i)
+      if (held_[i].owner != rank) std::swap(parked[i], held_[i].param.mutable_grad());
+  };
+  swap_others();
   try {
     sgd_.step();
   } catch (...) {
-    for (size_t i = 0; i < n; ++i)
-      if (parked[i].defined()) std::swap(parked[i], held_[i].param.mutable_grad());
+    swap_others();
     throw;
   }
-  for (size_t i = 0; i < n; ++i)
-    if (held_[i].owner != rank) std::swap(parked[i], held_[i].param.mutable_grad());
+  swap_others();
   // 2. Their new values and momentum into every peer's copies.
   for (size_t i = 0; i < n; ++i) {
     if (held_[i].owner != rank) continue;

@@ -8,8 +8,8 @@
 #include <torch/optim/sgd.h>
 
 #include "core/error.h"
+#include "dist/c10d_compat.h"
 #include "dist/process_group_shm.h"
-#include "dist/traced_process_group.h"
 #include "ranks.h"
 
 namespace ddpx::dist {
@@ -81,10 +81,8 @@ struct Result {
 
 // Whether every gradient lies in this rank's share of the group's shared segment.
 bool grads_in_shared_memory(torch::nn::Module& m, c10d::ProcessGroup& group) {
-#if defined(DDPX_HAVE_SHM_GROUP) && defined(DDPX_HAVE_TRACED_GROUP)
-  c10d::ProcessGroup* inner = &group;
-  if (auto* traced = dynamic_cast<TracedProcessGroup*>(inner)) inner = &traced->inner();
-  auto* shm = dynamic_cast<ProcessGroupShm*>(inner);
+#ifdef DDPX_HAVE_SHM_GROUP
+  auto* shm = compat::shm_group(group);
   if (shm == nullptr || !shm->arena()) return false;
   for (auto& p : m.parameters()) {
     const auto& g = p.grad();
