@@ -21,6 +21,7 @@
 #include "data/sampler.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "dist/sgd_kernel.h"
 #include "dist/sharded_sgd.h"
 #include "models/registry.h"
 
@@ -100,7 +101,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   torch::optim::SGD optimizer(model.ptr()->parameters(),
                               torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
   // As `ddpx train`: each rank steps half of the parameters (sharded_sgd.h).
-  auto sharded = ddp ? dist::ShardedSgd::create(optimizer, context->process_group()) : nullptr;
+  const bool fused = o.optimizer_step == "fused";
+  auto sharded = ddp && fused ? dist::ShardedSgd::create(optimizer, context->process_group()) : nullptr;
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -151,9 +153,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     }
     double fwd_bwd_s = compute.seconds();
     Stopwatch optim;
-    if (sharded && sync) {
+    if (sharded) {  // also in no_sync steps: every rank's model uses the one shared copy
       sharded->step();
-    } else {
+    } else if (!fused || !dist::fused_sgd_step(optimizer)) {
       optimizer.step();
     }
     optimizer.zero_grad();

@@ -28,6 +28,7 @@ struct TrainBenchOptions {
   int64_t first_bucket_mb = 1;
   std::string comm_hook = "allreduce";
   std::string transport = "auto";  // auto | shm | gloo
+  std::string optimizer_step = "fused";  // fused (sgd_kernel.h) | libtorch
   std::string json;                // append a JSON line with the figures (rank 0)
 };
 

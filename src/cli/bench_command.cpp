@@ -66,6 +66,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_option("--first_bucket_mb", t->first_bucket_mb, "DDP first bucket cap in MiB");
   train->add_option("--comm_hook", t->comm_hook, "allreduce | fp16 | bf16");
   train->add_option("--transport", t->transport, "auto | shm | gloo");
+  train->add_option("--optimizer_step", t->optimizer_step,
+                    "fused (one pass, as ddpx train) | libtorch (torch::optim::SGD::step)")
+      ->check(CLI::IsMember({"fused", "libtorch"}));
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, &exit_code] {
     bench::run_train_bench(*t);

@@ -21,6 +21,7 @@
 #include "data/transforms.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "dist/sgd_kernel.h"
 #include "dist/sharded_sgd.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -144,6 +145,14 @@ class Run {
     print_header();
   }
 
+  // The optimizer step: split across ranks (sharded_sgd.h), else SGD in one fused pass
+  // (sgd_kernel.h, the same result as libtorch's), else the optimizer's own.
+  void optimizer_step() {
+    if (sharded_) return sharded_->step();
+    auto* sgd = dynamic_cast<torch::optim::SGD*>(optimizer_.get());
+    if (sgd == nullptr || !dist::fused_sgd_step(*sgd)) optimizer_->step();
+  }
+
   data::LoaderOptions loader_options(bool train) const {
     data::LoaderOptions l;
     l.batch_size = train ? batch_size_ : kEvalBatchSize;
@@ -241,7 +250,7 @@ class Run {
       }
       if (boundary) {
         set_learning_rate(*optimizer_, schedule_->lr_at(global_step_));
-        sharded_ ? sharded_->step() : static_cast<void>(optimizer_->step());
+        optimizer_step();
         optimizer_->zero_grad();
         ++global_step_;
       }

@@ -1,0 +1,40 @@
+// torch::optim::SGD's update (dampening 0) in one pass over memory: reads the gradient, the
+// parameter and the momentum buffer once and writes the new parameter and momentum to as many
+// places as asked (a sharded step writes every rank's copy in the same pass).
+//
+// Why: libtorch's step runs weight decay, momentum and the update as separate tensor ops, about
+// eleven memory passes per element; on a CPU that is memory-bound (docs/performance.md).
+//
+// Exactness: the same operations in the same order and rounding as ATen's CPU kernels (fused
+// multiply-add where ATen's vectorised kernels use one, i.e. on CPUs with FMA), so the result is
+// bit-identical to libtorch's step on the same machine; tests/dist/sgd_kernel_test.cpp checks it.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+
+namespace ddpx::dist {
+
+struct SgdHyper {
+  double lr = 0;
+  double momentum = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  static SgdHyper of(const torch::optim::SGDOptions& options);
+};
+
+// Elements [0, n): new param and momentum (when `momentum` is not null) from grad, param and
+// momentum, written to params_out[0..outputs) and momenta_out[0..outputs). An output may be
+// the input itself. T is float or double.
+template <typename T>
+void sgd_update(const T* grad, const T* param, const T* momentum, int64_t n, const SgdHyper& h,
+                T* const* params_out, T* const* momenta_out, int outputs);
+
+// A whole torch::optim::SGD::step() (dampening 0, float32/float64 parameters) through
+// sgd_update, keeping the optimizer's state (momentum buffers) as libtorch would. Returns false,
+// having changed nothing, when the optimizer has a setting or parameter it does not cover.
+bool fused_sgd_step(torch::optim::SGD& sgd);
+
+}  // namespace ddpx::dist
