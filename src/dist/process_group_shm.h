@@ -38,6 +38,10 @@ class ProcessGroupShm : public c10d::ProcessGroup {
   c10d::ProcessGroup& fallback() { return *fallback_; }
   // Memory that this group all-reduces without copying (ShmArena); null when there is none.
   const std::shared_ptr<ShmArena>& arena() const { return shm_->arena(); }
+  // Rank r's arena memory at `offset` (ShmAllreduce::peer_tensor).
+  torch::Tensor peer_tensor(int rank, size_t offset, int64_t numel, c10::ScalarType dtype) const {
+    return shm_->peer_tensor(rank, offset, numel, dtype);
+  }
   // Runs `op` on this group's communication thread, in order with the all-reduces queued
   // before it; every rank must submit the same ops in the same order (they are collective).
   c10::intrusive_ptr<c10d::Work> submit(std::function<void(ShmAllreduce&)> op);

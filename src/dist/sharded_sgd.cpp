@@ -8,6 +8,7 @@
 #include "dist/c10d_compat.h"
 #include "dist/collectives.h"
 #include "dist/process_group_shm.h"
+#include "dist/sgd_kernel.h"
 
 namespace ddpx::dist {
 
@@ -49,6 +50,7 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
   bool ok = true;
   std::vector<torch::Tensor> params;
   std::vector<bool> with_momentum;
+  std::vector<size_t> group_of;
   for (auto& param_group : sgd.param_groups()) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(param_group.options());
     ok = ok && o.dampening() == 0;
@@ -56,24 +58,32 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
       ok = ok && (p.scalar_type() == torch::kFloat32 || p.scalar_type() == torch::kFloat64);
       params.push_back(p);
       with_momentum.push_back(o.momentum() != 0);
+      group_of.push_back(&param_group - sgd.param_groups().data());
     }
   }
+  // 2. Each parameter and its momentum buffer get one copy, in their owner's arena, that every
+  //    rank's model and optimizer use: the owner's step writes it once for all ranks.
+  const int rank = group->getRank();
+  const std::vector<int> owners = balanced_owners(params, group->getSize());
   std::vector<Held> held(params.size());
   for (size_t i = 0; ok && i < params.size(); ++i) {
-    held[i].param = shm->arena()->allocate(params[i].numel(), params[i].scalar_type());
+    held[i].owner = owners[i];
+    held[i].group = group_of[i];
+    if (owners[i] != rank) continue;
+    held[i].param = shm->arena()->allocate(params[i].numel(), params[i].scalar_type(), true);
     if (with_momentum[i])
-      held[i].momentum = shm->arena()->allocate(params[i].numel(), params[i].scalar_type());
+      held[i].momentum = shm->arena()->allocate(params[i].numel(), params[i].scalar_type(), true);
     ok = held[i].param.defined() && (!with_momentum[i] || held[i].momentum.defined());
   }
   torch::Tensor votes = torch::tensor({int64_t{ok}});
   all_reduce_sum(*group, votes, "sharded optimizer set-up");
   if (votes.item<int64_t>() != group->getSize()) return nullptr;
 
-  // 2. Move every parameter and momentum buffer into the arena. A momentum buffer that does
-  //    not exist yet starts at zero: with dampening 0, SGD's first update of a zero buffer
-  //    (0 * momentum + grad) is exactly the clone of the gradient it would have made.
+  // 3. The owner fills its copies: the parameters are alike on every rank (DDP broadcast them);
+  //    a momentum buffer that does not exist yet starts at zero, and with dampening 0 SGD's
+  //    first update of a zero buffer (0 * momentum + grad) is exactly the clone it would make.
   torch::NoGradGuard no_grad;
-  const std::vector<int> owners = balanced_owners(params, group->getSize());
+  auto& state = sgd.state();
   std::vector<int64_t> mine;
   auto offset_of = [&](const torch::Tensor& t) {
     auto at = shm->arena()->locate(t.data_ptr(), t.numel() * t.element_size());
@@ -81,44 +91,51 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     return static_cast<int64_t>(*at);
   };
   for (size_t i = 0; i < params.size(); ++i) {
-    held[i].owner = owners[i];
-    held[i].param.copy_(params[i].detach().reshape({-1}));
-    params[i].set_data(held[i].param.view(params[i].sizes()));
-    held[i].param = params[i];
-    mine.push_back(offset_of(held[i].param));
-    if (!held[i].momentum.defined()) {
-      mine.push_back(-1);
+    if (owners[i] != rank) {
+      mine.insert(mine.end(), {-1, -1});
       continue;
     }
+    held[i].param.copy_(params[i].detach().reshape({-1}));
+    mine.push_back(offset_of(held[i].param));
+    auto it = state.find(state_key(params[i]));
+    if (held[i].momentum.defined() && it != state.end())
+      held[i].momentum.copy_(static_cast<torch::optim::SGDParamState&>(*it->second)
+                                 .momentum_buffer().reshape({-1}));
+    mine.push_back(held[i].momentum.defined() ? offset_of(held[i].momentum) : -1);
+  }
+  // 4. Every rank learns where the owners put them (after they were filled) and switches its
+  //    parameters and momentum buffers over to those copies.
+  const int64_t n = static_cast<int64_t>(params.size());
+  const auto where = all_gather(*group, torch::tensor(mine, torch::kInt64));
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t* at = where[owners[i]].data_ptr<int64_t>() + 2 * static_cast<int64_t>(i);
+    DDPX_CHECK(at[0] >= 0 && where[owners[i]].numel() == 2 * n, ErrorKind::kInternal,
+               "rank {} did not publish parameter #{} it owns", owners[i], i);
+    const auto dtype = params[i].scalar_type();
+    if (owners[i] != rank) {
+      held[i].param = shm->peer_tensor(owners[i], at[0], params[i].numel(), dtype);
+      if (at[1] >= 0) held[i].momentum = shm->peer_tensor(owners[i], at[1], params[i].numel(), dtype);
+    }
+    params[i].set_data(held[i].param.view(params[i].sizes()));
+    held[i].param = params[i];
+    if (!held[i].momentum.defined()) continue;
     torch::Tensor buffer = held[i].momentum.view(params[i].sizes());
-    auto& state = sgd.state();
     auto it = state.find(state_key(params[i]));
     if (it != state.end()) {
-      auto& sgd_state = static_cast<torch::optim::SGDParamState&>(*it->second);
-      buffer.copy_(sgd_state.momentum_buffer());
-      sgd_state.momentum_buffer(buffer);
+      static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer(buffer);
     } else {
       auto fresh = std::make_unique<torch::optim::SGDParamState>();
       fresh->momentum_buffer(buffer);
       state[state_key(params[i])] = std::move(fresh);
     }
     held[i].momentum = buffer;
-    mine.push_back(offset_of(buffer));
   }
-  // 3. Where every rank keeps each of them: an owner writes into its peers' copies there.
-  std::vector<int64_t> offsets;
-  for (const auto& theirs : all_gather(*group, torch::tensor(mine, torch::kInt64))) {
-    offsets.insert(offsets.end(), theirs.data_ptr<int64_t>(),
-                   theirs.data_ptr<int64_t>() + theirs.numel());
-  }
-  return std::unique_ptr<ShardedSgd>(
-      new ShardedSgd(sgd, std::move(group), *shm, std::move(held), std::move(offsets)));
+  return std::unique_ptr<ShardedSgd>(new ShardedSgd(sgd, std::move(group), *shm, std::move(held)));
 }
 
 ShardedSgd::ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
-                       ProcessGroupShm& shm, std::vector<Held> held, std::vector<int64_t> offsets)
-    : sgd_(sgd), group_(std::move(group)), shm_(shm), held_(std::move(held)),
-      offsets_(std::move(offsets)) {
+                       ProcessGroupShm& shm, std::vector<Held> held)
+    : sgd_(sgd), group_(std::move(group)), shm_(shm), held_(std::move(held)) {
   for (const auto& h : held_) {
     owners_.push_back(h.owner);
     data_.push_back(h.param.data_ptr());
@@ -152,35 +169,32 @@ void ShardedSgd::step() {
 }
 
 void ShardedSgd::step_on_comm_thread(ShmAllreduce& shm) {
-  const int rank = group_->getRank(), world = group_->getSize();
-  const size_t n = held_.size();
+  const int rank = group_->getRank();
   shm.barrier();  // every rank is done with this step's forward and backward
-  // 1. libtorch's SGD on the parameters this rank owns: the others have no gradient for it.
-  std::vector<torch::Tensor> parked(n);
-  auto swap_others = [&] {  // parks the gradients of other ranks' parameters, or puts them back
-    for (size_t i = 0; i < n; ++i)
-      if (held_[i].owner != rank) std::swap(parked[i], held_[i].param.mutable_grad());
-  };
-  swap_others();
-  try {
-    sgd_.step();
-  } catch (...) {
-    swap_others();
-    throw;
+  // The parameters this rank owns, in one pass each (sgd_kernel.h: libtorch's SGD, bit for
+  // bit), in place in the one copy every rank uses.
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const Held& h = held_[i];
+    if (h.owner != rank || !h.param.grad().defined()) continue;  // as libtorch: no grad, no step
+    const torch::Tensor grad = h.param.grad().contiguous();
+    DDPX_CHECK(grad.scalar_type() == h.param.scalar_type(), ErrorKind::kUsage,
+               "parameter #{} is {} but its gradient is {}; the sharded SGD step needs them alike",
+               i, c10::toString(h.param.scalar_type()), c10::toString(grad.scalar_type()));
+    auto run = [&](auto* param) {
+      using T = std::remove_pointer_t<decltype(param)>;
+      T* momentum = h.momentum.defined() ? h.momentum.data_ptr<T>() : nullptr;
+      sgd_update<T>(grad.data_ptr<T>(), param, momentum, h.param.numel(), hyper(h), &param,
+                    &momentum, 1);
+    };
+    if (h.param.scalar_type() == torch::kFloat32) run(h.param.data_ptr<float>());
+    else run(h.param.data_ptr<double>());
   }
-  swap_others();
-  // 2. Their new values and momentum into every peer's copies.
-  for (size_t i = 0; i < n; ++i) {
-    if (held_[i].owner != rank) continue;
-    const size_t bytes = held_[i].param.numel() * held_[i].param.element_size();
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == rank) continue;
-      const int64_t* at = &offsets_[(peer * n + i) * 2];
-      std::memcpy(shm.arena_of(peer) + at[0], held_[i].param.data_ptr(), bytes);
-      if (at[1] >= 0) std::memcpy(shm.arena_of(peer) + at[1], held_[i].momentum.data_ptr(), bytes);
-    }
-  }
-  shm.barrier();  // every copy is whole before anyone's next forward
+  shm.barrier();  // every update is done before anyone's next forward
+}
+
+SgdHyper ShardedSgd::hyper(const Held& h) const {
+  return SgdHyper::of(
+      static_cast<const torch::optim::SGDOptions&>(sgd_.param_groups()[h.group].options()));
 }
 
 #else  // libtorch 2.x: no shared-memory group

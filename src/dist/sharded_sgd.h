@@ -1,14 +1,20 @@
-// Splits an SGD step across the ranks of one host. Each rank updates only the parameters it
-// owns (a split balanced by size, the same on every rank) with libtorch's own SGD, then writes
-// their new values and momentum buffers straight into every peer's copies, which live in the
-// group's shared memory. Every rank ends the step with the parameters and optimizer state of
-// an unsharded step, bit for bit, for about half of the optimizer's work per rank (with 2
-// ranks): ZeRO-1's saving in compute, with the state kept whole on every rank, so checkpoints,
-// --resume and anything reading .grad or the momentum see nothing different.
+// Splits an SGD step across the ranks of one host. Every parameter and its momentum buffer
+// live once, in shared memory (the arena of the rank that owns them: a split balanced by size,
+// the same on every rank), and every rank's model and optimizer use that one copy. Each rank
+// updates only what it owns, in one fused pass (sgd_kernel.h, libtorch's SGD bit for bit),
+// between two barriers. So every rank ends the step with the parameters and optimizer state of
+// an unsharded step, bit for bit, for half of the optimizer's work and memory traffic per rank
+// (with 2 ranks) and one copy of the weights and momentum per host instead of one per rank:
+// ZeRO-1's savings, with the state whole on every rank, so checkpoints, --resume and anything
+// reading .grad or the momentum see nothing different.
+//
+// Those pages stay in /dev/shm until the job ends (a peer may still read them after this rank
+// lets go); they are not freed with the optimizer.
 //
 // Use: create it after the checkpoint (if any) is loaded and the model is wrapped in
 // DistributedDataParallel, then call step() where optimizer.step() was called; the other
-// calls (zero_grad, learning-rate changes, save) go to the optimizer as before.
+// calls (zero_grad, learning-rate changes, save) go to the optimizer as before. Never call the
+// optimizer's own step() afterwards: every rank would update the shared copy.
 //
 // Contract: create() and step() are collective. create() returns null on every rank when it
 // does not apply: no shared-memory group ("gloo+shm"), no room in /dev/shm, an optimizer that
@@ -24,6 +30,8 @@
 
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
+
+#include "dist/sgd_kernel.h"
 
 namespace c10d {
 class ProcessGroup;
@@ -45,14 +53,16 @@ class ShardedSgd {
 
  private:
   struct Held {
-    torch::Tensor param;     // the optimizer's parameter, its data now in the arena
-    torch::Tensor momentum;  // its momentum buffer in the arena, or undefined (momentum 0)
+    torch::Tensor param;     // the optimizer's parameter, its data now in its owner's arena
+    torch::Tensor momentum;  // its momentum buffer there too, or undefined (momentum 0)
     int owner = 0;
+    size_t group = 0;        // its parameter group in the optimizer
   };
   ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
-             ProcessGroupShm& shm, std::vector<Held> held, std::vector<int64_t> offsets);
+             ProcessGroupShm& shm, std::vector<Held> held);
   void check_unchanged() const;
   void step_on_comm_thread(ShmAllreduce& shm);
+  SgdHyper hyper(const Held& h) const;  // its group's settings now (the lr may have changed)
 
   torch::optim::SGD& sgd_;
   std::shared_ptr<c10d::ProcessGroup> group_;  // keeps `shm_` alive
@@ -60,9 +70,6 @@ class ShardedSgd {
   std::vector<Held> held_;
   std::vector<int> owners_;
   std::vector<const void*> data_;  // where each param and momentum buffer was put
-  // offsets_[(r * n + i) * 2 + k]: where rank r keeps param i (k 0) / its momentum (k 1),
-  // from the start of rank r's arena; -1 for no momentum buffer.
-  std::vector<int64_t> offsets_;
 };
 
 }  // namespace ddpx::dist

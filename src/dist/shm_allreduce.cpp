@@ -178,6 +178,17 @@ char* ShmAllreduce::slot(int set, int rank) const {
   return mapping_->at(kControlBytes + (static_cast<size_t>(set) * world_size_ + rank) * kChunkBytes);
 }
 
+torch::Tensor ShmAllreduce::peer_tensor(int rank, size_t offset, int64_t numel,
+                                        c10::ScalarType dtype) const {
+  DDPX_CHECK(rank >= 0 && rank < world_size_ && arena_bytes_ > 0 &&
+                 offset + numel * c10::elementSize(dtype) <= arena_bytes_,
+             ErrorKind::kInternal, "no arena range of {} {} elements at {} for rank {}", numel,
+             c10::toString(dtype), offset, rank);
+  auto keep = mapping_;
+  return torch::from_blob(arena_of(rank) + offset, {numel}, [keep](void*) {},
+                          torch::TensorOptions().dtype(dtype));
+}
+
 void ShmAllreduce::barrier() {
   Control& c = *control_;
   uint32_t generation = c.generation.load(std::memory_order_acquire);

@@ -67,6 +67,9 @@ class ShmAllreduce {
   const std::shared_ptr<ShmArena>& arena() const { return arena_; }
   // Where rank r's arena starts in this process's mapping (peers write there directly).
   char* arena_of(int rank) const { return mapping_->at(arena_begin_ + rank * arena_bytes_); }
+  // A tensor over `numel` elements of `dtype` at `offset` in rank r's arena (rank r allocated
+  // them with peers_map_it): reads and writes go straight to the memory rank r uses.
+  torch::Tensor peer_tensor(int rank, size_t offset, int64_t numel, c10::ScalarType dtype) const;
   // Collective: returns once every rank has called it (or throws kTimeout naming who did not).
   void barrier();
 

@@ -18,7 +18,7 @@ ShmArena::ShmArena(std::shared_ptr<ShmMapping> mapping, size_t offset, size_t by
   if (bytes_ > 0) free_.emplace(0, bytes_);
 }
 
-torch::Tensor ShmArena::allocate(int64_t numel, c10::ScalarType dtype) {
+torch::Tensor ShmArena::allocate(int64_t numel, c10::ScalarType dtype, bool peers_map_it) {
   const size_t wanted = static_cast<size_t>(numel) * c10::elementSize(dtype);
   const size_t length = std::max<size_t>((wanted + kAlignment - 1) / kAlignment, 1) * kAlignment;
   size_t at = 0;
@@ -37,6 +37,9 @@ torch::Tensor ShmArena::allocate(int64_t numel, c10::ScalarType dtype) {
     in_use_ += length;
   }
   auto self = shared_from_this();
+  if (peers_map_it)
+    return torch::from_blob(mapping_->at(offset_ + at), {numel}, [self](void*) {},
+                            torch::TensorOptions().dtype(dtype));
   return torch::from_blob(
       mapping_->at(offset_ + at), {numel},
       [self, at, length](void*) { self->release(at, length); },

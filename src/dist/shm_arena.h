@@ -43,8 +43,10 @@ class ShmArena : public std::enable_shared_from_this<ShmArena> {
   ShmArena(std::shared_ptr<ShmMapping> mapping, size_t offset, size_t bytes);
 
   // A zero-filled 1-d tensor of `numel` elements of `dtype` in this arena, or an undefined
-  // tensor when the arena or /dev/shm has no room for it.
-  torch::Tensor allocate(int64_t numel, c10::ScalarType dtype);
+  // tensor when the arena or /dev/shm has no room for it. Its range is freed with the tensor,
+  // unless `peers_map_it`: memory that other ranks read through their own views must not turn
+  // to zeros under them when this rank lets go first, so it stays until the segment is gone.
+  torch::Tensor allocate(int64_t numel, c10::ScalarType dtype, bool peers_map_it = false);
 
   // Where [data, data + bytes) lies in this arena (offset from its start), if it does.
   std::optional<size_t> locate(const void* data, size_t bytes) const;

@@ -1,5 +1,6 @@
-// ShardedSgd: two DDP ranks that each update half of the parameters end every step with the
-// parameters and momentum of an unsharded step, bit for bit, on both ranks; it declines what
+// ShardedSgd: two DDP ranks that each update half of the parameters, kept once in shared
+// memory, end every step with the parameters and momentum of an unsharded step, bit for bit, on
+// both ranks; it declines what
 // it cannot do exactly (other optimizers, dampening) on every rank alike, and a momentum
 // buffer replaced after set-up is refused instead of silently ignored.
 #include "dist/sharded_sgd.h"
@@ -73,13 +74,16 @@ std::vector<Outcome> train(bool sharded) {
       }
     }
     auto* shm = compat::shm_group(*context.process_group());
-    for (auto& p : models[rank]->parameters()) {
+    const auto params = models[rank]->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& p = params[i];
       out[rank].weights.push_back(p.detach().clone());
       auto& state = static_cast<torch::optim::SGDParamState&>(
           *sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
       out[rank].momenta.push_back(state.momentum_buffer().clone());
-      out[rank].in_shared_memory &=
-          shm != nullptr && shm->arena()->locate(p.data_ptr(), p.numel() * p.element_size());
+      // Each parameter lives once, in its owner's arena, and is used from there by every rank.
+      const bool here = shm != nullptr && shm->arena()->locate(p.data_ptr(), p.numel() * p.element_size());
+      out[rank].in_shared_memory &= !sharded || here == (out[rank].owners.at(i) == rank);
     }
   });
   EXPECT_ALL_RANKS_OK(errors);
