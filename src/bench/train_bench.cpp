@@ -103,6 +103,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   // As `ddpx train`: each rank steps half of the parameters (sharded_sgd.h).
   const bool fused = o.optimizer_step == "fused";
   auto sharded = ddp && fused ? dist::ShardedSgd::create(optimizer, context->process_group()) : nullptr;
+  if (sharded) sharded->step_in_backward(*ddp);
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -154,7 +155,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     double fwd_bwd_s = compute.seconds();
     Stopwatch optim;
     if (sharded) {  // also in no_sync steps: every rank's model uses the one shared copy
-      sharded->step();
+      if (sync || !sharded->in_backward()) sharded->step();
     } else if (!fused || !dist::fused_sgd_step(optimizer)) {
       optimizer.step();
     }

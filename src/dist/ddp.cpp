@@ -111,6 +111,10 @@ void DistributedDataParallel::pre_forward() {
   if (reducer_) reducer_->prepare_for_forward(require_sync_);
 }
 
+void DistributedDataParallel::register_comm_hook(CommHookFn hook) {
+  if (reducer_) reducer_->set_comm_hook(std::move(hook));
+}
+
 std::vector<std::vector<size_t>> DistributedDataParallel::buckets() const {
   return reducer_ ? reducer_->bucket_layout() : std::vector<std::vector<size_t>>{};
 }

@@ -6,7 +6,8 @@
 // buffers from rank 0, then runs the module. During backward, gradients are averaged across
 // ranks in buckets launched asynchronously as each bucket fills, overlapping communication
 // with the rest of backward; when backward() returns, every parameter's .grad holds the
-// average over ranks. Inside a no_sync() scope gradients accumulate locally only.
+// average over ranks (unless a comm hook does otherwise). Inside a no_sync() scope gradients
+// accumulate locally only.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +17,7 @@
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/any.h>
-
-namespace c10d {
-class ProcessGroup;
-}
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 namespace ddpx::dist {
 
@@ -28,6 +26,18 @@ class Reducer;
 // How a full bucket is reduced: allreduce (average in the gradients' dtype), or fp16 / bf16
 // compression (divide by the world size, cast, all-reduce, cast back when backward ends).
 enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress };
+
+// A full gradient bucket, as a comm hook sees it.
+struct GradBucket {
+  size_t index = 0;                   // launch order in this backward, the same on every rank
+  torch::Tensor buffer;               // flat; each parameter's .grad is a slice of it
+  std::vector<torch::Tensor> params;  // the parameters in it, in buffer order
+  std::vector<int64_t> offsets;       // where each one's gradient starts in buffer (elements)
+};
+// Takes over a bucket's reduction: called on the backward thread as each bucket fills (in bucket
+// order), it returns the work that backward() waits for before returning; .grad then holds
+// whatever the hook left in the buffer. As PyTorch's DDP.register_comm_hook.
+using CommHookFn = std::function<c10::intrusive_ptr<c10d::Work>(const GradBucket&)>;
 
 struct DdpOptions {
   bool broadcast_buffers = true;
@@ -58,6 +68,10 @@ class DistributedDataParallel {
   // launch order; empty on a single process.
   std::vector<std::vector<size_t>> buckets() const;
   std::shared_ptr<torch::nn::Module> module_ptr() { return module_.ptr(); }
+  // Replaces options.comm_hook for every bucket from the next backward on; no effect on a
+  // single process (nothing is reduced).
+  void register_comm_hook(CommHookFn hook);
+  bool distributed() const { return reducer_ != nullptr; }
 
   // Gradient accumulation: inside the guard's lifetime backward() does not communicate.
   class NoSyncGuard {

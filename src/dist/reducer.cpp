@@ -222,8 +222,27 @@ void Reducer::mark_ready_locked(size_t param) {
   }
 }
 
+void Reducer::set_comm_hook(CommHookFn hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  hook_ = std::move(hook);
+}
+
 void Reducer::launch(Bucket& bucket) {
   torch::NoGradGuard no_grad;
+  if (hook_) {
+    GradBucket view;
+    view.index = static_cast<size_t>(&bucket - buckets_.data());
+    view.buffer = bucket.buffer;
+    int64_t offset = 0;
+    for (size_t i : bucket.params) {
+      view.params.push_back(params_[i]);
+      view.offsets.push_back(offset);
+      offset += params_[i].numel();
+    }
+    bucket.comm = bucket.buffer;
+    bucket.work = hook_(view);
+    return;
+  }
   c10d::AllreduceOptions options;
   if (bucket.average && options_.comm_hook == CommHook::kAllreduce) {
     // Averaged by the group in the pass that sums.
@@ -292,7 +311,7 @@ void Reducer::finalize() {
     wait_work(bucket.work, "gradient all-reduce");
     if (!bucket.comm.is_same(bucket.buffer)) {
       bucket.buffer.copy_(bucket.comm);
-    } else if (options_.comm_hook == CommHook::kBf16Compress && !bf16_native_ &&
+    } else if (!hook_ && options_.comm_hook == CommHook::kBf16Compress && !bf16_native_ &&
                bucket.buffer.is_floating_point()) {
       bucket.buffer.copy_(bucket.buffer.to(torch::kBFloat16));
     }

@@ -49,6 +49,8 @@ class Reducer {
   // coming backward should synchronize.
   void prepare_for_forward(bool require_sync);
 
+  void set_comm_hook(CommHookFn hook);
+
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_layout() const;
 
@@ -82,6 +84,7 @@ class Reducer {
   std::shared_ptr<c10d::ProcessGroup> group_;
   DdpOptions options_;
   bool bf16_native_ = false;
+  CommHookFn hook_;  // replaces the built-in reduction when set
 
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps hooks alive
   std::vector<uintptr_t> hook_keys_;

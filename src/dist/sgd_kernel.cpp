@@ -36,17 +36,34 @@ template <typename T, bool kFma>
   }
 }
 
+// The gradient: one source as it is, else ((g0 + g1) + ...) * scale, ShmAllreduce's average.
 template <typename T, bool kFma>
-[[gnu::always_inline]] inline void update(const T* grad, const T* param, const T* momentum, int64_t n, const SgdHyper& h,
-            T* const* params_out, T* const* momenta_out, int outputs) {
+[[gnu::always_inline]] inline void update(const T* const* grads, int count, T scale,
+                                          const T* param, const T* momentum, int64_t n,
+                                          const SgdHyper& h, T* const* params_out,
+                                          T* const* momenta_out, int outputs) {
   const T lr = static_cast<T>(h.lr), mu = static_cast<T>(h.momentum),
           wd = static_cast<T>(h.weight_decay);
   alignas(64) T p_new[kBlock];
   alignas(64) T m_new[kBlock];
+  alignas(64) T mean[kBlock];
   for (int64_t base = 0; base < n; base += kBlock) {
     const int64_t len = std::min(kBlock, n - base);
-    compute<T, kFma>(grad + base, param + base, momentum ? momentum + base : nullptr, len, lr, mu,
-                     wd, h.nesterov, p_new, m_new);
+    const T* g = grads[0] + base;
+    if (count > 1) {
+      T* __restrict acc = mean;
+      const T* __restrict first = grads[0] + base;
+      const T* __restrict second = grads[1] + base;
+      for (int64_t i = 0; i < len; ++i) acc[i] = first[i] + second[i];
+      for (int k = 2; k < count; ++k) {
+        const T* __restrict more = grads[k] + base;
+        for (int64_t i = 0; i < len; ++i) acc[i] += more[i];
+      }
+      for (int64_t i = 0; i < len; ++i) acc[i] *= scale;
+      g = mean;
+    }
+    compute<T, kFma>(g, param + base, momentum ? momentum + base : nullptr, len, lr, mu, wd,
+                     h.nesterov, p_new, m_new);
     for (int k = 0; k < outputs; ++k) {
       std::memcpy(params_out[k] + base, p_new, len * sizeof(T));
       if (momentum) std::memcpy(momenta_out[k] + base, m_new, len * sizeof(T));
@@ -56,11 +73,11 @@ template <typename T, bool kFma>
 
 #if defined(__x86_64__)
 template <typename T>
-__attribute__((target("fma"))) void update_fma(const T* grad, const T* param, const T* momentum,
-                                               int64_t n, const SgdHyper& h,
-                                               T* const* params_out, T* const* momenta_out,
-                                               int outputs) {
-  update<T, true>(grad, param, momentum, n, h, params_out, momenta_out, outputs);
+__attribute__((target("fma"))) void update_fma(const T* const* grads, int count, T scale,
+                                               const T* param, const T* momentum, int64_t n,
+                                               const SgdHyper& h, T* const* params_out,
+                                               T* const* momenta_out, int outputs) {
+  update<T, true>(grads, count, scale, param, momentum, n, h, params_out, momenta_out, outputs);
 }
 #endif
 
@@ -82,6 +99,17 @@ std::string state_key(const torch::Tensor& p) {
   return c10::guts::to_string(p.unsafeGetTensorImpl());
 }
 
+template <typename T>
+void dispatch(const T* const* grads, int count, T scale, const T* param, const T* momentum,
+              int64_t n, const SgdHyper& h, T* const* params_out, T* const* momenta_out,
+              int outputs) {
+#if defined(__x86_64__)
+  if (aten_fuses())
+    return update_fma<T>(grads, count, scale, param, momentum, n, h, params_out, momenta_out, outputs);
+#endif
+  update<T, false>(grads, count, scale, param, momentum, n, h, params_out, momenta_out, outputs);
+}
+
 }  // namespace
 
 SgdHyper SgdHyper::of(const torch::optim::SGDOptions& o) {
@@ -91,16 +119,23 @@ SgdHyper SgdHyper::of(const torch::optim::SGDOptions& o) {
 template <typename T>
 void sgd_update(const T* grad, const T* param, const T* momentum, int64_t n, const SgdHyper& h,
                 T* const* params_out, T* const* momenta_out, int outputs) {
-#if defined(__x86_64__)
-  if (aten_fuses()) return update_fma<T>(grad, param, momentum, n, h, params_out, momenta_out, outputs);
-#endif
-  update<T, false>(grad, param, momentum, n, h, params_out, momenta_out, outputs);
+  dispatch<T>(&grad, 1, T(1), param, momentum, n, h, params_out, momenta_out, outputs);
+}
+
+template <typename T>
+void sgd_update_mean(const T* const* grads, int count, T scale, T* param, T* momentum,
+                     int64_t n, const SgdHyper& h) {
+  dispatch<T>(grads, count, scale, param, momentum, n, h, &param, &momentum, 1);
 }
 
 template void sgd_update<float>(const float*, const float*, const float*, int64_t,
                                 const SgdHyper&, float* const*, float* const*, int);
 template void sgd_update<double>(const double*, const double*, const double*, int64_t,
                                  const SgdHyper&, double* const*, double* const*, int);
+template void sgd_update_mean<float>(const float* const*, int, float, float*, float*, int64_t,
+                                     const SgdHyper&);
+template void sgd_update_mean<double>(const double* const*, int, double, double*, double*,
+                                      int64_t, const SgdHyper&);
 
 bool fused_sgd_step(torch::optim::SGD& sgd) {
   for (auto& group : sgd.param_groups()) {

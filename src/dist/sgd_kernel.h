@@ -32,6 +32,13 @@ template <typename T>
 void sgd_update(const T* grad, const T* param, const T* momentum, int64_t n, const SgdHyper& h,
                 T* const* params_out, T* const* momenta_out, int outputs);
 
+// The same, in place, with the gradient the mean of `count` ranks' gradients computed as
+// ShmAllreduce's in-place average does it (((g[0] + g[1]) + ...) * scale, g[0] this rank's),
+// so that the result is bit-identical to averaging first and stepping after.
+template <typename T>
+void sgd_update_mean(const T* const* grads, int count, T scale, T* param, T* momentum,
+                     int64_t n, const SgdHyper& h);
+
 // A whole torch::optim::SGD::step() (dampening 0, float32/float64 parameters) through
 // sgd_update, keeping the optimizer's state (momentum buffers) as libtorch would. Returns false,
 // having changed nothing, when the optimizer has a setting or parameter it does not cover.

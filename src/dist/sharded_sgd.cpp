@@ -2,11 +2,13 @@
 
 #include <cstring>
 #include <numeric>
+#include <unordered_map>
 
 #include "core/env.h"
 #include "core/error.h"
 #include "dist/c10d_compat.h"
 #include "dist/collectives.h"
+#include "dist/ddp.h"
 #include "dist/process_group_shm.h"
 #include "dist/sgd_kernel.h"
 
@@ -162,8 +164,64 @@ void ShardedSgd::check_unchanged() const {
   }
 }
 
+bool ShardedSgd::step_in_backward(DistributedDataParallel& ddp) {
+  if (!ddp.distributed() || env::get_or("DDPX_STEP_IN_BACKWARD", "1") == "0") return false;
+  std::unordered_map<const void*, size_t> index_of;
+  for (size_t i = 0; i < held_.size(); ++i) index_of[held_[i].param.unsafeGetTensorImpl()] = i;
+  bool ok = true;
+  for (const auto& p : ddp.module().parameters())
+    ok = ok && (!p.requires_grad() || index_of.count(p.unsafeGetTensorImpl()) > 0);
+  torch::Tensor votes = torch::tensor({int64_t{ok}});
+  all_reduce_sum(*group_, votes, "sharded optimizer step in backward");
+  if (votes.item<int64_t>() != group_->getSize()) return false;
+  ddp.register_comm_hook([this, index_of = std::move(index_of)](const GradBucket& bucket) {
+    std::vector<Piece> pieces;
+    for (size_t k = 0; k < bucket.params.size(); ++k)
+      pieces.push_back(Piece{index_of.at(bucket.params[k].unsafeGetTensorImpl()),
+                             bucket.offsets[k], bucket.params[k].numel()});
+    ++buckets_applied_;
+    return shm_.submit([this, buffer = bucket.buffer, pieces = std::move(pieces)](
+                           ShmAllreduce& shm) mutable {
+      shm.allreduce_apply(buffer, [&](int64_t lo, int64_t n, const std::vector<const void*>& sources) {
+        apply(pieces, lo, n, sources);
+      });
+    });
+  });
+  in_backward_ = true;
+  return true;
+}
+
+void ShardedSgd::apply(const std::vector<Piece>& pieces, int64_t lo, int64_t n,
+                       const std::vector<const void*>& sources) {
+  const int world = static_cast<int>(sources.size());
+  for (const Piece& piece : pieces) {
+    const int64_t begin = std::max(lo, piece.offset);
+    const int64_t end = std::min(lo + n, piece.offset + piece.numel);
+    if (begin >= end) continue;
+    const Held& h = held_[piece.held];
+    auto run = [&](auto* param) {
+      using T = std::remove_pointer_t<decltype(param)>;
+      std::vector<const T*> grads(world);
+      for (int k = 0; k < world; ++k) grads[k] = static_cast<const T*>(sources[k]) + begin;
+      const int64_t at = begin - piece.offset;
+      T* momentum = h.momentum.defined() ? h.momentum.data_ptr<T>() + at : nullptr;
+      sgd_update_mean<T>(grads.data(), world, T(1) / static_cast<T>(world), param + at, momentum,
+                         end - begin, hyper(h));
+    };
+    if (h.param.scalar_type() == torch::kFloat32) run(h.param.data_ptr<float>());
+    else run(h.param.data_ptr<double>());
+  }
+}
+
 void ShardedSgd::step() {
   check_unchanged();
+  if (in_backward_) {
+    DDPX_CHECK(buckets_applied_.exchange(0) > 0, ErrorKind::kUsage,
+               "step() after a backward that did not synchronise gradients (no_sync?): the step "
+               "runs in backward (ShardedSgd::step_in_backward), so there is none to take; call "
+               "step() only after a synchronised backward");
+    return;
+  }
   wait_work(shm_.submit([this](ShmAllreduce& shm) { step_on_comm_thread(shm); }),
             "sharded optimizer step");
 }
@@ -204,6 +262,9 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD&,
   return nullptr;
 }
 void ShardedSgd::step() {}
+bool ShardedSgd::step_in_backward(DistributedDataParallel&) { return false; }
+void ShardedSgd::apply(const std::vector<Piece>&, int64_t, int64_t,
+                       const std::vector<const void*>&) {}
 
 #endif
 

@@ -24,6 +24,7 @@
 // create() (a checkpoint loaded afterwards, set_data): create it again after such a change.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -39,6 +40,7 @@ class ProcessGroup;
 
 namespace ddpx::dist {
 
+class DistributedDataParallel;
 class ProcessGroupShm;
 class ShmAllreduce;
 
@@ -48,7 +50,23 @@ class ShardedSgd {
                                             std::shared_ptr<c10d::ProcessGroup> group);
   void step();
 
-  // Which rank updates params()[i] (in the order of the optimizer's parameter groups).
+  // Moves the step into backward: from the next synchronised backward through `ddp` on, each
+  // full gradient bucket is averaged and stepped in one pass (ShmAllreduce::allreduce_apply,
+  // sgd_update_mean), rank r taking part r of every bucket, while backward goes on with the
+  // rest of the model. When backward() returns, the parameters and momentum are those of
+  // averaging and then stepping, bit for bit with two ranks, and step() only checks that that
+  // backward synchronised. But .grad then holds this rank's own gradient, not the average: use
+  // it only where the step follows backward directly (no clipping or scaling in between), and
+  // set the learning rate before backward. It also assumes backward reads no parameter after
+  // that parameter's gradient is complete (true unless a parameter is used detached).
+  // Collective; returns false on every rank, changing nothing, when a parameter of `ddp` is not
+  // one of this optimizer's, or DDPX_STEP_IN_BACKWARD=0. Keep this object alive while `ddp`
+  // runs backward.
+  bool step_in_backward(DistributedDataParallel& ddp);
+  bool in_backward() const { return in_backward_; }
+
+  // Which rank keeps params()[i] (in the order of the optimizer's parameter groups), and
+  // updates it when the step is not in backward.
   const std::vector<int>& owners() const { return owners_; }
 
  private:
@@ -60,7 +78,15 @@ class ShardedSgd {
   };
   ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
              ProcessGroupShm& shm, std::vector<Held> held);
+  struct Piece {  // one parameter's slice of a gradient bucket
+    size_t held = 0;      // index into held_
+    int64_t offset = 0;   // where its gradient starts in the bucket (elements)
+    int64_t numel = 0;
+  };
   void check_unchanged() const;
+  // Elements [lo, lo + n) of a bucket laid out as `pieces`: averaged gradient -> step.
+  void apply(const std::vector<Piece>& pieces, int64_t lo, int64_t n,
+             const std::vector<const void*>& sources);
   void step_on_comm_thread(ShmAllreduce& shm);
   SgdHyper hyper(const Held& h) const;  // its group's settings now (the lr may have changed)
 
@@ -70,6 +96,8 @@ class ShardedSgd {
   std::vector<Held> held_;
   std::vector<int> owners_;
   std::vector<const void*> data_;  // where each param and momentum buffer was put
+  bool in_backward_ = false;
+  std::atomic<int64_t> buckets_applied_{0};  // since the last step()
 };
 
 }  // namespace ddpx::dist

@@ -65,9 +65,9 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 }
 
 // One call in one word: op << 58 | type << 56 | root << 48 | count, where op is 0 sum,
-// 1 average, 2 broadcast; type 1 float32, 2 float64, 3 bytes (broadcast); count elements or
+// 1 average, 2 broadcast, 3 reduce-and-apply; type 1 float32, 2 float64, 3 bytes (broadcast); count elements or
 // bytes.
-enum : uint64_t { kSum = 0, kAverage = 1, kBroadcast = 2 };
+enum : uint64_t { kSum = 0, kAverage = 1, kBroadcast = 2, kApply = 3 };
 uint64_t signature(uint64_t op, uint64_t type, int root, int64_t count) {
   return (op << 58) | (type << 56) | (static_cast<uint64_t>(root) << 48) |
          static_cast<uint64_t>(count);
@@ -77,8 +77,8 @@ std::string describe_signature(uint64_t sig) {
   const uint64_t op = sig >> 58, type = (sig >> 56) & 3, root = (sig >> 48) & 0xff;
   const std::string count = std::to_string(sig & ((uint64_t{1} << 48) - 1));
   if (op == kBroadcast) return "broadcast from " + std::to_string(root) + " bytes[" + count + "]";
-  return std::string(op == kAverage ? "average " : "sum ") + (type == 2 ? "double" : "float") +
-         "[" + count + "]";
+  const char* name = op == kAverage ? "average " : op == kApply ? "reduce-and-apply " : "sum ";
+  return std::string(name) + (type == 2 ? "double" : "float") + "[" + count + "]";
 }
 
 }  // namespace
@@ -340,6 +340,47 @@ void ShmAllreduce::allreduce(torch::Tensor& tensor, bool average) {
   };
   if (tensor.scalar_type() == torch::kFloat32) run(tensor.data_ptr<float>());
   else run(tensor.data_ptr<double>());
+}
+
+void ShmAllreduce::allreduce_apply(torch::Tensor& tensor, const ApplyFn& apply) {
+  DDPX_CHECK(supports(tensor), ErrorKind::kInternal,
+             "shared-memory reduce-and-apply got a {} tensor; it handles contiguous CPU "
+             "float32/float64", tensor.toString());
+  const int64_t total = tensor.numel();
+  std::optional<size_t> place;
+  if (arena_ && total > 0) place = arena_->locate(tensor.data_ptr(), total * tensor.element_size());
+  control_->calls[rank_].store(
+      signature(kApply, tensor.scalar_type() == torch::kFloat64 ? 2 : 1, 0, total),
+      std::memory_order_release);
+  control_->places[rank_].store(place ? *place : kNowhere, std::memory_order_release);
+  barrier();
+  check_calls_agree();
+  if (total == 0) return barrier();
+  if (!all_in_arenas()) {
+    barrier();  // every rank finds the same and throws alike
+    fail(ErrorKind::kDist,
+         "rank {}: a gradient bucket of reduce-and-apply is not in shared memory on every rank "
+         "(/dev/shm full?); free /dev/shm or set DDPX_SHARDED_STEP=0",
+         rank_);
+  }
+  ++calls_in_place_;
+  std::vector<const void*> sources;
+  auto tensor_of = [&](int r) {
+    return mapping_->at(arena_begin_ + r * arena_bytes_ +
+                        control_->places[r].load(std::memory_order_relaxed));
+  };
+  sources.push_back(tensor_of(rank_));
+  for (int r = 0; r < world_size_; ++r)
+    if (r != rank_) sources.push_back(tensor_of(r));
+  const int64_t lo = total * rank_ / world_size_, hi = total * (rank_ + 1) / world_size_;
+  std::exception_ptr error;
+  try {
+    if (hi > lo) apply(lo, hi - lo, sources);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  barrier();  // every part is applied (and every rank checked this call's signatures)
+  if (error) std::rethrow_exception(error);
 }
 
 bool ShmAllreduce::supports_broadcast(const torch::Tensor& t) {

@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,14 @@ class ShmAllreduce {
   // In-place sum (or average) across ranks of a contiguous CPU float32 or float64 tensor.
   void allreduce(torch::Tensor& tensor, bool average = false);
   static bool supports(const torch::Tensor& tensor);
+
+  // Reduce-and-apply: instead of summing, hands this rank's part of the element range,
+  // [lo, lo + n), to `apply` with every rank's tensor (sources[0] this rank's, then the peers'
+  // in rank order); `apply` reads them and writes wherever it was set up to (the sharded SGD
+  // step: averaged gradient -> parameters and momentum). Every rank's tensor must lie in its
+  // arena (else kDist on every rank). Returns once every rank has applied its part.
+  using ApplyFn = std::function<void(int64_t lo, int64_t n, const std::vector<const void*>& sources)>;
+  void allreduce_apply(torch::Tensor& tensor, const ApplyFn& apply);
 
   // Root's bytes into every rank's tensor (contiguous CPU, any dtype), through root's slots.
   void broadcast(torch::Tensor& tensor, int root);

@@ -139,8 +139,13 @@ class Run {
       // After the checkpoint is loaded: it moves the parameters and momentum buffers.
       if (auto* sgd = dynamic_cast<torch::optim::SGD*>(optimizer_.get()))
         sharded_ = dist::ShardedSgd::create(*sgd, context_->process_group());
-      if (sharded_) log::info("the optimizer step is split across the {} ranks (sharded_sgd.h)",
-                              context_->world_size());
+      // Nothing reads the averaged gradients between backward and the step here, so the step
+      // can run inside backward, bucket by bucket.
+      if (sharded_) {
+        const bool in_backward = sharded_->step_in_backward(*ddp_);
+        log::info("the optimizer step is split across the {} ranks{} (sharded_sgd.h)",
+                  context_->world_size(), in_backward ? ", inside backward" : "");
+      }
     }
     print_header();
   }
@@ -242,6 +247,8 @@ class Run {
         (o_.accumulation_steps > 1 ? loss / static_cast<double>(o_.accumulation_steps) : loss)
             .backward();
       };
+      // Before backward: the sharded step may run inside it (ShardedSgd::step_in_backward).
+      if (boundary) set_learning_rate(*optimizer_, schedule_->lr_at(global_step_));
       if (ddp_ && !boundary) {
         auto guard = ddp_->no_sync();
         backward();
@@ -249,7 +256,6 @@ class Run {
         backward();
       }
       if (boundary) {
-        set_learning_rate(*optimizer_, schedule_->lr_at(global_step_));
         optimizer_step();
         optimizer_->zero_grad();
         ++global_step_;

@@ -43,8 +43,12 @@ struct Outcome {
   bool in_shared_memory = true;
 };
 
-// Three SGD steps (momentum, weight decay) of two DDP ranks on halves of fixed batches.
-std::vector<Outcome> train(bool sharded) {
+enum class Mode { kPlain, kSharded, kInBackward };
+
+// Three SGD steps (momentum, weight decay) of two DDP ranks on halves of fixed batches, with
+// the gradients in several buckets.
+std::vector<Outcome> train(Mode mode) {
+  const bool sharded = mode != Mode::kPlain;
   std::vector<torch::Tensor> xs, ys;
   torch::manual_seed(11);
   for (int s = 0; s < 3; ++s) {
@@ -54,7 +58,10 @@ std::vector<Outcome> train(bool sharded) {
   std::vector<Net> models{make_model(), make_model()};
   std::vector<Outcome> out(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group());
+    DdpOptions small;  // several buckets, each split between the ranks mid-parameter
+    small.first_bucket_bytes = 256;
+    small.bucket_bytes = 1024;
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group(), small);
     torch::optim::SGD sgd(models[rank]->parameters(),
                           torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
     std::unique_ptr<ShardedSgd> shard;
@@ -62,6 +69,8 @@ std::vector<Outcome> train(bool sharded) {
       shard = ShardedSgd::create(sgd, context.process_group());
       if (!shard) throw std::runtime_error("ShardedSgd::create declined");
       out[rank].owners = shard->owners();
+      if (mode == Mode::kInBackward && !shard->step_in_backward(ddp))
+        throw std::runtime_error("step_in_backward declined");
     }
     for (int s = 0; s < 3; ++s) {
       sgd.zero_grad();
@@ -97,8 +106,8 @@ void expect_identical(const std::vector<torch::Tensor>& a, const std::vector<tor
 }
 
 TEST(ShardedSgdTest, HalfTheUpdatesPerRankSameWeightsAndMomentumBitForBit) {
-  auto plain = train(false);
-  auto sharded = train(true);
+  auto plain = train(Mode::kPlain);
+  auto sharded = train(Mode::kSharded);
   ASSERT_EQ(sharded.size(), 2u);
   for (int r = 0; r < 2; ++r) {
     expect_identical(sharded[r].weights, plain[r].weights, "weights on rank " + std::to_string(r));
@@ -109,6 +118,40 @@ TEST(ShardedSgdTest, HalfTheUpdatesPerRankSameWeightsAndMomentumBitForBit) {
   EXPECT_EQ(sharded[0].owners, sharded[1].owners);
   EXPECT_NE(std::count(sharded[0].owners.begin(), sharded[0].owners.end(), 0), 0);
   EXPECT_NE(std::count(sharded[0].owners.begin(), sharded[0].owners.end(), 1), 0);
+}
+
+// The step inside backward: each bucket averaged and stepped in one pass, half per rank.
+TEST(ShardedSgdTest, StepInBackwardGivesTheSameWeightsAndMomentumBitForBit) {
+  auto plain = train(Mode::kPlain);
+  auto fused = train(Mode::kInBackward);
+  for (int r = 0; r < 2; ++r) {
+    expect_identical(fused[r].weights, plain[r].weights, "weights on rank " + std::to_string(r));
+    expect_identical(fused[r].momenta, plain[r].momenta, "momentum on rank " + std::to_string(r));
+  }
+}
+
+TEST(ShardedSgdTest, StepInBackwardRefusesAStepAfterABackwardThatDidNotSynchronise) {
+  std::vector<std::string> messages(2);
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    auto model = make_model();
+    DistributedDataParallel ddp(torch::nn::AnyModule(model), context.process_group());
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    auto shard = ShardedSgd::create(sgd, context.process_group());
+    ASSERT_NE(shard, nullptr);
+    ASSERT_TRUE(shard->step_in_backward(ddp));
+    {
+      auto guard = ddp.no_sync();
+      ddp.forward(torch::randn({4, 8})).sum().backward();
+    }
+    try {
+      shard->step();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      messages[rank] = e.what();
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  for (const auto& m : messages) EXPECT_NE(m.find("did not synchronise"), std::string::npos) << m;
 }
 
 TEST(ShardedSgdTest, DeclinesWhatItCannotDoExactlyOnEveryRank) {
