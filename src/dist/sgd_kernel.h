@@ -1,6 +1,7 @@
 // torch::optim::SGD's update (dampening 0) in one pass over memory: reads the gradient, the
-// parameter and the momentum buffer once and writes the new parameter and momentum to as many
-// places as asked (a sharded step writes every rank's copy in the same pass).
+// parameter and the momentum buffer once and writes the new parameter and momentum once (or to
+// as many places as asked). sgd_update_mean also averages several ranks' gradients in the same
+// pass: the sharded step inside backward (sharded_sgd.h).
 //
 // Why: libtorch's step runs weight decay, momentum and the update as separate tensor ops, about
 // eleven memory passes per element; on a CPU that is memory-bound (docs/performance.md).

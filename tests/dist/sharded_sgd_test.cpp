@@ -99,6 +99,18 @@ std::vector<Outcome> train(Mode mode) {
   return out;
 }
 
+// step()'s kUsage message, or "" (and a failure) when it did not throw one.
+std::string usage_error_of_step(ShardedSgd& shard) {
+  try {
+    shard.step();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    return e.what();
+  }
+  ADD_FAILURE() << "step() did not throw";
+  return "";
+}
+
 void expect_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
                       const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
@@ -143,12 +155,7 @@ TEST(ShardedSgdTest, StepInBackwardRefusesAStepAfterABackwardThatDidNotSynchroni
       auto guard = ddp.no_sync();
       ddp.forward(torch::randn({4, 8})).sum().backward();
     }
-    try {
-      shard->step();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
-      messages[rank] = e.what();
-    }
+    messages[rank] = usage_error_of_step(*shard);
   });
   EXPECT_ALL_RANKS_OK(errors);
   for (const auto& m : messages) EXPECT_NE(m.find("did not synchronise"), std::string::npos) << m;
@@ -181,12 +188,7 @@ TEST(ShardedSgdTest, AMomentumBufferReplacedAfterSetUpIsRefused) {
     auto& state = static_cast<torch::optim::SGDParamState&>(
         *sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
     state.momentum_buffer(torch::zeros_like(p));  // as loading a checkpoint would
-    try {
-      shard->step();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
-      messages[rank] = e.what();
-    }
+    messages[rank] = usage_error_of_step(*shard);
   });
   EXPECT_ALL_RANKS_OK(errors);
   for (const auto& m : messages) EXPECT_NE(m.find("replaced after the sharded optimizer"), std::string::npos) << m;

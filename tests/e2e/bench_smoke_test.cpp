@@ -31,17 +31,19 @@ TEST(BenchSmokeTest, AllreduceTableHasNoWrongValuesOnEitherTransport) {
   }
 }
 
-TEST(BenchSmokeTest, TrainSplitsTheStep) {
-  test::TempDir dir;
-  auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
-                            " -- bench train --model mlp --image_size 8 --batch_size 4 --steps 2 "
-                            "--warmup 1 --json " + dir.file("out.json")),
-                       120);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("communication not hidden"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("loader alone"), std::string::npos) << r.output;
-  auto json = run_command("cat " + dir.file("out.json"), 10);
-  EXPECT_NE(json.output.find("\"images_per_sec\""), std::string::npos) << json.output;
+TEST(BenchSmokeTest, TrainSplitsTheStepWithEitherOptimizerStep) {
+  for (std::string step : {"fused", "libtorch"}) {
+    test::TempDir dir;
+    auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
+                              " -- bench train --model mlp --image_size 8 --batch_size 4 --steps 2 "
+                              "--warmup 1 --optimizer_step " + step + " --json " + dir.file("out.json")),
+                         120);
+    ASSERT_EQ(r.exit_code, 0) << step << "\n" << r.output;
+    EXPECT_NE(r.output.find("communication not hidden"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("loader alone"), std::string::npos) << r.output;
+    auto json = run_command("cat " + dir.file("out.json"), 10);
+    EXPECT_NE(json.output.find("\"images_per_sec\""), std::string::npos) << json.output;
+  }
 }
 
 TEST(BenchSmokeTest, BucketSweepScriptPrintsItsTable) {
