@@ -1,6 +1,6 @@
 #include "dist/sharded_sgd.h"
 
-#include <cstring>
+#include <exception>
 #include <numeric>
 #include <unordered_map>
 
@@ -227,10 +227,22 @@ void ShardedSgd::step() {
 }
 
 void ShardedSgd::step_on_comm_thread(ShmAllreduce& shm) {
-  const int rank = group_->getRank();
   shm.barrier();  // every rank is done with this step's forward and backward
   // The parameters this rank owns, in one pass each (sgd_kernel.h: libtorch's SGD, bit for
-  // bit), in place in the one copy every rank uses.
+  // bit), in place in the one copy every rank uses. An error still reaches the second barrier,
+  // so the peers fail with it instead of waiting out the timeout.
+  std::exception_ptr error;
+  try {
+    step_owned();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  shm.barrier();  // every update is done before anyone's next forward
+  if (error) std::rethrow_exception(error);
+}
+
+void ShardedSgd::step_owned() {
+  const int rank = group_->getRank();
   for (size_t i = 0; i < held_.size(); ++i) {
     const Held& h = held_[i];
     if (h.owner != rank || !h.param.grad().defined()) continue;  // as libtorch: no grad, no step
@@ -247,7 +259,6 @@ void ShardedSgd::step_on_comm_thread(ShmAllreduce& shm) {
     if (h.param.scalar_type() == torch::kFloat32) run(h.param.data_ptr<float>());
     else run(h.param.data_ptr<double>());
   }
-  shm.barrier();  // every update is done before anyone's next forward
 }
 
 SgdHyper ShardedSgd::hyper(const Held& h) const {
@@ -263,6 +274,7 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD&,
 }
 void ShardedSgd::step() {}
 bool ShardedSgd::step_in_backward(DistributedDataParallel&) { return false; }
+void ShardedSgd::step_owned() {}
 void ShardedSgd::apply(const std::vector<Piece>&, int64_t, int64_t,
                        const std::vector<const void*>&) {}
 

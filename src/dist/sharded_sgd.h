@@ -88,6 +88,7 @@ class ShardedSgd {
   void apply(const std::vector<Piece>& pieces, int64_t lo, int64_t n,
              const std::vector<const void*>& sources);
   void step_on_comm_thread(ShmAllreduce& shm);
+  void step_owned();  // the parameters this rank owns (the step after backward)
   SgdHyper hyper(const Held& h) const;  // its group's settings now (the lr may have changed)
 
   torch::optim::SGD& sgd_;
