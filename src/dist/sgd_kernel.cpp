@@ -95,10 +95,6 @@ bool aten_fuses() {
   return fuses;
 }
 
-std::string state_key(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-
 template <typename T>
 void dispatch(const T* const* grads, int count, T scale, const T* param, const T* momentum,
               int64_t n, const SgdHyper& h, T* const* params_out, T* const* momenta_out,
@@ -111,6 +107,10 @@ void dispatch(const T* const* grads, int count, T scale, const T* param, const T
 }
 
 }  // namespace
+
+std::string sgd_state_key(const torch::Tensor& param) {
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+}
 
 SgdHyper SgdHyper::of(const torch::optim::SGDOptions& o) {
   return SgdHyper{o.lr(), o.momentum(), o.weight_decay(), o.nesterov()};
@@ -157,12 +157,12 @@ bool fused_sgd_step(torch::optim::SGD& sgd) {
       torch::Tensor buffer;
       if (o.momentum() != 0) {
         auto& state = sgd.state();
-        auto it = state.find(state_key(p));
+        auto it = state.find(sgd_state_key(p));
         if (it == state.end()) {
           // libtorch clones the first d_p; a zero buffer gives the same value (0 * mu + d_p).
           auto fresh = std::make_unique<torch::optim::SGDParamState>();
           fresh->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-          it = state.emplace(state_key(p), std::move(fresh)).first;
+          it = state.emplace(sgd_state_key(p), std::move(fresh)).first;
         }
         buffer = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
         if (!buffer.is_contiguous()) {

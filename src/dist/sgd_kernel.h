@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
@@ -39,6 +40,10 @@ void sgd_update(const T* grad, const T* param, const T* momentum, int64_t n, con
 template <typename T>
 void sgd_update_mean(const T* const* grads, int count, T scale, T* param, T* momentum,
                      int64_t n, const SgdHyper& h);
+
+// The key of a parameter's state in a libtorch optimizer (its TensorImpl's address, as
+// torch::optim::SGD uses).
+std::string sgd_state_key(const torch::Tensor& param);
 
 // A whole torch::optim::SGD::step() (dampening 0, float32/float64 parameters) through
 // sgd_update, keeping the optimizer's state (momentum buffers) as libtorch would. Returns false,

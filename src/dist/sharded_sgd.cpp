@@ -34,10 +34,6 @@ std::vector<int> balanced_owners(const std::vector<torch::Tensor>& params, int w
   return owners;
 }
 
-std::string state_key(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-
 }  // namespace
 
 std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
@@ -99,7 +95,7 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     }
     held[i].param.copy_(params[i].detach().reshape({-1}));
     mine.push_back(offset_of(held[i].param));
-    auto it = state.find(state_key(params[i]));
+    auto it = state.find(sgd_state_key(params[i]));
     if (held[i].momentum.defined() && it != state.end())
       held[i].momentum.copy_(static_cast<torch::optim::SGDParamState&>(*it->second)
                                  .momentum_buffer().reshape({-1}));
@@ -122,13 +118,13 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     held[i].param = params[i];
     if (!held[i].momentum.defined()) continue;
     torch::Tensor buffer = held[i].momentum.view(params[i].sizes());
-    auto it = state.find(state_key(params[i]));
+    auto it = state.find(sgd_state_key(params[i]));
     if (it != state.end()) {
       static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer(buffer);
     } else {
       auto fresh = std::make_unique<torch::optim::SGDParamState>();
       fresh->momentum_buffer(buffer);
-      state[state_key(params[i])] = std::move(fresh);
+      state[sgd_state_key(params[i])] = std::move(fresh);
     }
     held[i].momentum = buffer;
   }
@@ -150,7 +146,7 @@ void ShardedSgd::check_unchanged() const {
     const auto& p = held_[i].param;
     bool same = p.data_ptr() == data_[2 * i];
     if (held_[i].momentum.defined()) {
-      auto it = sgd_.state().find(state_key(p));
+      auto it = sgd_.state().find(sgd_state_key(p));
       same = same && it != sgd_.state().end() &&
              static_cast<const torch::optim::SGDParamState&>(*it->second)
                      .momentum_buffer()
