@@ -27,7 +27,7 @@ for model in $models; do
     done
   done
 done
-/usr/bin/python3 - "$out" "$models" "$sizes" "$default" <<'PY'
+"${DDPX_PYTHON:-$(scripts/python-env)}" - "$out" "$models" "$sizes" "$default" <<'PY'
 import json, os, statistics, sys
 d, models, sizes, default = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
 print("| model | bucket cap (MiB) | images/s (median) | communication not hidden (ms) | of best |")

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Peak memory of one training step, ddpx beside torchvision, for every model in the zoo at its
 # default input size (docs/performance.md, "Model memory"). Each side runs in a fresh process:
-# `ddpx bench memory` and bench/pytorch_memory.py under Debian's python3.
+# `ddpx bench memory` and bench/pytorch_memory.py under the same torch (DDPX_PYTHON, else the .venv).
 # Usage: bench/compare_memory.sh [batch] [model...]   (BUILD=build, THREADS=1 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${BUILD:-build}/src/ddpx"
-py=/usr/bin/python3
+py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
 batch="${1:-2}"
 shift || true
 threads="${THREADS:-1}"

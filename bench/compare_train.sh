@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py=/usr/bin/python3
+py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
 steps="${1:-30}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

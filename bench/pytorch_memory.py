@@ -1,9 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The PyTorch peer of `ddpx bench memory`: builds torchvision's model at the given input size,
 runs one training step (forward, cross-entropy, backward, SGD with momentum 0.9) on a random
 batch and prints resident memory before the build, after it and at the process's peak
 (VmHWM), with the build and step times, in the same `memory key=value` line.
-Runs under Debian's /usr/bin/python3 (python3-torchvision); see bench/compare_memory.sh."""
+Runs under the torch ddpx was built against (DDPX_PYTHON, else .venv); see
+bench/compare_memory.sh."""
 import argparse
 import time
 

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The PyTorch peer of `ddpx bench train`: the same workload through torchvision's model,
 PyTorch's DistributedDataParallel (gloo) and its DataLoader, started as torchrun would start it
-(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment; Debian's torchrun itself fails
-under Python 3.11). Prints one JSON line on rank 0 with the same fields as ddpx's --json.
+(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment). Prints one JSON line on rank 0
+with the same fields as ddpx's --json.
 
-Run with Debian's interpreter: /usr/bin/python3 bench/pytorch_train.py --help
+Run with the torch ddpx was built against: .venv/bin/python bench/pytorch_train.py --help
 """
 import argparse
 import gzip

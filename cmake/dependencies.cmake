@@ -1,21 +1,11 @@
-# Every dependency comes from Debian's archive (scripts/bootstrap installs them).
-find_package(Torch REQUIRED)
+# libtorch comes from PyTorch's wheel (cmake/torch.cmake); everything else from Debian's archive
+# (scripts/bootstrap installs them).
+include(${CMAKE_CURRENT_LIST_DIR}/torch.cmake)
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(CURL REQUIRED)
 find_package(LibArchive REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
-find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 
-# GPU builds: a CUDA or ROCm libtorch defines these; the CPU libtorch here defines neither.
-if(TORCH_CXX_FLAGS MATCHES "HIP" OR DEFINED ENV{ROCM_PATH} AND EXISTS "$ENV{ROCM_PATH}")
-  set(DDPX_HAVE_ROCM_HINT ON)
-endif()
-if(TARGET torch_cuda OR TARGET c10_cuda)
-  set(DDPX_WITH_CUDA ON)
-else()
-  set(DDPX_WITH_CUDA OFF)
-endif()
-message(STATUS "ddpx: libtorch ${Torch_VERSION} (CUDA/ROCm: ${DDPX_WITH_CUDA})")

@@ -1,10 +1,10 @@
 // A user's own libtorch model trained with ddpx's DistributedDataParallel. Run it under any
 // launcher that sets torchrun's variables, e.g. `ddpx run 2 -- ./example_my_model_ddp` or by
 // hand: RANK=0 WORLD_SIZE=2 MASTER_PORT=29500 ./example_my_model_ddp & RANK=1 WORLD_SIZE=2 ...
-#include <cstdio>
-
 #include <torch/nn.h>
 #include <torch/optim/sgd.h>
+
+#include <cstdio>
 
 #include "core/error.h"
 #include "dist/context.h"
@@ -36,7 +36,7 @@ int main() try {
 
   torch::manual_seed(100 + rank);  // different inits on purpose: DDP copies rank 0's weights
   Mlp model;
-  ddpx::dist::DistributedDataParallel ddp(torch::nn::AnyModule(model), context->process_group());
+  ddpx::dist::DistributedDataParallel ddp(torch::nn::AnyModule(model), *context);
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
 
   const int64_t batch = 32;

@@ -9,6 +9,9 @@
 // lacks the magic with a correct header and CRC, to fuzz that importer behind the checksum.
 // DDPX_FUZZ_VERBOSE=1 prints what each input gave (for triage: `fuzz_checkpoint FILE...`).
 // DDPX_FUZZ_WRITE_SEEDS=DIR writes seed inputs with the real writer (save_checkpoint) and exits.
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 #include <zlib.h>
 
 #include <cstddef>
@@ -18,10 +21,6 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
-
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
-#include <torch/utils.h>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -84,12 +83,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool verbose = std::getenv("DDPX_FUZZ_VERBOSE") != nullptr;
   static const bool frame = std::getenv("DDPX_FUZZ_FRAME") != nullptr;
   const bool whole = size >= kMagicBytes && std::memcmp(data, kMagic, kMagicBytes) == 0;
-  std::string bytes = whole || !frame ? std::string(reinterpret_cast<const char*>(data), size)
-                                      : framed(data, size);
+  std::string bytes =
+      whole || !frame ? std::string(reinterpret_cast<const char*>(data), size) : framed(data, size);
   try {
-    ddpx::models::read_torch_zip(whole ? bytes.substr(kHeaderBytes < size ? kHeaderBytes : size)
-                                       : bytes,
-                                 "fuzz", "");
+    ddpx::models::read_torch_zip(
+        whole ? bytes.substr(kHeaderBytes < size ? kHeaderBytes : size) : bytes, "fuzz", "");
   } catch (const ddpx::Error& e) {
     if (verbose) std::printf("zip rejected: %s\n", e.what());
   }
@@ -101,8 +99,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     Fixture f;
-    auto position = ddpx::train::load_checkpoint_bytes(bytes, "fuzz", *f.model, f.optimizer, f.meta);
-    if (verbose) std::printf("loaded: %ld epochs, %ld steps\n", position.epochs_done, position.global_step);
+    auto position =
+        ddpx::train::load_checkpoint_bytes(bytes, "fuzz", *f.model, f.optimizer, f.meta);
+    if (verbose)
+      std::printf("loaded: %ld epochs, %ld steps\n", position.epochs_done, position.global_step);
   } catch (const ddpx::Error& e) {
     if (verbose) std::printf("load rejected: %s\n", e.what());
   }

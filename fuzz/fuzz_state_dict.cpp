@@ -3,13 +3,13 @@
 // into a model would read all of its elements. A ddpx::Error is a correct rejection; anything
 // else (crash, sanitizer report, leak, timeout, out-of-memory) is a bug.
 // DDPX_FUZZ_VERBOSE=1 prints what each input gave (for triage: `fuzz_state_dict FILE...`).
+#include <torch/torch.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "core/error.h"
 #include "models/weights.h"

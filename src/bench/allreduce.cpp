@@ -1,15 +1,15 @@
 #include "bench/allreduce.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-
 #include <fmt/format.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "dist/c10d_compat.h"
 #include "dist/collectives.h"
 #include "dist/context.h"
+#include "dist/shm/shm_backend.h"
 
 namespace ddpx::bench {
 namespace {
@@ -23,8 +23,8 @@ int64_t iterations_for(int64_t bytes, int64_t requested) {
 }  // namespace
 
 double run_allreduce(const AllreduceOptions& o) {
-  DDPX_CHECK(o.min_bytes > 0 && o.max_bytes >= o.min_bytes && o.step_factor >= 2,
-             ErrorKind::kUsage, "--min_bytes, --max_bytes, --step_factor: need 0 < min <= max "
+  DDPX_CHECK(o.min_bytes > 0 && o.max_bytes >= o.min_bytes && o.step_factor >= 2, ErrorKind::kUsage,
+             "--min_bytes, --max_bytes, --step_factor: need 0 < min <= max "
              "and a factor of at least 2");
   DDPX_CHECK(o.dtype == "float32" || o.dtype == "float64", ErrorKind::kUsage,
              "--dtype '{}' is not one of float32, float64", o.dtype);
@@ -47,8 +47,8 @@ double run_allreduce(const AllreduceOptions& o) {
   log::out("# ddpx bench allreduce: {} ranks, backend {}, {}, sum, in place, {} buffer", n,
            context->backend(), o.dtype, o.buffer);
   log::out("#");
-  log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "size", "count", "type",
-           "redop", "time", "algbw", "busbw", "#wrong");
+  log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "size", "count", "type", "redop",
+           "time", "algbw", "busbw", "#wrong");
   log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "(B)", "(elements)", "", "",
            "(us)", "(GB/s)", "(GB/s)", "");
   double busbw_sum = 0;
@@ -56,8 +56,9 @@ double run_allreduce(const AllreduceOptions& o) {
   int64_t total_wrong = 0;
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
     int64_t count = std::max<int64_t>(bytes / element, 1);
-    torch::Tensor buffer = o.buffer == "shared" ? dist::compat::allocate_bucket(group, count, dtype)
-                                                : torch::empty({count}, dtype);
+    torch::Tensor buffer = o.buffer != "shared" ? torch::empty({count}, dtype)
+                           : context->shm()     ? context->shm()->allocate_bucket(count, dtype)
+                                                : torch::Tensor();
     DDPX_CHECK(buffer.defined(), ErrorKind::kUsage,
                "--buffer shared: backend {} has no shared memory for a {}-byte buffer; use "
                "--transport shm on one host (with room in /dev/shm), or --buffer ordinary",

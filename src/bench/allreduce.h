@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "dist/choices.h"
+
 namespace ddpx::bench {
 
 struct AllreduceOptions {
@@ -15,8 +17,8 @@ struct AllreduceOptions {
   int64_t iterations = 0;  // 0: chosen per size (more for small sizes)
   int64_t warmup = 2;
   std::string dtype = "float32";  // float32 | float64
-  std::string backend = "auto";
-  std::string transport = "auto";  // auto | shm | gloo
+  dist::BackendChoice backend = dist::BackendChoice::kAuto;
+  dist::Transport transport = dist::Transport::kAuto;
   // ordinary: a plain tensor (what a user's all-reduce passes). shared: allocated where DDP
   // puts its gradient buckets (the group's shared memory with --transport shm), reduced in
   // place without copies.

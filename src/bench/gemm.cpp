@@ -1,16 +1,16 @@
 #include "bench/gemm.h"
 
-#include <fstream>
-#include <sstream>
-#include <thread>
-
 #include <fmt/format.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <fstream>
+#include <sstream>
+#include <thread>
+
 #include "core/error.h"
-#include "core/threads.h"
 #include "core/timer.h"
+#include "train/threads.h"
 
 namespace ddpx::bench {
 namespace {
@@ -35,15 +35,17 @@ std::optional<std::pair<double, std::string>> estimate_cpu_peak(torch::ScalarTyp
   if (flags.empty() || mhz <= 0) return std::nullopt;
   int lanes32 = 0;
   std::string isa;
-  if (flags.find(" avx512f") != std::string::npos) lanes32 = 16, isa = "AVX-512";
+  if (flags.find(" avx512f") != std::string::npos)
+    lanes32 = 16, isa = "AVX-512";
   else if (flags.find(" fma") != std::string::npos && flags.find(" avx2") != std::string::npos)
     lanes32 = 8, isa = "AVX2+FMA";
   if (lanes32 == 0 || dtype == torch::kBFloat16) return std::nullopt;
   int lanes = dtype == torch::kFloat64 ? lanes32 / 2 : lanes32;
   int cores = torch::get_num_threads();
   double peak = cores * mhz * 1e-3 * lanes * 2 /*FMA*/ * 2 /*units*/;
-  return std::make_pair(peak, fmt::format("{} cores x {:.0f} MHz x {} lanes x 2 (FMA) x 2 units, {}",
-                                          cores, mhz, lanes, isa));
+  return std::make_pair(
+      peak, fmt::format("{} cores x {:.0f} MHz x {} lanes x 2 (FMA) x 2 units, {}", cores, mhz,
+                        lanes, isa));
 }
 
 }  // namespace

@@ -14,8 +14,8 @@ struct GemmOptions {
   std::string dtype = "float32";  // float32 | float64 | bfloat16
   int64_t iterations = 20;
   int64_t warmup = 3;
-  std::string device = "cpu";     // cpu (cuda when libtorch has it)
-  int threads = 0;                // 0: $DDPX_THREADS or every usable core
+  std::string device = "cpu";  // cpu (cuda when libtorch has it)
+  int threads = 0;             // 0: $DDPX_THREADS or every usable core
 };
 
 struct GemmResult {

@@ -1,16 +1,16 @@
 #include "bench/memory_bench.h"
 
-#include <fstream>
-#include <string>
-
 #include <fmt/format.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
+#include <fstream>
+#include <string>
+
 #include "core/error.h"
-#include "core/threads.h"
 #include "core/timer.h"
 #include "models/registry.h"
+#include "train/threads.h"
 
 namespace ddpx::bench {
 namespace {
@@ -24,9 +24,9 @@ double status_mib(const std::string& field) {
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
   }
-  throw Error(ErrorKind::kIo,
-              fmt::format("/proc/self/status has no {} line; the memory benchmark needs Linux",
-                          field));
+  throw Error(
+      ErrorKind::kIo,
+      fmt::format("/proc/self/status has no {} line; the memory benchmark needs Linux", field));
 }
 
 }  // namespace
@@ -71,14 +71,16 @@ MemoryBenchResult run_memory_bench(const MemoryBenchOptions& o) {
 void print_memory_bench(const MemoryBenchOptions& o, const MemoryBenchResult& r) {
   fmt::print("# ddpx bench memory: {}, {}x{} input, batch {}, {} classes, one SGD-momentum step\n",
              o.model, r.image_size, r.image_size, o.batch_size, o.num_classes);
-  fmt::print("# resident MiB: {:.1f} before the build, {:.1f} after, peak {:.1f} "
-             "(+{:.1f} over the baseline); build {:.2f} s, step {:.2f} s, loss {:.4f}\n",
-             r.baseline_mib, r.built_mib, r.peak_mib, r.peak_mib - r.baseline_mib, r.build_s,
-             r.step_s, r.loss);
-  fmt::print("memory model={} size={} batch={} baseline_mib={:.1f} built_mib={:.1f} "
-             "peak_mib={:.1f} build_s={:.3f} step_s={:.3f}\n",
-             o.model, r.image_size, o.batch_size, r.baseline_mib, r.built_mib, r.peak_mib,
-             r.build_s, r.step_s);
+  fmt::print(
+      "# resident MiB: {:.1f} before the build, {:.1f} after, peak {:.1f} "
+      "(+{:.1f} over the baseline); build {:.2f} s, step {:.2f} s, loss {:.4f}\n",
+      r.baseline_mib, r.built_mib, r.peak_mib, r.peak_mib - r.baseline_mib, r.build_s, r.step_s,
+      r.loss);
+  fmt::print(
+      "memory model={} size={} batch={} baseline_mib={:.1f} built_mib={:.1f} "
+      "peak_mib={:.1f} build_s={:.3f} step_s={:.3f}\n",
+      o.model, r.image_size, o.batch_size, r.baseline_mib, r.built_mib, r.peak_mib, r.build_s,
+      r.step_s);
 }
 
 }  // namespace ddpx::bench

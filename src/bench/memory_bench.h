@@ -12,10 +12,10 @@ namespace ddpx::bench {
 
 struct MemoryBenchOptions {
   std::string model = "resnet18";
-  int64_t image_size = 0;     // 0: the model's default (registry) size
+  int64_t image_size = 0;  // 0: the model's default (registry) size
   int64_t batch_size = 2;
   int64_t num_classes = 1000;
-  int threads = 0;            // 0: $DDPX_THREADS or all cores
+  int threads = 0;  // 0: $DDPX_THREADS or all cores
 };
 
 struct MemoryBenchResult {

@@ -1,29 +1,27 @@
 #include "bench/train_bench.h"
 
+#include <fmt/format.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <torch/nn/functional/loss.h>
-#include <torch/optim/sgd.h>
-#include <torch/utils.h>
+#include <sstream>
 
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
-#include "dist/sgd_kernel.h"
-#include "dist/sharded_sgd.h"
 #include "models/registry.h"
+#include "train/step_strategy.h"
+#include "train/threads.h"
 
 namespace ddpx::bench {
 namespace {
@@ -94,16 +92,15 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     dist::DdpOptions d;
     d.bucket_bytes = o.bucket_mb << 20;
     d.first_bucket_bytes = o.first_bucket_mb << 20;
-    if (o.comm_hook == "fp16") d.comm_hook = dist::CommHook::kFp16Compress;
-    if (o.comm_hook == "bf16") d.comm_hook = dist::CommHook::kBf16Compress;
-    ddp = std::make_unique<dist::DistributedDataParallel>(model, context->process_group(), d);
+    d.comm_hook = o.comm_hook;
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, *context, d);
   }
   torch::optim::SGD optimizer(model.ptr()->parameters(),
                               torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
-  // As `ddpx train`: each rank steps half of the parameters (sharded_sgd.h).
-  const bool fused = o.optimizer_step == "fused";
-  auto sharded = ddp && fused ? dist::ShardedSgd::create(optimizer, context->process_group()) : nullptr;
-  if (sharded) sharded->step_in_backward(*ddp);
+  // As `ddpx train` (step_strategy.h), or torch::optim::SGD::step with --optimizer_step libtorch.
+  train::StepOptions step_options;
+  step_options.split = step_options.fused = o.fused_step;
+  train::StepStrategy optimizer_step(optimizer, *context, ddp.get(), step_options);
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -154,11 +151,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     }
     double fwd_bwd_s = compute.seconds();
     Stopwatch optim;
-    if (sharded) {  // also in no_sync steps: every rank's model uses the one shared copy
-      if (sync || !sharded->in_backward()) sharded->step();
-    } else if (!fused || !dist::fused_sgd_step(optimizer)) {
-      optimizer.step();
-    }
+    optimizer_step.step(sync);
     optimizer.zero_grad();
     phase.data += data_s;
     phase.fwd_bwd += fwd_bwd_s;
@@ -196,17 +189,21 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   }
 
   TrainBenchResult r;
-  auto per_step_ms = [](double seconds, int64_t steps) { return 1e3 * seconds / std::max<int64_t>(steps, 1); };
+  auto per_step_ms = [](double seconds, int64_t steps) {
+    return 1e3 * seconds / std::max<int64_t>(steps, 1);
+  };
   r.images_per_sec = synced.images * context->world_size() / synced.total;
   r.data_wait_ms = per_step_ms(synced.data, synced.steps);
   r.forward_backward_ms = per_step_ms(synced.fwd_bwd, synced.steps);
-  r.exposed_comm_ms = ddp ? std::max(0.0, r.forward_backward_ms - per_step_ms(local.fwd_bwd, local.steps)) : 0;
+  r.exposed_comm_ms =
+      ddp ? std::max(0.0, r.forward_backward_ms - per_step_ms(local.fwd_bwd, local.steps)) : 0;
   r.optimizer_ms = per_step_ms(synced.optim, synced.steps);
   r.step_ms = per_step_ms(synced.total, synced.steps);
   r.startup_s = startup_s;
   // Report rank-averaged throughput figures; every rank must agree on what was printed.
-  torch::Tensor figures = torch::tensor({r.data_wait_ms, r.forward_backward_ms, r.exposed_comm_ms,
-                                         r.optimizer_ms, r.step_ms}, torch::kFloat64);
+  torch::Tensor figures = torch::tensor(
+      {r.data_wait_ms, r.forward_backward_ms, r.exposed_comm_ms, r.optimizer_ms, r.step_ms},
+      torch::kFloat64);
   context->all_reduce_sum(figures);
   figures /= context->world_size();
   auto f = figures.accessor<double, 1>();
@@ -216,26 +213,37 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   r.optimizer_ms = f[3];
   r.step_ms = f[4];
 
-  log::out("# ddpx bench train: {} ({} stem), {} classes, {}x{} input, batch {} per rank, {} "
-           "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}",
-           o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
-           context->world_size(), context->backend(), o.data, threads, o.first_bucket_mb, o.bucket_mb, o.comm_hook);
+  log::out(
+      "# ddpx bench train: {} ({} stem), {} classes, {}x{} input, batch {} per rank, {} "
+      "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}",
+      o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
+      context->world_size(), context->backend(), o.data, threads, o.first_bucket_mb, o.bucket_mb,
+      dist::name(o.comm_hook));
   log::out("images/s (all ranks): {:.1f} | loader alone: {:.0f} images/s per rank",
            r.images_per_sec, loader_images_per_sec);
-  log::out("per step: {:.1f} ms | data wait {:.2f} ms ({:.1f}%) | forward+backward {:.1f} ms | "
-           "communication not hidden {:.1f} ms ({:.1f}%) | optimizer {:.1f} ms",
-           r.step_ms, r.data_wait_ms, 100 * r.data_wait_ms / r.step_ms, r.forward_backward_ms,
-           r.exposed_comm_ms, 100 * r.exposed_comm_ms / r.step_ms, r.optimizer_ms);
-  log::out("start-up: {:.2f} s from job start (the ddpx run launcher, else this process) to the first batch of the first step", r.startup_s);
+  log::out(
+      "per step: {:.1f} ms | data wait {:.2f} ms ({:.1f}%) | forward+backward {:.1f} ms | "
+      "communication not hidden {:.1f} ms ({:.1f}%) | optimizer {:.1f} ms",
+      r.step_ms, r.data_wait_ms, 100 * r.data_wait_ms / r.step_ms, r.forward_backward_ms,
+      r.exposed_comm_ms, 100 * r.exposed_comm_ms / r.step_ms, r.optimizer_ms);
+  log::out(
+      "start-up: {:.2f} s from job start (the ddpx run launcher, else this process) to the first "
+      "batch of the first step",
+      r.startup_s);
   if (!o.json.empty() && context->rank() == 0) {
-    nlohmann::json line = {{"model", o.model}, {"world_size", context->world_size()},
-                           {"batch_size", o.batch_size}, {"threads", threads},
-                           {"images_per_sec", r.images_per_sec}, {"step_ms", r.step_ms},
+    nlohmann::json line = {{"model", o.model},
+                           {"world_size", context->world_size()},
+                           {"batch_size", o.batch_size},
+                           {"threads", threads},
+                           {"images_per_sec", r.images_per_sec},
+                           {"step_ms", r.step_ms},
                            {"data_wait_ms", r.data_wait_ms},
                            {"forward_backward_ms", r.forward_backward_ms},
                            {"exposed_comm_ms", r.exposed_comm_ms},
-                           {"optimizer_ms", r.optimizer_ms}, {"startup_s", r.startup_s},
-                           {"bucket_mb", o.bucket_mb}, {"backend", context->backend()},
+                           {"optimizer_ms", r.optimizer_ms},
+                           {"startup_s", r.startup_s},
+                           {"bucket_mb", o.bucket_mb},
+                           {"backend", context->backend()},
                            {"loader_images_per_sec", loader_images_per_sec}};
     std::ofstream(o.json, std::ios::app) << line.dump() << "\n";
   }

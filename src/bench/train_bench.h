@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "dist/choices.h"
+
 namespace ddpx::bench {
 
 struct TrainBenchOptions {
@@ -18,18 +20,18 @@ struct TrainBenchOptions {
   std::string data = "synthetic";  // synthetic | fashion-mnist | mnist | cifar10 | cifar100
   std::string data_dir;
   int64_t image_size = 32;
-  int64_t num_classes = 10;        // synthetic only; datasets bring their own
-  int64_t batch_size = 64;         // per rank
-  int64_t steps = 30;              // measured steps (half synced, half no_sync when distributed)
+  int64_t num_classes = 10;  // synthetic only; datasets bring their own
+  int64_t batch_size = 64;   // per rank
+  int64_t steps = 30;        // measured steps (half synced, half no_sync when distributed)
   int64_t warmup = 5;
-  int threads = 0;                 // 0: $DDPX_THREADS or all cores
-  bool augment = true;             // random crop (padding 4) + flip, as in the workload
-  int64_t bucket_mb = 25;          // DDP bucket cap
+  int threads = 0;         // 0: $DDPX_THREADS or all cores
+  bool augment = true;     // random crop (padding 4) + flip, as in the workload
+  int64_t bucket_mb = 25;  // DDP bucket cap
   int64_t first_bucket_mb = 1;
-  std::string comm_hook = "allreduce";
-  std::string transport = "auto";  // auto | shm | gloo
-  std::string optimizer_step = "fused";  // fused (sgd_kernel.h) | libtorch
-  std::string json;                // append a JSON line with the figures (rank 0)
+  dist::CommHook comm_hook = dist::CommHook::kAllreduce;
+  dist::Transport transport = dist::Transport::kAuto;
+  bool fused_step = true;  // false: torch::optim::SGD::step, no split (--optimizer_step libtorch)
+  std::string json;        // append a JSON line with the figures (rank 0)
 };
 
 struct TrainBenchResult {
@@ -39,7 +41,7 @@ struct TrainBenchResult {
   double exposed_comm_ms = 0;      // synced forward+backward minus no_sync forward+backward
   double optimizer_ms = 0;
   double step_ms = 0;
-  double startup_s = 0;            // job start (launcher or process) to the first training step
+  double startup_s = 0;  // job start (launcher or process) to the first training step
 };
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& options);

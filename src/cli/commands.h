@@ -12,7 +12,8 @@ namespace ddpx::cli {
 
 // Every subcommand's name: the PROGRAM words after `ddpx run N --` that mean "this ddpx".
 // The launcher (front.cpp) registers only `run`, so it cannot ask its CLI::App for them.
-inline constexpr const char* kCommandNames[] = {"train", "run", "data", "models", "bench", "export"};
+inline constexpr const char* kCommandNames[] = {"train",  "run",   "data",
+                                                "models", "bench", "export"};
 
 void add_train_command(CLI::App& app, int& exit_code);   // train_command.cpp
 void add_run_command(CLI::App& app, int& exit_code);     // run_command.cpp (the launcher)

@@ -1,5 +1,6 @@
 // `ddpx data`: fetch the official dataset files (download) and check what a folder holds (info).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <memory>

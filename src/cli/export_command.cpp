@@ -25,9 +25,10 @@ void add_export_command(CLI::App& app, int& exit_code) {
     auto model = models::create_model(meta.model, config);
     train::load_checkpoint_weights(*checkpoint, *model.ptr());
     train::export_state_dict(*model.ptr(), *out);
-    log::out("wrote {} ({} {} classes): in Python, torchvision.models.{}(num_classes={})"
-             ".load_state_dict(torch.load(\"{}\"))",
-             *out, meta.model, meta.num_classes, meta.model, meta.num_classes, *out);
+    log::out(
+        "wrote {} ({} {} classes): in Python, torchvision.models.{}(num_classes={})"
+        ".load_state_dict(torch.load(\"{}\"))",
+        *out, meta.model, meta.num_classes, meta.model, meta.num_classes, *out);
     exit_code = 0;
   });
 }

@@ -1,12 +1,11 @@
 // `ddpx models`: the model zoo as a table, one line per name, with the true parameter count
 // (from each family's formula, checked against torchvision by the tests; no model is built, so
 // the listing takes milliseconds) and the recommended training settings.
-#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -61,11 +60,11 @@ void add_models_command(CLI::App& app, int& exit_code) {
     for (const models::ModelInfo* info : rows) {
       const models::Recommendation& r = info->recommendation;
       config.image_size = info->default_image_size;  // counts that depend on it (mlp)
-      std::string line = fmt::format(
-          "  {:<18} {:<9} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", info->name,
-          info->family, grouped(models::model_parameter_count(*info, config)),
-          info->default_image_size, r.optimizer, fmt::format("{:g}", r.learning_rate),
-          r.batch_size, fmt::format("{:g}", r.weight_decay), r.normalize, r.note);
+      std::string line =
+          fmt::format("  {:<18} {:<9} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", info->name,
+                      info->family, grouped(models::model_parameter_count(*info, config)),
+                      info->default_image_size, r.optimizer, fmt::format("{:g}", r.learning_rate),
+                      r.batch_size, fmt::format("{:g}", r.weight_decay), r.normalize, r.note);
       line.erase(line.find_last_not_of(' ') + 1);
       log::out("{}", line);
     }

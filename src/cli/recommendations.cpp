@@ -1,8 +1,8 @@
 #include "cli/recommendations.h"
 
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 
 #include "models/registry.h"
 

@@ -1,8 +1,7 @@
 // `ddpx run N [options] -- PROGRAM ARGS...`: the launcher's command line. The work is in
 // src/launch/ (launcher.h); this file only maps flags onto LaunchOptions.
-#include <iterator>
-
 #include <CLI/CLI.hpp>
+#include <iterator>
 
 #include "cli/commands.h"
 #include "launch/launcher.h"

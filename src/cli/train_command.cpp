@@ -1,6 +1,7 @@
 // `ddpx train`: the seed's training script, flag for flag.
 #include <CLI/CLI.hpp>
 
+#include "cli/choices.h"
 #include "cli/commands.h"
 #include "cli/recommendations.h"
 #include "train/options.h"
@@ -9,8 +10,9 @@
 namespace ddpx::cli {
 
 void add_train_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("train", "train an image classifier (one worker; run it under "
-                                          "`ddpx run N --` for N workers)");
+  auto* cmd = app.add_subcommand("train",
+                                 "train an image classifier (one worker; run it under "
+                                 "`ddpx run N --` for N workers)");
   cmd->option_defaults()->always_capture_default();
   auto o = std::make_shared<train::TrainOptions>();
   auto show_recommendations = std::make_shared<bool>(false);
@@ -21,9 +23,11 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--pretrained", o->pretrained,
                   "start from a state_dict saved in Python (torch.save(model.state_dict(), PATH))");
   cmd->add_option("--stem", o->stem, "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
-  cmd->add_option("--dataset", o->dataset, "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
-  cmd->add_option("--data_dir", o->data_dir, "dataset folder (default: the dataset's own; "
-                                             "fashion-mnist: Debian's dataset-fashion-mnist)");
+  cmd->add_option("--dataset", o->dataset,
+                  "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
+  cmd->add_option("--data_dir", o->data_dir,
+                  "dataset folder (default: the dataset's own; "
+                  "fashion-mnist: Debian's dataset-fashion-mnist)");
   cmd->add_option("--image_size", o->image_size, "resize images to this square (0: native size)");
   cmd->add_option("--normalize", o->normalize, "imagenet | dataset | neg_one_one | none");
   cmd->add_flag("--random_crop,!--no_random_crop", o->random_crop,
@@ -37,7 +41,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--learning_rate,--lr", o->learning_rate, "peak learning rate");
   cmd->add_option("--weight_decay", o->weight_decay, "weight decay");
   cmd->add_option("--momentum", o->momentum, "SGD momentum");
-  cmd->add_option("--lr_schedule", o->lr_schedule, "constant | step | cosine (per step)");
+  cmd->add_option("--lr_schedule", o->lr_schedule, "constant | step | cosine (per step)")
+      ->transform(CLI::CheckedTransformer(kScheduleNames));
   cmd->add_option("--warmup_epochs", o->warmup_epochs, "linear warmup length in epochs");
   cmd->add_option("--batch_size", o->batch_size, "batch size per process (as in the seed)");
   cmd->add_flag("--batch_size_scaled", o->batch_size_scaled,
@@ -52,21 +57,25 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--limit_train_batches", o->limit_train_batches, "batches per epoch (0: all)");
   cmd->add_option("--limit_test_batches", o->limit_test_batches, "test batches (0: all)");
   cmd->add_option("--log_every", o->log_every, "report test accuracy every N epochs");
-  cmd->add_option("--backend", o->backend, "auto | gloo | nccl");
+  cmd->add_option("--backend", o->backend, "auto | gloo | nccl")
+      ->transform(CLI::CheckedTransformer(kBackendNames));
   cmd->add_option("--transport", o->transport,
                   "all-reduce transport: auto (shared memory when all ranks share this host), "
-                  "shm, gloo");
+                  "shm, gloo")
+      ->transform(CLI::CheckedTransformer(kTransportNames));
   cmd->add_option("--timeout", o->timeout_s, "collective and rendezvous timeout in seconds");
   cmd->add_flag("--broadcast_buffers,!--no_broadcast_buffers", o->broadcast_buffers,
                 "DDP: broadcast buffers (BatchNorm statistics) from rank 0 before each forward");
   cmd->add_flag("--find_unused_parameters", o->find_unused_parameters,
                 "DDP: allow parameters that get no gradient");
-  cmd->add_option("--comm_hook", o->comm_hook, "DDP gradient reduction: allreduce | fp16 | bf16");
+  cmd->add_option("--comm_hook", o->comm_hook, "DDP gradient reduction: allreduce | fp16 | bf16")
+      ->transform(CLI::CheckedTransformer(kCommHookNames));
   cmd->add_flag("--progress,!--no_progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   // checkpoints
   cmd->add_option("--save_dir", o->save_dir, "write a checkpoint here after every epoch");
-  cmd->add_option("--resume", o->resume, "checkpoint path, or auto (newest good one in --save_dir)");
+  cmd->add_option("--resume", o->resume,
+                  "checkpoint path, or auto (newest good one in --save_dir)");
   cmd->add_option("--keep_checkpoints", o->keep_checkpoints, "checkpoints kept in --save_dir");
   // seed helpers
   cmd->add_flag("--show_recommendations", *show_recommendations,

@@ -3,10 +3,10 @@
 // what to do next (for data: the download command; for flags: the valid values).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace ddpx {
 
@@ -38,7 +38,7 @@ template <typename... Args>
 }  // namespace ddpx
 
 // DDPX_CHECK(cond, kind, "fmt", args...): throws ddpx::Error(kind, message) when cond is false.
-#define DDPX_CHECK(cond, kind, ...)        \
-  do {                                     \
+#define DDPX_CHECK(cond, kind, ...)               \
+  do {                                            \
     if (!(cond)) ::ddpx::fail(kind, __VA_ARGS__); \
   } while (false)

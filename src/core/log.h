@@ -3,10 +3,10 @@
 // prefixed with its rank. Results (the seed's epoch lines) go to stdout; diagnostics to stderr.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace ddpx::log {
 
@@ -32,8 +32,8 @@ void info(fmt::format_string<Args...> format, Args&&... args) {
 // A warning from any rank, always printed, prefixed with the rank.
 template <typename... Args>
 void warn(fmt::format_string<Args...> format, Args&&... args) {
-  write_line(stderr,
-             fmt::format("[rank {}] warning: {}", rank(), fmt::format(format, std::forward<Args>(args)...)));
+  write_line(stderr, fmt::format("[rank {}] warning: {}", rank(),
+                                 fmt::format(format, std::forward<Args>(args)...)));
 }
 
 }  // namespace ddpx::log

@@ -2,6 +2,11 @@
 // Only headers that never change belong here.
 #pragma once
 
+#include <fmt/format.h>
+#include <torch/nn.h>
+#include <torch/optim.h>
+#include <torch/serialize.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,8 +19,3 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-#include <torch/nn.h>
-#include <torch/optim.h>
-#include <torch/serialize.h>

@@ -3,11 +3,11 @@
 
 #include <map>
 
-#include "core/collective_report.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/traced_process_group.h"
+#include "dist/c10d/traced_backend.h"
+#include "trace/collective_report.h"
 
 namespace ddpx::dist {
 
@@ -24,12 +24,13 @@ std::string explain_failure(trace::CollectiveTrace& trace) {
         break;
       }
     }
-    return fmt::format("rank {} waited in {}; no record of the other ranks (under `ddpx run` "
-                       "they are compared; else set DDPX_TRACE_DIR to a folder the ranks of a "
-                       "host share)",
-                       trace.rank(),
-                       waiting ? fmt::format("seq {} ({})", waiting->seq, waiting->sig.text())
-                               : std::string("no collective"));
+    return fmt::format(
+        "rank {} waited in {}; no record of the other ranks (under `ddpx run` "
+        "they are compared; else set DDPX_TRACE_DIR to a folder the ranks of a "
+        "host share)",
+        trace.rank(),
+        waiting ? fmt::format("seq {} ({})", waiting->seq, waiting->sig.text())
+                : std::string("no collective"));
   }
   auto report = trace::make_report(std::move(ranks), trace.world_size(), trace::realtime_ns());
   // Under `ddpx run` the launcher prints the table once for the whole job.
@@ -47,7 +48,6 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const std::string& wh
   } catch (const std::exception& e) {
     std::string message = e.what();
     message = message.substr(0, message.find('\n'));
-#ifdef DDPX_HAVE_TRACED_GROUP
     if (auto* traced = dynamic_cast<TracedWork*>(work.get())) {
       std::string verdict;
       try {
@@ -55,13 +55,11 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const std::string& wh
       } catch (const std::exception& inner) {
         verdict = std::string("no collective record: ") + inner.what();
       }
-      fail(ErrorKind::kDist, "{} (seq {}) failed: {}; {}", what, traced->seq(), message,
-           verdict);
+      fail(ErrorKind::kDist, "{} (seq {}) failed: {}; {}", what, traced->seq(), message, verdict);
     }
-#endif
     fail(ErrorKind::kDist,
-         "{} failed: {}; a rank may have died, timed out, or run a different model or step",
-         what, message);
+         "{} failed: {}; a rank may have died, timed out, or run a different model or step", what,
+         message);
   }
 }
 

@@ -3,11 +3,11 @@
 // collective per dtype and size cap instead of one per tensor).
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include <torch/types.h>
+
+#include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <vector>
 
 namespace ddpx::trace {
 class CollectiveTrace;

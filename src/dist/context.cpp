@@ -1,13 +1,18 @@
 // init(): environment -> TCPStore rendezvous -> process group, and the Context's collectives.
 #include "dist/context.h"
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/c10d_compat.h"
-#include "core/collective_trace.h"
+#include "dist/c10d/factories.h"
+#include "dist/c10d/traced_backend.h"
 #include "dist/collectives.h"
+#include "dist/ddp.h"
 #include "dist/rendezvous.h"
+#include "dist/shm/shm_backend.h"
+#include "trace/collective_trace.h"
 
 namespace ddpx::dist {
 namespace {
@@ -16,29 +21,61 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-std::string choose_backend(const std::string& requested) {
-  if (requested == "auto") return compat::nccl_available() ? "nccl" : "gloo";
-  DDPX_CHECK(requested == "gloo" || requested == "nccl", ErrorKind::kUsage,
-             "--backend '{}' is not a backend; valid values: auto, gloo, nccl", requested);
-  DDPX_CHECK(requested != "nccl" || compat::nccl_available(), ErrorKind::kUsage,
-             "--backend nccl needs a CUDA build of libtorch and a visible GPU, and this process "
-             "has neither; use --backend gloo (or auto)");
+BackendChoice choose_backend(BackendChoice requested) {
+  if (requested == BackendChoice::kAuto) {
+    return nccl_available() ? BackendChoice::kNccl : BackendChoice::kGloo;
+  }
+  DDPX_CHECK(requested != BackendChoice::kNccl || nccl_available(), ErrorKind::kUsage,
+             "--backend nccl needs a CUDA build of ddpx and a visible GPU, and this process "
+             "has {}; use --backend gloo (or auto)",
+#ifdef DDPX_WITH_CUDA
+             "no GPU (CUDA_VISIBLE_DEVICES='" + env::get_or("CUDA_VISIBLE_DEVICES", "") + "')"
+#else
+             std::string("a CPU-only build")
+#endif
+  );
   return requested;
+}
+
+// Every collective of a backend is recorded (collective_trace.h) unless DDPX_TRACE=0 (to
+// measure its cost; see docs/distributed.md).
+c10::intrusive_ptr<c10d::Backend> traced(c10::intrusive_ptr<c10d::Backend> backend,
+                                         const std::shared_ptr<trace::CollectiveTrace>& trace) {
+  if (!trace) return backend;
+  return c10::make_intrusive<TracedBackend>(std::move(backend), trace);
 }
 
 }  // namespace
 
 Context::Context(WorldInfo world, std::shared_ptr<c10d::Store> store,
-                 std::shared_ptr<c10d::ProcessGroup> group, std::string backend)
+                 std::shared_ptr<c10d::ProcessGroup> group, Built built)
     : world_(std::move(world)),
       store_(std::move(store)),
       group_(std::move(group)),
-      backend_(std::move(backend)) {}
+      built_(std::move(built)) {}
 
 // The group goes before the store: Gloo's pairs may still talk to the store on shutdown.
 Context::~Context() {
   group_.reset();
   store_.reset();
+}
+
+BucketPolicy Context::bucket_policy() const {
+  BucketPolicy policy;
+  ShmBackend* shm = built_.shm;
+  if (shm) {
+    policy.allocate = [shm](int64_t numel, c10::ScalarType dtype) {
+      return shm->allocate_bucket(numel, dtype);
+    };
+  }
+  // CUDA tensors: NCCL averages natively (ncclAvg) in every float dtype. CPU tensors: the
+  // shared-memory transport in float32/64; Gloo pre-divides, then sums.
+  const bool nccl = built_.backend.rfind("nccl", 0) == 0;
+  policy.averages = [nccl, shm](c10::ScalarType dtype, c10::DeviceType device) {
+    if (device == c10::DeviceType::CUDA) return nccl && c10::isFloatingType(dtype);
+    return shm != nullptr && device == c10::DeviceType::CPU && ShmBackend::averages(dtype);
+  };
+  return policy;
 }
 
 void Context::all_reduce_sum(torch::Tensor& tensor) {
@@ -64,10 +101,10 @@ void Context::barrier() {
 std::shared_ptr<Context> init(const InitOptions& options) { return init(detect_world(), options); }
 
 std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options) {
-  const std::string backend = choose_backend(options.backend);
+  const BackendChoice backend = choose_backend(options.backend);
   log::set_rank(world.rank);
   if (world.world_size == 1) {
-    return std::make_shared<Context>(world, nullptr, nullptr, "none");
+    return std::make_shared<Context>(world, nullptr, nullptr, Built{});
   }
   // `ddpx run` on one node hands its workers a rendezvous file (no listening socket at all);
   // torchrun-style jobs and multi-node jobs meet at MASTER_ADDR:MASTER_PORT.
@@ -75,52 +112,56 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   const bool use_file = store_file && world.local_world_size == world.world_size;
   std::shared_ptr<c10d::Store> store;
   if (use_file) {
-    store = compat::make_file_store(*store_file, world.world_size, options.timeout);
+    store = make_file_store(*store_file, world.world_size, options.timeout);
     join_rendezvous(*store, world, options.timeout, "the file " + *store_file);
   } else {
+    // Under torchrun the agent serves the store on MASTER_PORT and every worker is its client;
+    // each restart of the workers gets keys of its own in it.
+    const bool agent_store = env::get_or("TORCHELASTIC_USE_AGENT_STORE", "") == "True";
+    const auto attempt = env::get("TORCHELASTIC_RESTART_COUNT");
     store = rendezvous_with_deadline(
-        [world, timeout = options.timeout] {
-          return compat::make_tcp_store(world.master_addr, world.master_port, world.rank,
-                                        world.world_size, timeout);
+        [world, agent_store, attempt, timeout = options.timeout] {
+          auto tcp = make_tcp_store(world.master_addr, world.master_port, world.rank,
+                                    world.world_size, world.rank == 0 && !agent_store, timeout);
+          return attempt ? make_prefix_store("ddpx/attempt" + *attempt + "/", tcp) : tcp;
         },
         world, options.timeout, world.master_addr + ":" + std::to_string(world.master_port));
   }
-  std::shared_ptr<c10d::ProcessGroup> group;
-  if (backend == "nccl") {
-    group = compat::make_nccl_group(store, world.rank, world.world_size, options.timeout);
-  } else {
-    // One node: every peer is local, so loopback works even when the hostname does not resolve.
-    const bool one_node =
-        is_loopback(world.master_addr) || world.local_world_size == world.world_size;
-    group = compat::make_gloo_group(store, world.rank, world.world_size, options.timeout,
-                                    one_node ? "127.0.0.1" : "");
-    DDPX_CHECK(options.transport == "auto" || options.transport == "shm" ||
-                   options.transport == "gloo",
-               ErrorKind::kUsage, "--transport '{}' is not one of auto, shm, gloo",
-               options.transport);
-    if (options.transport != "gloo") {
-      if (auto shm = compat::make_shm_group(store, group, world.rank, world.world_size,
-                                            options.timeout)) {
-        group = std::move(shm);
-      } else {
-        DDPX_CHECK(options.transport != "shm", ErrorKind::kUsage,
-                   "--transport shm: the ranks are not all on one host (or /dev/shm is full); "
-                   "use --transport auto or gloo");
-      }
+  Built built;
+  // DDPX_TRACE_DIR puts the record where the other ranks and the launcher can read it.
+  if (env::get_or("DDPX_TRACE", "1") != "0") {
+    built.trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""),
+                                                           world.rank, world.world_size);
+  }
+  // CPU tensors: Gloo, through shared memory when every rank is on this host. Always there, as
+  // in PyTorch's "cpu:gloo,cuda:nccl": metrics and checks reduce CPU tensors in NCCL jobs too.
+  // One node: every peer is local, so loopback works even when the hostname does not resolve.
+  const bool one_node =
+      is_loopback(world.master_addr) || world.local_world_size == world.world_size;
+  c10::intrusive_ptr<c10d::Backend> cpu = make_gloo_backend(
+      store, world.rank, world.world_size, options.timeout, one_node ? "127.0.0.1" : "");
+  if (options.transport != Transport::kGloo) {
+    if (auto shm = make_shm_backend(store, cpu, world.rank, world.world_size, options.timeout)) {
+      built.shm = shm.get();
+      cpu = std::move(shm);
+    } else {
+      DDPX_CHECK(options.transport != Transport::kShm, ErrorKind::kUsage,
+                 "--transport shm: the ranks are not all on one host (or /dev/shm is full); "
+                 "use --transport auto or gloo");
     }
   }
-  // Every collective of the job's group is recorded (collective_trace.h); DDPX_TRACE_DIR puts
-  // the record where the other ranks and the launcher can read it.
-  // DDPX_TRACE=0 turns it off (to measure its cost; see docs/distributed.md).
-  if (env::get_or("DDPX_TRACE", "1") != "0") {
-    auto trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""),
-                                                          world.rank, world.world_size);
-    group = compat::make_traced_group(std::move(group), std::move(trace));
+  built.backend = cpu->getBackendName();
+  c10::intrusive_ptr<c10d::Backend> cuda;
+  if (backend == BackendChoice::kNccl) {
+    cuda = traced(make_nccl_backend(store, world.rank, world.world_size, options.timeout),
+                  built.trace);
+    built.backend = "nccl/" + built.backend;
   }
-  std::string name = compat::backend_name(*group);
+  auto group = make_process_group(store, world.rank, world.world_size,
+                                  traced(std::move(cpu), built.trace), std::move(cuda));
   log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
-            world.master_port, name, world.source);
-  return std::make_shared<Context>(world, std::move(store), std::move(group), name);
+            world.master_port, built.backend, world.source);
+  return std::make_shared<Context>(world, std::move(store), std::move(group), std::move(built));
 }
 
 }  // namespace ddpx::dist

@@ -1,14 +1,16 @@
-// A joined job: the rendezvous store and the process group, plus the few collectives the
-// trainer needs on plain values. Created once per process by init(). With world size 1 there
-// is no store and no process group, and every collective is the identity.
+// A joined job: the rendezvous store and the process group, what init() built (the shared-memory
+// transport, if any, and the collective record), plus the few collectives the trainer needs on
+// plain values. Created once per process by init(). With world size 1 there is no store and no
+// process group, and every collective is the identity.
 #pragma once
+
+#include <torch/types.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
 
-#include <torch/types.h>
-
+#include "dist/choices.h"
 #include "dist/world.h"
 
 namespace c10d {
@@ -16,28 +18,47 @@ class ProcessGroup;
 class Store;
 }  // namespace c10d
 
+namespace ddpx::trace {
+class CollectiveTrace;
+}
+
 namespace ddpx::dist {
 
+class ShmBackend;
+struct BucketPolicy;
+
 struct InitOptions {
-  std::string backend = "auto";  // auto | gloo | nccl (auto: nccl when the device is a GPU)
+  BackendChoice backend = BackendChoice::kAuto;  // kAuto: NCCL when a GPU is visible
   std::chrono::milliseconds timeout = std::chrono::minutes(30);  // collectives and rendezvous
-  // auto | shm | gloo. auto and shm: when every rank is on this host, CPU float all-reduces
-  // go through shared memory (ProcessGroupShm) and the rest through Gloo; shm insists on it.
-  std::string transport = "auto";
+  Transport transport = Transport::kAuto;                        // for CPU tensors (choices.h)
+};
+
+// What init() built besides the group.
+struct Built {
+  std::string backend = "none";  // "gloo", "gloo+shm", "nccl" (its CPU side after a '/')
+  ShmBackend* shm = nullptr;     // the shared-memory transport, owned by the group
+  std::shared_ptr<trace::CollectiveTrace> trace;  // the collective record, if on
 };
 
 class Context {
  public:
   // A joined job; init() builds one. With a null group the context is a lone process.
   Context(WorldInfo world, std::shared_ptr<c10d::Store> store,
-          std::shared_ptr<c10d::ProcessGroup> group, std::string backend);
+          std::shared_ptr<c10d::ProcessGroup> group, Built built);
   ~Context();
 
   const WorldInfo& world() const { return world_; }
   int rank() const { return world_.rank; }
   int world_size() const { return world_.world_size; }
   bool distributed() const { return world_.world_size > 1; }
-  const std::string& backend() const { return backend_; }
+  const std::string& backend() const { return built_.backend; }
+  // The shared-memory transport of CPU tensors (null: Gloo, another host, or one process). It
+  // lives as long as process_group().
+  ShmBackend* shm() const { return built_.shm; }
+  // This rank's collective record (null with DDPX_TRACE=0 or one process).
+  const std::shared_ptr<trace::CollectiveTrace>& trace() const { return built_.trace; }
+  // Where DDP should put its gradient buckets and whether the group averages them itself.
+  BucketPolicy bucket_policy() const;
 
   // The process group (null when world size is 1).
   std::shared_ptr<c10d::ProcessGroup> process_group() const { return group_; }
@@ -52,7 +73,7 @@ class Context {
   WorldInfo world_;
   std::shared_ptr<c10d::Store> store_;
   std::shared_ptr<c10d::ProcessGroup> group_;
-  std::string backend_ = "none";
+  Built built_;
 };
 
 // Joins the job described by the environment (detect_world()). Rendezvous failures end in
@@ -60,8 +81,8 @@ class Context {
 std::shared_ptr<Context> init(const InitOptions& options = {});
 
 // Joins the job described by `world` (tests and launchers that know it without the
-// environment). Rank 0 hosts the TCPStore on world.master_port; a single-node job binds Gloo
-// to 127.0.0.1.
+// environment). Rank 0 hosts the TCPStore on world.master_port (or `ddpx run` hands a
+// FileStore); a single-node job binds Gloo to 127.0.0.1.
 std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options);
 
 }  // namespace ddpx::dist

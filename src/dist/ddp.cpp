@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "dist/collectives.h"
+#include "dist/context.h"
 #include "dist/reducer.h"
 
 namespace ddpx::dist {
@@ -99,6 +100,20 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::AnyModule module,
     reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, options_);
   }
 }
+
+namespace {
+DdpOptions with_policy(DdpOptions options, const Context& context) {
+  if (!options.buckets.allocate && !options.buckets.averages) {
+    options.buckets = context.bucket_policy();
+  }
+  return options;
+}
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(torch::nn::AnyModule module,
+                                                 const Context& context, DdpOptions options)
+    : DistributedDataParallel(std::move(module), context.process_group(),
+                              with_policy(std::move(options), context)) {}
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 

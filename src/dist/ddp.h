@@ -10,22 +10,33 @@
 // accumulate locally only.
 #pragma once
 
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
-#include <torch/nn/module.h>
-#include <torch/nn/modules/container/any.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include "dist/choices.h"
 
 namespace ddpx::dist {
 
+class Context;
 class Reducer;
 
-// How a full bucket is reduced: allreduce (average in the gradients' dtype), or fp16 / bf16
-// compression (divide by the world size, cast, all-reduce, cast back when backward ends).
-enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress };
+// Where gradient buckets live and how the group reduces them (Context::bucket_policy() gives
+// the one that fits what init() built). The default: ordinary memory, a SUM all-reduce, then a
+// division by the world size.
+struct BucketPolicy {
+  // Memory for a flat CPU bucket of `numel` elements of `dtype` that the group reduces without
+  // a copy (the shared-memory transport's arena), or undefined for ordinary memory.
+  std::function<torch::Tensor(int64_t numel, c10::ScalarType dtype)> allocate;
+  // Whether the group all-reduces `dtype` tensors on `device` with ReduceOp::AVG, averaging in
+  // the pass that sums. The same answer on every rank.
+  std::function<bool(c10::ScalarType dtype, c10::DeviceType device)> averages;
+};
 
 // A full gradient bucket, as a comm hook sees it.
 struct GradBucket {
@@ -41,10 +52,11 @@ using CommHookFn = std::function<c10::intrusive_ptr<c10d::Work>(const GradBucket
 
 struct DdpOptions {
   bool broadcast_buffers = true;
-  int64_t first_bucket_bytes = int64_t{1} << 20;   // kFirstBucketBytes in PyTorch
-  int64_t bucket_bytes = int64_t{25} << 20;        // bucket_cap_mb = 25
+  int64_t first_bucket_bytes = int64_t{1} << 20;  // kFirstBucketBytes in PyTorch
+  int64_t bucket_bytes = int64_t{25} << 20;       // bucket_cap_mb = 25
   bool find_unused_parameters = false;
   CommHook comm_hook = CommHook::kAllreduce;
+  BucketPolicy buckets;
 };
 
 class DistributedDataParallel {
@@ -52,6 +64,10 @@ class DistributedDataParallel {
   // A null `group` (world size 1) makes a plain wrapper: forward() runs the module, nothing
   // is communicated.
   DistributedDataParallel(torch::nn::AnyModule module, std::shared_ptr<c10d::ProcessGroup> group,
+                          DdpOptions options = {});
+  // The job's group, with the buckets where the context's transport reduces them in place
+  // (Context::bucket_policy()) unless options.buckets says otherwise.
+  DistributedDataParallel(torch::nn::AnyModule module, const Context& context,
                           DdpOptions options = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
@@ -78,6 +94,7 @@ class DistributedDataParallel {
    public:
     explicit NoSyncGuard(DistributedDataParallel& ddp);
     ~NoSyncGuard();
+
    private:
     DistributedDataParallel& ddp_;
     bool previous_;

@@ -1,15 +1,14 @@
 // The bucketing gradient reducer (see reducer.h for the contract).
 #include "dist/reducer.h"
 
-#include <map>
-
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <map>
+
 #include "core/error.h"
-#include "dist/c10d_compat.h"
 #include "dist/collectives.h"
 
 namespace ddpx::dist {
@@ -44,8 +43,8 @@ torch::Tensor bucket_view(const torch::Tensor& buffer, int64_t offset, at::IntAr
 }  // namespace
 
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<torch::Tensor>& params,
-                                                const std::vector<size_t>& order,
-                                                int64_t first_cap, int64_t cap) {
+                                                const std::vector<size_t>& order, int64_t first_cap,
+                                                int64_t cap) {
   struct Open {
     std::vector<size_t> indices;
     int64_t bytes = 0;
@@ -83,7 +82,6 @@ Reducer::Reducer(std::vector<torch::Tensor> params, std::vector<std::string> nam
       group_(std::move(group)),
       options_(options),
       ready_(params_.size(), false) {
-  bf16_native_ = compat::supports_bf16_allreduce(*group_);
   std::vector<size_t> reverse(params_.size());
   for (size_t i = 0; i < reverse.size(); ++i) reverse[i] = reverse.size() - 1 - i;
   build_buckets(reverse);
@@ -108,17 +106,22 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   torch::NoGradGuard no_grad;
   std::vector<Bucket> buckets;
   slots_.assign(params_.size(), Slot{});
-  for (auto& indices : assign_buckets(params_, order, options_.first_bucket_bytes,
-                                      options_.bucket_bytes)) {
+  for (auto& indices :
+       assign_buckets(params_, order, options_.first_bucket_bytes, options_.bucket_bytes)) {
     Bucket bucket;
     int64_t total = 0;
     for (size_t i : indices) total += params_[i].numel();
     const auto dtype = params_[indices.front()].scalar_type();
-    bucket.buffer = compat::allocate_bucket(*group_, total, dtype);
+    const auto& policy = options_.buckets;
+    if (policy.allocate && params_[indices.front()].is_cpu()) {
+      bucket.buffer = policy.allocate(total, dtype);
+    }
     // Decided by the group, not by this rank's allocation: every rank must ask for the same op.
-    bucket.average = compat::supports_average(*group_, dtype);
+    bucket.average =
+        policy.averages && policy.averages(dtype, params_[indices.front()].device().type());
     if (!bucket.buffer.defined())
-      bucket.buffer = torch::zeros({total}, params_[indices.front()].options().requires_grad(false));
+      bucket.buffer =
+          torch::zeros({total}, params_[indices.front()].options().requires_grad(false));
     int64_t offset = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
       const auto& p = params_[indices[k]];
@@ -254,8 +257,8 @@ void Reducer::launch(Bucket& bucket) {
   }
   // Pre-divide so that the sum over ranks is the average (and fp16 sums cannot overflow).
   bucket.buffer.div_(group_->getSize());
-  const bool floating = bucket.buffer.scalar_type() == torch::kFloat ||
-                        bucket.buffer.scalar_type() == torch::kDouble;
+  const bool floating =
+      bucket.buffer.scalar_type() == torch::kFloat || bucket.buffer.scalar_type() == torch::kDouble;
   switch (floating ? options_.comm_hook : CommHook::kAllreduce) {
     case CommHook::kAllreduce:
       bucket.comm = bucket.buffer;
@@ -264,14 +267,7 @@ void Reducer::launch(Bucket& bucket) {
       bucket.comm = bucket.buffer.to(torch::kHalf);
       break;
     case CommHook::kBf16Compress:
-      if (bf16_native_) {
-        bucket.comm = bucket.buffer.to(torch::kBFloat16);
-      } else {
-        // Gloo in libtorch 1.13 has no bfloat16 sum: round to bf16, sum in fp32, round again
-        // in finalize. Same precision as a bf16 all-reduce of two ranks, no bandwidth saved.
-        bucket.buffer.copy_(bucket.buffer.to(torch::kBFloat16));
-        bucket.comm = bucket.buffer;
-      }
+      bucket.comm = bucket.buffer.to(torch::kBFloat16);
       break;
   }
   std::vector<torch::Tensor> tensors{bucket.comm};
@@ -309,12 +305,7 @@ void Reducer::finalize() {
   }
   for (auto& bucket : buckets_) {
     wait_work(bucket.work, "gradient all-reduce");
-    if (!bucket.comm.is_same(bucket.buffer)) {
-      bucket.buffer.copy_(bucket.comm);
-    } else if (!hook_ && options_.comm_hook == CommHook::kBf16Compress && !bf16_native_ &&
-               bucket.buffer.is_floating_point()) {
-      bucket.buffer.copy_(bucket.buffer.to(torch::kBFloat16));
-    }
+    if (!bucket.comm.is_same(bucket.buffer)) bucket.buffer.copy_(bucket.comm);
     bucket.work.reset();
     bucket.comm = torch::Tensor();
   }

@@ -4,23 +4,23 @@
 // hook on every parameter's gradient accumulator counts the bucket down; a full bucket is
 // all-reduced asynchronously, in bucket order on every rank (collectives must match across
 // ranks), and averaged: by the group in the pass that sums where it can (ReduceOp::AVG; on one
-// host the buffer also lives in the group's shared memory, compat::allocate_bucket, and is
-// reduced there without a copy), else by dividing before a sum. An autograd-engine callback queued by the first hook
-// of a backward waits for all buckets before backward() returns.
+// host the buffer also lives in the shared-memory transport's arena, DdpOptions::buckets, and
+// is reduced there without a copy), else by dividing before a sum. An autograd-engine callback
+// queued by the first hook of a backward waits for all buckets before backward() returns.
 //
 // Not thread-safe against concurrent backward passes through the same model; a reducer
 // belongs to one DistributedDataParallel and dies with it (its hooks are removed).
 #pragma once
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
-
-#include <torch/types.h>
-#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <vector>
 
 #include "dist/ddp.h"
 
@@ -31,8 +31,8 @@ namespace ddpx::dist {
 // at most about first_cap bytes, later ones about cap bytes (a bucket closes once it reaches
 // its cap, so one big parameter makes one bucket).
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<torch::Tensor>& params,
-                                                const std::vector<size_t>& order,
-                                                int64_t first_cap, int64_t cap);
+                                                const std::vector<size_t>& order, int64_t first_cap,
+                                                int64_t cap);
 
 class Reducer {
  public:
@@ -56,12 +56,12 @@ class Reducer {
 
  private:
   struct Bucket {
-    torch::Tensor buffer;               // flat, contiguous, one dtype
-    std::vector<size_t> params;         // indices into params_
-    std::vector<torch::Tensor> views;   // views[k] is params_[params[k]].grad
-    size_t pending = 0;                 // gradients not yet ready in this backward
-    bool average = false;               // all-reduced with ReduceOp::AVG (no division pass)
-    torch::Tensor comm;                 // what is all-reduced: buffer or a compressed copy
+    torch::Tensor buffer;              // flat, contiguous, one dtype
+    std::vector<size_t> params;        // indices into params_
+    std::vector<torch::Tensor> views;  // views[k] is params_[params[k]].grad
+    size_t pending = 0;                // gradients not yet ready in this backward
+    bool average = false;              // all-reduced with ReduceOp::AVG (no division pass)
+    torch::Tensor comm;                // what is all-reduced: buffer or a compressed copy
     c10::intrusive_ptr<c10d::Work> work;
   };
   struct Slot {
@@ -83,7 +83,6 @@ class Reducer {
   std::vector<std::string> names_;
   std::shared_ptr<c10d::ProcessGroup> group_;
   DdpOptions options_;
-  bool bf16_native_ = false;
   CommHookFn hook_;  // replaces the built-in reduction when set
 
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps hooks alive

@@ -3,9 +3,8 @@
 
 #include <future>
 #include <thread>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "core/error.h"
 
@@ -39,11 +38,12 @@ void join_rendezvous(c10d::Store& store, const WorldInfo& world, std::chrono::mi
     const int64_t arrived = store.add(kPrefix + "count", 1);
     const std::string mine = std::to_string(size);
     store.set(key(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-    DDPX_CHECK(arrived <= size, ErrorKind::kDist,
-               "rank {}: the rendezvous at {} already holds a job ({} ranks joined, WORLD_SIZE={}): "
-               "another job, or a stale one, is serving that port; stop it (ss -ltnp shows who "
-               "listens) or give this job another MASTER_PORT",
-               rank, where, arrived - 1, size);
+    DDPX_CHECK(
+        arrived <= size, ErrorKind::kDist,
+        "rank {}: the rendezvous at {} already holds a job ({} ranks joined, WORLD_SIZE={}): "
+        "another job, or a stale one, is serving that port; stop it (ss -ltnp shows who "
+        "listens) or give this job another MASTER_PORT",
+        rank, where, arrived - 1, size);
     while (!store.check(keys)) {
       if (std::chrono::steady_clock::now() >= deadline) {
         std::string missing;

@@ -84,8 +84,7 @@ std::string first_slurm_host(const std::string& nodelist) {
   const size_t close = entry.find(']', open);
   std::string first = entry.substr(open + 1, close - open - 1);
   first = first.substr(0, first.find_first_of(",-"));
-  DDPX_CHECK(!first.empty() &&
-                 first.find_first_not_of("0123456789") == std::string::npos,
+  DDPX_CHECK(!first.empty() && first.find_first_not_of("0123456789") == std::string::npos,
              ErrorKind::kUsage,
              "SLURM_JOB_NODELIST='{}' has a bracket range without a number; expected e.g. "
              "'node[01-04]'",

@@ -14,12 +14,12 @@
 #include <optional>
 #include <random>
 
-#include "core/collective_report.h"
 #include "core/error.h"
 #include "launch/plan.h"
 #include "launch/port.h"
 #include "launch/worker_output.h"
 #include "launch/worker_process.h"
+#include "trace/collective_report.h"
 
 namespace ddpx::launch {
 namespace {
@@ -252,7 +252,7 @@ class Attempt {
   }
 
   // When ranks were waiting in a collective (a timeout, or a peer that died in one), one
-  // table of every local rank's last collectives and the verdict (core/collective_report.h).
+  // table of every local rank's last collectives and the verdict (trace/collective_report.h).
   void report_collectives() {
     if (trace_dir_.empty()) return;
     auto ranks = trace::read_traces(trace_dir_, options_.nnodes == 1 ? world_size_ : 0);
@@ -365,7 +365,8 @@ int run_job(const LaunchOptions& options) {
   if (reservation) reservation->release_probe();  // rank 0's TCPStore binds the port next
   for (int restart = 0;; ++restart) {
     set_restart_count(plan, restart);
-    if (options.nnodes == 1) set_store_file(plan, fmt::format("{}/rendezvous.{}", log_dir, restart));
+    if (options.nnodes == 1)
+      set_store_file(plan, fmt::format("{}/rendezvous.{}", log_dir, restart));
     std::string trace_dir = fmt::format("{}/trace.{}", log_dir, restart);
     set_trace_dir(plan, trace_dir);
     AttemptResult result = Attempt(options, plan, outputs, signals.fd(), trace_dir).run();

@@ -53,7 +53,7 @@ void set_restart_count(JobPlan& plan, int restart_count);
 void set_store_file(JobPlan& plan, const std::string& path);
 
 // Every worker records its collectives in DDPX_TRACE_DIR=dir (one file per rank, see
-// core/collective_trace.h) and leaves the timeout table to the launcher (DDPX_TRACE_TABLE=0).
+// trace/collective_trace.h) and leaves the timeout table to the launcher (DDPX_TRACE_TABLE=0).
 // One folder per attempt, like the store file.
 void set_trace_dir(JobPlan& plan, const std::string& dir);
 

@@ -1,6 +1,7 @@
 // DenseNet, mirroring torchvision/models/densenet.py (0.14).
 #include "models/densenet.h"
 
+#include <fmt/ranges.h>
 #include <torch/nn/functional/dropout.h>
 #include <torch/nn/init.h>
 

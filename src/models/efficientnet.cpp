@@ -1,12 +1,13 @@
 // EfficientNet B0-B7, mirroring torchvision/models/efficientnet.py (0.14).
 #include "models/efficientnet.h"
 
-#include <algorithm>
-#include <cmath>
-
+#include <fmt/ranges.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 

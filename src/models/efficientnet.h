@@ -7,10 +7,6 @@
 // torchvision's, per model.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -19,6 +15,10 @@
 #include <torch/nn/modules/pooling.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "models/registry.h"
 

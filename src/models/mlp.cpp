@@ -1,8 +1,7 @@
 #include "models/mlp.h"
 
-#include <torch/nn/functional/activation.h>
-
 #include <fmt/ranges.h>
+#include <torch/nn/functional/activation.h>
 
 #include "core/error.h"
 
@@ -18,10 +17,10 @@ torch::Tensor MlpImpl::forward(torch::Tensor x) {
   DDPX_CHECK(x.dim() >= 2 && x[0].numel() == in_features, ErrorKind::kUsage,
              "mlp expects {} input features per sample (3 x image_size^2), got shape {}",
              in_features, fmt::join(x.sizes(), "x"));
-  x = x.flatten(1);                      // (B, C*H*W)
-  x = torch::relu(fc1->forward(x));      // (B, hidden)
-  x = torch::relu(fc2->forward(x));      // (B, hidden/2)
-  return fc3->forward(x);                // (B, num_classes)
+  x = x.flatten(1);                  // (B, C*H*W)
+  x = torch::relu(fc1->forward(x));  // (B, hidden)
+  x = torch::relu(fc2->forward(x));  // (B, hidden/2)
+  return fc3->forward(x);            // (B, num_classes)
 }
 
 void register_mlp_models(std::vector<ModelInfo>& table) {

@@ -3,13 +3,13 @@
 // whole batch; the distributed equivalence tests and quick CPU demos use it.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "models/registry.h"
 

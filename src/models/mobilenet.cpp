@@ -1,14 +1,15 @@
 // MobileNetV2, mirroring torchvision/models/mobilenetv2.py (0.14).
 #include "models/mobilenet.h"
 
-#include <cmath>
-
+#include <fmt/ranges.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+
+#include <cmath>
 
 #include "core/error.h"
 
@@ -23,8 +24,8 @@ constexpr int64_t kLastChannels = 1280;
 struct StageSetting {
   int64_t expand_ratio, channels, blocks, stride;  // torchvision's t, c, n, s
 };
-constexpr StageSetting kStages[] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
-                                    {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};
+constexpr StageSetting kStages[] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                                    {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
 
 }  // namespace
 
@@ -48,7 +49,7 @@ InvertedResidualImpl::InvertedResidualImpl(int64_t in, int64_t out, int64_t stri
   nn::Sequential layers;
   if (expand_ratio != 1) layers->push_back(ConvBnReLU6(in, hidden, 1));
   layers->push_back(ConvBnReLU6(hidden, hidden, 3, stride, /*groups=*/hidden));  // depthwise
-  layers->push_back(nn::Conv2d(nn::Conv2dOptions(hidden, out, 1).bias(false)));     // linear
+  layers->push_back(nn::Conv2d(nn::Conv2dOptions(hidden, out, 1).bias(false)));  // linear
   layers->push_back(nn::BatchNorm2d(out));
   conv = register_module("conv", layers);
 }
@@ -95,9 +96,9 @@ torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
              "MobileNetV2 expects input of shape (B, 3, H, W), got {}; convert grayscale images "
              "to 3 channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = features->forward(x);  // (B, 1280, H/32, W/32)
+  x = features->forward(x);                                      // (B, 1280, H/32, W/32)
   x = torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);  // (B, 1280)
-  return classifier->forward(x);  // (B, num_classes)
+  return classifier->forward(x);                                 // (B, num_classes)
 }
 
 void register_mobilenet_models(std::vector<ModelInfo>& table) {

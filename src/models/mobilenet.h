@@ -4,16 +4,16 @@
 // (features.1.conv.0.0.weight, classifier.1.bias, ...). Width multiplier 1.0.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
-#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "models/registry.h"
 

@@ -1,6 +1,7 @@
 // MobileNetV3, mirroring torchvision/models/mobilenetv3.py and ops/misc.py (0.14).
 #include "models/mobilenet_v3.h"
 
+#include <fmt/ranges.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/container/functional.h>
 #include <torch/nn/modules/dropout.h>

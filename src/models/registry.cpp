@@ -1,9 +1,10 @@
 // The registry core: lookup by name with an actionable error, config validation, counting.
 #include "models/registry.h"
 
-#include <set>
-
+#include <fmt/ranges.h>
 #include <torch/nn/module.h>
+
+#include <set>
 
 #include "core/error.h"
 #include "models/families.h"

@@ -5,18 +5,18 @@
 // families.cpp; the registry core does not change.
 #pragma once
 
+#include <torch/nn/modules/container/any.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include <torch/nn/modules/container/any.h>
-
 namespace ddpx::models {
 
 struct ModelConfig {
   int64_t num_classes = 1000;
-  int64_t image_size = 224;      // input height = width
+  int64_t image_size = 224;       // input height = width
   std::string stem = "imagenet";  // "imagenet" or "cifar" (3x3 stride-1 stem, no max-pool)
 };
 
@@ -26,7 +26,7 @@ struct Recommendation {
   int64_t batch_size = 128;
   double weight_decay = 0.0;
   std::string normalize = "imagenet";
-  std::string note;               // e.g. "quick test"
+  std::string note;  // e.g. "quick test"
 };
 
 struct ModelInfo {

@@ -2,6 +2,7 @@
 // for state_dict compatibility: child names, registration order, and initialisation.
 #include "models/resnet.h"
 
+#include <fmt/ranges.h>
 #include <torch/nn/init.h>
 
 #include "core/error.h"
@@ -170,8 +171,8 @@ int64_t resnet_parameter_count(const ResNetOptions& options) {
     const int64_t stride = stage == 0 ? 1 : 2;
     for (int64_t i = 0; i < options.layers[stage]; ++i) {
       if (options.block == BlockKind::kBasic) {
-        total += conv(inplanes, planes, 3, 1) + bn(planes) + conv(planes, planes, 3, 1) +
-                 bn(planes);
+        total +=
+            conv(inplanes, planes, 3, 1) + bn(planes) + conv(planes, planes, 3, 1) + bn(planes);
       } else {
         const int64_t width = bottleneck_width(planes, options.groups, options.width_per_group);
         total += conv(inplanes, width, 1, 1) + bn(width) + conv(width, width, 3, options.groups) +
@@ -229,8 +230,8 @@ void register_resnet_models(std::vector<ModelInfo>& table) {
   const auto bottleneck = BlockKind::kBottleneck;
   // resnet18 and resnet101 carry the seed's settings; the rest follow torchvision's reference
   // recipe (SGD momentum 0.9, lr 0.1 per 256 images, weight decay 1e-4).
-  table.push_back(resnet_entry("resnet18", {basic, {2, 2, 2, 2}},
-                               recommend(0.001, 256, 0.0, "quick test")));
+  table.push_back(
+      resnet_entry("resnet18", {basic, {2, 2, 2, 2}}, recommend(0.001, 256, 0.0, "quick test")));
   table.push_back(resnet_entry("resnet34", {basic, {3, 4, 6, 3}}, recommend(0.1, 256, 1e-4)));
   table.push_back(resnet_entry("resnet50", {bottleneck, {3, 4, 6, 3}}, recommend(0.1, 256, 1e-4)));
   table.push_back(resnet_entry("resnet101", {bottleneck, {3, 4, 23, 3}},

@@ -4,10 +4,6 @@
 // convolution for a 3x3/1 one and skips the max-pool, keeping every key.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -17,6 +13,10 @@
 #include <torch/nn/modules/pooling.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "models/registry.h"
 
@@ -28,8 +28,8 @@ struct ResNetOptions {
   BlockKind block = BlockKind::kBasic;
   std::vector<int64_t> layers = {2, 2, 2, 2};  // blocks per stage
   int64_t num_classes = 1000;
-  int64_t groups = 1;             // ResNeXt cardinality
-  int64_t width_per_group = 64;   // 128 for Wide ResNet, 4 for resnext50_32x4d
+  int64_t groups = 1;            // ResNeXt cardinality
+  int64_t width_per_group = 64;  // 128 for Wide ResNet, 4 for resnext50_32x4d
   bool cifar_stem = false;
   bool zero_init_residual = false;
 };

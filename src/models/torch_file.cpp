@@ -1,10 +1,10 @@
 #include "models/torch_file.h"
 
+#include <caffe2/serialize/versions.h>
+
 #include <cstring>
 #include <set>
 #include <vector>
-
-#include <caffe2/serialize/versions.h>
 
 #include "core/error.h"
 
@@ -24,7 +24,7 @@ constexpr uint64_t kZip64Extra = 0x0001;
 // The storage types of plain tensors. Quantized ones (QInt8Storage, ...) are left out: libtorch
 // rebuilds them without a quantizer, and the first operation on one fails an internal assert.
 const std::set<std::string> kStorages = {
-    "FloatStorage", "DoubleStorage", "HalfStorage",  "BFloat16Storage", "LongStorage",
+    "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
     "IntStorage",   "ShortStorage",  "CharStorage", "ByteStorage",     "BoolStorage"};
 
 uint64_t le(std::string_view b, size_t at, size_t n) {
@@ -35,14 +35,14 @@ uint64_t le(std::string_view b, size_t at, size_t n) {
 
 }  // namespace
 
-TorchZip read_torch_zip(std::string_view bytes, const std::string& path,
-                        const std::string& hint) {
+TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const std::string& hint) {
   auto bad = [&](const char* what) {
     fail(ErrorKind::kData, "'{}' is not a torch zip archive ({}); {}", path, what, hint);
   };
   if (bytes.size() < kEndBytes) bad("too short");
   size_t end = std::string::npos;
-  const size_t lowest = bytes.size() - kEndBytes > kMaxComment ? bytes.size() - kEndBytes - kMaxComment : 0;
+  const size_t lowest =
+      bytes.size() - kEndBytes > kMaxComment ? bytes.size() - kEndBytes - kMaxComment : 0;
   for (size_t at = bytes.size() - kEndBytes + 1; at-- > lowest;) {
     if (le(bytes, at, 4) == kEndOfCentralDirectory &&
         at + kEndBytes + le(bytes, at + 20, 2) == bytes.size()) {
@@ -70,7 +70,8 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path,
     }
     limit = record;
   }
-  if (directory > limit || directory_size > limit - directory) bad("central directory out of range");
+  if (directory > limit || directory_size > limit - directory)
+    bad("central directory out of range");
 
   TorchZip zip;
   std::string folder;
@@ -104,7 +105,8 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path,
     }
     std::string name(bytes.substr(at + kCentralBytes, name_len));
     if (!(method == 0 && packed == size) && method != kDeflate) bad("unsupported record method");
-    if (local > directory || directory - local < kLocalBytes || le(bytes, local, 4) != kLocalEntry) {
+    if (local > directory || directory - local < kLocalBytes ||
+        le(bytes, local, 4) != kLocalEntry) {
       bad("bad local header");
     }
     const uint64_t data = local + kLocalBytes + le(bytes, local + 26, 2) + le(bytes, local + 28, 2);
@@ -115,8 +117,9 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path,
     if (folder.empty()) folder = name.substr(0, slash);
     if (name.compare(0, slash, folder) != 0) bad("records in more than one folder");
     std::string key = name.substr(slash + 1);
-    const bool fresh = method == kDeflate ? zip.compressed.insert(key).second
-                                          : zip.records.emplace(key, bytes.substr(data, size)).second;
+    const bool fresh = method == kDeflate
+                           ? zip.compressed.insert(key).second
+                           : zip.records.emplace(key, bytes.substr(data, size)).second;
     if (!fresh || zip.records.count(key) + zip.compressed.count(key) > 1) bad("duplicate record");
     at = next;
   }
@@ -181,8 +184,10 @@ void check_state_dict_pickle(std::string_view p, const std::string& path) {
     const size_t op_at = pos;
     const char op = take(1)[0];
     switch (op) {
-      case '\x80': take(1); break;  // PROTO
-      case 'c': {                     // GLOBAL module\nname\n
+      case '\x80':
+        take(1);
+        break;     // PROTO
+      case 'c': {  // GLOBAL module\nname\n
         std::string module = line(), name = line();
         bool known = (module == "collections" && name == "OrderedDict") ||
                      (module == "torch._utils" &&
@@ -202,41 +207,90 @@ void check_state_dict_pickle(std::string_view p, const std::string& path) {
         memo.insert(slot);
         break;
       }
-      case 'h':                                                          // BINGET
-      case 'j': {                                                        // LONG_BINGET
+      case 'h':    // BINGET
+      case 'j': {  // LONG_BINGET
         uint64_t slot = op == 'h' ? le(take(1), 0, 1) : le(take(4), 0, 4);
         if (memo.count(slot) == 0) bad("memo slot never written");
         ++depth;
         break;
       }
-      case ')': case '}': case ']': case 'N': case '\x88': case '\x89': ++depth; break;
-      case 'K': take(1); ++depth; break;  // BININT1
-      case 'M': take(2); ++depth; break;  // BININT2
-      case 'J': take(4); ++depth; break;  // BININT
-      case 'G': take(8); ++depth; break;  // BINFLOAT
-      case '\x8a': {                      // LONG1
+      case ')':
+      case '}':
+      case ']':
+      case 'N':
+      case '\x88':
+      case '\x89':
+        ++depth;
+        break;
+      case 'K':
+        take(1);
+        ++depth;
+        break;  // BININT1
+      case 'M':
+        take(2);
+        ++depth;
+        break;  // BININT2
+      case 'J':
+        take(4);
+        ++depth;
+        break;  // BININT
+      case 'G':
+        take(8);
+        ++depth;
+        break;        // BINFLOAT
+      case '\x8a': {  // LONG1
         uint64_t n = le(take(1), 0, 1);
         if (n > 8) bad("integer wider than 64 bits");
         take(n);
         ++depth;
         break;
       }
-      case 'X': take(le(take(4), 0, 4)); ++depth; break;  // BINUNICODE
-      case '(':                                           // MARK
+      case 'X':
+        take(le(take(4), 0, 4));
+        ++depth;
+        break;   // BINUNICODE
+      case '(':  // MARK
         if (static_cast<int64_t>(marks.size()) >= kMaxMarks) bad("MARKs nested too deep");
         marks.push_back(depth);
         break;
-      case 't': pop_mark(); ++depth; break;                // TUPLE
-      case '\x85': pop(1); ++depth; break;                 // TUPLE1
-      case '\x86': pop(2); ++depth; break;                 // TUPLE2
-      case '\x87': pop(3); ++depth; break;                 // TUPLE3
-      case 'R': pop(2); ++depth; break;                    // REDUCE
-      case 'b': pop(2); ++depth; break;                    // BUILD
-      case 's': pop(3); ++depth; break;                    // SETITEM
-      case 'a': pop(2); ++depth; break;                    // APPEND
-      case 'Q': pop(1); ++depth; break;                    // BINPERSID
-      case 'u':                                            // SETITEMS
-      case 'e': {                                          // APPENDS
+      case 't':
+        pop_mark();
+        ++depth;
+        break;  // TUPLE
+      case '\x85':
+        pop(1);
+        ++depth;
+        break;  // TUPLE1
+      case '\x86':
+        pop(2);
+        ++depth;
+        break;  // TUPLE2
+      case '\x87':
+        pop(3);
+        ++depth;
+        break;  // TUPLE3
+      case 'R':
+        pop(2);
+        ++depth;
+        break;  // REDUCE
+      case 'b':
+        pop(2);
+        ++depth;
+        break;  // BUILD
+      case 's':
+        pop(3);
+        ++depth;
+        break;  // SETITEM
+      case 'a':
+        pop(2);
+        ++depth;
+        break;  // APPEND
+      case 'Q':
+        pop(1);
+        ++depth;
+        break;     // BINPERSID
+      case 'u':    // SETITEMS
+      case 'e': {  // APPENDS
         int64_t items = pop_mark();
         if (op == 'u' && items % 2 != 0) bad("odd SETITEMS");
         pop(1);  // the dict or list they go into

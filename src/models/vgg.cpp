@@ -1,14 +1,15 @@
 // VGG, mirroring torchvision/models/vgg.py (0.14).
 #include "models/vgg.h"
 
-#include <string>
-
+#include <fmt/ranges.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+
+#include <string>
 
 #include "core/error.h"
 
@@ -25,9 +26,12 @@ constexpr int64_t kHidden = 4096;
 std::vector<int64_t> configuration(int64_t depth) {
   const int64_t M = kPool;
   switch (depth) {
-    case 11: return {64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M};
-    case 13: return {64, 64, M, 128, 128, M, 256, 256, M, 512, 512, M, 512, 512, M};
-    case 16: return {64, 64, M, 128, 128, M, 256, 256, 256, M, 512, 512, 512, M, 512, 512, 512, M};
+    case 11:
+      return {64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M};
+    case 13:
+      return {64, 64, M, 128, 128, M, 256, 256, M, 512, 512, M, 512, 512, M};
+    case 16:
+      return {64, 64, M, 128, 128, M, 256, 256, 256, M, 512, 512, 512, M, 512, 512, 512, M};
     case 19:
       return {64,  64,  M,   128, 128, M,   256, 256, 256, 256, M,
               512, 512, 512, 512, M,   512, 512, 512, 512, M};
@@ -85,9 +89,9 @@ torch::Tensor VggImpl::forward(torch::Tensor x) {
              "VGG expects input of shape (B, 3, H, W) with H, W >= 32 (five 2x2 max-pools), got "
              "{}; resize with --image_size 32 or larger",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = features->forward(x);                 // (B, 512, H/32, W/32)
-  x = torch::flatten(avgpool(x), 1);        // (B, 512 * 7 * 7)
-  return classifier->forward(x);            // (B, num_classes)
+  x = features->forward(x);           // (B, 512, H/32, W/32)
+  x = torch::flatten(avgpool(x), 1);  // (B, 512 * 7 * 7)
+  return classifier->forward(x);      // (B, num_classes)
 }
 
 int64_t vgg_parameter_count(const VggOptions& options) {

@@ -4,21 +4,21 @@
 // keys match torchvision's state_dict (features.0.weight, classifier.6.bias, ...).
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/pooling.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "models/registry.h"
 
 namespace ddpx::models {
 
 struct VggOptions {
-  int64_t depth = 16;        // 11, 13, 16 or 19 (torchvision's configurations A, B, D, E)
+  int64_t depth = 16;  // 11, 13, 16 or 19 (torchvision's configurations A, B, D, E)
   bool batch_norm = false;
   int64_t num_classes = 1000;
   double dropout = 0.5;

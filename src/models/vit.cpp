@@ -1,12 +1,13 @@
 // Vision Transformer, mirroring torchvision/models/vision_transformer.py (0.14).
 #include "models/vit.h"
 
-#include <cmath>
-#include <string>
-
+#include <fmt/ranges.h>
 #include <torch/nn/functional/upsampling.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/linear.h>
+
+#include <cmath>
+#include <string>
 
 #include "core/error.h"
 

@@ -10,9 +10,6 @@
 // size and torchvision's interpolate_embeddings do.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -21,6 +18,9 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "models/registry.h"
 

@@ -2,6 +2,10 @@
 // and pickle check (models/torch_file.h) in front of libtorch's unpickler.
 #include "models/weights.h"
 
+#include <c10/core/CPUAllocator.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -9,9 +13,6 @@
 #include <string_view>
 #include <tuple>
 #include <vector>
-
-#include <c10/core/CPUAllocator.h>
-#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include "core/error.h"
 #include "models/torch_file.h"

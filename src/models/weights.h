@@ -3,11 +3,11 @@
 // `--pretrained`: torchvision's .pth files are exactly such dicts.
 #pragma once
 
-#include <map>
-#include <string>
-
 #include <torch/nn/module.h>
 #include <torch/types.h>
+
+#include <map>
+#include <string>
 
 namespace ddpx::models {
 

@@ -1,16 +1,15 @@
 #include "train/checkpoint.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -52,8 +51,10 @@ uint32_t crc32_of(const char* data, size_t size) {
 // Returns the verified payload of checkpoint bytes; `name` (the file) labels errors.
 std::string verified_payload(const std::string& bytes, const std::string& name) {
   DDPX_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, 8) == 0,
-             ErrorKind::kData, "{} is not a ddpx checkpoint (bad header); delete it or point "
-             "--resume at another file", name);
+             ErrorKind::kData,
+             "{} is not a ddpx checkpoint (bad header); delete it or point "
+             "--resume at another file",
+             name);
   uint32_t version = get<uint32_t>(bytes, 8);
   DDPX_CHECK(version == kFormatVersion, ErrorKind::kData,
              "{} has checkpoint format {}, this ddpx reads {}", name, version, kFormatVersion);
@@ -85,8 +86,7 @@ torch::serialize::InputArchive open_archive(const std::string& bytes, const std:
   try {
     archive.load_from(payload.data(), payload.size());
   } catch (const std::exception& e) {  // c10::Error, or the TorchScript parser's errors
-    fail(ErrorKind::kData, "{} passed its checksum but cannot be decoded: {}", name,
-         message_of(e));
+    fail(ErrorKind::kData, "{} passed its checksum but cannot be decoded: {}", name, message_of(e));
   }
   return archive;
 }
@@ -174,8 +174,7 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
       model.load(model_archive);
       optimizer.load(optimizer_archive);
     } catch (const c10::Error& e) {
-      fail(ErrorKind::kData, "{} does not match this model/optimizer: {}", name,
-           message_of(e));
+      fail(ErrorKind::kData, "{} does not match this model/optimizer: {}", name, message_of(e));
     }
     archive.read("epochs_done", value);
     position.epochs_done = value.toInt();

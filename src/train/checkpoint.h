@@ -7,19 +7,19 @@
 // checkpoint that verifies.
 #pragma once
 
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
-
 namespace ddpx::train {
 
 struct TrainPosition {
-  int64_t epochs_done = 0;   // completed epochs
-  int64_t global_step = 0;   // optimizer steps taken
+  int64_t epochs_done = 0;  // completed epochs
+  int64_t global_step = 0;  // optimizer steps taken
 };
 
 // What the weights belong to: enough to rebuild the model from the checkpoint alone.

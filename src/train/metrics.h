@@ -9,7 +9,7 @@
 namespace ddpx::train {
 
 struct MetricSums {
-  double loss_sum = 0;   // sum over samples of the per-sample loss
+  double loss_sum = 0;  // sum over samples of the per-sample loss
   double correct = 0;
   double count = 0;
 

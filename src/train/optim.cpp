@@ -1,10 +1,10 @@
 #include "train/optim.h"
 
-#include <cmath>
-
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+
+#include <cmath>
 
 #include "core/error.h"
 
@@ -13,9 +13,10 @@ namespace ddpx::train {
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters,
                                                         const OptimizerConfig& c) {
   if (c.name == "sgd") {
-    return std::make_unique<torch::optim::SGD>(
-        std::move(parameters),
-        torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::SGD>(std::move(parameters),
+                                               torch::optim::SGDOptions(c.learning_rate)
+                                                   .momentum(c.momentum)
+                                                   .weight_decay(c.weight_decay));
   }
   if (c.name == "adam") {
     return std::make_unique<torch::optim::Adam>(
@@ -30,20 +31,31 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
   fail(ErrorKind::kUsage, "--optimizer '{}' is not one of sgd, adam, adamw", c.name);
 }
 
-LrSchedule::LrSchedule(std::string kind, double base_lr, int64_t total_steps,
-                       int64_t warmup_steps)
-    : kind_(std::move(kind)),
+const char* name(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::kConstant:
+      return "constant";
+    case Schedule::kStep:
+      return "step";
+    case Schedule::kCosine:
+      break;
+  }
+  return "cosine";
+}
+
+LrSchedule::LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps)
+    : kind_(kind),
       base_lr_(base_lr),
       total_steps_(std::max<int64_t>(total_steps, 1)),
       warmup_steps_(std::max<int64_t>(warmup_steps, 0)) {}
 
 double LrSchedule::lr_at(int64_t step) const {
   if (step < warmup_steps_) return base_lr_ * static_cast<double>(step + 1) / warmup_steps_;
-  if (kind_ == "constant") return base_lr_;
+  if (kind_ == Schedule::kConstant) return base_lr_;
   double progress = static_cast<double>(step - warmup_steps_) /
                     std::max<int64_t>(total_steps_ - warmup_steps_, 1);
   progress = std::min(std::max(progress, 0.0), 1.0);
-  if (kind_ == "step") {
+  if (kind_ == Schedule::kStep) {
     if (progress >= 0.75) return base_lr_ * 0.01;
     if (progress >= 0.5) return base_lr_ * 0.1;
     return base_lr_;

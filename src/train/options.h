@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "dist/choices.h"
+#include "train/optim.h"
+
 namespace ddpx::train {
 
 struct TrainOptions {
@@ -14,10 +17,10 @@ struct TrainOptions {
   std::string stem = "imagenet";  // imagenet | cifar
   std::string pretrained;         // a torch.save'd state_dict to start from
   std::string dataset = "fashion-mnist";
-  std::string data_dir;           // empty: the dataset's default folder
-  int64_t image_size = 0;         // 0: the dataset's native size
+  std::string data_dir;               // empty: the dataset's default folder
+  int64_t image_size = 0;             // 0: the dataset's native size
   std::string normalize = "dataset";  // imagenet | dataset | neg_one_one | none
-  bool random_crop = false;       // random crop with 4-pixel zero padding
+  bool random_crop = false;           // random crop with 4-pixel zero padding
   bool horizontal_flip = true;
   int64_t synthetic_size = 2048;  // --dataset synthetic: training images
   int64_t synthetic_image = 32;   // --dataset synthetic: height = width
@@ -28,32 +31,32 @@ struct TrainOptions {
   double learning_rate = 0.05;
   double weight_decay = 5e-4;
   double momentum = 0.9;
-  std::string lr_schedule = "cosine";  // constant | step | cosine
+  Schedule lr_schedule = Schedule::kCosine;
   double warmup_epochs = 0.0;
-  int64_t batch_size = 128;       // per process, as in the seed
-  bool batch_size_scaled = false; // keep the global batch at batch_size: batch/world per rank
+  int64_t batch_size = 128;        // per process, as in the seed
+  bool batch_size_scaled = false;  // keep the global batch at batch_size: batch/world per rank
   int64_t accumulation_steps = 1;
   int64_t num_epochs = 10;
   uint64_t seed = 0;
 
   // running
-  int threads = 0;                // intra-op threads; 0: $DDPX_THREADS or all cores
-  int loader_workers = 1;         // background threads building batches
+  int threads = 0;                  // intra-op threads; 0: $DDPX_THREADS or all cores
+  int loader_workers = 1;           // background threads building batches
   int64_t limit_train_batches = 0;  // 0: all
   int64_t limit_test_batches = 0;
-  int64_t log_every = 1;          // test accuracy every N epochs (and after the last)
-  std::string backend = "auto";   // auto | gloo | nccl
-  std::string transport = "auto"; // auto | shm | gloo: shared-memory all-reduce on one host
-  double timeout_s = 1800;        // collective and rendezvous timeout
+  int64_t log_every = 1;  // test accuracy every N epochs (and after the last)
+  dist::BackendChoice backend = dist::BackendChoice::kAuto;
+  dist::Transport transport = dist::Transport::kAuto;  // shared-memory all-reduce on one host
+  double timeout_s = 1800;                             // collective and rendezvous timeout
   bool broadcast_buffers = true;
   bool find_unused_parameters = false;
-  std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16
-  bool progress = true;           // progress bar when stderr is a terminal
-  std::string metrics_json;       // optional JSON-lines file of per-epoch metrics
+  dist::CommHook comm_hook = dist::CommHook::kAllreduce;
+  bool progress = true;      // progress bar when stderr is a terminal
+  std::string metrics_json;  // optional JSON-lines file of per-epoch metrics
 
   // checkpoints
-  std::string save_dir;           // empty: no checkpoints
-  std::string resume;             // PATH or "auto" (newest good checkpoint in save_dir)
+  std::string save_dir;  // empty: no checkpoints
+  std::string resume;    // PATH or "auto" (newest good checkpoint in save_dir)
   int keep_checkpoints = 3;
 };
 

@@ -1,9 +1,9 @@
 #include "train/pretrained.h"
 
-#include <map>
-
 #include <fmt/format.h>
 #include <torch/serialize.h>
+
+#include <map>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -40,10 +40,12 @@ std::string load_pretrained(const std::string& path, torch::nn::Module& model) {
     }
   }
   models::load_named_tensors(model, tensors);
-  if (kept.empty()) return fmt::format("loaded {} pretrained tensors from {}", tensors.size(), path);
-  return fmt::format("loaded {} pretrained tensors from {}; the classifier head '{}' has another "
-                     "number of classes there, so it was re-initialised",
-                     tensors.size() - kept.size(), path, head);
+  if (kept.empty())
+    return fmt::format("loaded {} pretrained tensors from {}", tensors.size(), path);
+  return fmt::format(
+      "loaded {} pretrained tensors from {}; the classifier head '{}' has another "
+      "number of classes there, so it was re-initialised",
+      tensors.size() - kept.size(), path, head);
 }
 
 void export_state_dict(torch::nn::Module& model, const std::string& path) {

@@ -5,9 +5,9 @@
 // is an error listing the keys.
 #pragma once
 
-#include <string>
-
 #include <torch/nn/module.h>
+
+#include <string>
 
 namespace ddpx::train {
 

@@ -1,10 +1,9 @@
 #include "train/progress.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
-
-#include <fmt/format.h>
 
 namespace ddpx::train {
 

@@ -1,19 +1,18 @@
 #include "train/trainer.h"
 
+#include <torch/nn/functional/loss.h>
+#include <torch/utils.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
-#include <torch/nn/functional/loss.h>
-#include <torch/utils.h>
 
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/threads.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -21,14 +20,14 @@
 #include "data/transforms.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
-#include "dist/sgd_kernel.h"
-#include "dist/sharded_sgd.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optim.h"
 #include "train/pretrained.h"
 #include "train/progress.h"
+#include "train/step_strategy.h"
+#include "train/threads.h"
 
 namespace ddpx::train {
 namespace {
@@ -37,17 +36,12 @@ constexpr int64_t kEvalBatchSize = 512;
 
 int choose_threads(const TrainOptions& o) { return o.threads > 0 ? o.threads : default_threads(); }
 
-dist::CommHook parse_comm_hook(const std::string& name) {
-  if (name == "fp16") return dist::CommHook::kFp16Compress;
-  if (name == "bf16") return dist::CommHook::kBf16Compress;
-  return dist::CommHook::kAllreduce;
-}
-
 int64_t per_rank_batch(const TrainOptions& o, int world_size) {
   if (!o.batch_size_scaled) return o.batch_size;
   DDPX_CHECK(o.batch_size % world_size == 0, ErrorKind::kUsage,
              "--batch_size_scaled: --batch_size {} does not divide by the world size {}; pick a "
-             "multiple of {}", o.batch_size, world_size, world_size);
+             "multiple of {}",
+             o.batch_size, world_size, world_size);
   return o.batch_size / world_size;
 }
 
@@ -119,8 +113,10 @@ class Run {
     test_loader_ = std::make_unique<data::DataLoader>(splits_.test, loader_options(false));
 
     steps_per_epoch_ = (sampler_->num_samples() + batch_size_ - 1) / batch_size_;
-    if (o_.limit_train_batches > 0) steps_per_epoch_ = std::min(steps_per_epoch_, o_.limit_train_batches);
-    int64_t updates_per_epoch = (steps_per_epoch_ + o_.accumulation_steps - 1) / o_.accumulation_steps;
+    if (o_.limit_train_batches > 0)
+      steps_per_epoch_ = std::min(steps_per_epoch_, o_.limit_train_batches);
+    int64_t updates_per_epoch =
+        (steps_per_epoch_ + o_.accumulation_steps - 1) / o_.accumulation_steps;
     OptimizerConfig oc{o_.optimizer, o_.learning_rate, o_.weight_decay, o_.momentum};
     optimizer_ = make_optimizer(model_.ptr()->parameters(), oc);
     schedule_ = std::make_unique<LrSchedule>(
@@ -134,28 +130,15 @@ class Run {
       dist::DdpOptions ddp;
       ddp.broadcast_buffers = o_.broadcast_buffers;
       ddp.find_unused_parameters = o_.find_unused_parameters;
-      ddp.comm_hook = parse_comm_hook(o_.comm_hook);
-      ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, context_->process_group(), ddp);
-      // After the checkpoint is loaded: it moves the parameters and momentum buffers.
-      if (auto* sgd = dynamic_cast<torch::optim::SGD*>(optimizer_.get()))
-        sharded_ = dist::ShardedSgd::create(*sgd, context_->process_group());
-      // Nothing reads the averaged gradients between backward and the step here, so the step
-      // can run inside backward, bucket by bucket.
-      if (sharded_) {
-        const bool in_backward = sharded_->step_in_backward(*ddp_);
-        log::info("the optimizer step is split across the {} ranks{} (sharded_sgd.h)",
-                  context_->world_size(), in_backward ? ", inside backward" : "");
-      }
+      ddp.comm_hook = o_.comm_hook;
+      ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, *context_, ddp);
     }
+    // After the checkpoint is loaded (it moves the parameters and momentum buffers) and DDP.
+    // Nothing reads the averaged gradients between backward and the step here, so the step may
+    // run inside backward, bucket by bucket.
+    step_ = std::make_unique<StepStrategy>(*optimizer_, *context_, ddp_.get());
+    log::info("optimizer step: {}", step_->describe());
     print_header();
-  }
-
-  // The optimizer step: split across ranks (sharded_sgd.h), else SGD in one fused pass
-  // (sgd_kernel.h, the same result as libtorch's), else the optimizer's own.
-  void optimizer_step() {
-    if (sharded_) return sharded_->step();
-    auto* sgd = dynamic_cast<torch::optim::SGD*>(optimizer_.get());
-    if (sgd == nullptr || !dist::fused_sgd_step(*sgd)) optimizer_->step();
   }
 
   data::LoaderOptions loader_options(bool train) const {
@@ -208,21 +191,23 @@ class Run {
 
   void print_header() const {
     const auto& d = splits_.train;
-    log::out("ddpx train: model {} ({:.2f}M parameters, stem {}) | dataset {} ({} train / {} test, "
-             "{}x{}x{} -> 3x{}x{}, {} classes)",
-             o_.model, models::count_parameters(*model_.ptr()) / 1e6, o_.stem, o_.dataset,
-             d.size(), splits_.test.size(), d.height(), d.width(), d.channels(), image_size_,
-             image_size_, d.num_classes);
-    log::out("optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
-             "normalize {} | threads {}",
-             o_.optimizer, o_.learning_rate, o_.optimizer == "sgd" ? o_.momentum : 0.0,
-             o_.weight_decay, o_.lr_schedule, o_.warmup_epochs, o_.normalize,
-             torch::get_num_threads());
-    log::out("world size {} ({}) | batch size {} per process, global batch {} | accumulation "
-             "steps {} | learning rate {}",
-             context_->world_size(), context_->backend(), batch_size_,
-             batch_size_ * context_->world_size() * o_.accumulation_steps, o_.accumulation_steps,
-             o_.learning_rate);
+    log::out(
+        "ddpx train: model {} ({:.2f}M parameters, stem {}) | dataset {} ({} train / {} test, "
+        "{}x{}x{} -> 3x{}x{}, {} classes)",
+        o_.model, models::count_parameters(*model_.ptr()) / 1e6, o_.stem, o_.dataset, d.size(),
+        splits_.test.size(), d.height(), d.width(), d.channels(), image_size_, image_size_,
+        d.num_classes);
+    log::out(
+        "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
+        "normalize {} | threads {}",
+        o_.optimizer, o_.learning_rate, o_.optimizer == "sgd" ? o_.momentum : 0.0, o_.weight_decay,
+        name(o_.lr_schedule), o_.warmup_epochs, o_.normalize, torch::get_num_threads());
+    log::out(
+        "world size {} ({}) | batch size {} per process, global batch {} | accumulation "
+        "steps {} | learning rate {}",
+        context_->world_size(), context_->backend(), batch_size_,
+        batch_size_ * context_->world_size() * o_.accumulation_steps, o_.accumulation_steps,
+        o_.learning_rate);
     if (!pretrained_note_.empty()) log::out("{}", pretrained_note_);
   }
 
@@ -247,8 +232,8 @@ class Run {
         (o_.accumulation_steps > 1 ? loss / static_cast<double>(o_.accumulation_steps) : loss)
             .backward();
       };
-      // Before backward: the sharded step may run inside it (ShardedSgd::step_in_backward).
-      if (boundary) set_learning_rate(*optimizer_, schedule_->lr_at(global_step_));
+      // Before backward: the step may run inside it (step_strategy.h).
+      if (boundary) step_->set_learning_rate(schedule_->lr_at(global_step_));
       if (ddp_ && !boundary) {
         auto guard = ddp_->no_sync();
         backward();
@@ -256,7 +241,7 @@ class Run {
         backward();
       }
       if (boundary) {
-        optimizer_step();
+        step_->step();
         optimizer_->zero_grad();
         ++global_step_;
       }
@@ -278,17 +263,18 @@ class Run {
     r.loss = sums.loss();
     r.accuracy = sums.accuracy();
     r.images_per_sec = sums.count / std::max(r.seconds, 1e-9);
-    log::out("Epoch - {}/{}: time - {:.2f}s || loss_train - {:.4f} || accuracy_train - {:.4f} || "
-             "images_per_sec - {:.1f}",
-             epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, r.images_per_sec);
+    log::out(
+        "Epoch - {}/{}: time - {:.2f}s || loss_train - {:.4f} || accuracy_train - {:.4f} || "
+        "images_per_sec - {:.1f}",
+        epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, r.images_per_sec);
     return r;
   }
 
   double evaluate() {
     torch::NoGradGuard no_grad;
     model_.ptr()->eval();
-    auto indices = data::eval_indices(splits_.test.size(), context_->rank(),
-                                      context_->world_size());
+    auto indices =
+        data::eval_indices(splits_.test.size(), context_->rank(), context_->world_size());
     test_loader_->start_epoch(std::move(indices), 0);
     MetricSums sums;
     while (auto batch = test_loader_->next()) {
@@ -326,7 +312,7 @@ class Run {
   std::unique_ptr<data::DistributedSampler> sampler_;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::unique_ptr<dist::ShardedSgd> sharded_;  // the step split across ranks, when it applies
+  std::unique_ptr<StepStrategy> step_;
   std::unique_ptr<LrSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;
   int64_t start_epoch_ = 0;

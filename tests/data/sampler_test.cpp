@@ -1,6 +1,7 @@
 // DistributedSampler against torch.utils.data.DistributedSampler, and exact eval splits.
 #include "data/sampler.h"
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <set>

@@ -3,7 +3,6 @@
 #include "collective_script.h"
 
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -57,8 +56,11 @@ void run_word(const std::string& word, std::shared_ptr<dist::Context>& context,
   std::string script = env::get_or(("DDPX_TEST_COLLECTIVES_RANK" + rank).c_str(),
                                    env::get_or("DDPX_TEST_COLLECTIVES", ""));
   dist::InitOptions options;
-  options.backend = "gloo";
-  options.transport = env::get_or("DDPX_TEST_TRANSPORT", "auto");
+  options.backend = dist::BackendChoice::kGloo;
+  const std::string transport = env::get_or("DDPX_TEST_TRANSPORT", "auto");
+  options.transport = transport == "gloo"  ? dist::Transport::kGloo
+                      : transport == "shm" ? dist::Transport::kShm
+                                           : dist::Transport::kAuto;
   options.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::stod(env::get_or("DDPX_TEST_TIMEOUT_S", "5")) * 1000));
   int code = 0;

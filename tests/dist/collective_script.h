@@ -1,6 +1,7 @@
 // test_dist doubles as a scripted rank: started with DDPX_TEST_COLLECTIVES set (by `ddpx run N
 // -- test_dist --gtest_filter=CollectiveScript.*`), its one test joins the job from the
-// environment, runs the script and ends the process (0, or 1 printing the error). The script is words separated by spaces:
+// environment, runs the script and ends the process (0, or 1 printing the error). The script is
+// words separated by spaces:
 //   allreduce:N   sum of a float tensor of N elements     broadcast:N   float[N] from rank 0
 //   barrier       stop  (raise SIGSTOP on itself)         nojoin        sleep, never join
 //   sleep:S       sleep S seconds
@@ -14,8 +15,8 @@ namespace ddpx::test {
 
 // Shell words (VAR=value ...) that make this test binary run `script` on every rank, or
 // `rank1_script` on rank 1 when it is not empty.
-std::string collective_script_env(const std::string& script,
-                                  const std::string& rank1_script = "", double timeout_s = 3);
+std::string collective_script_env(const std::string& script, const std::string& rank1_script = "",
+                                  double timeout_s = 3);
 
 std::string self_binary();  // this test binary's command line as a scripted rank
 

@@ -2,10 +2,10 @@
 // collective_script.h) in which one rank stops, calls a different collective, or never joins.
 // Each must end within the timeout plus a few seconds, print one table of the ranks' last
 // collectives, and name the rank behind or the mismatch.
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <regex>
-
-#include <gtest/gtest.h>
 
 #include "collective_script.h"
 #include "support/support.h"
@@ -28,8 +28,8 @@ struct Job {
 Job run_job(const test::TempDir& dir, const std::string& script, const std::string& rank1,
             const std::string& extra_env = "") {
   std::string command = extra_env + " " + test::collective_script_env(script, rank1, kTimeoutS) +
-                        " " + test::ddpx_binary() + " run 2 --grace_s 1 --log_dir " +
-                        dir.path() + " -- " + test::self_binary();
+                        " " + test::ddpx_binary() + " run 2 --grace_s 1 --log_dir " + dir.path() +
+                        " -- " + test::self_binary();
   auto start = std::chrono::steady_clock::now();
   Job job;
   job.result = run_command(command, 120);
@@ -62,11 +62,11 @@ TEST(CollectiveTimeoutTest, AStoppedRankIsNamedBehindWithItsLastCollective) {
   const std::string verdict =
       "rank 1 is behind (process stopped): last completed seq 2 (allreduce float[1024]), "
       "others wait in seq 3 (broadcast float[10])";
-  EXPECT_NE(job.result.output.find("ddpx run: " + verdict), std::string::npos)
-      << job.result.output;
+  EXPECT_NE(job.result.output.find("ddpx run: " + verdict), std::string::npos) << job.result.output;
   // Rank 0's own one-line error names the operation and the same verdict.
-  EXPECT_TRUE(std::regex_search(job.result.output,
-                                std::regex(R"(error \[rank 0\]: broadcast \(seq 3\) failed: .*rank 1 is behind)")))
+  EXPECT_TRUE(std::regex_search(
+      job.result.output,
+      std::regex(R"(error \[rank 0\]: broadcast \(seq 3\) failed: .*rank 1 is behind)")))
       << job.result.output;
 }
 

@@ -1,12 +1,12 @@
 // The collective record: the ring and its file, the verdicts, and a real Gloo job's group
 // recording what it did.
-#include "core/collective_trace.h"
+#include "trace/collective_trace.h"
 
 #include <gtest/gtest.h>
 
-#include "core/collective_report.h"
-#include "dist/traced_process_group.h"
+#include "dist/c10d/traced_backend.h"
 #include "ranks.h"
+#include "trace/collective_report.h"
 
 namespace ddpx::trace {
 namespace {
@@ -87,8 +87,9 @@ TEST(CollectiveReportTest, RanksWithoutARecordAndEvenRanksAreSaidSo) {
             "rank(s) 1 are behind: no record of them, the others wait in seq 1 (allreduce "
             "float[8])");
   auto r1 = rank_with(1, {{"allreduce", 8}}, 0);
-  EXPECT_NE(verdict({r0, r1}, 2).find("no rank is behind by the record: every rank waits in "
-                                      "seq 1 (allreduce float[8])"),
+  EXPECT_NE(verdict({r0, r1}, 2)
+                .find("no rank is behind by the record: every rank waits in "
+                      "seq 1 (allreduce float[8])"),
             std::string::npos);
 }
 
@@ -125,13 +126,8 @@ TEST(CollectiveTraceTest, AGlooJobRecordsEveryCollectiveOfItsGroup) {
     auto b = torch::zeros({5}, torch::kLong);
     context.broadcast(b, 0);
     context.barrier();
-#ifdef DDPX_HAVE_TRACED_GROUP
-    auto* traced = dynamic_cast<dist::TracedProcessGroup*>(context.process_group().get());
-    ASSERT_NE(traced, nullptr) << "the job's group is traced";
-    seen[rank] = traced->trace()->snapshot();
-#else
-    GTEST_SKIP() << "libtorch 2.x: collectives are not traced";
-#endif
+    ASSERT_NE(context.trace(), nullptr) << "the job's group is traced";
+    seen[rank] = context.trace()->snapshot();
   });
   EXPECT_ALL_RANKS_OK(errors);
   for (int rank = 0; rank < 2; ++rank) {

@@ -3,13 +3,11 @@
 #include "dist/ddp.h"
 
 #include <gtest/gtest.h>
-
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
 #include "core/error.h"
-#include "dist/c10d_compat.h"
-#include "dist/process_group_shm.h"
+#include "dist/shm/shm_backend.h"
 #include "ranks.h"
 
 namespace ddpx::dist {
@@ -27,9 +25,7 @@ struct MlpImpl : torch::nn::Module {
     if (with_unused) unused = register_module("unused", torch::nn::Linear(4, 4));
     steps = register_buffer("steps", torch::zeros({2}));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    return fc3(torch::tanh(fc2(torch::tanh(fc1(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return fc3(torch::tanh(fc2(torch::tanh(fc1(x))))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr}, unused{nullptr};
   torch::Tensor steps;
 };
@@ -61,8 +57,8 @@ float max_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Ten
 
 std::vector<torch::Tensor> grads_of(torch::nn::Module& m) {
   std::vector<torch::Tensor> g;
-  for (auto& p : m.parameters()) g.push_back(p.grad().defined() ? p.grad().clone()
-                                                               : torch::zeros_like(p));
+  for (auto& p : m.parameters())
+    g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
   return g;
 }
 
@@ -80,9 +76,8 @@ struct Result {
 };
 
 // Whether every gradient lies in this rank's share of the group's shared segment.
-bool grads_in_shared_memory(torch::nn::Module& m, c10d::ProcessGroup& group) {
-#ifdef DDPX_HAVE_SHM_GROUP
-  auto* shm = compat::shm_group(group);
+bool grads_in_shared_memory(torch::nn::Module& m, const Context& context) {
+  auto* shm = context.shm();
   if (shm == nullptr || !shm->arena()) return false;
   for (auto& p : m.parameters()) {
     const auto& g = p.grad();
@@ -90,9 +85,6 @@ bool grads_in_shared_memory(torch::nn::Module& m, c10d::ProcessGroup& group) {
       return false;
   }
   return true;
-#else
-  return false;
-#endif
 }
 
 // Within a bucket, parameter k+1's gradient starts where parameter k's ends: the gradients
@@ -140,11 +132,9 @@ std::pair<Result, std::vector<Result>> train_both(DdpOptions options, int steps,
   std::vector<Mlp> models{copy_of(init, with_unused), copy_of(init, with_unused)};
   std::vector<Result> results(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group(),
-                                options);
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context, options);
     results[rank].buckets_before = ddp.buckets();
-    torch::optim::SGD sgd(models[rank]->parameters(),
-                          torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::optim::SGD sgd(models[rank]->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     const int64_t half = kBatch / 2;
     for (int s = 0; s < steps; ++s) {
       if (zero == ZeroGrad::kOptimizer) {
@@ -157,8 +147,7 @@ std::pair<Result, std::vector<Result>> train_both(DdpOptions options, int steps,
       loss_of(ddp.forward(x), y, half).backward();
       results[rank].grads = grads_of(ddp.module());
       results[rank].grads_are_bucket_views &= grads_are_bucket_views(ddp.module(), ddp.buckets());
-      results[rank].grads_in_shared_memory &=
-          grads_in_shared_memory(ddp.module(), *context.process_group());
+      results[rank].grads_in_shared_memory &= grads_in_shared_memory(ddp.module(), context);
       sgd.step();
     }
     results[rank].buckets_after = ddp.buckets();
@@ -240,7 +229,7 @@ TEST(DdpTest, UnusedParameterWithoutFindUnusedIsAnErrorNamingIt) {
   Mlp shared(16, /*with_unused=*/true);
   std::vector<Mlp> models{copy_of(shared, true), copy_of(shared, true)};
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group());
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
     ddp.forward(torch::randn({2, 8})).sum().backward();
   });
   for (int r = 0; r < 2; ++r) {
@@ -263,7 +252,7 @@ TEST(DdpTest, NoSyncAccumulationEqualsOneBigBatchStep) {
   std::vector<Mlp> models{copy_of(init), copy_of(init)};
   std::vector<std::vector<torch::Tensor>> grads(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group());
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
     // Rank r owns rows [4r, 4r+4), seen as two micro-batches of 2; the first without sync.
     auto micro = [&](int m) {
       auto rows = x.narrow(0, 4 * rank + 2 * m, 2);
@@ -310,7 +299,7 @@ TEST(DdpTest, ConstructionCopiesRankZeroWeightsAndBuffers) {
   auto expected = weights_of(*zero);
   std::vector<Mlp> models{zero, one};
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group());
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
   });
   EXPECT_ALL_RANKS_OK(errors);
   EXPECT_EQ(max_diff(weights_of(*one), expected), 0.0f);
@@ -320,7 +309,7 @@ TEST(DdpTest, ConstructionCopiesRankZeroWeightsAndBuffers) {
 TEST(DdpTest, ShapeMismatchNamesParameterAndRank) {
   std::vector<Mlp> models{Mlp(16), Mlp(17)};
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group());
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
   });
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(errors[r]) << "rank " << r << " accepted different models";

@@ -1,9 +1,9 @@
 // The example (examples/my_model_ddp.cpp) as a user would run it: two processes with
 // torchrun's variables on 127.0.0.1. Both must finish and end with identical weights.
+#include <gtest/gtest.h>
+
 #include <regex>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "support/support.h"
 
@@ -20,11 +20,10 @@ TEST(ExampleTest, MyModelDdpTrainsOnTwoProcessesWithEqualWeights) {
   std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                     " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2";
   const std::string log1 = shell_quote(dir.file("rank1.log"));
-  auto result = run_command("RANK=1 LOCAL_RANK=1 " + env + " " + bin + " > " + log1 +
-                                " 2>&1 & RANK=0 LOCAL_RANK=0 " + env + " " + bin +
-                                "; s=$?; wait $!; t=$?; cat " + log1 +
-                                "; [ $s -eq 0 ] && [ $t -eq 0 ]",
-                            /*timeout_s=*/120);
+  auto result = run_command(
+      "RANK=1 LOCAL_RANK=1 " + env + " " + bin + " > " + log1 + " 2>&1 & RANK=0 LOCAL_RANK=0 " +
+          env + " " + bin + "; s=$?; wait $!; t=$?; cat " + log1 + "; [ $s -eq 0 ] && [ $t -eq 0 ]",
+      /*timeout_s=*/120);
   ASSERT_FALSE(result.timed_out) << result.output;
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("epoch 5 loss"), std::string::npos) << result.output;

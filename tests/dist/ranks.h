@@ -39,7 +39,7 @@ inline std::vector<std::exception_ptr> run_ranks(
     threads.emplace_back([&, rank] {
       try {
         dist::InitOptions options;
-        options.backend = "gloo";
+        options.backend = dist::BackendChoice::kGloo;
         options.timeout = timeout;
         auto context = dist::init(loopback_world(rank, world_size, port), options);
         fn(rank, *context);
@@ -63,7 +63,7 @@ inline std::string error_text(const std::exception_ptr& error) {
 }
 
 // Fails the test with every rank's message when any rank threw.
-#define EXPECT_ALL_RANKS_OK(errors)                                                   \
+#define EXPECT_ALL_RANKS_OK(errors)                                                  \
   for (size_t r_ = 0; r_ < (errors).size(); ++r_) {                                  \
     EXPECT_FALSE((errors)[r_]) << "rank " << r_ << ": " << error_text((errors)[r_]); \
   }

@@ -3,16 +3,15 @@
 // both ranks; it declines what
 // it cannot do exactly (other optimizers, dampening) on every rank alike, and a momentum
 // buffer replaced after set-up is refused instead of silently ignored.
-#include "dist/sharded_sgd.h"
+#include "dist/shm/sharded_sgd.h"
 
 #include <gtest/gtest.h>
-
 #include <torch/nn/modules/linear.h>
 
 #include "core/error.h"
-#include "dist/c10d_compat.h"
 #include "dist/ddp.h"
-#include "dist/process_group_shm.h"
+#include "dist/shm/shm_backend.h"
+#include "optim/sgd_kernel.h"
 #include "ranks.h"
 
 namespace ddpx::dist {
@@ -61,12 +60,12 @@ std::vector<Outcome> train(Mode mode) {
     DdpOptions small;  // several buckets, each split between the ranks mid-parameter
     small.first_bucket_bytes = 256;
     small.bucket_bytes = 1024;
-    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context.process_group(), small);
+    DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context, small);
     torch::optim::SGD sgd(models[rank]->parameters(),
                           torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
     std::unique_ptr<ShardedSgd> shard;
     if (sharded) {
-      shard = ShardedSgd::create(sgd, context.process_group());
+      shard = ShardedSgd::create(sgd, context.process_group(), context.shm());
       if (!shard) throw std::runtime_error("ShardedSgd::create declined");
       out[rank].owners = shard->owners();
       if (mode == Mode::kInBackward && !shard->step_in_backward(ddp))
@@ -82,16 +81,17 @@ std::vector<Outcome> train(Mode mode) {
         sgd.step();
       }
     }
-    auto* shm = compat::shm_group(*context.process_group());
+    auto* shm = context.shm();
     const auto params = models[rank]->parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
       out[rank].weights.push_back(p.detach().clone());
-      auto& state = static_cast<torch::optim::SGDParamState&>(
-          *sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+      auto& state =
+          static_cast<torch::optim::SGDParamState&>(*sgd.state().at(optim::sgd_state_key(p)));
       out[rank].momenta.push_back(state.momentum_buffer().clone());
       // Each parameter lives once, in its owner's arena, and is used from there by every rank.
-      const bool here = shm != nullptr && shm->arena()->locate(p.data_ptr(), p.numel() * p.element_size());
+      const bool here =
+          shm != nullptr && shm->arena()->locate(p.data_ptr(), p.numel() * p.element_size());
       out[rank].in_shared_memory &= !sharded || here == (out[rank].owners.at(i) == rank);
     }
   });
@@ -146,9 +146,9 @@ TEST(ShardedSgdTest, StepInBackwardRefusesAStepAfterABackwardThatDidNotSynchroni
   std::vector<std::string> messages(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     auto model = make_model();
-    DistributedDataParallel ddp(torch::nn::AnyModule(model), context.process_group());
+    DistributedDataParallel ddp(torch::nn::AnyModule(model), context);
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    auto shard = ShardedSgd::create(sgd, context.process_group());
+    auto shard = ShardedSgd::create(sgd, context.process_group(), context.shm());
     ASSERT_NE(shard, nullptr);
     ASSERT_TRUE(shard->step_in_backward(ddp));
     {
@@ -167,11 +167,12 @@ TEST(ShardedSgdTest, DeclinesWhatItCannotDoExactlyOnEveryRank) {
     auto model = make_model();
     torch::optim::SGD damped(model->parameters(),
                              torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1));
-    declined[rank] += ShardedSgd::create(damped, context.process_group()) == nullptr;
+    declined[rank] += ShardedSgd::create(damped, context.process_group(), context.shm()) == nullptr;
     // One rank's optimizer qualifies, the other's does not: neither shards.
-    torch::optim::SGD half(model->parameters(),
-                           torch::optim::SGDOptions(0.1).momentum(0.9).dampening(rank == 0 ? 0 : 0.5));
-    declined[rank] += ShardedSgd::create(half, context.process_group()) == nullptr;
+    torch::optim::SGD half(
+        model->parameters(),
+        torch::optim::SGDOptions(0.1).momentum(0.9).dampening(rank == 0 ? 0 : 0.5));
+    declined[rank] += ShardedSgd::create(half, context.process_group(), context.shm()) == nullptr;
   });
   EXPECT_ALL_RANKS_OK(errors);
   EXPECT_EQ(declined, (std::vector<int>{2, 2}));
@@ -182,16 +183,17 @@ TEST(ShardedSgdTest, AMomentumBufferReplacedAfterSetUpIsRefused) {
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     auto model = make_model();
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    auto shard = ShardedSgd::create(sgd, context.process_group());
+    auto shard = ShardedSgd::create(sgd, context.process_group(), context.shm());
     ASSERT_NE(shard, nullptr);
     torch::Tensor p = model->parameters()[0];
-    auto& state = static_cast<torch::optim::SGDParamState&>(
-        *sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+    auto& state =
+        static_cast<torch::optim::SGDParamState&>(*sgd.state().at(optim::sgd_state_key(p)));
     state.momentum_buffer(torch::zeros_like(p));  // as loading a checkpoint would
     messages[rank] = usage_error_of_step(*shard);
   });
   EXPECT_ALL_RANKS_OK(errors);
-  for (const auto& m : messages) EXPECT_NE(m.find("replaced after the sharded optimizer"), std::string::npos) << m;
+  for (const auto& m : messages)
+    EXPECT_NE(m.find("replaced after the sharded optimizer"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -2,19 +2,18 @@
 // in place for tensors in the arenas, broadcasts from any root,
 // a clear timeout naming the rank that never arrived, nothing left in /dev/shm, and init()
 // choosing it for a one-host job while other collectives still go through Gloo.
-#include <gtest/gtest.h>
+#include "dist/shm/shm_allreduce.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <functional>
 #include <thread>
-
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "core/error.h"
 #include "dist/context.h"
-#include "dist/shm_allreduce.h"
 #include "support/support.h"
 
 namespace ddpx::dist {
@@ -38,8 +37,7 @@ void run_ranks(int world_size, const std::function<void(int, ShmAllreduce&)>& fn
     });
   }
   for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world_size; ++rank)
-    EXPECT_EQ(errors[rank], "") << "rank " << rank;
+  for (int rank = 0; rank < world_size; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
 }
 
 // Segments this process created (named ddpx-<pid>-...): tests in other processes running at the
@@ -58,8 +56,8 @@ TEST(ShmAllreduceTest, SumsExactlyAcrossChunkBoundaries) {
   const int64_t per_chunk = ShmAllreduce::kChunkBytes / 4;
   for (int world : {2, 3}) {
     run_ranks(world, [&](int rank, ShmAllreduce& shm) {
-      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{1000}, per_chunk,
-                        per_chunk + 1, 2 * per_chunk + 7}) {
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{1000}, per_chunk, per_chunk + 1,
+                        2 * per_chunk + 7}) {
         // Element i on rank r holds i % 97 + r: the sum is known exactly in float.
         torch::Tensor t = torch::arange(n, torch::kInt64).remainder(97).to(torch::kFloat32) + rank;
         shm.allreduce(t);
@@ -103,7 +101,8 @@ TEST(ShmAllreduceTest, MismatchedCallsThrowOnEveryRankInsteadOfSummingWrongBytes
       }
     });
     for (int rank = 0; rank < 2; ++rank) {
-      EXPECT_NE(errors[rank].find("mismatched collectives on shared memory"), std::string::npos) << errors[rank];
+      EXPECT_NE(errors[rank].find("mismatched collectives on shared memory"), std::string::npos)
+          << errors[rank];
       EXPECT_NE(errors[rank].find(c.expected), std::string::npos) << errors[rank];
     }
   }
@@ -130,15 +129,15 @@ TEST(ShmAllreduceTest, ArenaTensorsReduceInPlaceToExactSumsAndAverages) {
     run_ranks(world, [&](int rank, ShmAllreduce& shm) {
       ASSERT_NE(shm.arena(), nullptr);
       std::vector<torch::Tensor> padding;  // a different offset on every rank
-      for (int i = 0; i < rank; ++i) padding.push_back(shm.arena()->allocate(5000, torch::kFloat32));
+      for (int i = 0; i < rank; ++i)
+        padding.push_back(shm.arena()->allocate(5000, torch::kFloat32));
       for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{1001}, per_chunk + 3}) {
         for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
           for (bool average : {false, true}) {
             for (bool rank1_in_arena : {true, false}) {
               torch::Tensor values = torch::arange(n, torch::kInt64).remainder(97).to(dtype);
-              torch::Tensor t = rank == 1 && !rank1_in_arena
-                                    ? torch::empty({n}, dtype)
-                                    : shm.arena()->allocate(n, dtype);
+              torch::Tensor t = rank == 1 && !rank1_in_arena ? torch::empty({n}, dtype)
+                                                             : shm.arena()->allocate(n, dtype);
               ASSERT_TRUE(t.defined());
               t.copy_(values + rank);
               shm.allreduce(t, average);
@@ -166,7 +165,9 @@ TEST(ShmAllreduceTest, BroadcastCopiesTheRootsBytesFromAnyRoot) {
         for (auto dtype : {torch::kUInt8, torch::kInt64, torch::kFloat32}) {
           for (int64_t bytes : {int64_t{0}, int64_t{40}, chunk, 2 * chunk + 8}) {
             const int64_t n = bytes / static_cast<int64_t>(c10::elementSize(dtype));
-            auto values = [&](int r) { return (torch::arange(n, torch::kInt64) * 7 + r).remainder(251).to(dtype); };
+            auto values = [&](int r) {
+              return (torch::arange(n, torch::kInt64) * 7 + r).remainder(251).to(dtype);
+            };
             torch::Tensor t = values(rank);
             shm.broadcast(t, root);
             ASSERT_TRUE(torch::equal(t, values(root)))
@@ -187,7 +188,8 @@ TEST(ShmAllreduceTest, BroadcastCopiesTheRootsBytesFromAnyRoot) {
   });
   for (const auto& e : errors)
     EXPECT_NE(e.find("rank 0 broadcast from 0 bytes[16], rank 1 broadcast from 1 bytes[16]"),
-              std::string::npos) << e;
+              std::string::npos)
+        << e;
 }
 
 TEST(ShmAllreduceTest, AMissingRankTimesOutNamingIt) {
@@ -235,7 +237,7 @@ namespace {
 
 // init() over real TCPStore + Gloo on loopback picks shared memory for a one-host job, and
 // the wrapped group still sums correctly and still does every other collective through Gloo.
-std::vector<std::shared_ptr<Context>> join(int world_size, const std::string& transport) {
+std::vector<std::shared_ptr<Context>> join(int world_size, Transport transport) {
   int port = test::free_port();
   std::vector<std::shared_ptr<Context>> contexts(world_size);
   std::vector<std::thread> threads;
@@ -256,19 +258,20 @@ std::vector<std::shared_ptr<Context>> join(int world_size, const std::string& tr
   return contexts;
 }
 
-TEST(ProcessGroupShmTest, OneHostJobUsesSharedMemoryAndStaysCorrect) {
-  auto contexts = join(2, "auto");
+TEST(ShmBackendTest, OneHostJobUsesSharedMemoryAndStaysCorrect) {
+  auto contexts = join(2, Transport::kAuto);
   ASSERT_EQ(contexts[0]->backend(), "gloo+shm");
+  ASSERT_NE(contexts[0]->shm(), nullptr);
   std::vector<std::thread> threads;
   std::vector<torch::Tensor> sums(2), broadcasts(2);
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       torch::Tensor t = torch::full({5000}, rank + 1.0f);
-      contexts[rank]->all_reduce_sum(t);      // shared memory
+      contexts[rank]->all_reduce_sum(t);  // shared memory
       torch::Tensor b = torch::full({3}, rank * 10.0f);
-      contexts[rank]->broadcast(b, 1);        // shared memory
+      contexts[rank]->broadcast(b, 1);  // shared memory
       torch::Tensor i = torch::full({4}, int64_t{rank + 1});
-      contexts[rank]->all_reduce_sum(i);      // int64 sum: Gloo
+      contexts[rank]->all_reduce_sum(i);  // int64 sum: Gloo
       sums[rank] = t;
       broadcasts[rank] = torch::cat({b, i.to(torch::kFloat32)});
       contexts[rank]->barrier();
@@ -277,13 +280,15 @@ TEST(ProcessGroupShmTest, OneHostJobUsesSharedMemoryAndStaysCorrect) {
   for (auto& t : threads) t.join();
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_TRUE(sums[rank].eq(3.0f).all().item<bool>());
-    EXPECT_TRUE(torch::equal(broadcasts[rank], torch::tensor({10.0f, 10.0f, 10.0f, 3.0f, 3.0f, 3.0f, 3.0f})));
+    EXPECT_TRUE(torch::equal(broadcasts[rank],
+                             torch::tensor({10.0f, 10.0f, 10.0f, 3.0f, 3.0f, 3.0f, 3.0f})));
   }
 }
 
-TEST(ProcessGroupShmTest, TransportGlooKeepsPlainGloo) {
-  auto contexts = join(2, "gloo");
+TEST(ShmBackendTest, TransportGlooKeepsPlainGloo) {
+  auto contexts = join(2, Transport::kGloo);
   EXPECT_EQ(contexts[0]->backend(), "gloo");
+  EXPECT_EQ(contexts[0]->shm(), nullptr);
 }
 
 }  // namespace

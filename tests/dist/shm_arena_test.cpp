@@ -2,7 +2,7 @@
 // zero-filled (also after a previous owner wrote into the range), freed ranges merge so that a
 // large block fits again, and a request /dev/shm cannot hold is an undefined tensor (the
 // reducer then uses ordinary memory), not a SIGBUS later.
-#include "dist/shm_arena.h"
+#include "dist/shm/shm_arena.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -42,7 +42,7 @@ TEST(ShmArenaTest, AllocationsAreDisjointZeroedAndComeBackZeroed) {
   EXPECT_TRUE(torch::equal(a, torch::zeros({1000})));
   EXPECT_TRUE(arena->locate(a.data_ptr(), 4000).has_value());
   EXPECT_FALSE(arena->locate(a.data_ptr(), 40 * kPage).has_value());  // runs past the arena
-  EXPECT_FALSE(arena->locate(mapping->at(0), 4).has_value());          // before it
+  EXPECT_FALSE(arena->locate(mapping->at(0), 4).has_value());         // before it
   auto begin = [](const torch::Tensor& t) { return static_cast<char*>(t.data_ptr()); };
   EXPECT_TRUE(begin(a) + 4000 <= begin(b) || begin(b) + 24 <= begin(a));
   EXPECT_EQ(arena->bytes_in_use(), 2 * kPage);  // whole pages

@@ -1,12 +1,12 @@
 // detect_world() on torchrun's, Slurm's and Open MPI's variables, and Slurm node lists.
 #include "dist/world.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "core/error.h"
 
@@ -29,11 +29,22 @@ class LauncherEnv {
   void set(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
  private:
-  static constexpr const char* kNames[] = {
-      "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-      "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE",
-      "SLURM_TASKS_PER_NODE", "SLURM_JOB_NODELIST", "OMPI_COMM_WORLD_RANK",
-      "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  static constexpr const char* kNames[] = {"RANK",
+                                           "LOCAL_RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "SLURM_PROCID",
+                                           "SLURM_LOCALID",
+                                           "SLURM_NTASKS",
+                                           "SLURM_NTASKS_PER_NODE",
+                                           "SLURM_TASKS_PER_NODE",
+                                           "SLURM_JOB_NODELIST",
+                                           "OMPI_COMM_WORLD_RANK",
+                                           "OMPI_COMM_WORLD_SIZE",
+                                           "OMPI_COMM_WORLD_LOCAL_RANK",
+                                           "OMPI_COMM_WORLD_LOCAL_SIZE"};
   std::map<std::string, std::string> saved_;
 };
 

@@ -20,10 +20,10 @@ TEST(BenchSmokeTest, GemmPrintsTheSeedsLine) {
 TEST(BenchSmokeTest, AllreduceTableHasNoWrongValuesOnEitherTransport) {
   for (const char* transport : {"shm --buffer shared", "shm", "gloo"}) {
     test::TempDir dir;
-    auto r = run_command(ddpx(std::string("run 2 --log_dir ") + dir.path() +
-                              " -- bench allreduce -b 1024 -e 65536 -f 8 -n 2 --transport " +
-                              transport),
-                         120);
+    auto r =
+        run_command(ddpx(std::string("run 2 --log_dir ") + dir.path() +
+                         " -- bench allreduce -b 1024 -e 65536 -f 8 -n 2 --transport " + transport),
+                    120);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("# Out of bounds values : 0 OK"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("# Avg bus bandwidth"), std::string::npos) << r.output;
@@ -36,7 +36,8 @@ TEST(BenchSmokeTest, TrainSplitsTheStepWithEitherOptimizerStep) {
     test::TempDir dir;
     auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
                               " -- bench train --model mlp --image_size 8 --batch_size 4 --steps 2 "
-                              "--warmup 1 --optimizer_step " + step + " --json " + dir.file("out.json")),
+                              "--warmup 1 --optimizer_step " +
+                              step + " --json " + dir.file("out.json")),
                          120);
     ASSERT_EQ(r.exit_code, 0) << step << "\n" << r.output;
     EXPECT_NE(r.output.find("communication not hidden"), std::string::npos) << r.output;
@@ -56,7 +57,8 @@ TEST(BenchSmokeTest, BucketSweepScriptPrintsItsTable) {
 }
 
 TEST(BenchSmokeTest, PytorchPeerRuns) {
-  if (!test::python_has_module("torchvision")) GTEST_SKIP() << "needs Debian's python3-torchvision";
+  if (!test::python_has_module("torchvision"))
+    GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
   auto r = test::run_command(std::string(DDPX_PYTHON) + " " + test::source_dir() +
                                  "/bench/pytorch_train.py --steps 1 --warmup 1 --batch_size 4 "
                                  "--workers 0",
@@ -66,20 +68,21 @@ TEST(BenchSmokeTest, PytorchPeerRuns) {
 }
 
 TEST(BenchSmokeTest, CompareTrainScriptPrintsEveryRatio) {
-  if (!test::python_has_module("torchvision")) GTEST_SKIP() << "needs Debian's python3-torchvision";
+  if (!test::python_has_module("torchvision"))
+    GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
   auto r = run_command("ROUNDS=2 WARMUP=1 DDPX_BIN=" + test::ddpx_binary() + " " +
                            test::source_dir() + "/bench/compare_train.sh 1",
                        600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* line : {"round 2: ddpx    2 independent:", "efficiency over 2 rounds: ddpx median",
-                           "start-up to first step: ddpx", "pytorch DDP + DataLoader",
-                           "ddpx data wait"})
+  for (const char* line :
+       {"round 2: ddpx    2 independent:", "efficiency over 2 rounds: ddpx median",
+        "start-up to first step: ddpx", "pytorch DDP + DataLoader", "ddpx data wait"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
 }
 
 TEST(BenchSmokeTest, MemoryReportsAPeakAboveTheBaseline) {
-  auto r = run_command(ddpx("bench memory --model mlp --image_size 8 --batch_size 2 --threads 1"),
-                       120);
+  auto r =
+      run_command(ddpx("bench memory --model mlp --image_size 8 --batch_size 2 --threads 1"), 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto value = [&](const std::string& key) {  // from the `memory key=value ...` line
     const size_t at = r.output.find(" " + key + "=");

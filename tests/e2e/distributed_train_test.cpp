@@ -20,7 +20,8 @@ std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + a
 std::vector<double> numbers_after(const std::string& text, const std::string& label) {
   std::vector<double> out;
   std::regex re(label + R"( - ([0-9.]+))");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it)
     out.push_back(std::stod((*it)[1]));
   return out;
 }
@@ -40,9 +41,10 @@ TEST(DistributedTrainTest, TwoWorkersPrintTheSeedLinesOnce) {
 
 TEST(DistributedTrainTest, TwoRanksWithScaledBatchTrainLikeOneProcess) {
   test::TempDir dir;
-  std::string common = "train --model mlp --dataset synthetic --synthetic_size 256 "
-                       "--synthetic_image 8 --batch_size 32 --no_flip --threads 1 --seed 5 "
-                       "--num_epochs 2 --learning_rate 0.05 --limit_test_batches 0 ";
+  std::string common =
+      "train --model mlp --dataset synthetic --synthetic_size 256 "
+      "--synthetic_image 8 --batch_size 32 --no_flip --threads 1 --seed 5 "
+      "--num_epochs 2 --learning_rate 0.05 --limit_test_batches 0 ";
   auto one = run_command(ddpx(common + "--save_dir " + dir.file("one")), 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   auto two = run_command(ddpx("run 2 --log_dir " + dir.file("log") + " -- " + common +
@@ -88,8 +90,12 @@ TEST(DistributedTrainTest, AStalledRankEndsTheJobWithinTheTimeout) {
   // a helper shell running beside the job.
   std::string stopper =
       "( for i in $(seq 1 300); do "
-      "if grep -q 'world size' " + dir.path() + "/*/rank0.log 2>/dev/null; then sleep 2; "
-      "for p in $(pgrep -f -- '" + pattern + "'); do "
+      "if grep -q 'world size' " +
+      dir.path() +
+      "/*/rank0.log 2>/dev/null; then sleep 2; "
+      "for p in $(pgrep -f -- '" +
+      pattern +
+      "'); do "
       "if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then "
       "kill -STOP $p; exit 0; fi; done; fi; sleep 0.2; done ) & ";
   auto start = std::chrono::steady_clock::now();
@@ -111,20 +117,29 @@ TEST(DistributedTrainTest, ASingleNodeJobListensOnlyOnLoopback) {
   const std::string pattern = "[-]" + marker.substr(1);
   std::string job = ddpx("run 2 --log_dir " + dir.path() +
                          " -- train --model mlp --dataset synthetic --synthetic_size 200000 "
-                         "--synthetic_image 8 --batch_size 16 --num_epochs 1 " + marker);
+                         "--synthetic_image 8 --batch_size 16 --num_epochs 1 " +
+                         marker);
   // While the job trains, list the listening TCP sockets of its processes, then stop it.
   std::string probe =
       "( for i in $(seq 1 300); do "
-      "if grep -q 'world size' " + dir.path() + "/*/rank0.log 2>/dev/null; then sleep 1; "
-      "for p in $(pgrep -f -- '" + pattern + "'); do ss -ltnpH | grep \"pid=$p,\" ; done "
-      "> " + dir.file("listening") + "; echo probed > " + dir.file("done") + "; "
-      "pkill -INT -f -- '[d]dpx run 2 --log_dir " + dir.path() + "'; exit 0; fi; sleep 0.2; done ) & ";
+      "if grep -q 'world size' " +
+      dir.path() +
+      "/*/rank0.log 2>/dev/null; then sleep 1; "
+      "for p in $(pgrep -f -- '" +
+      pattern +
+      "'); do ss -ltnpH | grep \"pid=$p,\" ; done "
+      "> " +
+      dir.file("listening") + "; echo probed > " + dir.file("done") +
+      "; "
+      "pkill -INT -f -- '[d]dpx run 2 --log_dir " +
+      dir.path() + "'; exit 0; fi; sleep 0.2; done ) & ";
   auto r = run_command(probe + job, 180);
   ASSERT_EQ(run_command("cat " + dir.file("done"), 10).output, "probed\n") << r.output;
   std::string listening = run_command("cat " + dir.file("listening"), 10).output;
   std::istringstream lines(listening);
   for (std::string line; std::getline(lines, line);) {
-    bool loopback = line.find(" 127.") != std::string::npos || line.find(" [::1]") != std::string::npos;
+    bool loopback =
+        line.find(" 127.") != std::string::npos || line.find(" [::1]") != std::string::npos;
     EXPECT_TRUE(loopback) << "listens beyond loopback: " << line;
   }
   EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "' || true", 10).output, "");
@@ -137,16 +152,23 @@ TEST(DistributedTrainTest, AJobRestartedAfterAKilledWorkerEndsWithTheSameWeights
   test::TempDir dir;
   const std::string marker = "--seed 6161" + std::to_string(test::free_port());
   const std::string pattern = "[-]" + marker.substr(1);
-  std::string train = " -- train --model mlp --dataset synthetic --synthetic_size 40000 "
-                      "--synthetic_image 8 --batch_size 16 --threads 1 --num_epochs 3 "
-                      "--resume auto --limit_test_batches 1 " + marker + " --save_dir ";
-  auto clean = run_command(ddpx("run 2 --log_dir " + dir.file("log1") + train + dir.file("clean")), 300);
+  std::string train =
+      " -- train --model mlp --dataset synthetic --synthetic_size 40000 "
+      "--synthetic_image 8 --batch_size 16 --threads 1 --num_epochs 3 "
+      "--resume auto --limit_test_batches 1 " +
+      marker + " --save_dir ";
+  auto clean =
+      run_command(ddpx("run 2 --log_dir " + dir.file("log1") + train + dir.file("clean")), 300);
   ASSERT_EQ(clean.exit_code, 0) << clean.output;
   // Kill rank 1 once the epoch-1 checkpoint exists (it is then in epoch 2).
   std::string killer =
       "( for i in $(seq 1 600); do "
-      "if [ -e " + train::checkpoint_path(dir.file("faulty"), 1) + " ]; then sleep 0.3; "
-      "for p in $(pgrep -f -- '" + pattern + "'); do "
+      "if [ -e " +
+      train::checkpoint_path(dir.file("faulty"), 1) +
+      " ]; then sleep 0.3; "
+      "for p in $(pgrep -f -- '" +
+      pattern +
+      "'); do "
       "if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then "
       "kill -KILL $p; exit 0; fi; done; fi; sleep 0.1; done ) & ";
   auto faulty = run_command(killer + ddpx("run 2 --max_restarts 1 --grace_s 2 --log_dir " +

@@ -36,14 +36,16 @@ TEST(TrainCliTest, LearnsFashionMnistAndPrintsTheSeedFormat) {
                             "--limit_test_batches 4"),
                        600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::regex epoch_line(R"(^Epoch - 0/1: time - [0-9]+\.[0-9]{2}s \|\| loss_train - [0-9]+\.[0-9]{4} )"
-                        R"(\|\| accuracy_train - [0-9]\.[0-9]{4}( \|\| .*)?$)");
+  std::regex epoch_line(
+      R"(^Epoch - 0/1: time - [0-9]+\.[0-9]{2}s \|\| loss_train - [0-9]+\.[0-9]{4} )"
+      R"(\|\| accuracy_train - [0-9]\.[0-9]{4}( \|\| .*)?$)");
   auto epochs = lines_starting(r.output, "Epoch - ");
   ASSERT_EQ(epochs.size(), 1u) << r.output;
   EXPECT_TRUE(std::regex_match(epochs[0], epoch_line)) << epochs[0];
   auto test_lines = lines_starting(r.output, "Accuracy on test dataset - ");
   ASSERT_EQ(test_lines.size(), 1u) << r.output;
-  double accuracy = std::stod(test_lines[0].substr(std::string("Accuracy on test dataset - ").size()));
+  double accuracy =
+      std::stod(test_lines[0].substr(std::string("Accuracy on test dataset - ").size()));
   EXPECT_GT(accuracy, 0.70) << "10 classes: chance is 0.10\n" << r.output;
   EXPECT_EQ(lines_starting(r.output, "Training took ").size(), 1u) << r.output;
   // The header names the model, dataset, optimizer and batch size.
@@ -54,16 +56,18 @@ TEST(TrainCliTest, LearnsFashionMnistAndPrintsTheSeedFormat) {
 
 TEST(TrainCliTest, ResumedRunEndsWithTheSameWeightsAsAnUninterruptedOne) {
   test::TempDir dir;
-  std::string common = "train --model resnet18 --stem cifar --dataset synthetic --synthetic_size 96 "
-                       "--synthetic_image 8 --batch_size 16 --threads 1 --seed 3 --num_epochs 2 "
-                       "--limit_test_batches 1 ";
+  std::string common =
+      "train --model resnet18 --stem cifar --dataset synthetic --synthetic_size 96 "
+      "--synthetic_image 8 --batch_size 16 --threads 1 --seed 3 --num_epochs 2 "
+      "--limit_test_batches 1 ";
   auto full = run_command(ddpx(common + "--save_dir " + dir.file("run")), 300);
   ASSERT_EQ(full.exit_code, 0) << full.output;
   // Simulate a job that died during the second epoch: its last checkpoint is epoch 1's.
   std::string final_path = train::checkpoint_path(dir.file("run"), 2);
   std::string uninterrupted = dir.file("uninterrupted.ddpx");
   std::filesystem::rename(final_path, uninterrupted);
-  auto resumed = run_command(ddpx(common + "--save_dir " + dir.file("run") + " --resume auto"), 300);
+  auto resumed =
+      run_command(ddpx(common + "--save_dir " + dir.file("run") + " --resume auto"), 300);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(lines_starting(resumed.output, "Epoch - 1/2").size(), 1u) << resumed.output;
   EXPECT_EQ(lines_starting(resumed.output, "Epoch - 0/2").size(), 0u) << resumed.output;
@@ -103,18 +107,21 @@ TEST_P(TrainCliErrorTest, EndsWithOneClearLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     BadInputs, TrainCliErrorTest,
-    ::testing::Values(
-        BadInput{"UnknownFlag", "train --no_such_flag 3", 2, "--no_such_flag"},
-        BadInput{"UnknownModel", "train --model resnet9000", 2, "resnet18"},
-        BadInput{"ZeroBatch", "train --batch_size 0", 2, "--batch_size"},
-        BadInput{"UnknownOptimizer", "train --optimizer lion", 2, "sgd"},
-        BadInput{"UnknownDataset", "train --dataset imagenet22k", 2, "fashion-mnist"},
-        BadInput{"MissingDataDir", "train --dataset cifar10 --data_dir /nonexistent-ddpx", 1,
-                 "ddpx data download"},
-        BadInput{"MissingResumeFile", "train --resume /nonexistent-ddpx/ckpt.ddpx", 2,
-                 "/nonexistent-ddpx/ckpt.ddpx"},
-        BadInput{"PretrainedMissing", "train --pretrained /nonexistent-ddpx/w.pth", 1,
-                 "/nonexistent-ddpx/w.pth"}),
+    ::testing::Values(BadInput{"UnknownFlag", "train --no_such_flag 3", 2, "--no_such_flag"},
+                      BadInput{"UnknownModel", "train --model resnet9000", 2, "resnet18"},
+                      BadInput{"ZeroBatch", "train --batch_size 0", 2, "--batch_size"},
+                      BadInput{"UnknownOptimizer", "train --optimizer lion", 2, "sgd"},
+                      BadInput{"UnknownDataset", "train --dataset imagenet22k", 2, "fashion-mnist"},
+                      BadInput{"UnknownBackend", "train --backend mpi", 2, "nccl"},
+                      BadInput{"UnknownSchedule", "train --lr_schedule linear", 2, "cosine"},
+                      BadInput{"UnknownTransport", "train --transport rdma", 2, "shm"},
+                      BadInput{"MissingDataDir",
+                               "train --dataset cifar10 --data_dir /nonexistent-ddpx", 1,
+                               "ddpx data download"},
+                      BadInput{"MissingResumeFile", "train --resume /nonexistent-ddpx/ckpt.ddpx", 2,
+                               "/nonexistent-ddpx/ckpt.ddpx"},
+                      BadInput{"PretrainedMissing", "train --pretrained /nonexistent-ddpx/w.pth", 1,
+                               "/nonexistent-ddpx/w.pth"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
 TEST(TrainCliTest, ShowRecommendationsListsTheSeedModels) {

@@ -2,12 +2,12 @@
 // synthetic data (32x32 RGB, the smallest size every family takes), one step of batch 2 with
 // each model's default optimizer, then one test batch. Asserts the seed's epoch line with a
 // finite loss and accuracy, the test accuracy line and the closing line.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "models/registry.h"
 #include "support/support.h"
@@ -36,7 +36,8 @@ TEST_P(ZooTrainTest, TrainsOneStepWithAFiniteLoss) {
       kTimeoutS);
   ASSERT_EQ(r.exit_code, 0) << name << ":\n" << r.output;
   std::smatch m;
-  const std::regex epoch(R"(Epoch - 0/1: time - \S+s \|\| loss_train - (\S+) \|\| accuracy_train - (\S+))");
+  const std::regex epoch(
+      R"(Epoch - 0/1: time - \S+s \|\| loss_train - (\S+) \|\| accuracy_train - (\S+))");
   ASSERT_TRUE(std::regex_search(r.output, m, epoch)) << name << ": no epoch line\n" << r.output;
   const double loss = std::stod(m[1].str());
   const double accuracy = std::stod(m[2].str());

@@ -2,17 +2,18 @@
 // and momentum, classifier dropout, each block's stochastic-depth probability), stochastic
 // depth's train/eval behaviour, small inputs and the seed recommendation. Structure and logits
 // are checked in zoo_structure_test.cpp and zoo_parity_test.cpp.
-#include <cmath>
-#include <sstream>
-#include <string>
-#include <vector>
+#include "models/efficientnet.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/dropout.h>
 
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "core/error.h"
-#include "models/efficientnet.h"
 #include "models/registry.h"
 #include "reference.h"
 

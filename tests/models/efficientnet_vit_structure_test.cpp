@@ -3,13 +3,13 @@
 // zoo_structure_test.cpp. One Python process describes all eleven models (with initialisation
 // stubbed out) instead of one per model: starting torchvision eleven times and initialising
 // ViT-L in Python would cost tens of seconds.
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <torch/nn/module.h>
 
 #include "models/registry.h"
 #include "reference.h"

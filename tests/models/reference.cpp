@@ -1,11 +1,11 @@
 // See reference.h.
 #include "reference.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "support/support.h"
 
@@ -20,8 +20,11 @@ TorchvisionRun run_torchvision(const std::string& body, int timeout_s) {
       "try:\n"
       "    import torch, torchvision, torch.nn as nn\n"
       "except ImportError:\n"
-      "    sys.exit(" + std::to_string(kMissingModuleExit) + ")\n"
-      "torch.set_num_threads(1)\n" + body;
+      "    sys.exit(" +
+      std::to_string(kMissingModuleExit) +
+      ")\n"
+      "torch.set_num_threads(1)\n" +
+      body;
   CommandResult result = run_python(script, timeout_s);
   TorchvisionRun run;
   if (result.exit_code == kMissingModuleExit) return run;

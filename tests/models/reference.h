@@ -1,17 +1,17 @@
-// Runs reference scripts under Debian's python3 with torch and torchvision imported, so tests
+// Runs reference scripts under DDPX_PYTHON with torch and torchvision imported, so tests
 // compare ddpx models against the real torchvision. Tests skip when torchvision is missing.
 #pragma once
+
+#include <torch/types.h>
 
 #include <string>
 #include <vector>
 
-#include <torch/types.h>
-
 namespace ddpx::test {
 
 struct TorchvisionRun {
-  bool available = false;           // false: torch/torchvision cannot be imported here
-  std::vector<std::string> lines;   // stdout+stderr lines starting with "REF " (prefix removed)
+  bool available = false;          // false: torch/torchvision cannot be imported here
+  std::vector<std::string> lines;  // stdout+stderr lines starting with "REF " (prefix removed)
 };
 
 // `body` runs after `import torch, torchvision, torch.nn as nn`; it reports with
@@ -31,7 +31,8 @@ void expect_logits_match(const torch::Tensor& y, const torch::Tensor& expected,
 }  // namespace ddpx::test
 
 // Inside a TEST: skips with a message when torchvision is not installed.
-#define DDPX_RUN_TORCHVISION(var, body)                                                        \
-  ::ddpx::test::TorchvisionRun var = ::ddpx::test::run_torchvision(body);                      \
-  if (!var.available) GTEST_SKIP() << "Debian's python3 lacks torch/torchvision "              \
-                                      "(apt install python3-torchvision) for reference data"
+#define DDPX_RUN_TORCHVISION(var, body)                                   \
+  ::ddpx::test::TorchvisionRun var = ::ddpx::test::run_torchvision(body); \
+  if (!var.available)                                                     \
+  GTEST_SKIP() << "DDPX_PYTHON lacks torch/torchvision "                  \
+                  "(scripts/python-env --tests installs them) for reference data"

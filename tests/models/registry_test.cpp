@@ -1,12 +1,13 @@
 // The registry: lookup, actionable errors, the seed's recommendations, and forward shapes.
-#include <set>
-#include <string>
+#include "models/registry.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 
+#include <set>
+#include <string>
+
 #include "core/error.h"
-#include "models/registry.h"
 
 namespace ddpx::models {
 namespace {
@@ -34,8 +35,8 @@ TEST(RegistryTest, ListsEveryResNetOnceInStableOrder) {
     EXPECT_GT(info.default_image_size, 0) << info.name;
   }
   EXPECT_EQ(unique.size(), names.size()) << "duplicate names";
-  const std::vector<std::string> resnets = {"resnet18",  "resnet34",        "resnet50",
-                                            "resnet101", "resnet152",       "wide_resnet50_2",
+  const std::vector<std::string> resnets = {"resnet18",       "resnet34",  "resnet50",
+                                            "resnet101",      "resnet152", "wide_resnet50_2",
                                             "resnext50_32x4d"};
   ASSERT_GE(names.size(), resnets.size());
   EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 7), resnets);
@@ -91,8 +92,11 @@ TEST(ResNetForwardTest, Resnet18AcceptsSmallImagesWithEitherStem) {
 
 TEST(ResNetForwardTest, GrayscaleInputIsAUsageErrorNamingTheShape) {
   torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 28, "cifar"});
-  const std::string message =
-      error_message([&] { model.forward(torch::randn({2, 1, 28, 28})); }, ErrorKind::kUsage);
+  const std::string message = error_message(
+      [&] {
+        model.forward(torch::randn({2, 1, 28, 28}));
+      },
+      ErrorKind::kUsage);
   EXPECT_NE(message.find("2x1x28x28"), std::string::npos) << message;
 }
 
@@ -114,14 +118,20 @@ TEST(ZooForwardTest, MobilenetAndVggGiveLogitsForSmallImages) {
 
 TEST(ZooForwardTest, CifarStemOnANonResNetIsAUsageError) {
   const std::string message = error_message(
-      [] { create_model("mobilenet_v2", ModelConfig{10, 32, "cifar"}); }, ErrorKind::kUsage);
+      [] {
+        create_model("mobilenet_v2", ModelConfig{10, 32, "cifar"});
+      },
+      ErrorKind::kUsage);
   EXPECT_NE(message.find("resnet"), std::string::npos) << message;
 }
 
 TEST(ZooForwardTest, VggRejectsImagesSmallerThanItsFivePools) {
   torch::nn::AnyModule model = create_model("vgg11", ModelConfig{10, 28, "imagenet"});
-  const std::string message =
-      error_message([&] { model.forward(torch::randn({1, 3, 28, 28})); }, ErrorKind::kUsage);
+  const std::string message = error_message(
+      [&] {
+        model.forward(torch::randn({1, 3, 28, 28}));
+      },
+      ErrorKind::kUsage);
   EXPECT_NE(message.find("--image_size"), std::string::npos) << message;
 }
 

@@ -1,12 +1,12 @@
 // read_state_dict_bytes on damaged torch.save files: every fuzz finding (fuzz/regressions/) and
 // hand-made damage that libtorch's unpickler would not notice ends in one kData error; the
 // seeds written by Python (fuzz/corpus/state_dict/) read back with the values Python saved.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "models/weights.h"
@@ -67,9 +67,9 @@ TEST(TorchFileTest, EveryFuzzFindingIsAClearError) {
 
 // A length that claims 4 GB allocates nothing: it is checked against the bytes left first.
 TEST(TorchFileTest, StringLongerThanTheFileIsTruncatedNotAllocated) {
-  std::string bytes = replaced(slurp(test::source_dir() + kPlainDict),
-                               std::string("X\x07\x00\x00\x00storage", 12),
-                               std::string("X\xff\xff\xff\xffstorage", 12));
+  std::string bytes =
+      replaced(slurp(test::source_dir() + kPlainDict), std::string("X\x07\x00\x00\x00storage", 12),
+               std::string("X\xff\xff\xff\xffstorage", 12));
   EXPECT_NE(rejection(bytes).find("truncated"), std::string::npos);
 }
 
@@ -106,8 +106,8 @@ TEST(TorchFileTest, Zip64EndRecordIsFollowed) {
   std::string bytes = slurp(test::source_dir() + kPlainDict);
   const size_t end = bytes.rfind(std::string("PK\x05\x06", 4));
   ASSERT_NE(end, std::string::npos);
-  bytes.replace(end + 8, 4, std::string("\xff\xff\xff\xff", 4));    // entries
-  bytes.replace(end + 12, 8, std::string(8, '\xff'));                 // size, offset
+  bytes.replace(end + 8, 4, std::string("\xff\xff\xff\xff", 4));  // entries
+  bytes.replace(end + 12, 8, std::string(8, '\xff'));             // size, offset
   auto tensors = read_state_dict_bytes(bytes, "zip64.pth");
   EXPECT_TRUE(torch::equal(tensors.at("w"), torch::arange(6, torch::kFloat32).reshape({2, 3})));
 }

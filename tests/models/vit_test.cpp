@@ -4,17 +4,18 @@
 // plus timm aliases, a training step and errors for inputs a ViT cannot take. Every ViT's
 // logits at 32 px: zoo_all_parity_test.cpp. Keys and parameter counts:
 // efficientnet_vit_structure_test.cpp.
+#include "models/vit.h"
+
+#include <gtest/gtest.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+
 #include <map>
 #include <string>
 
-#include <gtest/gtest.h>
-#include <torch/nn/module.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/optim/adamw.h>
-
 #include "core/error.h"
 #include "models/registry.h"
-#include "models/vit.h"
 #include "models/weights.h"
 #include "reference.h"
 #include "support/support.h"

@@ -1,15 +1,16 @@
 // load_named_tensors / read_state_dict: exact copies by name, and errors that list what is
 // wrong instead of loading part of a model.
-#include <map>
-#include <string>
+#include "models/weights.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
+#include <map>
+#include <string>
+
 #include "core/error.h"
-#include "models/weights.h"
 #include "support/support.h"
 
 namespace ddpx::models {
@@ -67,8 +68,9 @@ TEST(WeightsTest, ReadsATorchSaveDictFromPython) {
       "import sys\n"
       "try:\n    import torch\nexcept ImportError:\n    sys.exit(77)\n"
       "torch.save({'a': torch.arange(6, dtype=torch.float32).reshape(2, 3),\n"
-      "            'n': torch.tensor(5)}, '" + path + "')\n");
-  if (r.exit_code == 77) GTEST_SKIP() << "Debian's python3 lacks torch";
+      "            'n': torch.tensor(5)}, '" +
+      path + "')\n");
+  if (r.exit_code == 77) GTEST_SKIP() << "DDPX_PYTHON lacks torch";
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto tensors = read_state_dict(path);
   ASSERT_EQ(tensors.size(), 2u);
@@ -87,8 +89,9 @@ TEST(WeightsTest, ReadsAModuleStateDictWithMetadataAsTorchvisionShipsIt) {
       "with torch.no_grad():\n"
       "    m[0].weight.copy_(torch.arange(6.).reshape(2, 3)); m[0].bias.fill_(-1)\n"
       "    m[1].running_var.fill_(4); m[1].num_batches_tracked.fill_(9)\n"
-      "torch.save(m.state_dict(), '" + path + "')\n");
-  if (r.exit_code == 77) GTEST_SKIP() << "Debian's python3 lacks torch";
+      "torch.save(m.state_dict(), '" +
+      path + "')\n");
+  if (r.exit_code == 77) GTEST_SKIP() << "DDPX_PYTHON lacks torch";
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto tensors = read_state_dict(path);
   EXPECT_EQ(tensors.size(), 7u) << "2 Linear + 5 BatchNorm entries, no placeholder";

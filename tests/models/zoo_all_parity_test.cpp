@@ -6,14 +6,14 @@
 // one) and compares. Nothing but inputs and logits travels, so VGG (500 MB) and ViT-L (1.2 GB)
 // cost no disk. A key or shape that differs from torchvision shifts the draws and fails.
 // Real torchvision initialisation with a weight file: zoo_parity_test.cpp.
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
 #include <cmath>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <torch/nn/module.h>
 
 #include "models/registry.h"
 #include "models/weights.h"
@@ -31,10 +31,9 @@ constexpr int kReferenceTimeoutS = 600;
 
 // ddpx names that build another name's architecture; the reference is built under that name.
 const std::map<std::string, std::string>& aliases() {
-  static const std::map<std::string, std::string> table{
-      {"vit_base_patch16_224", "vit_b_16"},
-      {"vit_base_patch32_224", "vit_b_32"},
-      {"vit_large_patch16_224", "vit_l_16"}};
+  static const std::map<std::string, std::string> table{{"vit_base_patch16_224", "vit_b_16"},
+                                                        {"vit_base_patch32_224", "vit_b_32"},
+                                                        {"vit_large_patch16_224", "vit_l_16"}};
   return table;
 }
 
@@ -91,6 +90,7 @@ class ZooParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   // One python process writes references for the models whose tests are selected to run.
   static void SetUpTestSuite() {
+    torch::set_num_threads(1);  // as zoo_reference.py: the same summation order on both sides
     dir_ = std::make_unique<test::TempDir>();
     std::string specs;
     const ::testing::TestSuite* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
@@ -104,8 +104,9 @@ class ZooParityTest : public ::testing::TestWithParam<std::string> {
     }
     run_ = std::make_unique<test::TorchvisionRun>(test::run_torchvision(
         "import runpy\n"
-        "runpy.run_path('" + test::source_dir() + "/tests/models/zoo_reference.py')['main']('" +
-            dir_->path() + "', [" + specs + "])\n",
+        "runpy.run_path('" +
+            test::source_dir() + "/tests/models/zoo_reference.py')['main']('" + dir_->path() +
+            "', [" + specs + "])\n",
         kReferenceTimeoutS));
   }
   static void TearDownTestSuite() {
@@ -122,14 +123,14 @@ std::unique_ptr<test::TorchvisionRun> ZooParityTest::run_;
 
 TEST_P(ZooParityTest, LogitsMatchTorchvision) {
   if (!run_->available) {
-    GTEST_SKIP() << "Debian's python3 lacks torch/torchvision (apt install "
-                    "python3-torchvision) for reference data";
+    GTEST_SKIP() << "DDPX_PYTHON lacks torch/torchvision (scripts/python-env --tests installs "
+                    "them) for reference data";
   }
   ASSERT_FALSE(run_->lines.empty()) << "zoo_reference.py printed nothing";
   const std::string& first = run_->lines.front();  // "rng <python's fingerprint>"
   ASSERT_EQ(first.rfind("rng ", 0), 0u) << "unexpected first line: " << first;
   ASSERT_EQ(std::stod(first.substr(4)), rng_fingerprint())
-      << "python3-torch and libtorch draw different numbers from the same seed; this test "
+      << "the Python torch and libtorch draw different numbers from the same seed; this test "
          "needs both from the same PyTorch release";
 
   const std::string name = GetParam();

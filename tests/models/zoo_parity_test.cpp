@@ -4,10 +4,10 @@
 // enough to pass through a file. BatchNorm statistics and affine terms are randomised first so
 // that every loaded tensor affects the output. Every model (VGG and ViT included), with
 // generated weights: zoo_all_parity_test.cpp.
-#include <string>
-
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
+
+#include <string>
 
 #include "models/registry.h"
 #include "models/weights.h"
@@ -33,9 +33,13 @@ std::string parity_script(const std::string& name, const std::string& stem, int6
        "        elif isinstance(mod, (nn.Conv2d, nn.Linear)) and mod.bias is not None:\n"
        "            mod.bias.uniform_(-0.2, 0.2)\n"
        "m.eval()\n"
-       "x = torch.randn(2, 3, " + std::to_string(size) + ", " + std::to_string(size) + ")\n"
+       "x = torch.randn(2, 3, " +
+       std::to_string(size) + ", " + std::to_string(size) +
+       ")\n"
        "with torch.no_grad(): y = m(x)\n"
-       "d = '" + dir + "'\n"
+       "d = '" +
+       dir +
+       "'\n"
        // The state_dict itself (an OrderedDict with _metadata), as torchvision ships weights.
        "torch.save(m.state_dict(), d + '/weights.pt')\n"
        "torch.save({'x': x, 'y': y}, d + '/io.pt')\n"

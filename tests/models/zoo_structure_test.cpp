@@ -1,12 +1,13 @@
 // Every model in the zoo (ResNet, VGG, DenseNet, MobileNetV2/V3) has torchvision's exact
 // state_dict: the same parameter and buffer names with the same shapes, and the same parameter
-// counts (at 10 and 1000 classes), so torchvision checkpoints load by name and `ddpx models` reports true sizes.
+// counts (at 10 and 1000 classes), so torchvision checkpoints load by name and `ddpx models`
+// reports true sizes.
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
 #include <map>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
-#include <torch/nn/module.h>
 
 #include "models/registry.h"
 #include "reference.h"
@@ -35,7 +36,9 @@ std::string reference_script(const std::string& name, bool cifar) {
       "nn.Linear.reset_parameters = lambda self: None\n"
       "nn.init.kaiming_normal_ = lambda t, *a, **k: t\n"
       "nn.init.normal_ = lambda t, *a, **k: t\n"
-      "build = getattr(torchvision.models, '" + name + "')\n"
+      "build = getattr(torchvision.models, '" +
+      name +
+      "')\n"
       "def fix(m):\n";
   s += cifar ? "    m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False); m.maxpool = nn.Identity()\n"
              : "    pass\n";

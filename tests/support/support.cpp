@@ -82,14 +82,17 @@ bool python_has_module(const std::string& module) {
 }
 
 std::string ddpx_binary() { return DDPX_BINARY; }
+std::string python_binary() { return DDPX_PYTHON; }
 std::string source_dir() { return DDPX_SOURCE_DIR; }
 std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }

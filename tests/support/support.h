@@ -22,23 +22,25 @@ class TempDir {
 };
 
 struct CommandResult {
-  int exit_code = -1;     // the exit status, or 128+signal when killed by a signal
+  int exit_code = -1;  // the exit status, or 128+signal when killed by a signal
   bool timed_out = false;
-  std::string output;     // stdout and stderr together
+  std::string output;  // stdout and stderr together
 };
 
 // Runs `/bin/sh -c command`, killing its process group after timeout_s.
 CommandResult run_command(const std::string& command, int timeout_s = 300);
 
-// Runs Debian's /usr/bin/python3 on a script text (reference data with numpy/torch).
+// Runs the build's Python (DDPX_PYTHON: the .venv with the pinned torch, torchvision and numpy)
+// on a script text (reference data written by numpy, pickle, torch and torchvision).
 CommandResult run_python(const std::string& script, int timeout_s = 300);
 bool python_has_module(const std::string& module);
 
-std::string ddpx_binary();                 // the built `ddpx`
-std::string source_dir();                  // the repository root
-std::string fashion_mnist_dir();           // Debian's dataset-fashion-mnist folder
+std::string ddpx_binary();        // the built `ddpx`
+std::string python_binary();      // DDPX_PYTHON
+std::string source_dir();         // the repository root
+std::string fashion_mnist_dir();  // Debian's dataset-fashion-mnist folder
 std::string shell_quote(const std::string& s);
-int free_port();                           // a TCP port free on 127.0.0.1 right now
+int free_port();  // a TCP port free on 127.0.0.1 right now
 void write_bytes(const std::string& path, const std::string& bytes);
 
 }  // namespace ddpx::test

@@ -1,9 +1,12 @@
 // Checkpoints: round trip of model, optimizer and position; atomic replacement; corruption and
 // truncation detected; `--resume auto` falls back to the newest good file; pruning.
-#include <gtest/gtest.h>
+#include "train/checkpoint.h"
 
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -11,13 +14,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
-
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "support/support.h"
-#include "train/checkpoint.h"
 
 namespace ddpx::train {
 namespace {
@@ -200,16 +199,16 @@ TEST(CheckpointTest, KillDuringWriteLeavesThePreviousCheckpointLoadable) {
 TEST(CheckpointTest, DamagedPayloadBehindAValidChecksumIsAClearError) {
   test::TempDir dir;
   int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(
-           test::source_dir() + "/fuzz/regressions/checkpoint")) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(test::source_dir() + "/fuzz/regressions/checkpoint")) {
     SCOPED_TRACE(entry.path().string());
     std::string payload = read_file(entry.path().string());
     std::string file = "DDPXCKPT";
     uint32_t version = 1;
     uint64_t size = payload.size();
-    uint32_t crc = static_cast<uint32_t>(
-        ::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(payload.data()),
-                static_cast<uInt>(payload.size())));
+    uint32_t crc = static_cast<uint32_t>(::crc32(::crc32(0L, Z_NULL, 0),
+                                                 reinterpret_cast<const Bytef*>(payload.data()),
+                                                 static_cast<uInt>(payload.size())));
     file.append(reinterpret_cast<const char*>(&version), 4);
     file.append(reinterpret_cast<const char*>(&size), 8);
     file.append(reinterpret_cast<const char*>(&crc), 4);

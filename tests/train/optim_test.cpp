@@ -1,24 +1,25 @@
 // The learning-rate schedule and option validation.
+#include "train/optim.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/error.h"
-#include "train/optim.h"
 #include "train/options.h"
 
 namespace ddpx::train {
 namespace {
 
 TEST(LrScheduleTest, CosineStartsAtBaseAndEndsNearZero) {
-  LrSchedule s("cosine", 0.1, 100, 0);
+  LrSchedule s(Schedule::kCosine, 0.1, 100, 0);
   EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);
   EXPECT_NEAR(s.lr_at(50), 0.05, 1e-12);
   EXPECT_LT(s.lr_at(99), 0.001);
 }
 
 TEST(LrScheduleTest, WarmupRisesLinearlyToBase) {
-  LrSchedule s("constant", 0.2, 100, 10);
+  LrSchedule s(Schedule::kConstant, 0.2, 100, 10);
   EXPECT_NEAR(s.lr_at(0), 0.02, 1e-12);
   EXPECT_NEAR(s.lr_at(4), 0.1, 1e-12);
   EXPECT_DOUBLE_EQ(s.lr_at(10), 0.2);
@@ -26,7 +27,7 @@ TEST(LrScheduleTest, WarmupRisesLinearlyToBase) {
 }
 
 TEST(LrScheduleTest, StepDecaysAtHalfAndThreeQuarters) {
-  LrSchedule s("step", 1.0, 100, 0);
+  LrSchedule s(Schedule::kStep, 1.0, 100, 0);
   EXPECT_DOUBLE_EQ(s.lr_at(49), 1.0);
   EXPECT_DOUBLE_EQ(s.lr_at(50), 0.1);
   EXPECT_DOUBLE_EQ(s.lr_at(75), 0.01);

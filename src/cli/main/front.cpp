@@ -5,12 +5,11 @@
 // next to this binary (execv keeps the pid, so signals and process trees are unaffected).
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/main/run_app.h"
@@ -40,8 +39,9 @@ int main(int argc, char** argv) {
   }
   std::string torch = torch_binary_path();
   ::execv(torch.c_str(), argv);
-  std::fprintf(stderr, "ddpx: error: cannot start %s: %s; rebuild with scripts/build (it builds "
-               "both ddpx and %s into the same folder)\n", torch.c_str(), std::strerror(errno),
-               kTorchBinary);
+  std::fprintf(stderr,
+               "ddpx: error: cannot start %s: %s; rebuild with scripts/build (it builds "
+               "both ddpx and %s into the same folder)\n",
+               torch.c_str(), std::strerror(errno), kTorchBinary);
   return 1;
 }

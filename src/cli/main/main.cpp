@@ -1,7 +1,8 @@
 // ddpx-torch: every ddpx command, with libtorch loaded. Users run `ddpx` (front.cpp), which
 // hands every command but `run` to this binary with the same argv.
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/main/run_app.h"
@@ -21,7 +22,6 @@ int main(int argc, char** argv) {
   ddpx::cli::add_export_command(app, exit_code);
   return ddpx::cli::run_app(app, argc, argv, exit_code, [](const std::exception& e) {
     const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-    return torch_error ? std::string(torch_error->what_without_backtrace())
-                       : std::string(e.what());
+    return torch_error ? std::string(torch_error->what_without_backtrace()) : std::string(e.what());
   });
 }

@@ -1,7 +1,8 @@
 // The collective ring and its file (see collective_trace.h).
-#include "core/collective_trace.h"
+#include "trace/collective_trace.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,8 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
-
-#include <fmt/format.h>
 
 namespace ddpx::trace {
 namespace {
@@ -108,8 +107,8 @@ CollectiveTrace::~CollectiveTrace() {
   }
 }
 
-uint64_t CollectiveTrace::begin(const char* op, const char* dtype, const int64_t* shape,
-                                int ndim, int64_t tensors) {
+uint64_t CollectiveTrace::begin(const char* op, const char* dtype, const int64_t* shape, int ndim,
+                                int64_t tensors) {
   const uint64_t seq = file_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1;
   Record& r = file_->ring[seq % kRing];
   r.seq.store(0, std::memory_order_relaxed);

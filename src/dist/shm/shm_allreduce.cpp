@@ -1,4 +1,4 @@
-#include "dist/shm_allreduce.h"
+#include "dist/shm/shm_allreduce.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -13,7 +13,6 @@
 #include <fstream>
 #include <optional>
 #include <random>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/env.h"
@@ -65,8 +64,8 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 }
 
 // One call in one word: op << 58 | type << 56 | root << 48 | count, where op is 0 sum,
-// 1 average, 2 broadcast, 3 reduce-and-apply; type 1 float32, 2 float64, 3 bytes (broadcast); count elements or
-// bytes.
+// 1 average, 2 broadcast, 3 reduce-and-apply; type 1 float32, 2 float64, 3 bytes (broadcast); count
+// elements or bytes.
 enum : uint64_t { kSum = 0, kAverage = 1, kBroadcast = 2, kApply = 3 };
 uint64_t signature(uint64_t op, uint64_t type, int root, int64_t count) {
   return (op << 58) | (type << 56) | (static_cast<uint64_t>(root) << 48) |
@@ -153,8 +152,8 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(c10d::Store& store, int rank,
   if (rank == 0) ::shm_unlink(name.c_str());
   auto mapping = base != MAP_FAILED ? std::make_shared<ShmMapping>(base, bytes, fd) : nullptr;
   if (!all_mapped) return nullptr;
-  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(std::move(mapping), arena_begin,
-                                                        arena_bytes, rank, world_size, timeout));
+  return std::unique_ptr<ShmAllreduce>(
+      new ShmAllreduce(std::move(mapping), arena_begin, arena_bytes, rank, world_size, timeout));
 }
 
 ShmAllreduce::ShmAllreduce(std::shared_ptr<ShmMapping> mapping, size_t arena_begin,
@@ -168,14 +167,16 @@ ShmAllreduce::ShmAllreduce(std::shared_ptr<ShmMapping> mapping, size_t arena_beg
       world_size_(world_size),
       timeout_(timeout) {
   if (arena_bytes_ > 0)
-    arena_ = std::make_shared<ShmArena>(mapping_, arena_begin_ + rank_ * arena_bytes_, arena_bytes_);
+    arena_ =
+        std::make_shared<ShmArena>(mapping_, arena_begin_ + rank_ * arena_bytes_, arena_bytes_);
 }
 
 // The mapping itself goes with its last user: this object or a tensor in the arena.
 ShmAllreduce::~ShmAllreduce() = default;
 
 char* ShmAllreduce::slot(int set, int rank) const {
-  return mapping_->at(kControlBytes + (static_cast<size_t>(set) * world_size_ + rank) * kChunkBytes);
+  return mapping_->at(kControlBytes +
+                      (static_cast<size_t>(set) * world_size_ + rank) * kChunkBytes);
 }
 
 torch::Tensor ShmAllreduce::peer_tensor(int rank, size_t offset, int64_t numel,
@@ -185,8 +186,8 @@ torch::Tensor ShmAllreduce::peer_tensor(int rank, size_t offset, int64_t numel,
              ErrorKind::kInternal, "no arena range of {} {} elements at {} for rank {}", numel,
              c10::toString(dtype), offset, rank);
   auto keep = mapping_;
-  return torch::from_blob(arena_of(rank) + offset, {numel}, [keep](void*) {},
-                          torch::TensorOptions().dtype(dtype));
+  return torch::from_blob(
+      arena_of(rank) + offset, {numel}, [keep](void*) {}, torch::TensorOptions().dtype(dtype));
 }
 
 void ShmAllreduce::barrier() {
@@ -214,11 +215,14 @@ void ShmAllreduce::barrier() {
       fail(ErrorKind::kTimeout,
            "shared-memory collective timed out after {} ms on rank {}: rank(s) {} did not "
            "arrive (stopped, or calling a different collective); raise --timeout if they are "
-           "just slow", timeout_.count(), rank_, behind.empty() ? "?" : behind);
+           "just slow",
+           timeout_.count(), rank_, behind.empty() ? "?" : behind);
     }
-    auto slice = std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100));
-    timespec ts{static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(slice).count()),
-                static_cast<long>((slice % std::chrono::seconds(1)) / std::chrono::nanoseconds(1))};
+    auto slice =
+        std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100));
+    timespec ts{
+        static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(slice).count()),
+        static_cast<long>((slice % std::chrono::seconds(1)) / std::chrono::nanoseconds(1))};
     futex(&c.generation, FUTEX_WAIT, generation, &ts);
   }
 }
@@ -230,7 +234,8 @@ void ShmAllreduce::check_calls_agree() {
   for (int r = 0; r < world_size_; ++r) {
     uint64_t theirs = control_->calls[r].load(std::memory_order_acquire);
     agree = agree && theirs == mine;
-    ranks += (r == 0 ? "" : ", ") + ("rank " + std::to_string(r) + " " + describe_signature(theirs));
+    ranks +=
+        (r == 0 ? "" : ", ") + ("rank " + std::to_string(r) + " " + describe_signature(theirs));
   }
   DDPX_CHECK(agree, ErrorKind::kDist,
              "mismatched collectives on shared memory (rank {}): {}; every rank must call the same "
@@ -277,7 +282,8 @@ void ShmAllreduce::reduce_chunk(T* data, int64_t count, int set, T scale) {
   // 1. Publish the parts the other ranks reduce.
   for (int part = 0; part < world; ++part)
     if (part != rank_ && begin(part + 1) > begin(part))  // an empty tensor's data may be null
-      std::memcpy(mine + begin(part), data + begin(part), (begin(part + 1) - begin(part)) * sizeof(T));
+      std::memcpy(mine + begin(part), data + begin(part),
+                  (begin(part + 1) - begin(part)) * sizeof(T));
   barrier();
   // 2. Reduce my part: my own values plus every peer's, in rank order; the sum goes to my
   //    tensor and to my slot, where the peers fetch it.
@@ -338,14 +344,17 @@ void ShmAllreduce::allreduce(torch::Tensor& tensor, bool average) {
       ++chunks_done_;
     }
   };
-  if (tensor.scalar_type() == torch::kFloat32) run(tensor.data_ptr<float>());
-  else run(tensor.data_ptr<double>());
+  if (tensor.scalar_type() == torch::kFloat32)
+    run(tensor.data_ptr<float>());
+  else
+    run(tensor.data_ptr<double>());
 }
 
 void ShmAllreduce::allreduce_apply(torch::Tensor& tensor, const ApplyFn& apply) {
   DDPX_CHECK(supports(tensor), ErrorKind::kInternal,
              "shared-memory reduce-and-apply got a {} tensor; it handles contiguous CPU "
-             "float32/float64", tensor.toString());
+             "float32/float64",
+             tensor.toString());
   const int64_t total = tensor.numel();
   std::optional<size_t> place;
   if (arena_ && total > 0) place = arena_->locate(tensor.data_ptr(), total * tensor.element_size());

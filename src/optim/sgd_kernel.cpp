@@ -1,4 +1,4 @@
-#include "dist/sgd_kernel.h"
+#include "optim/sgd_kernel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "core/env.h"
 
-namespace ddpx::dist {
+namespace ddpx::optim {
 namespace {
 
 constexpr int64_t kBlock = 512;  // elements computed into a stack block, then stored
@@ -21,9 +21,10 @@ template <typename T, bool kFma>
 // One block: torch::optim::SGD::step's ops, in its order, per element. No output aliases an
 // input here (the outputs are the caller's stack block).
 template <typename T, bool kFma>
-[[gnu::always_inline]] inline void compute(const T* __restrict g, const T* __restrict p, const T* __restrict m,
-                    int64_t n, T lr, T mu, T wd, bool nesterov, T* __restrict p_new,
-                    T* __restrict m_new) {
+[[gnu::always_inline]] inline void compute(const T* __restrict g, const T* __restrict p,
+                                           const T* __restrict m, int64_t n, T lr, T mu, T wd,
+                                           bool nesterov, T* __restrict p_new,
+                                           T* __restrict m_new) {
   for (int64_t i = 0; i < n; ++i) {
     T d = g[i];
     if (wd != 0) d = add_scaled<T, kFma>(d, wd, p[i]);  // d_p.add(p, weight_decay)
@@ -38,10 +39,10 @@ template <typename T, bool kFma>
 
 // The gradient: one source as it is, else ((g0 + g1) + ...) * scale, ShmAllreduce's average.
 template <typename T, bool kFma>
-[[gnu::always_inline]] inline void update(const T* const* grads, int count, T scale,
-                                          const T* param, const T* momentum, int64_t n,
-                                          const SgdHyper& h, T* const* params_out,
-                                          T* const* momenta_out, int outputs) {
+[[gnu::always_inline]] inline void update(const T* const* grads, int count, T scale, const T* param,
+                                          const T* momentum, int64_t n, const SgdHyper& h,
+                                          T* const* params_out, T* const* momenta_out,
+                                          int outputs) {
   const T lr = static_cast<T>(h.lr), mu = static_cast<T>(h.momentum),
           wd = static_cast<T>(h.weight_decay);
   alignas(64) T p_new[kBlock];
@@ -86,8 +87,8 @@ __attribute__((target("fma"))) void update_fma(const T* const* grads, int count,
 bool aten_fuses() {
   static const bool fuses = [] {
 #if defined(__x86_64__)
-    return env::get_or("ATEN_CPU_CAPABILITY", "") != "default" &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return env::get_or("ATEN_CPU_CAPABILITY", "") != "default" && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
 #else
     return false;
 #endif
@@ -101,16 +102,15 @@ void dispatch(const T* const* grads, int count, T scale, const T* param, const T
               int outputs) {
 #if defined(__x86_64__)
   if (aten_fuses())
-    return update_fma<T>(grads, count, scale, param, momentum, n, h, params_out, momenta_out, outputs);
+    return update_fma<T>(grads, count, scale, param, momentum, n, h, params_out, momenta_out,
+                         outputs);
 #endif
   update<T, false>(grads, count, scale, param, momentum, n, h, params_out, momenta_out, outputs);
 }
 
 }  // namespace
 
-std::string sgd_state_key(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
+void* sgd_state_key(const torch::Tensor& param) { return param.unsafeGetTensorImpl(); }
 
 SgdHyper SgdHyper::of(const torch::optim::SGDOptions& o) {
   return SgdHyper{o.lr(), o.momentum(), o.weight_decay(), o.nesterov()};
@@ -123,19 +123,19 @@ void sgd_update(const T* grad, const T* param, const T* momentum, int64_t n, con
 }
 
 template <typename T>
-void sgd_update_mean(const T* const* grads, int count, T scale, T* param, T* momentum,
-                     int64_t n, const SgdHyper& h) {
+void sgd_update_mean(const T* const* grads, int count, T scale, T* param, T* momentum, int64_t n,
+                     const SgdHyper& h) {
   dispatch<T>(grads, count, scale, param, momentum, n, h, &param, &momentum, 1);
 }
 
-template void sgd_update<float>(const float*, const float*, const float*, int64_t,
-                                const SgdHyper&, float* const*, float* const*, int);
+template void sgd_update<float>(const float*, const float*, const float*, int64_t, const SgdHyper&,
+                                float* const*, float* const*, int);
 template void sgd_update<double>(const double*, const double*, const double*, int64_t,
                                  const SgdHyper&, double* const*, double* const*, int);
 template void sgd_update_mean<float>(const float* const*, int, float, float*, float*, int64_t,
                                      const SgdHyper&);
-template void sgd_update_mean<double>(const double* const*, int, double, double*, double*,
-                                      int64_t, const SgdHyper&);
+template void sgd_update_mean<double>(const double* const*, int, double, double*, double*, int64_t,
+                                      const SgdHyper&);
 
 bool fused_sgd_step(torch::optim::SGD& sgd) {
   for (auto& group : sgd.param_groups()) {
@@ -175,11 +175,13 @@ bool fused_sgd_step(torch::optim::SGD& sgd) {
         T* m = buffer.defined() ? buffer.data_ptr<T>() : nullptr;
         sgd_update<T>(grad.data_ptr<T>(), data, m, p.numel(), h, &data, &m, 1);
       };
-      if (p.scalar_type() == torch::kFloat32) run(p.data_ptr<float>());
-      else run(p.data_ptr<double>());
+      if (p.scalar_type() == torch::kFloat32)
+        run(p.data_ptr<float>());
+      else
+        run(p.data_ptr<double>());
     }
   }
   return true;
 }
 
-}  // namespace ddpx::dist
+}  // namespace ddpx::optim

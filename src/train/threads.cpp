@@ -1,11 +1,10 @@
-#include "core/threads.h"
+#include "train/threads.h"
 
 #include <dlfcn.h>
 #include <sched.h>
+#include <torch/utils.h>
 
 #include <algorithm>
-
-#include <torch/utils.h>
 
 #include "core/env.h"
 
@@ -25,7 +24,8 @@ int default_threads() {
 void set_threads(int threads) {
   torch::set_num_threads(threads);
   using SetThreads = void (*)(int);
-  if (auto openblas = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+  if (auto openblas =
+          reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
     openblas(threads);
 }
 

@@ -22,8 +22,8 @@
 
 namespace ddpx::trace {
 
-constexpr int kRing = 64;     // records kept per rank
-constexpr int kMaxDims = 6;   // shape dims recorded; more are summarised by numel
+constexpr int kRing = 64;    // records kept per rank
+constexpr int kMaxDims = 6;  // shape dims recorded; more are summarised by numel
 
 enum class State : uint32_t { kEmpty = 0, kPending = 1, kDone = 2, kFailed = 3 };
 
@@ -31,10 +31,10 @@ enum class State : uint32_t { kEmpty = 0, kPending = 1, kDone = 2, kFailed = 3 }
 // many tensors it had.
 struct Signature {
   std::string op;
-  std::string dtype;             // "float", "double", "long", ...
-  std::vector<int64_t> shape;    // of the first tensor
+  std::string dtype;           // "float", "double", "long", ...
+  std::vector<int64_t> shape;  // of the first tensor
   int64_t tensors = 1;
-  std::string text() const;      // "allreduce float[1024]", "allgather long[2] x2"
+  std::string text() const;  // "allreduce float[1024]", "allgather long[2] x2"
   bool operator==(const Signature& o) const {
     return op == o.op && dtype == o.dtype && shape == o.shape && tensors == o.tensors;
   }

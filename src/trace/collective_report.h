@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/collective_trace.h"
+#include "trace/collective_trace.h"
 
 namespace ddpx::trace {
 

@@ -11,14 +11,14 @@
 // owner, whichever is later.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-
-#include <torch/types.h>
 
 namespace ddpx::dist {
 

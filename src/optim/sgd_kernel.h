@@ -8,16 +8,16 @@
 //
 // Exactness: the same operations in the same order and rounding as ATen's CPU kernels (fused
 // multiply-add where ATen's vectorised kernels use one, i.e. on CPUs with FMA), so the result is
-// bit-identical to libtorch's step on the same machine; tests/dist/sgd_kernel_test.cpp checks it.
+// bit-identical to libtorch's step on the same machine; tests/optim/sgd_kernel_test.cpp checks it.
 #pragma once
-
-#include <cstdint>
-#include <string>
 
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
-namespace ddpx::dist {
+#include <cstdint>
+#include <string>
+
+namespace ddpx::optim {
 
 struct SgdHyper {
   double lr = 0;
@@ -38,16 +38,16 @@ void sgd_update(const T* grad, const T* param, const T* momentum, int64_t n, con
 // ShmAllreduce's in-place average does it (((g[0] + g[1]) + ...) * scale, g[0] this rank's),
 // so that the result is bit-identical to averaging first and stepping after.
 template <typename T>
-void sgd_update_mean(const T* const* grads, int count, T scale, T* param, T* momentum,
-                     int64_t n, const SgdHyper& h);
+void sgd_update_mean(const T* const* grads, int count, T scale, T* param, T* momentum, int64_t n,
+                     const SgdHyper& h);
 
 // The key of a parameter's state in a libtorch optimizer (its TensorImpl's address, as
 // torch::optim::SGD uses).
-std::string sgd_state_key(const torch::Tensor& param);
+void* sgd_state_key(const torch::Tensor& param);
 
 // A whole torch::optim::SGD::step() (dampening 0, float32/float64 parameters) through
 // sgd_update, keeping the optimizer's state (momentum buffers) as libtorch would. Returns false,
 // having changed nothing, when the optimizer has a setting or parameter it does not cover.
 bool fused_sgd_step(torch::optim::SGD& sgd);
 
-}  // namespace ddpx::dist
+}  // namespace ddpx::optim

@@ -1,39 +1,33 @@
-// A c10d process group that records every collective in this rank's CollectiveTrace and hands
-// it to the group it wraps (Gloo, or ProcessGroupShm for "gloo+shm"). The returned Work is a
-// thin wrapper that marks the record done (or failed) when wait() returns (or throws).
+// A c10d Backend that records every collective in this rank's CollectiveTrace and hands it to
+// the backend it wraps (Gloo, NCCL/RCCL, or ShmBackend). The returned Work is a thin wrapper that
+// marks the record done (or failed) when wait() returns (or throws). ddpx wraps every backend
+// of a job's group with one, so a stalled rank shows up in the hang table whichever device the
+// collective ran on. For NCCL, wait() returns once the current CUDA stream is ordered after the
+// collective, so "done" there means "handed to the GPU"; a hang still stays "waiting".
 //
 // Cost per collective: one sequence number, a clock read and a few stores into the ring, plus
 // one small Work allocation; no system call and no store or network I/O. Ordering, threads
-// and errors are the wrapped group's: the wrapper adds no lock around it.
+// and errors are the wrapped backend's: the wrapper adds no lock around it.
 //
-// After a collective has failed, the wrapped group is abandoned rather than destroyed: tearing
-// down Gloo or the shared-memory queue would wait for every collective still queued behind the
-// failed one (each up to the timeout), and the process is about to end anyway.
-//
-// 1.13 layout of c10d::ProcessGroup only (like ProcessGroupShm); 2.x builds are not traced.
+// After a collective has failed, the wrapped backend is abandoned rather than destroyed
+// (ForwardingBackend::abandon): the process is about to end anyway.
 #pragma once
-
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/version.h>
-
-#if TORCH_VERSION_MAJOR == 1
-#define DDPX_HAVE_TRACED_GROUP 1
 
 #include <atomic>
 #include <memory>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "core/collective_trace.h"
+#include "dist/c10d/forwarding_backend.h"
+#include "trace/collective_trace.h"
 
 namespace ddpx::dist {
 
-class TracedProcessGroup : public c10d::ProcessGroup {
+class TracedBackend : public ForwardingBackend {
  public:
-  TracedProcessGroup(std::shared_ptr<c10d::ProcessGroup> inner,
-                     std::shared_ptr<trace::CollectiveTrace> trace);
-  ~TracedProcessGroup() override;
+  TracedBackend(c10::intrusive_ptr<c10d::Backend> inner,
+                std::shared_ptr<trace::CollectiveTrace> trace);
+  ~TracedBackend() override;
 
-  const std::string getBackendName() const override { return inner_->getBackendName(); }
-  c10d::ProcessGroup& inner() { return *inner_; }
   const std::shared_ptr<trace::CollectiveTrace>& trace() const { return trace_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -58,35 +52,31 @@ class TracedProcessGroup : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  friend class TracedWork;
   template <typename Call>
   c10::intrusive_ptr<c10d::Work> traced(const char* op, c10d::OpType type,
                                         const std::vector<at::Tensor>& tensors, Call&& call);
 
-  std::shared_ptr<c10d::ProcessGroup> inner_;
   std::shared_ptr<trace::CollectiveTrace> trace_;
   std::shared_ptr<std::atomic<bool>> failed_;  // shared with the Works, which outlive calls
 };
 
-// The Work a TracedProcessGroup returns.
+// The Work a TracedBackend returns.
 class TracedWork : public c10d::Work {
  public:
   TracedWork(c10::intrusive_ptr<c10d::Work> inner, std::shared_ptr<trace::CollectiveTrace> trace,
-             std::shared_ptr<std::atomic<bool>> failed, uint64_t seq, int rank,
-             c10d::OpType type);
+             std::shared_ptr<std::atomic<bool>> failed, uint64_t seq, int rank, c10d::OpType type);
   bool wait(std::chrono::milliseconds timeout) override;
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -94,8 +84,11 @@ class TracedWork : public c10d::Work {
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
   void synchronize() override;
+  void blockCurrentStream() override;
   void abort() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  float getDuration() const override;
+  uint64_t getSequencenumber() const override;
 
   const trace::CollectiveTrace& trace() const { return *trace_; }
   uint64_t seq() const { return seq_; }
@@ -108,5 +101,3 @@ class TracedWork : public c10d::Work {
 };
 
 }  // namespace ddpx::dist
-
-#endif  // TORCH_VERSION_MAJOR == 1

@@ -1,4 +1,4 @@
-#include "dist/shm_arena.h"
+#include "dist/shm/shm_arena.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -38,11 +38,10 @@ torch::Tensor ShmArena::allocate(int64_t numel, c10::ScalarType dtype, bool peer
   }
   auto self = shared_from_this();
   if (peers_map_it)
-    return torch::from_blob(mapping_->at(offset_ + at), {numel}, [self](void*) {},
-                            torch::TensorOptions().dtype(dtype));
+    return torch::from_blob(
+        mapping_->at(offset_ + at), {numel}, [self](void*) {}, torch::TensorOptions().dtype(dtype));
   return torch::from_blob(
-      mapping_->at(offset_ + at), {numel},
-      [self, at, length](void*) { self->release(at, length); },
+      mapping_->at(offset_ + at), {numel}, [self, at, length](void*) { self->release(at, length); },
       torch::TensorOptions().dtype(dtype));
 }
 

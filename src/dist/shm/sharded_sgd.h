@@ -17,22 +17,22 @@
 // optimizer's own step() afterwards: every rank would update the shared copy.
 //
 // Contract: create() and step() are collective. create() returns null on every rank when it
-// does not apply: no shared-memory group ("gloo+shm"), no room in /dev/shm, an optimizer that
-// is not torch::optim::SGD, dampening other than 0, parameters that are not float32/64, or
+// does not apply: no shared-memory transport (Context::shm()), no room in /dev/shm, an optimizer
+// that is not torch::optim::SGD, dampening other than 0, parameters that are not float32/64, or
 // DDPX_SHARDED_STEP=0 in the environment.
 // step() throws ddpx::Error(kUsage) when a parameter or momentum buffer was replaced since
 // create() (a checkpoint loaded afterwards, set_data): create it again after such a change.
 #pragma once
+
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include <torch/optim/sgd.h>
-#include <torch/types.h>
-
-#include "dist/sgd_kernel.h"
+#include "optim/sgd_kernel.h"
 
 namespace c10d {
 class ProcessGroup;
@@ -41,13 +41,15 @@ class ProcessGroup;
 namespace ddpx::dist {
 
 class DistributedDataParallel;
-class ProcessGroupShm;
+class ShmBackend;
 class ShmAllreduce;
 
 class ShardedSgd {
  public:
+  // `shm` is the group's shared-memory transport (Context::shm()), or null.
   static std::unique_ptr<ShardedSgd> create(torch::optim::SGD& sgd,
-                                            std::shared_ptr<c10d::ProcessGroup> group);
+                                            std::shared_ptr<c10d::ProcessGroup> group,
+                                            ShmBackend* shm);
   void step();
 
   // Moves the step into backward: from the next synchronised backward through `ddp` on, each
@@ -74,13 +76,13 @@ class ShardedSgd {
     torch::Tensor param;     // the optimizer's parameter, its data now in its owner's arena
     torch::Tensor momentum;  // its momentum buffer there too, or undefined (momentum 0)
     int owner = 0;
-    size_t group = 0;        // its parameter group in the optimizer
+    size_t group = 0;  // its parameter group in the optimizer
   };
-  ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
-             ProcessGroupShm& shm, std::vector<Held> held);
-  struct Piece {  // one parameter's slice of a gradient bucket
-    size_t held = 0;      // index into held_
-    int64_t offset = 0;   // where its gradient starts in the bucket (elements)
+  ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group, ShmBackend& shm,
+             std::vector<Held> held);
+  struct Piece {         // one parameter's slice of a gradient bucket
+    size_t held = 0;     // index into held_
+    int64_t offset = 0;  // where its gradient starts in the bucket (elements)
     int64_t numel = 0;
   };
   void check_unchanged() const;
@@ -89,11 +91,11 @@ class ShardedSgd {
              const std::vector<const void*>& sources);
   void step_on_comm_thread(ShmAllreduce& shm);
   void step_owned();  // the parameters this rank owns (the step after backward)
-  SgdHyper hyper(const Held& h) const;  // its group's settings now (the lr may have changed)
+  optim::SgdHyper hyper(const Held& h) const;  // its group's settings now (the lr may have changed)
 
   torch::optim::SGD& sgd_;
   std::shared_ptr<c10d::ProcessGroup> group_;  // keeps `shm_` alive
-  ProcessGroupShm& shm_;
+  ShmBackend& shm_;
   std::vector<Held> held_;
   std::vector<int> owners_;
   std::vector<const void*> data_;  // where each param and momentum buffer was put

@@ -25,15 +25,15 @@
 // An average is the sum times 1/world_size, computed in the same pass.
 #pragma once
 
+#include <torch/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
-#include <torch/types.h>
-
-#include "dist/shm_arena.h"
+#include "dist/shm/shm_arena.h"
 
 namespace c10d {
 class Store;
@@ -63,7 +63,8 @@ class ShmAllreduce {
   // in rank order); `apply` reads them and writes wherever it was set up to (the sharded SGD
   // step: averaged gradient -> parameters and momentum). Every rank's tensor must lie in its
   // arena (else kDist on every rank). Returns once every rank has applied its part.
-  using ApplyFn = std::function<void(int64_t lo, int64_t n, const std::vector<const void*>& sources)>;
+  using ApplyFn =
+      std::function<void(int64_t lo, int64_t n, const std::vector<const void*>& sources)>;
   void allreduce_apply(torch::Tensor& tensor, const ApplyFn& apply);
 
   // Root's bytes into every rank's tensor (contiguous CPU, any dtype), through root's slots.

@@ -1,11 +1,11 @@
 // The fused SGD pass against libtorch's own torch::optim::SGD::step(): bit-identical weights
 // and momentum over several steps, for float and double, with and without weight decay and
 // Nesterov, on sizes that leave vector tails; and it declines what it does not cover.
-#include "dist/sgd_kernel.h"
+#include "optim/sgd_kernel.h"
 
 #include <gtest/gtest.h>
 
-namespace ddpx::dist {
+namespace ddpx::optim {
 namespace {
 
 struct Case {
@@ -26,7 +26,9 @@ void expect_same_as_libtorch(const Case& c) {
   }
   a.push_back(torch::randn({3, 5, 7}, torch::TensorOptions().dtype(c.dtype)).requires_grad_(true));
   b.push_back(a.back().detach().clone().requires_grad_(true));
-  auto options = torch::optim::SGDOptions(0.05).momentum(c.momentum).weight_decay(c.weight_decay)
+  auto options = torch::optim::SGDOptions(0.05)
+                     .momentum(c.momentum)
+                     .weight_decay(c.weight_decay)
                      .nesterov(c.nesterov);
   torch::optim::SGD reference(a, options), fused(b, options);
   for (int step = 0; step < 3; ++step) {
@@ -39,10 +41,11 @@ void expect_same_as_libtorch(const Case& c) {
     ASSERT_TRUE(fused_sgd_step(fused));
   }
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << " differs after 3 steps: max |diff| "
-                                          << (a[i] - b[i]).abs().max().item<double>();
+    EXPECT_TRUE(torch::equal(a[i], b[i]))
+        << "parameter " << i << " differs after 3 steps: max |diff| "
+        << (a[i] - b[i]).abs().max().item<double>();
     if (c.momentum == 0) continue;
-    auto key = [](const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); };
+    auto key = [](const torch::Tensor& p) { return sgd_state_key(p); };
     auto& ma = static_cast<torch::optim::SGDParamState&>(*reference.state().at(key(a[i])));
     auto& mb = static_cast<torch::optim::SGDParamState&>(*fused.state().at(key(b[i])));
     EXPECT_TRUE(torch::equal(ma.momentum_buffer(), mb.momentum_buffer())) << "momentum " << i;
@@ -69,7 +72,8 @@ TEST(SgdKernelTest, OneReadManyWritesGivesTheSameValuesEverywhere) {
   {
     float* po = expected_p.data_ptr<float>();
     float* mo = expected_m.data_ptr<float>();
-    sgd_update<float>(g.data_ptr<float>(), po, mo, 1000, SgdHyper{0.1, 0.9, 1e-4, false}, &po, &mo, 1);
+    sgd_update<float>(g.data_ptr<float>(), po, mo, 1000, SgdHyper{0.1, 0.9, 1e-4, false}, &po, &mo,
+                      1);
   }
   float* ps[] = {p.data_ptr<float>(), p2.data_ptr<float>()};
   float* ms[] = {m.data_ptr<float>(), m2.data_ptr<float>()};
@@ -95,4 +99,4 @@ TEST(SgdKernelTest, DeclinesDampeningAndHalfPrecisionWithoutTouchingAnything) {
 }
 
 }  // namespace
-}  // namespace ddpx::dist
+}  // namespace ddpx::optim

@@ -1,12 +1,12 @@
 // The timeout table and its verdict (see collective_report.h).
-#include "core/collective_report.h"
+#include "trace/collective_report.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
-
-#include <fmt/format.h>
 
 namespace ddpx::trace {
 namespace {
@@ -107,8 +107,8 @@ std::string verdict(const std::vector<Snapshot>& ranks, int world_size) {
     if (std::none_of(ranks.begin(), ranks.end(), [&](const Snapshot& s) { return s.rank == r; }))
       missing.push_back(r);
   }
-  std::string note = missing.empty() ? "" : fmt::format("; no record of rank(s) {}",
-                                                          ranks_text(missing));
+  std::string note =
+      missing.empty() ? "" : fmt::format("; no record of rank(s) {}", ranks_text(missing));
   if (ranks.empty()) return "no collective record of any rank" + note;
 
   std::string bad = mismatch(ranks);
@@ -131,10 +131,10 @@ std::string verdict(const std::vector<Snapshot>& ranks, int world_size) {
         if (w && (!waited || w->seq < waited->seq)) waited = w;
       }
       if (!text.empty()) text += "; ";
-      text += fmt::format("rank {} is behind{}: last completed {}, others {}", s.rank,
-                          process_note(s), describe(last_done(s)),
-                          waited ? "wait in " + describe(waited)
-                                 : fmt::format("reached seq {}", highest));
+      text += fmt::format(
+          "rank {} is behind{}: last completed {}, others {}", s.rank, process_note(s),
+          describe(last_done(s)),
+          waited ? "wait in " + describe(waited) : fmt::format("reached seq {}", highest));
     }
     return text + note;
   }
@@ -171,12 +171,13 @@ std::string verdict(const std::vector<Snapshot>& ranks, int world_size) {
     return fmt::format("rank(s) {} are behind: no record of them, the others wait in {}",
                        ranks_text(missing), describe(waiting));
   }
-  return fmt::format("no rank is behind by the record: every rank waits in {}; the transport "
-                     "stalled or a rank is stuck inside it", describe(waiting));
+  return fmt::format(
+      "no rank is behind by the record: every rank waits in {}; the transport "
+      "stalled or a rank is stuck inside it",
+      describe(waiting));
 }
 
-Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns,
-                   int rows_per_rank) {
+Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns, int rows_per_rank) {
   std::sort(ranks.begin(), ranks.end(),
             [](const Snapshot& a, const Snapshot& b) { return a.rank < b.rank; });
   Report report;
@@ -186,8 +187,8 @@ Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns,
   for (const Snapshot& s : ranks) {
     const std::string process = process_state(s.pid);
     if (s.entries.empty()) {
-      rows.push_back({std::to_string(s.rank), std::to_string(s.pid), process, "-", "(none yet)",
-                      "", ""});
+      rows.push_back(
+          {std::to_string(s.rank), std::to_string(s.pid), process, "-", "(none yet)", "", ""});
     }
     size_t first = s.entries.size() > static_cast<size_t>(rows_per_rank)
                        ? s.entries.size() - rows_per_rank
@@ -202,9 +203,9 @@ Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns,
       } else {
         state = fmt::format("WAITING {:.1f}s", seconds(now_ns - e.start_ns));
       }
-      rows.push_back({std::to_string(s.rank), std::to_string(s.pid), process,
-                      std::to_string(e.seq), e.sig.text(),
-                      fmt::format("{:.1f}s ago", seconds(now_ns - e.start_ns)), state});
+      rows.push_back({std::to_string(s.rank), std::to_string(s.pid), process, std::to_string(e.seq),
+                      e.sig.text(), fmt::format("{:.1f}s ago", seconds(now_ns - e.start_ns)),
+                      state});
     }
   }
   for (int r = 0; r < world_size; ++r) {

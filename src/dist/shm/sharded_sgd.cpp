@@ -1,4 +1,4 @@
-#include "dist/sharded_sgd.h"
+#include "dist/shm/sharded_sgd.h"
 
 #include <exception>
 #include <numeric>
@@ -6,15 +6,17 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "dist/c10d_compat.h"
 #include "dist/collectives.h"
 #include "dist/ddp.h"
-#include "dist/process_group_shm.h"
-#include "dist/sgd_kernel.h"
+#include "dist/shm/shm_backend.h"
+#include "optim/sgd_kernel.h"
 
 namespace ddpx::dist {
+using optim::sgd_state_key;
+using optim::sgd_update;
+using optim::sgd_update_mean;
+using optim::SgdHyper;
 
-#ifdef DDPX_HAVE_SHM_GROUP
 namespace {
 
 // Largest parameter first to the least loaded rank (ties: lower index, lower rank): within one
@@ -37,10 +39,10 @@ std::vector<int> balanced_owners(const std::vector<torch::Tensor>& params, int w
 }  // namespace
 
 std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
-                                               std::shared_ptr<c10d::ProcessGroup> group) {
+                                               std::shared_ptr<c10d::ProcessGroup> group,
+                                               ShmBackend* shm) {
   if (!group || group->getSize() < 2 || env::get_or("DDPX_SHARDED_STEP", "1") == "0")
     return nullptr;
-  ProcessGroupShm* shm = compat::shm_group(*group);
   // The same answer on every rank (one kind of group, one segment): no collective yet, so an
   // NCCL or multi-node group is never asked for one on CPU tensors.
   if (shm == nullptr || shm->arena() == nullptr) return nullptr;
@@ -85,7 +87,8 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
   std::vector<int64_t> mine;
   auto offset_of = [&](const torch::Tensor& t) {
     auto at = shm->arena()->locate(t.data_ptr(), t.numel() * t.element_size());
-    DDPX_CHECK(at.has_value(), ErrorKind::kInternal, "a sharded-optimizer tensor is not in the arena");
+    DDPX_CHECK(at.has_value(), ErrorKind::kInternal,
+               "a sharded-optimizer tensor is not in the arena");
     return static_cast<int64_t>(*at);
   };
   for (size_t i = 0; i < params.size(); ++i) {
@@ -97,8 +100,8 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     mine.push_back(offset_of(held[i].param));
     auto it = state.find(sgd_state_key(params[i]));
     if (held[i].momentum.defined() && it != state.end())
-      held[i].momentum.copy_(static_cast<torch::optim::SGDParamState&>(*it->second)
-                                 .momentum_buffer().reshape({-1}));
+      held[i].momentum.copy_(
+          static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer().reshape({-1}));
     mine.push_back(held[i].momentum.defined() ? offset_of(held[i].momentum) : -1);
   }
   // 4. Every rank learns where the owners put them (after they were filled) and switches its
@@ -112,7 +115,8 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     const auto dtype = params[i].scalar_type();
     if (owners[i] != rank) {
       held[i].param = shm->peer_tensor(owners[i], at[0], params[i].numel(), dtype);
-      if (at[1] >= 0) held[i].momentum = shm->peer_tensor(owners[i], at[1], params[i].numel(), dtype);
+      if (at[1] >= 0)
+        held[i].momentum = shm->peer_tensor(owners[i], at[1], params[i].numel(), dtype);
     }
     params[i].set_data(held[i].param.view(params[i].sizes()));
     held[i].param = params[i];
@@ -132,7 +136,7 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
 }
 
 ShardedSgd::ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
-                       ProcessGroupShm& shm, std::vector<Held> held)
+                       ShmBackend& shm, std::vector<Held> held)
     : sgd_(sgd), group_(std::move(group)), shm_(shm), held_(std::move(held)) {
   for (const auto& h : held_) {
     owners_.push_back(h.owner);
@@ -173,15 +177,16 @@ bool ShardedSgd::step_in_backward(DistributedDataParallel& ddp) {
   ddp.register_comm_hook([this, index_of = std::move(index_of)](const GradBucket& bucket) {
     std::vector<Piece> pieces;
     for (size_t k = 0; k < bucket.params.size(); ++k)
-      pieces.push_back(Piece{index_of.at(bucket.params[k].unsafeGetTensorImpl()),
-                             bucket.offsets[k], bucket.params[k].numel()});
+      pieces.push_back(Piece{index_of.at(bucket.params[k].unsafeGetTensorImpl()), bucket.offsets[k],
+                             bucket.params[k].numel()});
     ++buckets_applied_;
-    return shm_.submit([this, buffer = bucket.buffer, pieces = std::move(pieces)](
-                           ShmAllreduce& shm) mutable {
-      shm.allreduce_apply(buffer, [&](int64_t lo, int64_t n, const std::vector<const void*>& sources) {
-        apply(pieces, lo, n, sources);
-      });
-    });
+    return shm_.submit(
+        [this, buffer = bucket.buffer, pieces = std::move(pieces)](ShmAllreduce& shm) mutable {
+          shm.allreduce_apply(buffer,
+                              [&](int64_t lo, int64_t n, const std::vector<const void*>& sources) {
+                                apply(pieces, lo, n, sources);
+                              });
+        });
   });
   in_backward_ = true;
   return true;
@@ -204,8 +209,10 @@ void ShardedSgd::apply(const std::vector<Piece>& pieces, int64_t lo, int64_t n,
       sgd_update_mean<T>(grads.data(), world, T(1) / static_cast<T>(world), param + at, momentum,
                          end - begin, hyper(h));
     };
-    if (h.param.scalar_type() == torch::kFloat32) run(h.param.data_ptr<float>());
-    else run(h.param.data_ptr<double>());
+    if (h.param.scalar_type() == torch::kFloat32)
+      run(h.param.data_ptr<float>());
+    else
+      run(h.param.data_ptr<double>());
   }
 }
 
@@ -252,8 +259,10 @@ void ShardedSgd::step_owned() {
       sgd_update<T>(grad.data_ptr<T>(), param, momentum, h.param.numel(), hyper(h), &param,
                     &momentum, 1);
     };
-    if (h.param.scalar_type() == torch::kFloat32) run(h.param.data_ptr<float>());
-    else run(h.param.data_ptr<double>());
+    if (h.param.scalar_type() == torch::kFloat32)
+      run(h.param.data_ptr<float>());
+    else
+      run(h.param.data_ptr<double>());
   }
 }
 
@@ -261,19 +270,5 @@ SgdHyper ShardedSgd::hyper(const Held& h) const {
   return SgdHyper::of(
       static_cast<const torch::optim::SGDOptions&>(sgd_.param_groups()[h.group].options()));
 }
-
-#else  // libtorch 2.x: no shared-memory group
-
-std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD&,
-                                               std::shared_ptr<c10d::ProcessGroup>) {
-  return nullptr;
-}
-void ShardedSgd::step() {}
-bool ShardedSgd::step_in_backward(DistributedDataParallel&) { return false; }
-void ShardedSgd::step_owned() {}
-void ShardedSgd::apply(const std::vector<Piece>&, int64_t, int64_t,
-                       const std::vector<const void*>&) {}
-
-#endif
 
 }  // namespace ddpx::dist

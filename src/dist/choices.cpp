@@ -1,0 +1,41 @@
+#include "dist/choices.h"
+
+namespace ddpx::dist {
+
+const char* name(BackendChoice choice) {
+  switch (choice) {
+    case BackendChoice::kGloo:
+      return "gloo";
+    case BackendChoice::kNccl:
+      return "nccl";
+    case BackendChoice::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+const char* name(Transport transport) {
+  switch (transport) {
+    case Transport::kShm:
+      return "shm";
+    case Transport::kGloo:
+      return "gloo";
+    case Transport::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+const char* name(CommHook hook) {
+  switch (hook) {
+    case CommHook::kFp16Compress:
+      return "fp16";
+    case CommHook::kBf16Compress:
+      return "bf16";
+    case CommHook::kAllreduce:
+      break;
+  }
+  return "allreduce";
+}
+
+}  // namespace ddpx::dist

@@ -1,0 +1,64 @@
+// The optimizer step strategy (see step_strategy.h).
+#include "train/step_strategy.h"
+
+#include <torch/optim/sgd.h>
+
+#include "dist/context.h"
+#include "dist/ddp.h"
+#include "dist/shm/sharded_sgd.h"
+#include "optim/sgd_kernel.h"
+#include "train/optim.h"
+
+namespace ddpx::train {
+
+StepStrategy::StepStrategy(torch::optim::Optimizer& optimizer, const dist::Context& context,
+                           dist::DistributedDataParallel* ddp, StepOptions options)
+    : optimizer_(optimizer) {
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
+  if (sgd != nullptr && ddp != nullptr && ddp->distributed() && options.split) {
+    sharded_ = dist::ShardedSgd::create(*sgd, context.process_group(), context.shm());
+  }
+  if (sharded_) {
+    kind_ = options.inside_backward && sharded_->step_in_backward(*ddp) ? Kind::kSplitInBackward
+                                                                        : Kind::kSplit;
+  } else if (sgd != nullptr && options.fused) {
+    kind_ = Kind::kFused;
+  }
+}
+
+StepStrategy::~StepStrategy() = default;
+
+const char* StepStrategy::describe() const {
+  switch (kind_) {
+    case Kind::kSplitInBackward:
+      return "SGD split across the ranks of this host, inside backward";
+    case Kind::kSplit:
+      return "SGD split across the ranks of this host, after backward";
+    case Kind::kFused:
+      return "fused SGD";
+    case Kind::kPlain:
+      break;
+  }
+  return "the optimizer's own step";
+}
+
+void StepStrategy::set_learning_rate(double lr) { train::set_learning_rate(optimizer_, lr); }
+
+void StepStrategy::step(bool synced) {
+  switch (kind_) {
+    case Kind::kSplitInBackward:
+      // Checks that backward stepped every bucket; after a no_sync backward there is no update.
+      if (synced) sharded_->step();
+      return;
+    case Kind::kSplit:
+      return sharded_->step();
+    case Kind::kFused:
+      if (optim::fused_sgd_step(static_cast<torch::optim::SGD&>(optimizer_))) return;
+      break;
+    case Kind::kPlain:
+      break;
+  }
+  optimizer_.step();
+}
+
+}  // namespace ddpx::train

@@ -1,0 +1,59 @@
+// How the optimizer step is taken, chosen once per run and used the same way by the trainer and
+// `ddpx bench train`. In order of preference:
+//   kSplitInBackward  SGD split across the ranks of one host (ShardedSgd), each full gradient
+//                     bucket averaged and stepped inside backward: step() only checks;
+//   kSplit            the same split, after backward;
+//   kFused            SGD in one pass over memory (optim/sgd_kernel.h), bit-identical to
+//                     libtorch's step;
+//   kPlain            the optimizer's own step().
+// The split needs the shared-memory transport and SGD with dampening 0; the step inside backward
+// also needs nothing to read the averaged gradients between backward and the step (no clipping),
+// and the learning rate of the update set before backward: hence set_learning_rate() before
+// every backward whose step follows.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+
+namespace ddpx::dist {
+class Context;
+class DistributedDataParallel;
+class ShardedSgd;
+}  // namespace ddpx::dist
+
+namespace ddpx::train {
+
+struct StepOptions {
+  bool split = true;            // may split across ranks (DDPX_SHARDED_STEP=0 also refuses)
+  bool inside_backward = true;  // may run inside backward (DDPX_STEP_IN_BACKWARD=0 also refuses)
+  bool fused = true;            // may use the fused SGD pass
+};
+
+class StepStrategy {
+ public:
+  enum class Kind { kSplitInBackward, kSplit, kFused, kPlain };
+
+  // Collective when `ddp` is distributed (all ranks construct it together, after DDP wraps the
+  // model and any checkpoint is loaded). `optimizer` and `ddp` must outlive this object.
+  StepStrategy(torch::optim::Optimizer& optimizer, const dist::Context& context,
+               dist::DistributedDataParallel* ddp, StepOptions options = {});
+  ~StepStrategy();
+
+  Kind kind() const { return kind_; }
+  const char* describe() const;  // for the start-up line
+
+  // The learning rate of the coming update; call before the backward whose step follows.
+  void set_learning_rate(double lr);
+  // The update after a backward. `synced` false: that backward ran under no_sync (bench's
+  // compute-only steps): the split step after backward still runs then (every rank's model
+  // uses the one shared copy), the one inside backward has nothing to do.
+  void step(bool synced = true);
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  std::unique_ptr<dist::ShardedSgd> sharded_;
+  Kind kind_ = Kind::kPlain;
+};
+
+}  // namespace ddpx::train
