@@ -1,6 +1,9 @@
 #include "train/pretrained.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include <map>
@@ -52,8 +55,25 @@ void export_state_dict(torch::nn::Module& model, const std::string& path) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& p : model.named_parameters()) dict.insert(p.key(), p.value().detach());
   for (const auto& b : model.named_buffers()) dict.insert(b.key(), b.value().detach());
-  std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
+  // torch::pickle_save's archive, but with the dict untagged: PyTorch >= 2.6 loads with
+  // weights_only=True by default, which refuses the torch.jit type tag the default Pickler adds.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* buf, size_t size) { pickle.insert(pickle.end(), buf, buf + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                     writer);
+  writer.writeEndOfFile();
+  write_file_atomic(path, bytes);
 }
 
 }  // namespace ddpx::train
