@@ -38,10 +38,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--iterations,-n", a->iterations, "timed iterations (0: per size)");
   allreduce->add_option("--warmup,-w", a->warmup, "untimed iterations per size");
   allreduce->add_option("--dtype", a->dtype, "float32 | float64");
-  allreduce->add_option("--backend", a->backend, "auto | gloo | nccl")
-      ->transform(CLI::CheckedTransformer(kBackendNames));
-  allreduce->add_option("--transport", a->transport, "auto | shm | gloo")
-      ->transform(CLI::CheckedTransformer(kTransportNames));
+  add_choice(allreduce, "--backend", a->backend, kBackendNames, "auto | gloo | nccl");
+  add_choice(allreduce, "--transport", a->transport, kTransportNames, "auto | shm | gloo");
   allreduce->add_option("--buffer", a->buffer,
                         "ordinary | shared (where DDP puts gradient buckets: reduced in place)");
   allreduce->add_option("--timeout", a->timeout_s, "collective timeout in seconds");
@@ -67,15 +65,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_flag("--augment,!--no_augment", t->augment, "random crop (padding 4) and flip");
   train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB");
   train->add_option("--first_bucket_mb", t->first_bucket_mb, "DDP first bucket cap in MiB");
-  train->add_option("--comm_hook", t->comm_hook, "allreduce | fp16 | bf16")
-      ->transform(CLI::CheckedTransformer(kCommHookNames));
-  train->add_option("--transport", t->transport, "auto | shm | gloo")
-      ->transform(CLI::CheckedTransformer(kTransportNames));
-  train
-      ->add_option("--optimizer_step", t->fused_step,
-                   "fused (as ddpx train: split or one pass) | libtorch (torch::optim::SGD::step)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, bool>{{"fused", true}, {"libtorch", false}}));
+  add_choice(train, "--comm_hook", t->comm_hook, kCommHookNames, "allreduce | fp16 | bf16");
+  add_choice(train, "--transport", t->transport, kTransportNames, "auto | shm | gloo");
+  static const std::map<std::string, bool> kStepNames{{"fused", true}, {"libtorch", false}};
+  add_choice(train, "--optimizer_step", t->fused_step, kStepNames,
+             "fused (as ddpx train: split or one pass) | libtorch (torch::optim::SGD::step)");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, &exit_code] {
     bench::run_train_bench(*t);

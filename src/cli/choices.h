@@ -2,8 +2,10 @@
 // libraries switch on. An unknown name is refused by CLI11 with the flag and the valid names.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "dist/choices.h"
 #include "train/optim.h"
@@ -29,5 +31,23 @@ inline const std::map<std::string, train::Schedule> kScheduleNames{
     {"constant", train::Schedule::kConstant},
     {"step", train::Schedule::kStep},
     {"cosine", train::Schedule::kCosine}};
+
+// Adds `flag` to `app`, parsed into `value` through `names`; --help shows the names and the
+// current value as the default, and an unknown name is refused naming the valid ones.
+template <typename E>
+CLI::Option* add_choice(CLI::App* app, const std::string& flag, E& value,
+                        const std::map<std::string, E>& names, const std::string& help) {
+  std::vector<std::string> valid;
+  std::string current;
+  for (const auto& [name, choice] : names) {
+    valid.push_back(name);
+    if (choice == value) current = name;
+  }
+  return app
+      ->add_option_function<std::string>(
+          flag, [&value, &names](const std::string& name) { value = names.at(name); }, help)
+      ->check(CLI::IsMember(valid))
+      ->default_str(current);
+}
 
 }  // namespace ddpx::cli

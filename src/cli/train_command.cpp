@@ -41,8 +41,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--learning_rate,--lr", o->learning_rate, "peak learning rate");
   cmd->add_option("--weight_decay", o->weight_decay, "weight decay");
   cmd->add_option("--momentum", o->momentum, "SGD momentum");
-  cmd->add_option("--lr_schedule", o->lr_schedule, "constant | step | cosine (per step)")
-      ->transform(CLI::CheckedTransformer(kScheduleNames));
+  add_choice(cmd, "--lr_schedule", o->lr_schedule, kScheduleNames,
+             "constant | step | cosine (per step)");
   cmd->add_option("--warmup_epochs", o->warmup_epochs, "linear warmup length in epochs");
   cmd->add_option("--batch_size", o->batch_size, "batch size per process (as in the seed)");
   cmd->add_flag("--batch_size_scaled", o->batch_size_scaled,
@@ -57,19 +57,17 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--limit_train_batches", o->limit_train_batches, "batches per epoch (0: all)");
   cmd->add_option("--limit_test_batches", o->limit_test_batches, "test batches (0: all)");
   cmd->add_option("--log_every", o->log_every, "report test accuracy every N epochs");
-  cmd->add_option("--backend", o->backend, "auto | gloo | nccl")
-      ->transform(CLI::CheckedTransformer(kBackendNames));
-  cmd->add_option("--transport", o->transport,
-                  "all-reduce transport: auto (shared memory when all ranks share this host), "
-                  "shm, gloo")
-      ->transform(CLI::CheckedTransformer(kTransportNames));
+  add_choice(cmd, "--backend", o->backend, kBackendNames, "auto | gloo | nccl");
+  add_choice(cmd, "--transport", o->transport, kTransportNames,
+             "all-reduce transport: auto (shared memory when all ranks share this host), shm, "
+             "gloo");
   cmd->add_option("--timeout", o->timeout_s, "collective and rendezvous timeout in seconds");
   cmd->add_flag("--broadcast_buffers,!--no_broadcast_buffers", o->broadcast_buffers,
                 "DDP: broadcast buffers (BatchNorm statistics) from rank 0 before each forward");
   cmd->add_flag("--find_unused_parameters", o->find_unused_parameters,
                 "DDP: allow parameters that get no gradient");
-  cmd->add_option("--comm_hook", o->comm_hook, "DDP gradient reduction: allreduce | fp16 | bf16")
-      ->transform(CLI::CheckedTransformer(kCommHookNames));
+  add_choice(cmd, "--comm_hook", o->comm_hook, kCommHookNames,
+             "DDP gradient reduction: allreduce | fp16 | bf16");
   cmd->add_flag("--progress,!--no_progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   // checkpoints

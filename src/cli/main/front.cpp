@@ -1,6 +1,6 @@
-// ddpx: the command users run. It starts without libtorch: Debian's libtorch_cpu pulls in
-// about 300 shared libraries (OpenCV, GDAL, Qt, FFmpeg...) whose loading costs ~0.5 s of CPU
-// per process. `ddpx run` (the launcher) needs none of it, so it runs here and only the
+// ddpx: the command users run. It starts without libtorch, whose loading costs CPU time in
+// every process (PyTorch's wheel: about 1.6 GB of libtorch_cpu and libtorch_cuda with their
+// CUDA libraries). `ddpx run` (the launcher) needs none of it, so it runs here and only the
 // workers pay for libtorch; every other command is handed, argv unchanged, to ddpx-torch
 // next to this binary (execv keeps the pid, so signals and process trees are unaffected).
 #include <unistd.h>
