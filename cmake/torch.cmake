@@ -18,7 +18,7 @@ execute_process(
     "import torch, torch.utils, torch.distributed as d; print(torch.__version__.split('+')[0]); print(torch.utils.cmake_prefix_path); print(int(d.is_available())); print(torch.version.cuda or ''); print(torch.version.hip or '')"
   OUTPUT_VARIABLE _ddpx_torch_info ERROR_VARIABLE _ddpx_torch_error
   RESULT_VARIABLE _ddpx_torch_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
-if(NOT _ddpx_torch_rc EQUAL 0)
+if(NOT _ddpx_torch_rc EQUAL 0 OR NOT _ddpx_torch_info)
   string(REGEX REPLACE ".*\n([^\n]+)\n*$" "\\1" _ddpx_last_line "${_ddpx_torch_error}")
   message(FATAL_ERROR "ddpx: DDPX_PYTHON=${DDPX_PYTHON} cannot import torch (${_ddpx_last_line}); "
           "run scripts/python-env to make .venv with the pinned torch, or point DDPX_PYTHON at "

@@ -10,20 +10,12 @@
 
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "dist/ranks.h"
 #include "support/support.h"
 #include "trace/collective_trace.h"
 
 namespace ddpx::dist {
 namespace {
-
-WorldInfo loopback(int rank, int world_size, int port) {
-  WorldInfo w;
-  w.rank = w.local_rank = rank;
-  w.world_size = w.local_world_size = world_size;
-  w.master_addr = "127.0.0.1";
-  w.master_port = port;
-  return w;
-}
 
 // Runs fn(rank, context) for `world` ranks on threads, each joined with `options`.
 void run_ranks(int world, const InitOptions& options,
@@ -34,7 +26,7 @@ void run_ranks(int world, const InitOptions& options,
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        auto context = init(loopback(rank, world, port), options);
+        auto context = init(test::loopback_world(rank, world, port), options);
         fn(rank, *context);
       } catch (const std::exception& e) {
         errors[rank] = e.what();
