@@ -1,28 +1,35 @@
-// The seed's GEMM GFLOPS test: C = A x B on square matrices, timed over many iterations after
-// a warm-up. Reports achieved GFLOP/s (2 n^3 flops a multiply) and, where the CPU's vector
-// width, core count and clock can be read, the share of an estimated peak.
+// The seed's GEMM test, stating what it measured: C = A x B with A m x k and B k x n in one
+// dtype on one device, timed over many iterations after a warm-up. Reports achieved TFLOP/s
+// (2 m n k flops a multiply) and the share of that dtype's peak: on a GPU from the published
+// table (peaks.h), on a CPU estimated from its vector width, cores and clock.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "dist/choices.h"
+
 namespace ddpx::bench {
 
 struct GemmOptions {
-  int64_t size = 2048;
-  std::string dtype = "float32";  // float32 | float64 | bfloat16
+  int64_t size = 2048;          // m = n = k unless given
+  int64_t m = 0, n = 0, k = 0;  // 0: size
+  std::string dtype = "fp32";   // fp32 | tf32 | bf16 | fp16 | fp64 (float32, bfloat16... too)
   int64_t iterations = 20;
   int64_t warmup = 3;
-  std::string device = "cpu";  // cpu (cuda when libtorch has it)
-  int threads = 0;             // 0: $DDPX_THREADS or every usable core
+  dist::DeviceChoice device = dist::DeviceChoice::kAuto;  // auto: the GPU when one is visible
+  int threads = 0;  // CPU: 0 = $DDPX_THREADS or every usable core
 };
 
 struct GemmResult {
+  std::string device;  // "cpu" or the GPU's name
+  std::string dtype;   // the canonical name
+  int64_t m = 0, n = 0, k = 0;
   double seconds_per_iteration = 0;
-  double gflops = 0;
-  std::optional<double> peak_gflops;  // estimated; empty when unknown
-  std::string peak_basis;             // how the peak was estimated
+  double tflops = 0;
+  std::optional<double> peak_tflops;  // empty when unknown
+  std::string peak_basis;             // where the peak comes from
 };
 
 GemmResult run_gemm(const GemmOptions& options);

@@ -1,5 +1,7 @@
 #include "bench/train_bench.h"
 
+#include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
 #include <fmt/format.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench/peaks.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -19,7 +22,10 @@
 #include "data/sampler.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "dist/device.h"
+#include "models/flops.h"
 #include "models/registry.h"
+#include "train/placement.h"
 #include "train/step_strategy.h"
 #include "train/threads.h"
 
@@ -69,8 +75,15 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   set_threads(threads);
   dist::InitOptions init;
   init.transport = o.transport;
+  init.device = o.device;
   auto context = dist::init(init);
   log::set_rank(context->rank());
+  const torch::Device device = context->device();
+  train::check_amp(o.amp, device);
+  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
+  auto synchronize = [&] {
+    if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+  };
 
   data::DatasetSpec spec;
   spec.name = o.data;
@@ -87,6 +100,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   config.image_size = o.image_size;
   config.stem = o.stem;
   auto model = models::create_model(o.model, config);
+  // FLOPs of one image's forward, counted on the CPU before the model moves.
+  const double forward_flops =
+      models::count_forward_flops(model, torch::zeros({1, 3, o.image_size, o.image_size}));
+  train::place_model(*model.ptr(), device, o.channels_last);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (context->distributed()) {
     dist::DdpOptions d;
@@ -110,6 +127,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   lo.transform.image_size = splits.train.height() == o.image_size ? 0 : o.image_size;
   lo.transform.dataset_mean = splits.mean;
   lo.transform.dataset_std = splits.std;
+  lo.pin_memory = device.is_cuda();
   data::DataLoader loader(splits.train, lo);
   data::SamplerOptions so;
   so.rank = context->rank();
@@ -135,13 +153,23 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   auto step = [&](Phase& phase, bool sync) {
     Stopwatch total;
     std::optional<data::Batch> batch = next_batch();
+    auto images = batch->images.to(device, /*non_blocking=*/true);
+    if (o.channels_last) images = images.contiguous(torch::MemoryFormat::ChannelsLast);
+    auto labels = batch->labels.to(device, /*non_blocking=*/true);
+    synchronize();
     double data_s = total.seconds();
     // As the PyTorch peer: from job start to the first batch in hand.
     if (startup_s == 0) startup_s = job_age_seconds();
     Stopwatch compute;
     auto run = [&] {
-      torch::Tensor logits = ddp ? ddp->forward(batch->images) : model.forward(batch->images);
-      torch::nn::functional::cross_entropy(logits, batch->labels).backward();
+      torch::Tensor loss;
+      {
+        train::AutocastGuard autocast(o.amp, device);
+        torch::Tensor logits = ddp ? ddp->forward(images) : model.forward(images);
+        loss = torch::nn::functional::cross_entropy(logits, labels);
+      }
+      // fp16 without loss scaling: a benchmark of speed, not of convergence.
+      loss.backward();
     };
     if (ddp && !sync) {
       auto guard = ddp->no_sync();
@@ -149,10 +177,12 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     } else {
       run();
     }
+    synchronize();
     double fwd_bwd_s = compute.seconds();
     Stopwatch optim;
     optimizer_step.step(sync);
     optimizer.zero_grad();
+    synchronize();
     phase.data += data_s;
     phase.fwd_bwd += fwd_bwd_s;
     phase.optim += optim.seconds();
@@ -165,6 +195,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   for (int64_t i = 0; i < std::max<int64_t>(o.warmup, 1); ++i) {
     step(warm, true);
   }
+  if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
   context->barrier();
   // Alternate blocks so that slow drift (thermal, other load) affects both phases alike.
   constexpr int64_t kBlock = 5;
@@ -200,6 +231,25 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   r.optimizer_ms = per_step_ms(synced.optim, synced.steps);
   r.step_ms = per_step_ms(synced.total, synced.steps);
   r.startup_s = startup_s;
+  r.forward_gflop = forward_flops / 1e9;
+  std::string peak_note = "peak unknown";
+  if (device.is_cuda()) {
+    const auto stats = at::accelerator::getDeviceStats(device.index());
+    r.peak_memory_gib =
+        stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+            .peak /
+        1073741824.0;
+    const char* compute = o.amp == train::Amp::kBf16             ? "bf16"
+                          : o.amp == train::Amp::kFp16           ? "fp16"
+                          : at::globalContext().allowTF32CuDNN() ? "tf32"
+                                                                 : "fp32";
+    if (auto peak = gpu_peak(dist::device_name(device), compute)) {
+      const double per_rank = r.images_per_sec / context->world_size();
+      r.mfu = 3.0 * forward_flops * per_rank / (peak->tflops * 1e12);
+      peak_note =
+          fmt::format("of the {} {} peak, {:.1f} TFLOP/s", peak->label, compute, peak->tflops);
+    }
+  }
   // Report rank-averaged throughput figures; every rank must agree on what was printed.
   torch::Tensor figures = torch::tensor(
       {r.data_wait_ms, r.forward_backward_ms, r.exposed_comm_ms, r.optimizer_ms, r.step_ms},
@@ -215,10 +265,12 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
 
   log::out(
       "# ddpx bench train: {} ({} stem), {} classes, {}x{} input, batch {} per rank, {} "
-      "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}",
+      "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}, device {}, "
+      "amp {}, channels_last {}",
       o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
       context->world_size(), context->backend(), o.data, threads, o.first_bucket_mb, o.bucket_mb,
-      dist::name(o.comm_hook));
+      dist::name(o.comm_hook), dist::describe_device(device), train::name(o.amp),
+      o.channels_last ? "on" : "off");
   log::out("images/s (all ranks): {:.1f} | loader alone: {:.0f} images/s per rank",
            r.images_per_sec, loader_images_per_sec);
   log::out(
@@ -226,6 +278,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
       "communication not hidden {:.1f} ms ({:.1f}%) | optimizer {:.1f} ms",
       r.step_ms, r.data_wait_ms, 100 * r.data_wait_ms / r.step_ms, r.forward_backward_ms,
       r.exposed_comm_ms, 100 * r.exposed_comm_ms / r.step_ms, r.optimizer_ms);
+  log::out("model: {:.2f} GFLOP forward per image (training 3x){}", r.forward_gflop,
+           r.mfu ? fmt::format(" | MFU {:.1f}% {}", 100 * *r.mfu, peak_note) : "");
+  if (r.peak_memory_gib) log::out("peak GPU memory (rank 0): {:.2f} GiB", *r.peak_memory_gib);
   log::out(
       "start-up: {:.2f} s from job start (the ddpx run launcher, else this process) to the first "
       "batch of the first step",
@@ -244,7 +299,13 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
                            {"startup_s", r.startup_s},
                            {"bucket_mb", o.bucket_mb},
                            {"backend", context->backend()},
-                           {"loader_images_per_sec", loader_images_per_sec}};
+                           {"loader_images_per_sec", loader_images_per_sec},
+                           {"device", dist::device_name(device)},
+                           {"amp", train::name(o.amp)},
+                           {"channels_last", o.channels_last},
+                           {"forward_gflop", r.forward_gflop}};
+    if (r.mfu) line["mfu"] = *r.mfu;
+    if (r.peak_memory_gib) line["peak_memory_gib"] = *r.peak_memory_gib;
     std::ofstream(o.json, std::ios::app) << line.dump() << "\n";
   }
   return r;

@@ -5,12 +5,20 @@
 // "Communication not hidden" is measured, not inferred from reducer internals: the benchmark
 // alternates blocks of synchronised steps with blocks of no_sync() steps (identical compute,
 // no communication) and reports the difference in forward+backward time.
+//
+// On a GPU (--device cuda, with --amp and --channels_last as `ddpx train`) each phase ends with
+// a device synchronization so that its time is the GPU's; it also reports the peak memory the
+// allocator held and the model FLOPs utilisation: 3 x the forward FLOPs per image (counted,
+// models/flops.h) x images/s per rank over the GPU's published peak for the compute dtype
+// (bench/peaks.h).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "dist/choices.h"
+#include "train/amp.h"
 
 namespace ddpx::bench {
 
@@ -32,6 +40,9 @@ struct TrainBenchOptions {
   dist::Transport transport = dist::Transport::kAuto;
   bool fused_step = true;  // false: torch::optim::SGD::step, no split (--optimizer_step libtorch)
   std::string json;        // append a JSON line with the figures (rank 0)
+  dist::DeviceChoice device = dist::DeviceChoice::kAuto;
+  train::Amp amp = train::Amp::kOff;
+  bool channels_last = false;
 };
 
 struct TrainBenchResult {
@@ -41,7 +52,10 @@ struct TrainBenchResult {
   double exposed_comm_ms = 0;      // synced forward+backward minus no_sync forward+backward
   double optimizer_ms = 0;
   double step_ms = 0;
-  double startup_s = 0;  // job start (launcher or process) to the first training step
+  double startup_s = 0;       // job start (launcher or process) to the first training step
+  double forward_gflop = 0;   // per image (models/flops.h)
+  std::optional<double> mfu;  // 3 x forward FLOPs x images/s per rank / peak
+  std::optional<double> peak_memory_gib;  // GPU: the most this rank's allocator held
 };
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& options);

@@ -17,12 +17,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* gemm = bench->add_subcommand("gemm", "matrix-multiply GFLOP/s (the seed's GEMM test)");
   gemm->option_defaults()->always_capture_default();
   auto g = std::make_shared<bench::GemmOptions>();
-  gemm->add_option("--size", g->size, "matrix size n (n x n times n x n)");
-  gemm->add_option("--dtype", g->dtype, "float32 | float64 | bfloat16");
+  gemm->add_option("--size", g->size, "matrix size: m = n = k unless given");
+  gemm->add_option("--m", g->m, "rows of A and C (0: --size)");
+  gemm->add_option("--n", g->n, "columns of B and C (0: --size)");
+  gemm->add_option("--k", g->k, "columns of A, rows of B (0: --size)");
+  gemm->add_option("--dtype", g->dtype, "fp32 | tf32 (GPU tensor cores) | bf16 | fp16 | fp64");
   gemm->add_option("--iterations", g->iterations, "timed multiplies");
   gemm->add_option("--warmup", g->warmup, "untimed multiplies first");
-  gemm->add_option("--device", g->device, "cpu (cuda on GPU builds)");
-  gemm->add_option("--threads", g->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
+  add_choice(gemm, "--device", g->device, kDeviceNames,
+             "auto (the GPU when one is visible) | cpu | cuda");
+  gemm->add_option("--threads", g->threads, "CPU intra-op threads (0: $DDPX_THREADS or all cores)");
   gemm->callback([g, &exit_code] {
     bench::print_gemm(*g, bench::run_gemm(*g));
     exit_code = 0;
@@ -70,6 +74,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   static const std::map<std::string, bool> kStepNames{{"fused", true}, {"libtorch", false}};
   add_choice(train, "--optimizer_step", t->fused_step, kStepNames,
              "fused (as ddpx train: split or one pass) | libtorch (torch::optim::SGD::step)");
+  add_choice(train, "--device", t->device, kDeviceNames, "auto | cpu | cuda");
+  add_choice(train, "--amp", t->amp, kAmpNames, "off | bf16 | fp16 (autocast, as ddpx train)");
+  train->add_flag("--channels_last", t->channels_last, "NHWC weights and images");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, &exit_code] {
     bench::run_train_bench(*t);

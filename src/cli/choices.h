@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dist/choices.h"
+#include "train/amp.h"
 #include "train/optim.h"
 
 namespace ddpx::cli {
@@ -16,6 +17,14 @@ inline const std::map<std::string, dist::BackendChoice> kBackendNames{
     {"auto", dist::BackendChoice::kAuto},
     {"gloo", dist::BackendChoice::kGloo},
     {"nccl", dist::BackendChoice::kNccl}};
+
+inline const std::map<std::string, dist::DeviceChoice> kDeviceNames{
+    {"auto", dist::DeviceChoice::kAuto},
+    {"cpu", dist::DeviceChoice::kCpu},
+    {"cuda", dist::DeviceChoice::kCuda}};
+
+inline const std::map<std::string, train::Amp> kAmpNames{
+    {"off", train::Amp::kOff}, {"bf16", train::Amp::kBf16}, {"fp16", train::Amp::kFp16}};
 
 inline const std::map<std::string, dist::Transport> kTransportNames{
     {"auto", dist::Transport::kAuto},

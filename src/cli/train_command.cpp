@@ -51,6 +51,15 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "micro-batches per optimizer step (gradient accumulation)");
   cmd->add_option("--num_epochs", o->num_epochs, "epochs to train");
   cmd->add_option("--seed", o->seed, "random seed (model init, shuffling, augmentation)");
+  // device
+  add_choice(cmd, "--device", o->device, kDeviceNames,
+             "auto (the GPU of LOCAL_RANK when one is visible) | cpu | cuda (also ROCm GPUs)");
+  add_choice(cmd, "--amp", o->amp, kAmpNames,
+             "mixed precision: off | bf16 (also on CPU) | fp16 (GPU, with loss scaling)");
+  cmd->add_flag("--channels_last", o->channels_last,
+                "NHWC memory format for convolution weights and images (faster on GPUs)");
+  cmd->add_flag("--cudnn_benchmark,!--no_cudnn_benchmark", o->cudnn_benchmark,
+                "let cuDNN pick the fastest convolution algorithms for the fixed shapes");
   // running
   cmd->add_option("--threads", o->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
   cmd->add_option("--loader_workers", o->loader_workers, "data loader threads");

@@ -61,6 +61,10 @@ Batch DataLoader::build_batch(int64_t batch_index) const {
   Batch batch;
   batch.images = transform_batch(dataset_.images.index_select(0, idx), options_.transform, rng);
   batch.labels = dataset_.labels.index_select(0, idx);
+  if (options_.pin_memory) {
+    batch.images = batch.images.pin_memory();
+    batch.labels = batch.labels.pin_memory();
+  }
   return batch;
 }
 

@@ -35,6 +35,7 @@ struct LoaderOptions {
   int prefetch = 4;           // ready batches kept ahead
   int64_t limit_batches = 0;  // 0 = all
   uint64_t seed = 0;
+  bool pin_memory = false;  // page-locked batches, for non-blocking copies to a GPU
   TransformOptions transform;
 };
 

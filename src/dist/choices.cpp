@@ -14,6 +14,18 @@ const char* name(BackendChoice choice) {
   return "auto";
 }
 
+const char* name(DeviceChoice choice) {
+  switch (choice) {
+    case DeviceChoice::kCpu:
+      return "cpu";
+    case DeviceChoice::kCuda:
+      return "cuda";
+    case DeviceChoice::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 const char* name(Transport transport) {
   switch (transport) {
     case Transport::kShm:

@@ -16,7 +16,11 @@ enum class Transport { kAuto, kShm, kGloo };
 // bf16 compression (divide by the world size, cast, all-reduce, cast back when backward ends).
 enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress };
 
+// Where the model and its batches live: kAuto is the GPU when this process sees one.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
 const char* name(BackendChoice choice);
+const char* name(DeviceChoice choice);
 const char* name(Transport transport);
 const char* name(CommHook hook);
 

@@ -10,6 +10,7 @@
 #include "dist/c10d/traced_backend.h"
 #include "dist/collectives.h"
 #include "dist/ddp.h"
+#include "dist/device.h"
 #include "dist/rendezvous.h"
 #include "dist/shm/shm_backend.h"
 #include "trace/collective_trace.h"
@@ -21,20 +22,27 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-BackendChoice choose_backend(BackendChoice requested) {
+BackendChoice choose_backend(BackendChoice requested, const torch::Device& device) {
   if (requested == BackendChoice::kAuto) {
-    return nccl_available() ? BackendChoice::kNccl : BackendChoice::kGloo;
+    return device.is_cuda() && nccl_available() ? BackendChoice::kNccl : BackendChoice::kGloo;
   }
+  DDPX_CHECK(requested != BackendChoice::kNccl || device.is_cuda(), ErrorKind::kUsage,
+             "--backend nccl reduces GPU tensors, and this run trains on the CPU (--device cpu, "
+             "or no GPU visible); use --backend gloo (or auto), or --device cuda");
   DDPX_CHECK(requested != BackendChoice::kNccl || nccl_available(), ErrorKind::kUsage,
-             "--backend nccl needs a CUDA build of ddpx and a visible GPU, and this process "
-             "has {}; use --backend gloo (or auto)",
-#ifdef DDPX_WITH_CUDA
-             "no GPU (CUDA_VISIBLE_DEVICES='" + env::get_or("CUDA_VISIBLE_DEVICES", "") + "')"
-#else
-             std::string("a CPU-only build")
-#endif
-  );
+             "--backend nccl needs a CUDA build of ddpx with NCCL; use --backend gloo (or auto)");
   return requested;
+}
+
+// A GPU that another job already fills: a clear line before this job fails or crawls.
+void check_gpu_is_free(const torch::Device& device, int rank) {
+  auto memory = device_memory(device);
+  if (!memory) return;
+  auto verdict = judge_busy_gpu(
+      fmt::format("rank {}: GPU {} ({})", rank, device.str(), device_name(device)), *memory);
+  if (!verdict) return;
+  DDPX_CHECK(!verdict->fatal, ErrorKind::kUsage, "{}", verdict->message);
+  log::warn("{}", verdict->message);
 }
 
 // Every collective of a backend is recorded (collective_trace.h) unless DDPX_TRACE=0 (to
@@ -98,13 +106,34 @@ void Context::barrier() {
   wait_work(group_->barrier(), "barrier");
 }
 
+std::vector<std::string> Context::gather_text(const std::string& text) {
+  constexpr int64_t kWidth = 256;
+  // One row a rank, zero elsewhere: a sum gathers them (a CPU collective every backend has).
+  torch::Tensor rows = torch::zeros({world_size(), kWidth}, torch::kInt32);
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(text.size()), kWidth - 1);
+  auto mine = rows.accessor<int32_t, 2>();
+  for (int64_t i = 0; i < n; ++i) mine[rank()][i] = static_cast<uint8_t>(text[i]);
+  all_reduce_sum(rows);
+  std::vector<std::string> texts;
+  auto a = rows.accessor<int32_t, 2>();
+  for (int64_t r = 0; r < world_size(); ++r) {
+    std::string row;
+    for (int64_t i = 0; i < kWidth && a[r][i] != 0; ++i) row.push_back(static_cast<char>(a[r][i]));
+    texts.push_back(std::move(row));
+  }
+  return texts;
+}
+
 std::shared_ptr<Context> init(const InitOptions& options) { return init(detect_world(), options); }
 
 std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options) {
-  const BackendChoice backend = choose_backend(options.backend);
   log::set_rank(world.rank);
+  Built built;
+  built.device = select_device(options.device, world);
+  const BackendChoice backend = choose_backend(options.backend, built.device);
+  check_gpu_is_free(built.device, world.rank);
   if (world.world_size == 1) {
-    return std::make_shared<Context>(world, nullptr, nullptr, Built{});
+    return std::make_shared<Context>(world, nullptr, nullptr, std::move(built));
   }
   // `ddpx run` on one node hands its workers a rendezvous file (no listening socket at all);
   // torchrun-style jobs and multi-node jobs meet at MASTER_ADDR:MASTER_PORT.
@@ -127,7 +156,6 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
         },
         world, options.timeout, world.master_addr + ":" + std::to_string(world.master_port));
   }
-  Built built;
   // DDPX_TRACE_DIR puts the record where the other ranks and the launcher can read it.
   if (env::get_or("DDPX_TRACE", "1") != "0") {
     built.trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""),

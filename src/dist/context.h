@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dist/choices.h"
 #include "dist/world.h"
@@ -28,15 +29,17 @@ class ShmBackend;
 struct BucketPolicy;
 
 struct InitOptions {
-  BackendChoice backend = BackendChoice::kAuto;  // kAuto: NCCL when a GPU is visible
+  DeviceChoice device = DeviceChoice::kAuto;     // device.h: the GPU of LOCAL_RANK, else CPU
+  BackendChoice backend = BackendChoice::kAuto;  // kAuto: NCCL when training on a GPU
   std::chrono::milliseconds timeout = std::chrono::minutes(30);  // collectives and rendezvous
   Transport transport = Transport::kAuto;                        // for CPU tensors (choices.h)
 };
 
 // What init() built besides the group.
 struct Built {
-  std::string backend = "none";  // "gloo", "gloo+shm", "nccl" (its CPU side after a '/')
-  ShmBackend* shm = nullptr;     // the shared-memory transport, owned by the group
+  torch::Device device = torch::kCPU;  // where this rank trains (select_device)
+  std::string backend = "none";        // "gloo", "gloo+shm", "nccl" (its CPU side after a '/')
+  ShmBackend* shm = nullptr;           // the shared-memory transport, owned by the group
   std::shared_ptr<trace::CollectiveTrace> trace;  // the collective record, if on
 };
 
@@ -52,6 +55,8 @@ class Context {
   int world_size() const { return world_.world_size; }
   bool distributed() const { return world_.world_size > 1; }
   const std::string& backend() const { return built_.backend; }
+  // The device this rank trains on, already made current.
+  const torch::Device& device() const { return built_.device; }
   // The shared-memory transport of CPU tensors (null: Gloo, another host, or one process). It
   // lives as long as process_group().
   ShmBackend* shm() const { return built_.shm; }
@@ -68,6 +73,8 @@ class Context {
   void all_reduce_sum(torch::Tensor& tensor);  // in place
   void broadcast(torch::Tensor& tensor, int root = 0);
   void barrier();
+  // Every rank's `text` (at most 255 bytes kept), indexed by rank; collective.
+  std::vector<std::string> gather_text(const std::string& text);
 
  private:
   WorldInfo world_;

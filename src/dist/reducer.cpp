@@ -28,14 +28,21 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
   std::function<void()> fn_;
 };
 
-// A slice of `buffer` shaped like a parameter. Made below the autograd dispatch keys so that it
-// is a plain tensor, not an autograd view: Optimizer::zero_grad's in-place detach_() would
-// reject an autograd view, and AccumulateGrad then adds into it in place.
-torch::Tensor bucket_view(const torch::Tensor& buffer, int64_t offset, at::IntArrayRef sizes) {
+// A slice of `buffer` shaped like `param`, with its strides where it is dense (a channels_last
+// parameter gets a channels_last gradient, as AccumulateGrad would make it; c10d's Reducer does
+// the same). Made below the autograd dispatch keys so that it is a plain tensor, not an autograd
+// view: Optimizer::zero_grad's in-place detach_() would reject an autograd view, and
+// AccumulateGrad then adds into it in place.
+torch::Tensor bucket_view(const torch::Tensor& buffer, int64_t offset, const torch::Tensor& param) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const auto sizes = param.sizes();
   std::vector<int64_t> strides(sizes.size(), 1);
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 2; d >= 0; --d) {
-    strides[d] = strides[d + 1] * sizes[d + 1];
+  if (param.is_non_overlapping_and_dense()) {
+    strides.assign(param.strides().begin(), param.strides().end());
+  } else {
+    for (int64_t d = static_cast<int64_t>(sizes.size()) - 2; d >= 0; --d) {
+      strides[d] = strides[d + 1] * sizes[d + 1];
+    }
   }
   return buffer.as_strided(sizes, strides, buffer.storage_offset() + offset);
 }
@@ -125,7 +132,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     int64_t offset = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
       const auto& p = params_[indices[k]];
-      auto view = bucket_view(bucket.buffer, offset, p.sizes());
+      auto view = bucket_view(bucket.buffer, offset, p);
       // Carry over gradients that exist already (a rebuild keeps accumulated values).
       if (p.grad().defined()) view.copy_(p.grad());
       bucket.views.push_back(view);

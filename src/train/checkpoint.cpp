@@ -77,14 +77,17 @@ std::string message_of(const std::exception& e) {
 // The checksum is the guard in front of libtorch's archive reader: only bytes that ddpx wrote
 // (or that match their CRC-32) reach it. Past it, any libtorch error (a missing key, a value of
 // the wrong type) still becomes a kData error naming the file.
-torch::serialize::InputArchive open_archive(const std::string& bytes, const std::string& name) {
+// `device`: where the tensors land (a checkpoint written on a GPU loads on a CPU and the other
+// way round, as torch.load's map_location).
+torch::serialize::InputArchive open_archive(const std::string& bytes, const std::string& name,
+                                            std::optional<torch::Device> device = std::nullopt) {
   std::string payload = verified_payload(bytes, name);
   // libtorch's zip reader leaks when it rejects an archive; ddpx's own zip check
   // (models/torch_file.h) rejects first what it would reject in its constructor.
   models::read_torch_zip(payload, name, "the checkpoint is damaged; use an older one");
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(payload.data(), payload.size());
+    archive.load_from(payload.data(), payload.size(), device);
   } catch (const std::exception& e) {  // c10::Error, or the TorchScript parser's errors
     fail(ErrorKind::kData, "{} passed its checksum but cannot be decoded: {}", name, message_of(e));
   }
@@ -128,6 +131,10 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
   archive.write("optimizer", optimizer_archive);
   archive.write("epochs_done", c10::IValue(position.epochs_done));
   archive.write("global_step", c10::IValue(position.global_step));
+  if (position.loss_scale > 0) {
+    archive.write("loss_scale", c10::IValue(position.loss_scale));
+    archive.write("loss_scale_growth", c10::IValue(position.loss_scale_growth));
+  }
   archive.write("model_name", c10::IValue(meta.model));
   archive.write("num_classes", c10::IValue(meta.num_classes));
   archive.write("stem", c10::IValue(meta.stem));
@@ -155,7 +162,10 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
 TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                     const CheckpointMeta& meta) {
-  auto archive = open_archive(bytes, name);
+  // Each rank loads onto the device its model is on.
+  const auto params = model.parameters();
+  auto archive = open_archive(
+      bytes, name, params.empty() ? torch::Device(torch::kCPU) : params.front().device());
   TrainPosition position;
   try {
     c10::IValue value;
@@ -180,6 +190,11 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
     position.epochs_done = value.toInt();
     archive.read("global_step", value);
     position.global_step = value.toInt();
+    if (archive.try_read("loss_scale", value)) {
+      position.loss_scale = value.toDouble();
+      archive.read("loss_scale_growth", value);
+      position.loss_scale_growth = value.toInt();
+    }
     torch::Tensor rng_state;
     archive.read("cpu_rng_state", rng_state);
     auto generator = at::detail::getDefaultCPUGenerator();

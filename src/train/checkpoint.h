@@ -20,6 +20,8 @@ namespace ddpx::train {
 struct TrainPosition {
   int64_t epochs_done = 0;  // completed epochs
   int64_t global_step = 0;  // optimizer steps taken
+  double loss_scale = 0;    // fp16 loss scaling's scale (0: none) and its clean-step count
+  int64_t loss_scale_growth = 0;
 };
 
 // What the weights belong to: enough to rebuild the model from the checkpoint alone.
@@ -40,8 +42,9 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainPosition& position,
                      const CheckpointMeta& meta);
 
-// Restores model, optimizer and RNG; throws ddpx::Error(kData) naming the file when it is
-// corrupt or was written for another model.
+// Restores model, optimizer and RNG, the tensors on the device the model is on (a checkpoint
+// saved on a GPU resumes on a CPU and the other way round); throws ddpx::Error(kData) naming the
+// file when it is corrupt or was written for another model.
 TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
                               torch::optim::Optimizer& optimizer, const CheckpointMeta& meta);
 

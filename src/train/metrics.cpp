@@ -14,4 +14,25 @@ void MetricSums::all_reduce(dist::Context& context) {
   count = a[2];
 }
 
+DeviceSums::DeviceSums(const torch::Device& device)
+    : loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat64).device(device))),
+      correct_(torch::zeros({}, torch::dtype(torch::kInt64).device(device))) {}
+
+void DeviceSums::add(const torch::Tensor& batch_mean_loss, const torch::Tensor& logits,
+                     const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = labels.size(0);
+  loss_sum_.add_(batch_mean_loss.detach().to(torch::kFloat64), static_cast<double>(n));
+  correct_.add_(logits.argmax(1).eq(labels).sum());
+  count_ += static_cast<double>(n);
+}
+
+MetricSums DeviceSums::read() const {
+  MetricSums sums;
+  sums.loss_sum = loss_sum_.item<double>();
+  sums.correct = static_cast<double>(correct_.item<int64_t>());
+  sums.count = count_;
+  return sums;
+}
+
 }  // namespace ddpx::train

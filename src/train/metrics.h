@@ -2,6 +2,8 @@
 // means), so the printed loss and accuracy are exactly those of the whole global batch stream.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstdint>
 
 #include "dist/context.h"
@@ -23,6 +25,22 @@ struct MetricSums {
 
   // Sums every field over all ranks (in place).
   void all_reduce(dist::Context& context);
+};
+
+// The same sums kept on the training device: adding a batch queues two small kernels and never
+// waits for the device; read() synchronizes (at a progress update or the end of an epoch).
+class DeviceSums {
+ public:
+  explicit DeviceSums(const torch::Device& device);
+  // A batch's mean loss, its logits and labels (on the device).
+  void add(const torch::Tensor& batch_mean_loss, const torch::Tensor& logits,
+           const torch::Tensor& labels);
+  MetricSums read() const;
+
+ private:
+  torch::Tensor loss_sum_;  // float64
+  torch::Tensor correct_;   // int64
+  double count_ = 0;
 };
 
 }  // namespace ddpx::train

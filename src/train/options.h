@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dist/choices.h"
+#include "train/amp.h"
 #include "train/optim.h"
 
 namespace ddpx::train {
@@ -38,6 +39,12 @@ struct TrainOptions {
   int64_t accumulation_steps = 1;
   int64_t num_epochs = 10;
   uint64_t seed = 0;
+
+  // device
+  dist::DeviceChoice device = dist::DeviceChoice::kAuto;  // dist/device.h
+  Amp amp = Amp::kOff;          // autocast dtype (train/amp.h); fp16 adds loss scaling
+  bool channels_last = false;   // NHWC convolution weights and images
+  bool cudnn_benchmark = true;  // let cuDNN time its algorithms once (fixed shapes)
 
   // running
   int threads = 0;                  // intra-op threads; 0: $DDPX_THREADS or all cores

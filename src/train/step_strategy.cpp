@@ -6,6 +6,7 @@
 #include "dist/context.h"
 #include "dist/ddp.h"
 #include "dist/shm/sharded_sgd.h"
+#include "optim/foreach_sgd.h"
 #include "optim/sgd_kernel.h"
 #include "train/optim.h"
 
@@ -22,7 +23,11 @@ StepStrategy::StepStrategy(torch::optim::Optimizer& optimizer, const dist::Conte
     kind_ = options.inside_backward && sharded_->step_in_backward(*ddp) ? Kind::kSplitInBackward
                                                                         : Kind::kSplit;
   } else if (sgd != nullptr && options.fused) {
-    kind_ = Kind::kFused;
+    bool on_cpu = true;
+    for (const auto& group : sgd->param_groups()) {
+      for (const auto& p : group.params()) on_cpu = on_cpu && p.device().is_cpu();
+    }
+    kind_ = on_cpu ? Kind::kFused : Kind::kFusedDevice;
   }
 }
 
@@ -36,6 +41,8 @@ const char* StepStrategy::describe() const {
       return "SGD split across the ranks of this host, after backward";
     case Kind::kFused:
       return "fused SGD";
+    case Kind::kFusedDevice:
+      return "fused multi-tensor SGD on the device";
     case Kind::kPlain:
       break;
   }
@@ -54,6 +61,9 @@ void StepStrategy::step(bool synced) {
       return sharded_->step();
     case Kind::kFused:
       if (optim::fused_sgd_step(static_cast<torch::optim::SGD&>(optimizer_))) return;
+      break;
+    case Kind::kFusedDevice:
+      if (optim::foreach_sgd_step(static_cast<torch::optim::SGD&>(optimizer_))) return;
       break;
     case Kind::kPlain:
       break;

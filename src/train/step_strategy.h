@@ -4,7 +4,9 @@
 //                     bucket averaged and stepped inside backward: step() only checks;
 //   kSplit            the same split, after backward;
 //   kFused            SGD in one pass over memory (optim/sgd_kernel.h), bit-identical to
-//                     libtorch's step;
+//                     libtorch's step (CPU parameters);
+//   kFusedDevice      SGD as ATen's fused multi-tensor kernel (optim/foreach_sgd.h), one launch
+//                     per group (GPU parameters: the split step is for CPU hosts);
 //   kPlain            the optimizer's own step().
 // The split needs the shared-memory transport and SGD with dampening 0; the step inside backward
 // also needs nothing to read the averaged gradients between backward and the step (no clipping),
@@ -32,7 +34,7 @@ struct StepOptions {
 
 class StepStrategy {
  public:
-  enum class Kind { kSplitInBackward, kSplit, kFused, kPlain };
+  enum class Kind { kSplitInBackward, kSplit, kFused, kFusedDevice, kPlain };
 
   // Collective when `ddp` is distributed (all ranks construct it together, after DDP wraps the
   // model and any checkpoint is loaded). `optimizer` and `ddp` must outlive this object.

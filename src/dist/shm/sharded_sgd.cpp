@@ -55,7 +55,10 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     const auto& o = static_cast<const torch::optim::SGDOptions&>(param_group.options());
     ok = ok && o.dampening() == 0;
     for (const auto& p : param_group.params()) {
-      ok = ok && (p.scalar_type() == torch::kFloat32 || p.scalar_type() == torch::kFloat64);
+      // CPU and contiguous: the flat step walks parameter, gradient and momentum in one order
+      // (a channels_last parameter's gradient bucket view is channels_last too).
+      ok = ok && (p.scalar_type() == torch::kFloat32 || p.scalar_type() == torch::kFloat64) &&
+           p.device().is_cpu() && p.is_contiguous();
       params.push_back(p);
       with_momentum.push_back(o.momentum() != 0);
       group_of.push_back(&param_group - sgd.param_groups().data());

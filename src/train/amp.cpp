@@ -1,0 +1,60 @@
+// Mixed precision (see amp.h).
+#include "train/amp.h"
+
+#include <ATen/autocast_mode.h>
+
+#include "core/error.h"
+
+namespace ddpx::train {
+
+const char* name(Amp amp) {
+  switch (amp) {
+    case Amp::kBf16:
+      return "bf16";
+    case Amp::kFp16:
+      return "fp16";
+    case Amp::kOff:
+      break;
+  }
+  return "off";
+}
+
+std::optional<torch::ScalarType> amp_dtype(Amp amp) {
+  switch (amp) {
+    case Amp::kBf16:
+      return torch::kBFloat16;
+    case Amp::kFp16:
+      return torch::kHalf;
+    case Amp::kOff:
+      break;
+  }
+  return std::nullopt;
+}
+
+void check_amp(Amp amp, const torch::Device& device) {
+  DDPX_CHECK(amp != Amp::kFp16 || device.is_cuda(), ErrorKind::kUsage,
+             "--amp fp16 needs a GPU and this run trains on {}; use --amp bf16 (autocast on CPU) "
+             "or --amp off",
+             device.str());
+}
+
+AutocastGuard::AutocastGuard(Amp amp, const torch::Device& device) {
+  auto dtype = amp_dtype(amp);
+  if (!dtype) return;
+  active_ = true;
+  type_ = device.type();
+  was_enabled_ = at::autocast::is_autocast_enabled(type_);
+  previous_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_enabled(type_, true);
+  at::autocast::set_autocast_dtype(type_, *dtype);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(type_, was_enabled_);
+  at::autocast::set_autocast_dtype(type_, previous_dtype_);
+}
+
+}  // namespace ddpx::train
