@@ -39,6 +39,7 @@ inline std::vector<std::exception_ptr> run_ranks(
     threads.emplace_back([&, rank] {
       try {
         dist::InitOptions options;
+        options.device = dist::DeviceChoice::kCpu;
         options.backend = dist::BackendChoice::kGloo;
         options.timeout = timeout;
         auto context = dist::init(loopback_world(rank, world_size, port), options);
