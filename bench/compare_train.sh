@@ -7,6 +7,8 @@
 # Usage: bench/compare_train.sh [steps]   (BUILD=build by default; STEPS=30)
 #   ROUNDS=N repeats part 1 N times, one after the other, and prints every round's ratios and
 #   their median: on a shared VM one run can be off by several percent. WARMUP=5 untimed steps.
+#   DEVICE=cuda runs the GPU comparison instead (ResNet-50/101 at 224x224 and ResNet-18 with the
+#   CIFAR stem at 32x32, batch 256, bf16, channels_last), beside PyTorch eager on the same GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
@@ -20,6 +22,29 @@ free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0));
 field() { $py -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])])[sys.argv[3]])" "$@"; }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+
+# DEVICE=cuda: ddpx beside PyTorch eager on this machine's GPU, the issue's settings (batch 256,
+# bf16 autocast, channels_last, synthetic data of CIFAR-100's shape at 224x224; ResNet-18 with
+# the CIFAR stem at 32x32), images/s and ddpx's MFU. One process each, one GPU.
+if [ "${DEVICE:-cpu}" = cuda ]; then
+  echo "# GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
+  gpu="--device cuda --amp bf16 --channels_last --batch_size 256 --steps $steps --warmup ${WARMUP:-10} --no_augment"
+  for spec in "resnet50 imagenet 224" "resnet101 imagenet 224" "resnet18 cifar 32"; do
+    set -- $spec
+    "$ddpx" bench train $gpu --model "$1" --stem "$2" --image_size "$3" --num_classes 100 --threads 8 --json "$out/g_$1" >/dev/null
+    $py bench/pytorch_train.py --device cuda --amp bf16 --channels_last --batch_size 256 --steps "$steps" \
+      --warmup "${WARMUP:-10}" --no_augment --model "$1" --stem "$2" --image_size "$3" --num_classes 100 \
+      --threads 8 --workers 8 --json "$out/p_$1" >/dev/null
+    $py - "$out/g_$1" "$out/p_$1" "$1 $2 stem ${3}x$3" <<'PY'
+import json, sys
+a = json.loads(open(sys.argv[1]).readline()); b = json.loads(open(sys.argv[2]).readline())
+mfu = f" | ddpx MFU {100*a['mfu']:.1f}%" if "mfu" in a else ""
+print(f"{sys.argv[3]}: ddpx {a['images_per_sec']:.0f} img/s | pytorch {b['images_per_sec']:.0f} img/s | "
+      f"ratio {a['images_per_sec']/b['images_per_sec']:.2f}x{mfu} | peak memory {a.get('peak_memory_gib', 0):.1f} GiB")
+PY
+  done
+  exit 0
+fi
 
 echo "# 1. synthetic data, resnet18, 10 classes, 32x32, batch 64 per worker, SGD momentum"
 for round in $(seq "${ROUNDS:-1}"); do

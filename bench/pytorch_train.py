@@ -63,18 +63,28 @@ def main():
     p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes")
     p.add_argument("--no_augment", action="store_true")
     p.add_argument("--json", default="")
+    p.add_argument("--model", default="resnet18", help="a torchvision model name")
+    p.add_argument("--stem", default="imagenet", choices=["imagenet", "cifar"])
+    p.add_argument("--num_classes", type=int, default=10, help="synthetic data")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"])
+    p.add_argument("--channels_last", action="store_true")
     a = p.parse_args()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if a.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
     torch.set_num_threads(a.threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
 
     n = a.batch_size * 8
     if a.data == "synthetic":
         g = np.random.default_rng(0)
         images = g.integers(0, 256, size=(n, a.image_size, a.image_size, 3), dtype=np.uint8)
-        labels = g.integers(0, 10, size=n)
+        labels = g.integers(0, a.num_classes, size=n)
     else:
         images = read_idx(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"))[..., None]
         labels = read_idx(os.path.join(a.data_dir, "train-labels-idx1-ubyte.gz")).astype(np.int64)
@@ -90,13 +100,20 @@ def main():
     sampler = DistributedSampler(dataset, world, rank) if world > 1 else None
     loader = DataLoader(dataset, batch_size=a.batch_size, sampler=sampler,
                         shuffle=sampler is None, drop_last=True, num_workers=a.workers,
-                        persistent_workers=a.workers > 0)
+                        persistent_workers=a.workers > 0, pin_memory=device.type == "cuda")
 
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
+    classes = a.num_classes if a.data == "synthetic" else 10
+    model = getattr(torchvision.models, a.model)(num_classes=classes)
+    if a.stem == "cifar":  # 3x3 stride-1 stem, no max-pool (ddpx's --stem cifar)
+        model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        model.maxpool = torch.nn.Identity()
+    model = model.to(device, memory_format=torch.channels_last if a.channels_last else torch.contiguous_format)
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4,
+                          fused=device.type == "cuda")
     model.train()
 
     def batches():
@@ -113,14 +130,23 @@ def main():
         if i == a.warmup:
             if world > 1:
                 dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             t0 = time.time()
         x, y = next(it)
+        x = x.to(device, non_blocking=True)
+        if a.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        y = y.to(device, non_blocking=True)
         if first_step is None:
             first_step = process_age_seconds()
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     elapsed = time.time() - t0
     ips = a.steps * a.batch_size * world / elapsed
     if rank == 0:
