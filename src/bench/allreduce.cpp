@@ -1,5 +1,6 @@
 #include "bench/allreduce.h"
 
+#include <ATen/DeviceAccelerator.h>
 #include <fmt/format.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -31,6 +32,7 @@ double run_allreduce(const AllreduceOptions& o) {
   DDPX_CHECK(o.buffer == "ordinary" || o.buffer == "shared", ErrorKind::kUsage,
              "--buffer '{}' is not one of ordinary, shared", o.buffer);
   dist::InitOptions init;
+  init.device = o.device;
   init.backend = o.backend;
   init.transport = o.transport;
   init.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
@@ -43,9 +45,14 @@ double run_allreduce(const AllreduceOptions& o) {
   auto dtype = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
   int64_t element = o.dtype == "float64" ? 8 : 4;
   const double expected = n * (n + 1) / 2.0;
+  const torch::Device device = context->device();
+  // A GPU collective returns once queued: time it to completion, as nccl-tests does.
+  auto synchronize = [&] {
+    if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+  };
 
-  log::out("# ddpx bench allreduce: {} ranks, backend {}, {}, sum, in place, {} buffer", n,
-           context->backend(), o.dtype, o.buffer);
+  log::out("# ddpx bench allreduce: {} ranks, backend {}, {}, sum, in place, {} buffer on {}", n,
+           context->backend(), o.dtype, o.buffer, device.str());
   log::out("#");
   log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "size", "count", "type", "redop",
            "time", "algbw", "busbw", "#wrong");
@@ -56,9 +63,10 @@ double run_allreduce(const AllreduceOptions& o) {
   int64_t total_wrong = 0;
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
     int64_t count = std::max<int64_t>(bytes / element, 1);
-    torch::Tensor buffer = o.buffer != "shared" ? torch::empty({count}, dtype)
-                           : context->shm()     ? context->shm()->allocate_bucket(count, dtype)
-                                                : torch::Tensor();
+    torch::Tensor buffer = o.buffer != "shared"
+                               ? torch::empty({count}, torch::dtype(dtype).device(device))
+                           : context->shm() ? context->shm()->allocate_bucket(count, dtype)
+                                            : torch::Tensor();
     DDPX_CHECK(buffer.defined(), ErrorKind::kUsage,
                "--buffer shared: backend {} has no shared memory for a {}-byte buffer; use "
                "--transport shm on one host (with room in /dev/shm), or --buffer ordinary",
@@ -67,10 +75,12 @@ double run_allreduce(const AllreduceOptions& o) {
     for (int64_t i = 0; i < o.warmup; ++i)
       dist::wait_work(group.allreduce(tensors), "bench allreduce warm-up");
     int64_t iterations = iterations_for(bytes, o.iterations);
+    synchronize();
     context->barrier();
     Stopwatch watch;
     for (int64_t i = 0; i < iterations; ++i)
       dist::wait_work(group.allreduce(tensors), "bench allreduce");
+    synchronize();
     double seconds = watch.seconds() / iterations;
     // Correctness, outside the timed loop: one reduction of known values.
     buffer.fill_(context->rank() + 1);

@@ -24,6 +24,8 @@ struct AllreduceOptions {
   // place without copies.
   std::string buffer = "ordinary";
   double timeout_s = 300;
+  // Where the buffers live: auto is the GPU when one is visible (then NCCL, as nccl-tests).
+  dist::DeviceChoice device = dist::DeviceChoice::kAuto;
 };
 
 // Prints the table on rank 0; returns the average bus bandwidth in GB/s (on every rank).

@@ -44,6 +44,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--dtype", a->dtype, "float32 | float64");
   add_choice(allreduce, "--backend", a->backend, kBackendNames, "auto | gloo | nccl");
   add_choice(allreduce, "--transport", a->transport, kTransportNames, "auto | shm | gloo");
+  add_choice(allreduce, "--device", a->device, kDeviceNames,
+             "auto (GPU buffers and NCCL when a GPU is visible) | cpu | cuda");
   allreduce->add_option("--buffer", a->buffer,
                         "ordinary | shared (where DDP puts gradient buckets: reduced in place)");
   allreduce->add_option("--timeout", a->timeout_s, "collective timeout in seconds");

@@ -87,6 +87,14 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 
 double count_forward_flops(torch::nn::AnyModule& model, const torch::Tensor& input) {
   torch::NoGradGuard no_grad;
+  // Evaluation mode: batch norm takes a batch of one (the FLOPs are the same).
+  const bool training = model.ptr()->is_training();
+  model.ptr()->eval();
+  struct Restore {
+    torch::nn::Module& module;
+    bool training;
+    ~Restore() { module.train(training); }
+  } restore{*model.ptr(), training};
   g_flops = 0;
   auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
                                                .needsInputs(true)

@@ -13,7 +13,8 @@
 
 namespace ddpx::models {
 
-// FLOPs of `model.forward(input)` on this thread (the model is run once, without gradients).
+// FLOPs of `model.forward(input)` on this thread (run once without gradients, in evaluation
+// mode; the model's mode is restored afterwards).
 double count_forward_flops(torch::nn::AnyModule& model, const torch::Tensor& input);
 
 }  // namespace ddpx::models

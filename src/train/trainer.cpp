@@ -325,6 +325,7 @@ class Run {
     r.loss = sums.loss();
     r.accuracy = sums.accuracy();
     r.images_per_sec = sums.count / std::max(r.seconds, 1e-9);
+    r.data_wait_s = feeder.wait_seconds();
     log::out(
         "Epoch - {}/{}: time - {:.2f}s || loss_train - {:.4f} || accuracy_train - {:.4f} || "
         "images_per_sec - {:.1f}",
@@ -377,6 +378,7 @@ class Run {
                            {"loss_train", r.loss},
                            {"accuracy_train", r.accuracy},
                            {"images_per_sec", r.images_per_sec},
+                           {"data_wait_s", r.data_wait_s},
                            {"world_size", context_->world_size()}};
     if (r.test_accuracy) line["accuracy_test"] = *r.test_accuracy;
     std::ofstream out(o_.metrics_json, std::ios::app);

@@ -19,6 +19,7 @@ struct EpochResult {
   double loss = 0;
   double accuracy = 0;
   double images_per_sec = 0;  // all ranks together
+  double data_wait_s = 0;     // rank 0's time waiting for its loader (the GPU starved)
   std::optional<double> test_accuracy;
 };
 

@@ -8,20 +8,10 @@
 #include "core/error.h"
 #include "dist/context.h"
 #include "dist/ranks.h"
+#include "support/support.h"
 
 namespace ddpx::dist {
 namespace {
-
-std::string usage_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
 
 TEST(DeviceTest, OneVisibleGpuServesEveryLocalRank) {
   // `ddpx run` gives each worker its own GPU through CUDA_VISIBLE_DEVICES: the worker sees one.
@@ -39,7 +29,7 @@ TEST(DeviceTest, SeveralVisibleGpusGoByLocalRank) {
 }
 
 TEST(DeviceTest, MoreLocalRanksThanGpusIsRefusedNamingBoth) {
-  std::string message = usage_error([] { device_index_for(3, 4, 2); });
+  std::string message = test::usage_error([] { device_index_for(3, 4, 2); });
   EXPECT_NE(message.find("LOCAL_RANK 3"), std::string::npos) << message;
   EXPECT_NE(message.find("sees 2 GPUs"), std::string::npos) << message;
 }
@@ -55,7 +45,7 @@ TEST(DeviceTest, CudaWithoutAGpuIsOneClearLine) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU";
   WorldInfo world;
   world.rank = 3;
-  std::string message = usage_error([&] { select_device(DeviceChoice::kCuda, world); });
+  std::string message = test::usage_error([&] { select_device(DeviceChoice::kCuda, world); });
   EXPECT_NE(message.find("--device cuda"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 3"), std::string::npos) << message;
   EXPECT_NE(message.find("--device cpu"), std::string::npos) << message;
@@ -80,7 +70,7 @@ TEST(DeviceTest, NcclForCpuTensorsIsRefused) {
   InitOptions options;
   options.device = DeviceChoice::kCpu;
   options.backend = BackendChoice::kNccl;
-  std::string message = usage_error([&] { init(WorldInfo{}, options); });
+  std::string message = test::usage_error([&] { init(WorldInfo{}, options); });
   EXPECT_NE(message.find("--backend nccl"), std::string::npos) << message;
   EXPECT_NE(message.find("--backend gloo"), std::string::npos) << message;
 }

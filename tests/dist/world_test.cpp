@@ -1,5 +1,6 @@
 // detect_world() on torchrun's, Slurm's and Open MPI's variables, and Slurm node lists.
 #include "dist/world.h"
+#include "support/support.h"
 
 #include <gtest/gtest.h>
 
@@ -48,17 +49,6 @@ class LauncherEnv {
   std::map<std::string, std::string> saved_;
 };
 
-std::string usage_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ddpx::Error";
-  return "";
-}
-
 TEST(WorldTest, NoLauncherMeansOneProcess) {
   LauncherEnv env;
   WorldInfo w = detect_world();
@@ -89,7 +79,7 @@ TEST(WorldTest, TorchrunRankOutsideWorldNamesVariables) {
   LauncherEnv env;
   env.set("RANK", "2");
   env.set("WORLD_SIZE", "2");
-  std::string message = usage_error([] { detect_world(); });
+  std::string message = test::usage_error([] { detect_world(); });
   EXPECT_NE(message.find("RANK=2"), std::string::npos) << message;
   EXPECT_NE(message.find("WORLD_SIZE=2"), std::string::npos) << message;
 }
@@ -97,7 +87,7 @@ TEST(WorldTest, TorchrunRankOutsideWorldNamesVariables) {
 TEST(WorldTest, TorchrunMissingWorldSizeNamesIt) {
   LauncherEnv env;
   env.set("RANK", "0");
-  std::string message = usage_error([] { detect_world(); });
+  std::string message = test::usage_error([] { detect_world(); });
   EXPECT_NE(message.find("WORLD_SIZE"), std::string::npos) << message;
 }
 
@@ -106,7 +96,7 @@ TEST(WorldTest, NonNumericPortIsAnError) {
   env.set("RANK", "0");
   env.set("WORLD_SIZE", "2");
   env.set("MASTER_PORT", "http");
-  std::string message = usage_error([] { detect_world(); });
+  std::string message = test::usage_error([] { detect_world(); });
   EXPECT_NE(message.find("MASTER_PORT"), std::string::npos) << message;
 }
 
@@ -152,7 +142,7 @@ TEST(WorldTest, ReadsOpenMpi) {
 TEST(WorldTest, OpenMpiWithoutSizeNamesVariable) {
   LauncherEnv env;
   env.set("OMPI_COMM_WORLD_RANK", "0");
-  std::string message = usage_error([] { detect_world(); });
+  std::string message = test::usage_error([] { detect_world(); });
   EXPECT_NE(message.find("OMPI_COMM_WORLD_SIZE"), std::string::npos) << message;
 }
 
@@ -166,7 +156,7 @@ TEST(SlurmNodeListTest, FirstHostOfRangesAndLists) {
 
 TEST(SlurmNodeListTest, MalformedListsAreErrors) {
   for (const char* bad : {"node[01-04", "", "node[]", "node]01["}) {
-    std::string message = usage_error([&] { first_slurm_host(bad); });
+    std::string message = test::usage_error([&] { first_slurm_host(bad); });
     EXPECT_NE(message.find("SLURM_JOB_NODELIST"), std::string::npos) << bad << ": " << message;
   }
 }

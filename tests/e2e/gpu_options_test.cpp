@@ -14,39 +14,34 @@ namespace {
 
 using test::run_command;
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
-
-double test_accuracy(const std::string& output) {
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(output, m, std::regex(R"(Accuracy on test dataset - ([0-9.]+))")))
-      << output;
-  return m.size() > 1 ? std::stod(m[1]) : 0.0;
-}
+using test::ddpx_command;
+using test::printed_test_accuracy;
 
 TEST(GpuOptionsTest, Bf16AutocastOnCpuTrainsAsWellAsFp32) {
   const std::string common =
       "train --num_epochs 1 --batch_size 64 --limit_train_batches 150 --limit_test_batches 8 "
       "--threads 2 --no_progress";
-  auto fp32 = run_command(ddpx(common), 600);
+  auto fp32 = run_command(ddpx_command(common), 600);
   ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
-  auto bf16 = run_command(ddpx(common + " --amp bf16"), 600);
+  auto bf16 = run_command(ddpx_command(common + " --amp bf16"), 600);
   ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_NE(bf16.output.find("amp bf16"), std::string::npos) << bf16.output;
-  double a = test_accuracy(fp32.output), b = test_accuracy(bf16.output);
+  double a = printed_test_accuracy(fp32.output), b = printed_test_accuracy(bf16.output);
   EXPECT_GT(b, 0.70) << bf16.output;
   EXPECT_NEAR(b, a, 0.05) << "fp32 " << a << ", bf16 " << b;
 }
 
 TEST(GpuOptionsTest, TwoWorkersWithChannelsLastTrainAndNameEachRanksDevice) {
-  auto r = run_command(ddpx("run 2 -- train --num_epochs 1 --batch_size 64 "
-                            "--limit_train_batches 60 --limit_test_batches 4 --channels_last "
-                            "--amp bf16 --no_progress"),
-                       600);
+  auto r =
+      run_command(ddpx_command("run 2 -- train --num_epochs 1 --batch_size 64 "
+                               "--limit_train_batches 60 --limit_test_batches 4 --channels_last "
+                               "--amp bf16 --no_progress"),
+                  600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("channels_last on"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  rank 0: cpu"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  rank 1: cpu"), std::string::npos) << r.output;
-  EXPECT_GT(test_accuracy(r.output), 0.5) << r.output;
+  EXPECT_GT(printed_test_accuracy(r.output), 0.5) << r.output;
 }
 
 TEST(GpuOptionsTest, RequestsThisMachineCannotMeetAreOneLineErrors) {
@@ -64,7 +59,7 @@ TEST(GpuOptionsTest, RequestsThisMachineCannotMeetAreOneLineErrors) {
   };
   for (const auto& c : cases) {
     if (c.needs_no_gpu && torch::cuda::is_available()) continue;
-    auto r = run_command(ddpx(c.args), 120);
+    auto r = run_command(ddpx_command(c.args), 120);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
     auto error_line = r.output.find("error:");
@@ -75,7 +70,8 @@ TEST(GpuOptionsTest, RequestsThisMachineCannotMeetAreOneLineErrors) {
 
 TEST(GpuOptionsTest, GemmStatesDtypeShapeAndPeak) {
   auto r = run_command(
-      ddpx("bench gemm --device cpu --dtype bf16 --m 64 --n 32 --k 16 --iterations 2"), 120);
+      ddpx_command("bench gemm --device cpu --dtype bf16 --m 64 --n 32 --k 16 --iterations 2"),
+      120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("m 64 n 32 k 16, bf16 on cpu"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Average performance: "), std::string::npos) << r.output;

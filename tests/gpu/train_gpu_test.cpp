@@ -15,14 +15,8 @@ namespace {
 
 using test::run_command;
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
-
-double test_accuracy(const std::string& output) {
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(output, m, std::regex(R"(Accuracy on test dataset - ([0-9.]+))")))
-      << output;
-  return m.size() > 1 ? std::stod(m[1]) : 0.0;
-}
+using test::ddpx_command;
+using test::printed_test_accuracy;
 
 #define SKIP_WITHOUT_GPU() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to this process"
@@ -33,18 +27,18 @@ const std::string kShort =
 
 TEST(TrainGpuTest, Bf16ChannelsLastTrainsOnTheGpu) {
   SKIP_WITHOUT_GPU();
-  auto r = run_command(ddpx(kShort + " --device cuda --amp bf16 --channels_last"), 600);
+  auto r = run_command(ddpx_command(kShort + " --device cuda --amp bf16 --channels_last"), 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("  rank 0: cuda:0 "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fused multi-tensor SGD on the device"), std::string::npos) << r.output;
-  EXPECT_GT(test_accuracy(r.output), 0.75) << r.output;
+  EXPECT_GT(printed_test_accuracy(r.output), 0.75) << r.output;
 }
 
 TEST(TrainGpuTest, Fp16WithLossScalingTrains) {
   SKIP_WITHOUT_GPU();
-  auto r = run_command(ddpx(kShort + " --device cuda --amp fp16"), 600);
+  auto r = run_command(ddpx_command(kShort + " --device cuda --amp fp16"), 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_GT(test_accuracy(r.output), 0.75) << r.output;
+  EXPECT_GT(printed_test_accuracy(r.output), 0.75) << r.output;
 }
 
 TEST(TrainGpuTest, CheckpointsCrossBetweenGpuAndCpu) {
@@ -60,11 +54,11 @@ TEST(TrainGpuTest, CheckpointsCrossBetweenGpuAndCpu) {
     // Epoch 1 on one device, killed after its checkpoint (--num_epochs 1), then epoch 2 on the
     // other.
     auto a = run_command(
-        ddpx("train --device " + first + " --amp bf16" +
-             std::regex_replace(common, std::regex("--num_epochs 2"), "--num_epochs 1")),
+        ddpx_command("train --device " + first + " --amp bf16" +
+                     std::regex_replace(common, std::regex("--num_epochs 2"), "--num_epochs 1")),
         600);
     ASSERT_EQ(a.exit_code, 0) << a.output;
-    auto b = run_command(ddpx("train --device " + second + " --resume auto" + common), 600);
+    auto b = run_command(ddpx_command("train --device " + second + " --resume auto" + common), 600);
     ASSERT_EQ(b.exit_code, 0) << first << " -> " << second << "\n" << b.output;
     EXPECT_NE(b.output.find("Epoch - 1/2"), std::string::npos) << b.output;
   }
@@ -72,17 +66,17 @@ TEST(TrainGpuTest, CheckpointsCrossBetweenGpuAndCpu) {
 
 TEST(TrainGpuTest, TwoWorkersShareOneGpuThroughGloo) {
   SKIP_WITHOUT_GPU();
-  auto r =
-      run_command(ddpx("run 2 --gpus 0,0 -- " + kShort + " --device cuda --backend gloo"), 600);
+  auto r = run_command(
+      ddpx_command("run 2 --gpus 0,0 -- " + kShort + " --device cuda --backend gloo"), 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("  rank 1: cuda:0 "), std::string::npos) << r.output;
-  EXPECT_GT(test_accuracy(r.output), 0.7) << r.output;
+  EXPECT_GT(printed_test_accuracy(r.output), 0.7) << r.output;
 }
 
 TEST(TrainGpuTest, OutOfMemoryNamesModelBatchAndGpu) {
   SKIP_WITHOUT_GPU();
-  auto r = run_command(ddpx("train --device cuda --model resnet152 --image_size 448 "
-                            "--batch_size 8192 --limit_train_batches 1 --no_progress"),
+  auto r = run_command(ddpx_command("train --device cuda --model resnet152 --image_size 448 "
+                                    "--batch_size 8192 --limit_train_batches 1 --no_progress"),
                        600);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("out of memory training --model resnet152 with --batch_size 8192"),
@@ -94,8 +88,8 @@ TEST(TrainGpuTest, OutOfMemoryNamesModelBatchAndGpu) {
 TEST(BenchGpuTest, GemmInEachDtypeAgainstThePeakTable) {
   SKIP_WITHOUT_GPU();
   for (const char* dtype : {"fp32", "tf32", "bf16", "fp16"}) {
-    auto r = run_command(ddpx(std::string("bench gemm --device cuda --size 4096 --dtype ") + dtype),
-                         300);
+    auto r = run_command(
+        ddpx_command(std::string("bench gemm --device cuda --size 4096 --dtype ") + dtype), 300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(std::string(", ") + dtype + " on "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("Peak: "), std::string::npos) << r.output;
@@ -104,9 +98,10 @@ TEST(BenchGpuTest, GemmInEachDtypeAgainstThePeakTable) {
 
 TEST(BenchGpuTest, TrainBenchReportsMfuAndPeakMemory) {
   SKIP_WITHOUT_GPU();
-  auto r = run_command(ddpx("bench train --device cuda --amp bf16 --channels_last --model "
-                            "resnet50 --image_size 224 --batch_size 64 --steps 10 --warmup 3"),
-                       600);
+  auto r =
+      run_command(ddpx_command("bench train --device cuda --amp bf16 --channels_last --model "
+                               "resnet50 --image_size 224 --batch_size 64 --steps 10 --warmup 3"),
+                  600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("peak GPU memory"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("GFLOP forward per image"), std::string::npos) << r.output;

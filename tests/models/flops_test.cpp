@@ -40,5 +40,17 @@ TEST(FlopsTest, ScalesWithTheBatchAndCountsTheCifarStem) {
   EXPECT_NEAR(one / 1e9, 2 * 0.556, 2 * 0.556 * 0.02);
 }
 
+TEST(FlopsTest, CountsATrainingModelOnOneImageAndKeepsItsMode) {
+  // At 32x32 the ImageNet stem leaves 1x1 before the head: batch norm in training mode would
+  // refuse a batch of one.
+  ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 32;
+  auto model = create_model("resnet18", config);
+  model.ptr()->train();
+  EXPECT_GT(count_forward_flops(model, torch::zeros({1, 3, 32, 32})), 0);
+  EXPECT_TRUE(model.ptr()->is_training());
+}
+
 }  // namespace
 }  // namespace ddpx::models

@@ -1,6 +1,7 @@
 #include "support/support.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,7 +13,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <stdexcept>
+
+#include "core/error.h"
 
 namespace ddpx::test {
 
@@ -82,6 +86,31 @@ bool python_has_module(const std::string& module) {
 }
 
 std::string ddpx_binary() { return DDPX_BINARY; }
+
+std::string ddpx_command(const std::string& args) { return ddpx_binary() + " " + args; }
+
+double printed_test_accuracy(const std::string& output) {
+  static const std::regex line(R"(Accuracy on test dataset - ([0-9.]+))");
+  double last = 0;
+  bool found = false;
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    last = std::stod((*it)[1]);
+    found = true;
+  }
+  EXPECT_TRUE(found) << "no test accuracy line in:\n" << output;
+  return last;
+}
+
+std::string usage_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ddpx::Error";
+  return "";
+}
 std::string python_binary() { return DDPX_PYTHON; }
 std::string source_dir() { return DDPX_SOURCE_DIR; }
 std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }

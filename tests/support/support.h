@@ -2,6 +2,7 @@
 // python3 for reference data) with a time limit, and free loopback ports.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,12 @@ CommandResult run_command(const std::string& command, int timeout_s = 300);
 CommandResult run_python(const std::string& script, int timeout_s = 300);
 bool python_has_module(const std::string& module);
 
-std::string ddpx_binary();        // the built `ddpx`
+std::string ddpx_binary();                          // the built `ddpx`
+std::string ddpx_command(const std::string& args);  // "<ddpx_binary> args"
+// The number on the last "Accuracy on test dataset - X" line (a test failure and 0 if none).
+double printed_test_accuracy(const std::string& output);
+// The message of the ddpx::Error(kUsage) that `fn` throws (a test failure if it throws none).
+std::string usage_error(const std::function<void()>& fn);
 std::string python_binary();      // DDPX_PYTHON
 std::string source_dir();         // the repository root
 std::string fashion_mnist_dir();  // Debian's dataset-fashion-mnist folder
