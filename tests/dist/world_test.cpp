@@ -1,6 +1,5 @@
 // detect_world() on torchrun's, Slurm's and Open MPI's variables, and Slurm node lists.
 #include "dist/world.h"
-#include "support/support.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "support/support.h"
 
 namespace ddpx::dist {
 namespace {
