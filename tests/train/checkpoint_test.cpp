@@ -32,6 +32,26 @@ struct Fixture {
   }
 };
 
+TEST(CheckpointTest, KeepsTheFp16LossScaleAndLoadsOntoTheModelsDevice) {
+  test::TempDir dir;
+  Fixture a;
+  a.step();
+  std::string path = checkpoint_path(dir.path(), 1);
+  TrainPosition saved{1, 10};
+  saved.loss_scale = 256.0;
+  saved.loss_scale_growth = 7;
+  save_checkpoint(path, *a.model, a.optimizer, saved, {"linear", 3});
+  Fixture b;
+  TrainPosition position = load_checkpoint(path, *b.model, b.optimizer, {"linear", 3});
+  EXPECT_EQ(position.loss_scale, 256.0);
+  EXPECT_EQ(position.loss_scale_growth, 7);
+  EXPECT_TRUE(b.model->weight.device().is_cpu());
+  // A checkpoint without loss scaling says so.
+  std::string plain = checkpoint_path(dir.path(), 2);
+  save_checkpoint(plain, *a.model, a.optimizer, {2, 20}, {"linear", 3});
+  EXPECT_EQ(load_checkpoint(plain, *b.model, b.optimizer, {"linear", 3}).loss_scale, 0.0);
+}
+
 void corrupt_byte(const std::string& path, long offset_from_end) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(-offset_from_end, std::ios::end);
