@@ -23,11 +23,15 @@ StepStrategy::StepStrategy(torch::optim::Optimizer& optimizer, const dist::Conte
     kind_ = options.inside_backward && sharded_->step_in_backward(*ddp) ? Kind::kSplitInBackward
                                                                         : Kind::kSplit;
   } else if (sgd != nullptr && options.fused) {
-    bool on_cpu = true;
+    // The one-pass CPU kernel walks contiguous memory (not channels_last weights).
+    bool on_cpu = true, contiguous = true;
     for (const auto& group : sgd->param_groups()) {
-      for (const auto& p : group.params()) on_cpu = on_cpu && p.device().is_cpu();
+      for (const auto& p : group.params()) {
+        on_cpu = on_cpu && p.device().is_cpu();
+        contiguous = contiguous && p.is_contiguous();
+      }
     }
-    kind_ = on_cpu ? Kind::kFused : Kind::kFusedDevice;
+    kind_ = !on_cpu ? Kind::kFusedDevice : contiguous ? Kind::kFused : Kind::kPlain;
   }
 }
 
