@@ -4,10 +4,10 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
+#include "core/proc_memory.h"
 #include "core/timer.h"
 #include "models/registry.h"
 #include "train/threads.h"
@@ -17,17 +17,6 @@ namespace {
 
 constexpr double kMomentum = 0.9;
 constexpr double kLearningRate = 0.01;
-
-// A "VmRSS:" / "VmHWM:" field of /proc/self/status in MiB (the file gives kB).
-double status_mib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  }
-  throw Error(
-      ErrorKind::kIo,
-      fmt::format("/proc/self/status has no {} line; the memory benchmark needs Linux", field));
-}
 
 }  // namespace
 
@@ -44,12 +33,12 @@ MemoryBenchResult run_memory_bench(const MemoryBenchOptions& o) {
   models::ModelConfig config;
   config.num_classes = o.num_classes;
   config.image_size = r.image_size;
-  r.baseline_mib = status_mib("VmRSS");
+  r.baseline_mib = proc_status_mib("VmRSS");
 
   Stopwatch build;
   torch::nn::AnyModule model = models::create_model(o.model, config);
   r.build_s = build.seconds();
-  r.built_mib = status_mib("VmRSS");
+  r.built_mib = proc_status_mib("VmRSS");
 
   model.ptr()->train();
   torch::optim::SGD optimizer(model.ptr()->parameters(),
@@ -64,7 +53,7 @@ MemoryBenchResult run_memory_bench(const MemoryBenchOptions& o) {
   optimizer.step();
   r.loss = loss.item<double>();
   r.step_s = step.seconds();
-  r.peak_mib = status_mib("VmHWM");
+  r.peak_mib = proc_status_mib("VmHWM");
   return r;
 }
 
