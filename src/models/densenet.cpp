@@ -30,10 +30,10 @@ nn::Conv2d conv_no_bias(int64_t in, int64_t out, int64_t kernel, int64_t stride 
 DenseLayerImpl::DenseLayerImpl(int64_t in, int64_t growth_rate, int64_t bn_size, double drop_rate)
     : drop_rate_(drop_rate) {
   const int64_t width = bn_size * growth_rate;
-  norm1 = register_module("norm1", nn::BatchNorm2d(in));
+  norm1 = register_module("norm1", BatchNorm(in));
   relu1 = register_module("relu1", relu_inplace());
   conv1 = register_module("conv1", conv_no_bias(in, width, 1));
-  norm2 = register_module("norm2", nn::BatchNorm2d(width));
+  norm2 = register_module("norm2", BatchNorm(width));
   relu2 = register_module("relu2", relu_inplace());
   conv2 = register_module("conv2", conv_no_bias(width, growth_rate, 3, 1, /*padding=*/1));
 }
@@ -64,7 +64,7 @@ torch::Tensor DenseBlockImpl::forward(torch::Tensor x) {
 }
 
 TransitionImpl::TransitionImpl(int64_t in, int64_t out) {
-  norm = register_module("norm", nn::BatchNorm2d(in));
+  norm = register_module("norm", BatchNorm(in));
   relu = register_module("relu", relu_inplace());
   conv = register_module("conv", conv_no_bias(in, out, 1));
   pool = register_module("pool", nn::AvgPool2d(nn::AvgPool2dOptions(2).stride(2)));
@@ -80,7 +80,7 @@ DenseNetImpl::DenseNetImpl(const DenseNetOptions& options) {
   nn::Sequential layers;
   int64_t channels = options.num_init_features;
   layers->push_back("conv0", conv_no_bias(3, channels, 7, /*stride=*/2, /*padding=*/3));
-  layers->push_back("norm0", nn::BatchNorm2d(channels));
+  layers->push_back("norm0", BatchNorm(channels));
   layers->push_back("relu0", relu_inplace());
   layers->push_back("pool0", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   for (size_t i = 0; i < options.block_config.size(); ++i) {
@@ -94,7 +94,7 @@ DenseNetImpl::DenseNetImpl(const DenseNetOptions& options) {
       channels /= 2;
     }
   }
-  layers->push_back("norm5", nn::BatchNorm2d(channels));
+  layers->push_back("norm5", BatchNorm(channels));
   features = register_module("features", layers);
   classifier = register_module("classifier", nn::Linear(channels, options.num_classes));
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/batch_norm.h"
 #include "models/registry.h"
 
 namespace ddpx::models {
@@ -39,7 +40,7 @@ class DenseLayerImpl : public torch::nn::Module {
   // x: (B, in, H, W), the concatenation of every earlier feature map -> (B, growth_rate, H, W)
   torch::Tensor forward(torch::Tensor x);
 
-  torch::nn::BatchNorm2d norm1{nullptr}, norm2{nullptr};
+  BatchNorm norm1{nullptr}, norm2{nullptr};
   torch::nn::ReLU relu1{nullptr}, relu2{nullptr};
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
 
@@ -67,7 +68,7 @@ class TransitionImpl : public torch::nn::Module {
   TransitionImpl(int64_t in, int64_t out);
   torch::Tensor forward(torch::Tensor x);  // (B, in, H, W) -> (B, out, H/2, W/2)
 
-  torch::nn::BatchNorm2d norm{nullptr};
+  BatchNorm norm{nullptr};
   torch::nn::ReLU relu{nullptr};
   torch::nn::Conv2d conv{nullptr};
   torch::nn::AvgPool2d pool{nullptr};

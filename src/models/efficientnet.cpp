@@ -78,8 +78,8 @@ std::vector<std::vector<BlockSpec>> block_specs(const EfficientNetOptions& o) {
   return stages;
 }
 
-nn::BatchNorm2d batch_norm(int64_t channels, const EfficientNetOptions& o) {
-  return nn::BatchNorm2d(nn::BatchNorm2dOptions(channels).eps(o.bn_eps).momentum(o.bn_momentum));
+BatchNorm batch_norm(int64_t channels, const EfficientNetOptions& o) {
+  return BatchNorm(nn::BatchNorm2dOptions(channels).eps(o.bn_eps).momentum(o.bn_momentum));
 }
 
 const Variant& variant_at(int variant) {

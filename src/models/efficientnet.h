@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "models/batch_norm.h"
 #include "models/registry.h"
 
 namespace ddpx::models {
@@ -43,7 +44,7 @@ class ConvBnSiLUImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
+  BatchNorm bn{nullptr};
   torch::nn::SiLU act{nullptr};  // null without activation
 };
 TORCH_MODULE(ConvBnSiLU);

@@ -36,7 +36,7 @@ ConvBnReLU6Impl::ConvBnReLU6Impl(int64_t in, int64_t out, int64_t kernel, int64_
                                              .padding((kernel - 1) / 2)
                                              .groups(groups)
                                              .bias(false)));
-  bn = register_module("1", nn::BatchNorm2d(out));
+  bn = register_module("1", BatchNorm(out));
   relu6 = register_module("2", nn::ReLU6(nn::ReLU6Options().inplace(true)));
 }
 
@@ -50,7 +50,7 @@ InvertedResidualImpl::InvertedResidualImpl(int64_t in, int64_t out, int64_t stri
   if (expand_ratio != 1) layers->push_back(ConvBnReLU6(in, hidden, 1));
   layers->push_back(ConvBnReLU6(hidden, hidden, 3, stride, /*groups=*/hidden));  // depthwise
   layers->push_back(nn::Conv2d(nn::Conv2dOptions(hidden, out, 1).bias(false)));  // linear
-  layers->push_back(nn::BatchNorm2d(out));
+  layers->push_back(BatchNorm(out));
   conv = register_module("conv", layers);
 }
 

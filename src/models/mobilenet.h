@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/batch_norm.h"
 #include "models/registry.h"
 
 namespace ddpx::models {
@@ -27,7 +28,7 @@ class ConvBnReLU6Impl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
+  BatchNorm bn{nullptr};
   torch::nn::ReLU6 relu6{nullptr};
 };
 TORCH_MODULE(ConvBnReLU6);

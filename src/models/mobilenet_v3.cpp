@@ -68,8 +68,7 @@ ConvBnActImpl::ConvBnActImpl(int64_t in, int64_t out, int64_t kernel, int64_t st
                                              .groups(groups)
                                              .bias(false)));
   bn = register_module(
-      "1",
-      nn::BatchNorm2d(nn::BatchNorm2dOptions(out).eps(kBatchNormEps).momentum(kBatchNormMomentum)));
+      "1", BatchNorm(nn::BatchNorm2dOptions(out).eps(kBatchNormEps).momentum(kBatchNormMomentum)));
 }
 
 torch::Tensor ConvBnActImpl::forward(torch::Tensor x) {

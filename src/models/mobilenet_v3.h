@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "models/batch_norm.h"
 #include "models/registry.h"
 
 namespace ddpx::models {
@@ -32,7 +33,7 @@ class ConvBnActImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
+  BatchNorm bn{nullptr};
 
  private:
   Activation activation_;

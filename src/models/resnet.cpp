@@ -38,10 +38,10 @@ int64_t expansion(BlockKind kind) {
 BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
                                nn::Sequential downsample_in) {
   conv1 = register_module("conv1", conv3x3(inplanes, planes, stride));
-  bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+  bn1 = register_module("bn1", BatchNorm(planes));
   relu = register_module("relu", relu_inplace());
   conv2 = register_module("conv2", conv3x3(planes, planes));
-  bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+  bn2 = register_module("bn2", BatchNorm(planes));
   if (downsample_in) downsample = register_module("downsample", downsample_in);
 }
 
@@ -57,11 +57,11 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
                                nn::Sequential downsample_in, int64_t groups, int64_t base_width) {
   const int64_t width = bottleneck_width(planes, groups, base_width);
   conv1 = register_module("conv1", conv1x1(inplanes, width));
-  bn1 = register_module("bn1", nn::BatchNorm2d(width));
+  bn1 = register_module("bn1", BatchNorm(width));
   conv2 = register_module("conv2", conv3x3(width, width, stride, groups));
-  bn2 = register_module("bn2", nn::BatchNorm2d(width));
+  bn2 = register_module("bn2", BatchNorm(width));
   conv3 = register_module("conv3", conv1x1(width, planes * kExpansion));
-  bn3 = register_module("bn3", nn::BatchNorm2d(planes * kExpansion));
+  bn3 = register_module("bn3", BatchNorm(planes * kExpansion));
   relu = register_module("relu", relu_inplace());
   if (downsample_in) downsample = register_module("downsample", downsample_in);
 }
@@ -89,7 +89,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
     conv1 = register_module(
         "conv1", nn::Conv2d(nn::Conv2dOptions(3, inplanes_, 7).stride(2).padding(3).bias(false)));
   }
-  bn1 = register_module("bn1", nn::BatchNorm2d(inplanes_));
+  bn1 = register_module("bn1", BatchNorm(inplanes_));
   relu = register_module("relu", relu_inplace());
   // Registered for both stems so the module tree matches torchvision; the cifar stem skips it.
   maxpool = register_module("maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
@@ -123,8 +123,7 @@ nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t st
   const int64_t out_planes = planes * expansion(options_.block);
   nn::Sequential downsample{nullptr};
   if (stride != 1 || inplanes_ != out_planes) {
-    downsample =
-        nn::Sequential(conv1x1(inplanes_, out_planes, stride), nn::BatchNorm2d(out_planes));
+    downsample = nn::Sequential(conv1x1(inplanes_, out_planes, stride), BatchNorm(out_planes));
   }
   nn::Sequential layer;
   for (int64_t i = 0; i < blocks; ++i) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/batch_norm.h"
 #include "models/registry.h"
 
 namespace ddpx::models {
@@ -43,7 +44,7 @@ class BasicBlockImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  BatchNorm bn1{nullptr}, bn2{nullptr};
   torch::nn::ReLU relu{nullptr};
   torch::nn::Sequential downsample{nullptr};  // null when the shapes already match
 };
@@ -58,7 +59,7 @@ class BottleneckImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  BatchNorm bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::ReLU relu{nullptr};
   torch::nn::Sequential downsample{nullptr};
 };
@@ -71,7 +72,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm bn1{nullptr};
   torch::nn::ReLU relu{nullptr};
   torch::nn::MaxPool2d maxpool{nullptr};
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/batch_norm.h"
 
 namespace ddpx::models {
 namespace {
@@ -53,7 +54,7 @@ VggImpl::VggImpl(const VggOptions& options) {
       continue;
     }
     layers->push_back(nn::Conv2d(nn::Conv2dOptions(channels, v, 3).padding(1)));
-    if (options.batch_norm) layers->push_back(nn::BatchNorm2d(v));
+    if (options.batch_norm) layers->push_back(BatchNorm(v));
     layers->push_back(nn::ReLU(nn::ReLUOptions().inplace(true)));
     channels = v;
   }
