@@ -47,6 +47,11 @@ torch::Tensor augment(const torch::Tensor& images, const TransformOptions& optio
   return out;
 }
 
+torch::Tensor erase(torch::Tensor x, const TransformOptions& options, std::mt19937_64& rng) {
+  if (options.random_erasing.probability > 0) random_erase_(x, options.random_erasing, rng);
+  return x;
+}
+
 }  // namespace
 
 Normalize parse_normalize(const std::string& name) {
@@ -102,7 +107,7 @@ torch::Tensor transform_batch(const torch::Tensor& images, const TransformOption
   std::vector<float> mean(c), std(c);
   switch (options.normalize) {
     case Normalize::kNone:
-      return x.contiguous();
+      return erase(x.contiguous(), options, rng);
     case Normalize::kNegOneOne:
       std::fill(mean.begin(), mean.end(), 0.5f);
       std::fill(std.begin(), std.end(), 0.5f);
@@ -131,7 +136,7 @@ torch::Tensor transform_batch(const torch::Tensor& images, const TransformOption
   }
   auto mean_t = torch::tensor(mean).view({1, c, 1, 1});
   auto std_t = torch::tensor(std).view({1, c, 1, 1});
-  return ((x - mean_t) / std_t).contiguous();
+  return erase(((x - mean_t) / std_t).contiguous(), options, rng);
 }
 
 }  // namespace ddpx::data

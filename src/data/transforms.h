@@ -1,6 +1,7 @@
 // Batch transforms: uint8 (B, H, W, C) in, float (B, C, H', W') out, ready for the model.
 // Augmentations (random crop with zero padding, horizontal flip) run on uint8 bytes, before
-// the conversion to float, so they move 4x less memory.
+// the conversion to float, so they move 4x less memory; random erasing runs last, on the
+// normalized floats.
 #pragma once
 
 #include <torch/types.h>
@@ -9,6 +10,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "data/random_erasing.h"
 
 namespace ddpx::data {
 
@@ -25,6 +28,7 @@ struct TransformOptions {
   Normalize normalize = Normalize::kDataset;
   std::vector<float> dataset_mean;  // used by kDataset
   std::vector<float> dataset_std;
+  RandomErasingOptions random_erasing;  // after normalization (probability 0: off)
 };
 
 // images: (B, H, W, C) uint8 -> (B, out_channels, S, S) float32, S = image_size or H.
