@@ -41,6 +41,11 @@ inline const std::map<std::string, train::Schedule> kScheduleNames{
     {"step", train::Schedule::kStep},
     {"cosine", train::Schedule::kCosine}};
 
+inline const std::map<std::string, train::LrScale> kLrScaleNames{
+    {"none", train::LrScale::kNone},
+    {"linear", train::LrScale::kLinear},
+    {"sqrt", train::LrScale::kSqrt}};
+
 // Adds `flag` to `app`, parsed into `value` through `names`; --help shows the names and the
 // current value as the default, and an unknown name is refused naming the valid ones.
 template <typename E>

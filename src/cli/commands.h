@@ -12,8 +12,8 @@ namespace ddpx::cli {
 
 // Every subcommand's name: the PROGRAM words after `ddpx run N --` that mean "this ddpx".
 // The launcher (front.cpp) registers only `run`, so it cannot ask its CLI::App for them.
-inline constexpr const char* kCommandNames[] = {"train",  "run",   "data",
-                                                "models", "bench", "export"};
+inline constexpr const char* kCommandNames[] = {"train", "run",    "data", "models",
+                                                "bench", "export", "tune"};
 
 void add_train_command(CLI::App& app, int& exit_code);   // train_command.cpp
 void add_run_command(CLI::App& app, int& exit_code);     // run_command.cpp (the launcher)
@@ -21,5 +21,6 @@ void add_data_command(CLI::App& app, int& exit_code);    // data_command.cpp (do
 void add_models_command(CLI::App& app, int& exit_code);  // models_command.cpp
 void add_bench_command(CLI::App& app, int& exit_code);   // bench_command.cpp
 void add_export_command(CLI::App& app, int& exit_code);  // export_command.cpp
+void add_tune_command(CLI::App& app, int& exit_code);    // tune_command.cpp (batch_size)
 
 }  // namespace ddpx::cli

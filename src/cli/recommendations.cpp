@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "models/registry.h"
+#include "train/recipes.h"
 
 namespace ddpx::cli {
 
@@ -16,6 +17,14 @@ void print_recommendations() {
     const auto& r = m.recommendation;
     fmt::print("{:<24} {:>10} {:>9g} {:>6} {:>10g} {:<12} {}\n", m.name, r.optimizer,
                r.learning_rate, r.batch_size, r.weight_decay, r.normalize, r.note);
+  }
+  fmt::print(
+      "\nRecipes (`ddpx train --recipe NAME`; flags given beside it win; "
+      "docs/recipes.md):\n");
+  for (const auto& recipe : train::recipes()) {
+    fmt::print("  {}: {}\n", recipe.name, recipe.summary);
+    fmt::print("    ddpx run {} -- train {}\n", recipe.workers, train::recipe_command(recipe));
+    fmt::print("    result: {}\n", recipe.result);
   }
   std::fflush(stdout);
 }

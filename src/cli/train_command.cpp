@@ -4,10 +4,33 @@
 #include "cli/choices.h"
 #include "cli/commands.h"
 #include "cli/recommendations.h"
+#include "core/error.h"
 #include "train/options.h"
+#include "train/recipes.h"
 #include "train/trainer.h"
 
 namespace ddpx::cli {
+namespace {
+
+// Sets every flag of the recipe that the command line did not give, as if it had been typed.
+void apply_recipe(CLI::App& cmd, const std::string& name) {
+  const train::Recipe* recipe = train::find_recipe(name);
+  if (recipe == nullptr) {
+    std::string names;
+    for (const auto& r : train::recipes()) names += (names.empty() ? "" : ", ") + r.name;
+    fail(ErrorKind::kUsage, "--recipe '{}' is not one of {} (--show_recommendations lists them)",
+         name, names);
+  }
+  for (const auto& [flag, value] : recipe->flags) {
+    CLI::Option* option = cmd.get_option(flag);
+    if (option->count() > 0) continue;  // the user's value wins
+    option->clear();
+    option->add_result(value);
+    option->run_callback();
+  }
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("train",
@@ -17,6 +40,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<train::TrainOptions>();
   auto show_recommendations = std::make_shared<bool>(false);
   auto script_options = std::make_shared<bool>(false);
+  auto recipe = std::make_shared<std::string>();
 
   // model and data
   cmd->add_option("--model", o->model, "model name (`ddpx models` lists them)");
@@ -33,11 +57,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--random_crop,!--no_random_crop", o->random_crop,
                 "random crop with 4-pixel padding");
   cmd->add_flag("--flip,!--no_flip", o->horizontal_flip, "random horizontal flip");
+  cmd->add_option("--random_erasing", o->random_erasing,
+                  "random erasing probability per image (timm's --reprob; 0: off)");
   cmd->add_option("--synthetic_size", o->synthetic_size, "synthetic: training images");
   cmd->add_option("--synthetic_image", o->synthetic_image, "synthetic: image height = width");
   cmd->add_option("--synthetic_classes", o->synthetic_classes, "synthetic: classes");
   // optimisation
-  cmd->add_option("--optimizer", o->optimizer, "sgd | adam | adamw");
+  cmd->add_option("--optimizer", o->optimizer, "sgd | adam | adamw | lars | lamb");
   cmd->add_option("--learning_rate,--lr", o->learning_rate, "peak learning rate");
   cmd->add_option("--weight_decay", o->weight_decay, "weight decay");
   cmd->add_option("--momentum", o->momentum, "SGD momentum");
@@ -49,6 +75,21 @@ void add_train_command(CLI::App& app, int& exit_code) {
                 "keep the global batch at --batch_size: each rank gets batch_size/world");
   cmd->add_option("--accumulation_steps", o->accumulation_steps,
                   "micro-batches per optimizer step (gradient accumulation)");
+  add_choice(cmd, "--lr_scale", o->lr_scale, kLrScaleNames,
+             "none | linear | sqrt: scale --learning_rate by (global batch / --base_batch_size)");
+  cmd->add_option("--base_batch_size", o->base_batch_size,
+                  "the global batch --learning_rate is meant for (with --lr_scale)");
+  cmd->add_option("--clip_grad_norm", o->clip_grad_norm,
+                  "clip the averaged gradient to this L2 norm (0: off); the step then runs "
+                  "after backward");
+  // regularization
+  cmd->add_option("--label_smoothing", o->label_smoothing, "label smoothing of the targets");
+  cmd->add_option("--mixup", o->mixup, "mixup alpha (0: off)");
+  cmd->add_option("--cutmix", o->cutmix, "cutmix alpha (0: off; with --mixup, half the batches)");
+  cmd->add_option("--ema_decay", o->ema_decay,
+                  "keep an EMA of the weights with this decay (e.g. 0.999), evaluated and saved "
+                  "beside them (0: off)");
+  cmd->add_flag("--sync_bn", o->sync_bn, "BatchNorm statistics over all ranks' batches");
   cmd->add_option("--num_epochs", o->num_epochs, "epochs to train");
   cmd->add_option("--seed", o->seed, "random seed (model init, shuffling, augmentation)");
   // device
@@ -79,17 +120,27 @@ void add_train_command(CLI::App& app, int& exit_code) {
              "DDP gradient reduction: allreduce | fp16 | bf16");
   cmd->add_flag("--progress,!--no_progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
+  cmd->add_option("--tensorboard", o->tensorboard,
+                  "write TensorBoard event files here (rank 0): loss, accuracy, lr, speed");
+  cmd->add_option("--profile", o->profile,
+                  "record steps with the profiler: one Chrome trace per rank here, and a phase "
+                  "table");
+  cmd->add_option("--profile_steps", o->profile_steps, "steps to record with --profile");
+  cmd->add_option("--profile_skip", o->profile_skip, "steps to skip before recording");
   // checkpoints
   cmd->add_option("--save_dir", o->save_dir, "write a checkpoint here after every epoch");
   cmd->add_option("--resume", o->resume,
                   "checkpoint path, or auto (newest good one in --save_dir)");
   cmd->add_option("--keep_checkpoints", o->keep_checkpoints, "checkpoints kept in --save_dir");
+  cmd->add_option("--recipe", *recipe,
+                  "start from named settings (--show_recommendations lists them); flags given "
+                  "here win");
   // seed helpers
   cmd->add_flag("--show_recommendations", *show_recommendations,
                 "print recommended settings per model and exit");
   cmd->add_flag("--script_options", *script_options, "print example commands and exit");
 
-  cmd->callback([o, show_recommendations, script_options, &exit_code] {
+  cmd->callback([cmd, o, recipe, show_recommendations, script_options, &exit_code] {
     if (*show_recommendations) {
       print_recommendations();
       return;
@@ -98,6 +149,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
       print_script_options();
       return;
     }
+    if (!recipe->empty()) apply_recipe(*cmd, *recipe);
     train::run_training(*o);
     exit_code = 0;
   });

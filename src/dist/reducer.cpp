@@ -2,6 +2,7 @@
 #include "dist/reducer.h"
 
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -239,6 +240,8 @@ void Reducer::set_comm_hook(CommHookFn hook) {
 
 void Reducer::launch(Bucket& bucket) {
   torch::NoGradGuard no_grad;
+  // A range in --profile traces (the name is built only while a profiler records).
+  RECORD_USER_SCOPE(fmt::format("ddpx::allreduce bucket {}", &bucket - buckets_.data()));
   if (hook_) {
     GradBucket view;
     view.index = static_cast<size_t>(&bucket - buckets_.data());
@@ -310,6 +313,7 @@ void Reducer::finalize() {
     install_grad(i);
     mark_ready_locked(i);
   }
+  RECORD_USER_SCOPE("ddpx::allreduce_wait");
   for (auto& bucket : buckets_) {
     wait_work(bucket.work, "gradient all-reduce");
     if (!bucket.comm.is_same(bucket.buffer)) bucket.buffer.copy_(bucket.comm);

@@ -122,7 +122,7 @@ std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done) {
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainPosition& position,
-                     const CheckpointMeta& meta) {
+                     const CheckpointMeta& meta, torch::nn::Module* ema) {
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive, optimizer_archive;
   model.save(model_archive);
@@ -134,6 +134,12 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
   if (position.loss_scale > 0) {
     archive.write("loss_scale", c10::IValue(position.loss_scale));
     archive.write("loss_scale_growth", c10::IValue(position.loss_scale_growth));
+  }
+  if (ema != nullptr) {
+    torch::serialize::OutputArchive ema_archive;
+    ema->save(ema_archive);
+    archive.write("ema", ema_archive);
+    archive.write("ema_updates", c10::IValue(std::max<int64_t>(position.ema_updates, 0)));
   }
   archive.write("model_name", c10::IValue(meta.model));
   archive.write("num_classes", c10::IValue(meta.num_classes));
@@ -161,7 +167,7 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
 
 TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                    const CheckpointMeta& meta) {
+                                    const CheckpointMeta& meta, torch::nn::Module* ema) {
   // Each rank loads onto the device its model is on.
   const auto params = model.parameters();
   auto archive = open_archive(
@@ -183,6 +189,12 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
     try {
       model.load(model_archive);
       optimizer.load(optimizer_archive);
+      if (ema != nullptr && archive.try_read("ema_updates", value)) {
+        position.ema_updates = value.toInt();
+        torch::serialize::InputArchive ema_archive;
+        archive.read("ema", ema_archive);
+        ema->load(ema_archive);
+      }
     } catch (const c10::Error& e) {
       fail(ErrorKind::kData, "{} does not match this model/optimizer: {}", name, message_of(e));
     }
@@ -207,8 +219,9 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
 }
 
 TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
-                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta) {
-  return load_checkpoint_bytes(read_file(path), path, model, optimizer, meta);
+                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
+                              torch::nn::Module* ema) {
+  return load_checkpoint_bytes(read_file(path), path, model, optimizer, meta, ema);
 }
 
 void verify_checkpoint(const std::string& path) { open_archive(path); }

@@ -22,6 +22,7 @@ struct TrainPosition {
   int64_t global_step = 0;  // optimizer steps taken
   double loss_scale = 0;    // fp16 loss scaling's scale (0: none) and its clean-step count
   int64_t loss_scale_growth = 0;
+  int64_t ema_updates = -1;  // --ema_decay: updates the average has had (-1: no EMA saved)
 };
 
 // What the weights belong to: enough to rebuild the model from the checkpoint alone.
@@ -38,15 +39,18 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 // Path of the checkpoint written after `epochs_done` epochs.
 std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done);
 
+// `ema`: the weights' moving average (--ema_decay), saved beside the model when given.
 void save_checkpoint(const std::string& path, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainPosition& position,
-                     const CheckpointMeta& meta);
+                     const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
 
 // Restores model, optimizer and RNG, the tensors on the device the model is on (a checkpoint
 // saved on a GPU resumes on a CPU and the other way round); throws ddpx::Error(kData) naming the
-// file when it is corrupt or was written for another model.
+// file when it is corrupt or was written for another model. `ema` is loaded when the file has
+// one (position.ema_updates >= 0); otherwise it is left as it is.
 TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
-                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta);
+                              torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
+                              torch::nn::Module* ema = nullptr);
 
 // Throws kData when the file is not a complete, uncorrupted checkpoint.
 void verify_checkpoint(const std::string& path);
@@ -66,7 +70,7 @@ void verify_checkpoint_bytes(const std::string& bytes, const std::string& name);
 CheckpointMeta read_checkpoint_meta_bytes(const std::string& bytes, const std::string& name);
 TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                    const CheckpointMeta& meta);
+                                    const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
 
 // A model's weights only, from a checkpoint (for `ddpx export` and evaluation).
 void load_checkpoint_weights(const std::string& path, torch::nn::Module& model);

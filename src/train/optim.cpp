@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "optim/lamb.h"
+#include "optim/lars.h"
 
 namespace ddpx::train {
 
@@ -28,7 +30,42 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
         std::move(parameters),
         torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
   }
-  fail(ErrorKind::kUsage, "--optimizer '{}' is not one of sgd, adam, adamw", c.name);
+  if (c.name == "lars") {
+    return std::make_unique<optim::Lars>(
+        std::move(parameters),
+        optim::LarsOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
+  }
+  if (c.name == "lamb") {
+    return std::make_unique<optim::Lamb>(
+        std::move(parameters), optim::LambOptions(c.learning_rate).weight_decay(c.weight_decay));
+  }
+  fail(ErrorKind::kUsage, "--optimizer '{}' is not one of sgd, adam, adamw, lars, lamb", c.name);
+}
+
+const char* name(LrScale scale) {
+  switch (scale) {
+    case LrScale::kLinear:
+      return "linear";
+    case LrScale::kSqrt:
+      return "sqrt";
+    case LrScale::kNone:
+      break;
+  }
+  return "none";
+}
+
+double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
+                            int64_t base_batch) {
+  const double ratio = static_cast<double>(global_batch) / static_cast<double>(base_batch);
+  switch (scale) {
+    case LrScale::kLinear:
+      return base_lr * ratio;
+    case LrScale::kSqrt:
+      return base_lr * std::sqrt(ratio);
+    case LrScale::kNone:
+      break;
+  }
+  return base_lr;
 }
 
 const char* name(Schedule schedule) {

@@ -13,11 +13,19 @@
 namespace ddpx::train {
 
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | adam | adamw
+  std::string name = "sgd";  // sgd | adam | adamw | lars | lamb
   double learning_rate = 0.05;
   double weight_decay = 0.0;
-  double momentum = 0.9;  // sgd only
+  double momentum = 0.9;  // sgd and lars
 };
+
+// How the learning rate follows the global batch (Goyal et al. 2017's linear rule; the square
+// root rule of Krizhevsky 2014 and LAMB): lr = base_lr * (global / base_batch)^p with p = 1, 1/2
+// or 0.
+enum class LrScale { kNone, kLinear, kSqrt };
+const char* name(LrScale scale);
+double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
+                            int64_t base_batch);
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters,
                                                         const OptimizerConfig& config);

@@ -33,8 +33,25 @@ void validate(const TrainOptions& o) {
   DDPX_CHECK(o.loader_workers >= 1, usage, "--loader_workers must be at least 1");
   DDPX_CHECK(o.timeout_s > 0, usage, "--timeout must be positive seconds");
   DDPX_CHECK(o.keep_checkpoints >= 1, usage, "--keep_checkpoints must be at least 1");
-  DDPX_CHECK(one_of(o.optimizer, {"sgd", "adam", "adamw"}), usage,
-             "--optimizer '{}' is not one of sgd, adam, adamw", o.optimizer);
+  DDPX_CHECK(one_of(o.optimizer, {"sgd", "adam", "adamw", "lars", "lamb"}), usage,
+             "--optimizer '{}' is not one of sgd, adam, adamw, lars, lamb", o.optimizer);
+  DDPX_CHECK(o.base_batch_size > 0, usage, "--base_batch_size must be positive, got {}",
+             o.base_batch_size);
+  DDPX_CHECK(o.clip_grad_norm >= 0, usage, "--clip_grad_norm must be >= 0 (0: off), got {}",
+             o.clip_grad_norm);
+  DDPX_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 1, usage,
+             "--label_smoothing must be in [0, 1), got {}", o.label_smoothing);
+  DDPX_CHECK(o.mixup >= 0 && o.cutmix >= 0, usage,
+             "--mixup and --cutmix are Beta(alpha, alpha) parameters: >= 0 (0: off), got {} and "
+             "{}",
+             o.mixup, o.cutmix);
+  DDPX_CHECK(o.random_erasing >= 0 && o.random_erasing <= 1, usage,
+             "--random_erasing is a probability per image: in [0, 1], got {}", o.random_erasing);
+  DDPX_CHECK(o.ema_decay == 0 || (o.ema_decay > 0 && o.ema_decay < 1), usage,
+             "--ema_decay must be in (0, 1) (e.g. 0.999), or 0 for no EMA; got {}", o.ema_decay);
+  DDPX_CHECK(o.profile_steps > 0 && o.profile_skip >= 0, usage,
+             "--profile_steps must be positive and --profile_skip >= 0, got {} and {}",
+             o.profile_steps, o.profile_skip);
   DDPX_CHECK(one_of(o.stem, {"imagenet", "cifar"}), usage,
              "--stem '{}' is not one of imagenet, cifar", o.stem);
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,

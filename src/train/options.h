@@ -23,13 +23,14 @@ struct TrainOptions {
   std::string normalize = "dataset";  // imagenet | dataset | neg_one_one | none
   bool random_crop = false;           // random crop with 4-pixel zero padding
   bool horizontal_flip = true;
+  double random_erasing = 0.0;    // probability per image (timm's --reprob); 0: off
   int64_t synthetic_size = 2048;  // --dataset synthetic: training images
   int64_t synthetic_image = 32;   // --dataset synthetic: height = width
   int64_t synthetic_classes = 10;
 
   // optimisation
-  std::string optimizer = "sgd";  // sgd | adam | adamw
-  double learning_rate = 0.05;
+  std::string optimizer = "sgd";  // sgd | adam | adamw | lars | lamb
+  double learning_rate = 0.05;    // at --base_batch_size when --lr_scale is not none
   double weight_decay = 5e-4;
   double momentum = 0.9;
   Schedule lr_schedule = Schedule::kCosine;
@@ -37,6 +38,16 @@ struct TrainOptions {
   int64_t batch_size = 128;        // per process, as in the seed
   bool batch_size_scaled = false;  // keep the global batch at batch_size: batch/world per rank
   int64_t accumulation_steps = 1;
+  LrScale lr_scale = LrScale::kNone;  // learning rate times (global batch / base_batch_size)^p
+  int64_t base_batch_size = 256;
+  double clip_grad_norm = 0.0;  // max L2 norm of the averaged gradient; 0: no clipping
+
+  // regularization
+  double label_smoothing = 0.0;
+  double mixup = 0.0;      // mixup alpha (Beta(a, a)); 0: off
+  double cutmix = 0.0;     // cutmix alpha; 0: off (both: half the batches each)
+  double ema_decay = 0.0;  // EMA of the weights, evaluated and saved beside them; 0: off
+  bool sync_bn = false;    // BatchNorm statistics over all ranks' batches
   int64_t num_epochs = 10;
   uint64_t seed = 0;
 
@@ -60,6 +71,10 @@ struct TrainOptions {
   dist::CommHook comm_hook = dist::CommHook::kAllreduce;
   bool progress = true;      // progress bar when stderr is a terminal
   std::string metrics_json;  // optional JSON-lines file of per-epoch metrics
+  std::string tensorboard;   // optional TensorBoard log directory (rank 0 writes)
+  std::string profile;       // optional directory for one Chrome trace per rank
+  int64_t profile_steps = 5;
+  int64_t profile_skip = 3;  // warm-up steps before recording (allocator, cuDNN autotuning)
 
   // checkpoints
   std::string save_dir;  // empty: no checkpoints

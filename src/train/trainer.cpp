@@ -1,15 +1,14 @@
 #include "train/trainer.h"
 
 #include <ATen/Context.h>
-#include <torch/nn/functional/loss.h>
+#include <ATen/record_function.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/utils.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -22,14 +21,23 @@
 #include "dist/context.h"
 #include "dist/ddp.h"
 #include "dist/device.h"
+#include "dist/sync_batch_norm.h"
 #include "models/registry.h"
 #include "optim/loss_scaler.h"
 #include "train/amp.h"
 #include "train/checkpoint.h"
+#include "train/curves.h"
+#include "train/data_setup.h"
+#include "train/ema.h"
+#include "train/evaluate.h"
+#include "train/header.h"
+#include "train/loss.h"
 #include "train/metrics.h"
+#include "train/mixing.h"
 #include "train/optim.h"
 #include "train/placement.h"
 #include "train/pretrained.h"
+#include "train/profiler.h"
 #include "train/progress.h"
 #include "train/step_strategy.h"
 #include "train/threads.h"
@@ -41,6 +49,8 @@ constexpr int64_t kEvalBatchSize = 512;
 // On a GPU the metrics are read (a host synchronization) every this many steps and at the end
 // of an epoch; on a CPU every step.
 constexpr int64_t kGpuReadEvery = 50;
+// TensorBoard step points every this many steps on a CPU (on a GPU at every read).
+constexpr int64_t kCpuCurveEvery = 10;
 
 // A CUDA out-of-memory error, whatever type it reached us as.
 bool is_out_of_memory(const std::exception& e) {
@@ -90,14 +100,20 @@ class Run {
       EpochResult r = train_epoch(epoch);
       bool last = epoch + 1 == o_.num_epochs;
       if ((epoch + 1) % o_.log_every == 0 || last) {
-        r.test_accuracy = evaluate();
+        r.test_accuracy = evaluate(model_);
         log::out("Accuracy on test dataset - {:.4f}", *r.test_accuracy);
         result.final_test_accuracy = r.test_accuracy;
+        if (ema_) {
+          r.test_accuracy_ema = evaluate(ema_model_);
+          log::out("Accuracy on test dataset (EMA) - {:.4f}", *r.test_accuracy_ema);
+          result.final_test_accuracy_ema = r.test_accuracy_ema;
+        }
       }
-      write_metrics_line(r);
+      curves_->epoch(r, global_step_);
       if (!o_.save_dir.empty()) save(epoch + 1);
       result.epochs.push_back(r);
     }
+    if (profiler_) profiler_->finish();
     result.seconds = total.seconds();
     log::out("Training took {:.2f}s for {} epochs", result.seconds, result.epochs.size());
     return result;
@@ -119,15 +135,7 @@ class Run {
     batch_size_ = per_rank_batch(o_, context_->world_size());
 
     // Data: every rank reads the dataset; the sampler gives each rank its shard.
-    data::DatasetSpec spec;
-    spec.name = o_.dataset;
-    spec.data_dir = o_.data_dir;
-    spec.synthetic_train_size = o_.synthetic_size;
-    spec.synthetic_test_size = std::max<int64_t>(o_.synthetic_size / 4, 1);
-    spec.synthetic_height = spec.synthetic_width = o_.synthetic_image;
-    spec.synthetic_classes = o_.synthetic_classes;
-    spec.seed = o_.seed;
-    splits_ = data::load_dataset(spec);
+    splits_ = data::load_dataset(dataset_spec(o_));
     image_size_ = o_.image_size > 0 ? o_.image_size : splits_.train.height();
 
     // Model: the same seed on every rank; DDP broadcasts rank 0's weights anyway.
@@ -139,6 +147,17 @@ class Run {
     model_ = models::create_model(o_.model, config);
     if (!o_.pretrained.empty()) pretrained_note_ = load_pretrained(o_.pretrained, *model_.ptr());
     place_model(*model_.ptr(), device_, o_.channels_last);
+    if (o_.sync_bn) {
+      sync_bn_layers_ = dist::convert_sync_batch_norm(*model_.ptr(), *context_);
+      DDPX_CHECK(sync_bn_layers_ > 0, ErrorKind::kUsage,
+                 "--sync_bn: --model {} has no BatchNorm layers to synchronize; drop --sync_bn",
+                 o_.model);
+    }
+    if (o_.ema_decay > 0) {
+      // A second instance of the architecture holds the average (evaluation mode only).
+      ema_model_ = models::create_model(o_.model, config);
+      ema_ = std::make_unique<ModelEma>(ema_model_, *model_.ptr(), o_.ema_decay);
+    }
 
     data::SamplerOptions sampler;
     sampler.rank = context_->rank();
@@ -153,11 +172,14 @@ class Run {
       steps_per_epoch_ = std::min(steps_per_epoch_, o_.limit_train_batches);
     int64_t updates_per_epoch =
         (steps_per_epoch_ + o_.accumulation_steps - 1) / o_.accumulation_steps;
-    OptimizerConfig oc{o_.optimizer, o_.learning_rate, o_.weight_decay, o_.momentum};
+    global_batch_ = batch_size_ * context_->world_size() * o_.accumulation_steps;
+    learning_rate_ =
+        scaled_learning_rate(o_.learning_rate, o_.lr_scale, global_batch_, o_.base_batch_size);
+    OptimizerConfig oc{o_.optimizer, learning_rate_, o_.weight_decay, o_.momentum};
     optimizer_ = make_optimizer(model_.ptr()->parameters(), oc);
     if (o_.amp == Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);
     schedule_ = std::make_unique<LrSchedule>(
-        o_.lr_schedule, o_.learning_rate, updates_per_epoch * o_.num_epochs,
+        o_.lr_schedule, learning_rate_, updates_per_epoch * o_.num_epochs,
         static_cast<int64_t>(std::llround(o_.warmup_epochs * updates_per_epoch)));
 
     resume();
@@ -171,29 +193,32 @@ class Run {
       ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, *context_, ddp);
     }
     // After the checkpoint is loaded (it moves the parameters and momentum buffers) and DDP.
-    // Without loss scaling nothing reads the averaged gradients between backward and the step,
-    // so the step may run inside backward, bucket by bucket; fp16 first checks them for inf.
+    // Without loss scaling or clipping nothing reads the averaged gradients between backward and
+    // the step, so the step may run inside backward, bucket by bucket; fp16 first checks them
+    // for inf, clipping needs the norm of all of them. Clipping also needs every rank to hold
+    // the whole averaged gradient, so the step is not split across ranks either.
     StepOptions step_options;
-    step_options.inside_backward = !scaler_;
+    step_options.inside_backward = !scaler_ && o_.clip_grad_norm == 0;
+    step_options.split = o_.clip_grad_norm == 0;
     step_ = std::make_unique<StepStrategy>(*optimizer_, *context_, ddp_.get(), step_options);
+
+    MixOptions mix{o_.mixup, o_.cutmix, /*switch_prob=*/0.5, o_.label_smoothing,
+                   splits_.train.num_classes};
+    mixer_ = std::make_unique<BatchMixer>(
+        mix, o_.seed * 1000003ULL + static_cast<uint64_t>(context_->rank()) + 17);
+    curves_ = std::make_unique<Curves>(o_.metrics_json, o_.tensorboard, context_->rank(),
+                                       context_->world_size());
+    if (!o_.profile.empty()) {
+      check_profile_dir(o_.profile);
+      profiler_ = std::make_unique<StepProfiler>(o_.profile, o_.profile_skip, o_.profile_steps,
+                                                 device_, *context_);
+    }
     print_header();
   }
 
   data::LoaderOptions loader_options(bool train) const {
-    data::LoaderOptions l;
-    l.batch_size = train ? batch_size_ : kEvalBatchSize;
-    l.num_workers = o_.loader_workers;
-    l.limit_batches = train ? o_.limit_train_batches : o_.limit_test_batches;
-    l.seed = o_.seed * 1000003ULL + static_cast<uint64_t>(context_->rank());
-    l.pin_memory = device_.is_cuda();
-    l.transform.random_crop = train && o_.random_crop;
-    l.transform.horizontal_flip = train && o_.horizontal_flip;
-    l.transform.image_size = o_.image_size;
-    l.transform.out_channels = 3;
-    l.transform.normalize = data::parse_normalize(o_.normalize);
-    l.transform.dataset_mean = splits_.mean;
-    l.transform.dataset_std = splits_.std;
-    return l;
+    return train::loader_options(o_, splits_, train, train ? batch_size_ : kEvalBatchSize,
+                                 static_cast<uint64_t>(context_->rank()), device_.is_cuda());
   }
 
   void resume() {
@@ -209,9 +234,20 @@ class Run {
     }
     DDPX_CHECK(std::filesystem::exists(path), ErrorKind::kUsage,
                "--resume {}: no such file; give a checkpoint path or 'auto'", path);
-    TrainPosition position = load_checkpoint(path, *model_.ptr(), *optimizer_, meta());
+    TrainPosition position =
+        load_checkpoint(path, *model_.ptr(), *optimizer_, meta(), ema_ ? &ema_->module() : nullptr);
     start_epoch_ = position.epochs_done;
     global_step_ = position.global_step;
+    if (ema_) {
+      if (position.ema_updates >= 0) {
+        ema_->set_updates(position.ema_updates);
+      } else {
+        // A checkpoint from a run without EMA: the average starts from the resumed weights.
+        ema_ = std::make_unique<ModelEma>(ema_model_, *model_.ptr(), o_.ema_decay);
+        log::info("--ema_decay: {} holds no EMA weights; the average starts from its weights",
+                  path);
+      }
+    }
     if (scaler_ && position.loss_scale > 0)
       scaler_->load(position.loss_scale, position.loss_scale_growth);
     log::info("resumed from {} after {} epochs ({} steps)", path, start_epoch_, global_step_);
@@ -229,37 +265,38 @@ class Run {
         position.loss_scale = scaler_->current_scale();
         position.loss_scale_growth = scaler_->growth_tracker();
       }
-      save_checkpoint(path, *model_.ptr(), *optimizer_, position, meta());
+      if (ema_) position.ema_updates = ema_->updates();
+      save_checkpoint(path, *model_.ptr(), *optimizer_, position, meta(),
+                      ema_ ? &ema_->module() : nullptr);
       prune_checkpoints(o_.save_dir, o_.keep_checkpoints);
     }
     context_->barrier();  // no rank runs ahead of a checkpoint it might resume from
   }
 
   void print_header() {
+    RunFacts f;
     // Collective: every rank names its device.
-    auto devices = context_->gather_text(dist::describe_device(device_));
+    f.rank_devices = context_->gather_text(dist::describe_device(device_));
     const auto& d = splits_.train;
-    log::out(
-        "ddpx train: model {} ({:.2f}M parameters, stem {}) | dataset {} ({} train / {} test, "
-        "{}x{}x{} -> 3x{}x{}, {} classes)",
-        o_.model, models::count_parameters(*model_.ptr()) / 1e6, o_.stem, o_.dataset, d.size(),
-        splits_.test.size(), d.height(), d.width(), d.channels(), image_size_, image_size_,
-        d.num_classes);
-    log::out(
-        "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
-        "normalize {} | threads {}",
-        o_.optimizer, o_.learning_rate, o_.optimizer == "sgd" ? o_.momentum : 0.0, o_.weight_decay,
-        name(o_.lr_schedule), o_.warmup_epochs, o_.normalize, torch::get_num_threads());
-    log::out(
-        "world size {} ({}) | batch size {} per process, global batch {} | accumulation "
-        "steps {} | learning rate {}",
-        context_->world_size(), context_->backend(), batch_size_,
-        batch_size_ * context_->world_size() * o_.accumulation_steps, o_.accumulation_steps,
-        o_.learning_rate);
-    log::out("device {} | amp {} | channels_last {} | optimizer step: {}", device_.str(),
-             name(o_.amp), o_.channels_last ? "on" : "off", step_->describe());
-    for (size_t r = 0; r < devices.size(); ++r) log::out("  rank {}: {}", r, devices[r]);
-    if (!pretrained_note_.empty()) log::out("{}", pretrained_note_);
+    f.parameters_millions = models::count_parameters(*model_.ptr()) / 1e6;
+    f.train_size = d.size();
+    f.test_size = splits_.test.size();
+    f.height = d.height();
+    f.width = d.width();
+    f.channels = d.channels();
+    f.image_size = image_size_;
+    f.num_classes = d.num_classes;
+    f.threads = torch::get_num_threads();
+    f.world_size = context_->world_size();
+    f.backend = context_->backend();
+    f.batch_size = batch_size_;
+    f.global_batch = global_batch_;
+    f.learning_rate = learning_rate_;
+    f.device = device_.str();
+    f.step = step_->describe();
+    f.sync_bn_layers = sync_bn_layers_;
+    f.pretrained_note = pretrained_note_;
+    for (const auto& line : header_lines(o_, f)) log::out("{}", line);
   }
 
   torch::Tensor forward(const torch::Tensor& images) {
@@ -272,39 +309,31 @@ class Run {
     DeviceFeeder feeder(*train_loader_, device_, o_.channels_last);
     ProgressBar bar(o_.progress && log::enabled(), steps_per_epoch_);
     DeviceSums device_sums(device_);
-    MetricSums sums;
+    MetricSums sums, at_last_point;
     Stopwatch watch;
+    double last_point_s = 0;
     const int64_t read_every = device_.is_cpu() ? 1 : kGpuReadEvery;
+    const int64_t curve_every = device_.is_cpu() ? kCpuCurveEvery : kGpuReadEvery;
     int64_t step = 0;
     optimizer_->zero_grad();
-    while (auto batch = feeder.next()) {
-      bool boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == steps_per_epoch_;
+    for (;;) {
+      if (profiler_) profiler_->before_step();
+      std::optional<data::Batch> batch;
       torch::Tensor logits, loss;
-      auto backward = [&] {
+      {
+        RECORD_USER_SCOPE(kRangeStep);  // closed before the profiler may stop below
         {
-          AutocastGuard autocast(o_.amp, device_);
-          logits = forward(batch->images);
-          loss = torch::nn::functional::cross_entropy(logits, batch->labels);
+          RECORD_USER_SCOPE(kRangeDataWait);
+          batch = feeder.next();
         }
-        torch::Tensor scaled = scaler_ ? scaler_->scale(loss) : loss;
-        (o_.accumulation_steps > 1 ? scaled / static_cast<double>(o_.accumulation_steps) : scaled)
-            .backward();
-      };
-      // Before backward: the step may run inside it (step_strategy.h).
-      if (boundary) step_->set_learning_rate(schedule_->lr_at(global_step_));
-      if (ddp_ && !boundary) {
-        auto guard = ddp_->no_sync();
-        backward();
-      } else {
-        backward();
+        if (!batch) break;
+        bool boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == steps_per_epoch_;
+        train_step(*batch, boundary, logits, loss);
       }
-      if (boundary) {
-        take_step();
-        optimizer_->zero_grad();
-        ++global_step_;
-      }
+      // With mixup the accuracy counts the prediction of each image's own (dominant) label.
       device_sums.add(loss, logits, batch->labels);
       ++step;
+      if (profiler_) profiler_->after_step();
       if (step % read_every == 0 || step == steps_per_epoch_) {
         sums = device_sums.read();
         // fp16 skips the steps whose loss overflowed (the loss scaler's job), so only an
@@ -314,6 +343,11 @@ class Run {
                    sums.loss_sum, epoch, step - 1);
         bar.update(step, sums.loss(), sums.accuracy(),
                    sums.count * context_->world_size() / std::max(watch.seconds(), 1e-9));
+        if (step % curve_every == 0) {
+          add_curve_point(sums, at_last_point, watch.seconds() - last_point_s, curve_every);
+          at_last_point = sums;
+          last_point_s = watch.seconds();
+        }
       }
     }
     bar.finish();
@@ -337,54 +371,90 @@ class Run {
     return r;
   }
 
-  // The optimizer step after a synchronized backward. With fp16 loss scaling the gradients are
-  // unscaled and checked first; every rank learns whether any rank found an inf or NaN, so all
-  // skip the same steps and keep one scale.
-  void take_step() {
-    if (!scaler_) return step_->step();
-    torch::Tensor found_inf = scaler_->unscale(model_.ptr()->parameters());
-    context_->all_reduce_sum(found_inf);
-    if (optim::LossScaler::should_step(found_inf)) {
+  // Forward, loss and backward of one micro-batch; at an accumulation boundary also the
+  // optimizer step and the EMA update. `logits` and `loss` are the batch's, for the metrics.
+  void train_step(const data::Batch& batch, bool boundary, torch::Tensor& logits,
+                  torch::Tensor& loss) {
+    auto backward = [&] {
+      {
+        RECORD_USER_SCOPE(kRangeForward);
+        AutocastGuard autocast(o_.amp, device_);
+        if (mixer_->enabled()) {
+          auto mixed = mixer_->mix(batch.images, batch.labels);
+          logits = forward(mixed.images);
+          loss = soft_target_cross_entropy(logits, mixed.targets);
+        } else {
+          logits = forward(batch.images);
+          loss = cross_entropy(logits, batch.labels, o_.label_smoothing);
+        }
+      }
+      RECORD_USER_SCOPE(kRangeBackward);
+      torch::Tensor scaled = scaler_ ? scaler_->scale(loss) : loss;
+      (o_.accumulation_steps > 1 ? scaled / static_cast<double>(o_.accumulation_steps) : scaled)
+          .backward();
+    };
+    // Before backward: the step may run inside it (step_strategy.h).
+    if (boundary) step_->set_learning_rate(schedule_->lr_at(global_step_));
+    if (ddp_ && !boundary) {
+      auto guard = ddp_->no_sync();
+      backward();
+    } else {
+      backward();
+    }
+    if (boundary) {
+      RECORD_USER_SCOPE(kRangeOptimizer);
+      if (take_step() && ema_) ema_->update(*model_.ptr());
+      optimizer_->zero_grad();
+      ++global_step_;
+    }
+  }
+
+  // The optimizer step after a synchronized backward; false when it was skipped. With fp16 loss
+  // scaling the gradients are unscaled and checked first; every rank learns whether any rank
+  // found an inf or NaN, so all skip the same steps and keep one scale. Clipping sees the
+  // unscaled, averaged gradient: the same norm on every rank.
+  bool take_step() {
+    torch::Tensor found_inf;
+    if (scaler_) {
+      found_inf = scaler_->unscale(model_.ptr()->parameters());
+      context_->all_reduce_sum(found_inf);
+    }
+    bool stepping = !scaler_ || optim::LossScaler::should_step(found_inf);
+    if (stepping) {
+      if (o_.clip_grad_norm > 0)
+        torch::nn::utils::clip_grad_norm_(model_.ptr()->parameters(), o_.clip_grad_norm);
       step_->step();
     } else {
       ++skipped_steps_;
     }
-    scaler_->update(found_inf);
+    if (scaler_) scaler_->update(found_inf);
+    return stepping;
   }
 
-  double evaluate() {
-    torch::NoGradGuard no_grad;
-    model_.ptr()->eval();
-    auto indices =
-        data::eval_indices(splits_.test.size(), context_->rank(), context_->world_size());
-    test_loader_->start_epoch(std::move(indices), 0);
-    DeviceFeeder feeder(*test_loader_, device_, o_.channels_last);
-    DeviceSums device_sums(device_);
-    while (auto batch = feeder.next()) {
-      AutocastGuard autocast(o_.amp, device_);
-      torch::Tensor logits = model_.forward(batch->images);
-      device_sums.add(torch::zeros({}, logits.options().dtype(torch::kFloat32)), logits,
-                      batch->labels);
-    }
-    MetricSums sums = device_sums.read();
-    sums.all_reduce(*context_);
-    return sums.accuracy();
+  double evaluate(torch::nn::AnyModule& model) {
+    EvalSetup setup{device_, o_.amp, o_.channels_last};
+    double accuracy = train::evaluate(model, *test_loader_, splits_.test.size(), *context_, setup);
+    model_.ptr()->train();  // the EMA model stays in evaluation mode, the trained one not
+    if (ema_) ema_model_.ptr()->eval();
+    return accuracy;
   }
 
-  void write_metrics_line(const EpochResult& r) const {
-    if (o_.metrics_json.empty() || context_->rank() != 0) return;
-    nlohmann::json line = {{"epoch", r.epoch},
-                           {"time_s", r.seconds},
-                           {"loss_train", r.loss},
-                           {"accuracy_train", r.accuracy},
-                           {"images_per_sec", r.images_per_sec},
-                           {"data_wait_s", r.data_wait_s},
-                           {"world_size", context_->world_size()}};
-    if (r.test_accuracy) line["accuracy_test"] = *r.test_accuracy;
-    std::ofstream out(o_.metrics_json, std::ios::app);
-    DDPX_CHECK(out.good(), ErrorKind::kIo, "--metrics_json {}: cannot open for appending",
-               o_.metrics_json);
-    out << line.dump() << "\n";
+  // A TensorBoard point for the steps since the previous one (rank 0 writes it).
+  void add_curve_point(const MetricSums& now, const MetricSums& before, double seconds,
+                       int64_t steps) {
+    MetricSums interval;
+    interval.loss_sum = now.loss_sum - before.loss_sum;
+    interval.correct = now.correct - before.correct;
+    interval.count = now.count - before.count;
+    StepPoint p;
+    p.step = global_step_;
+    p.loss = interval.loss();
+    p.accuracy = interval.accuracy();
+    p.learning_rate = schedule_->lr_at(std::max<int64_t>(global_step_ - 1, 0));
+    p.images_per_sec = interval.count * context_->world_size() / std::max(seconds, 1e-9);
+    p.step_time_s = seconds / static_cast<double>(steps);
+    p.gpu_memory_gib = gpu_memory_gib(device_);
+    curves_->step(p);
   }
 
   const TrainOptions& o_;
@@ -394,6 +464,14 @@ class Run {
   std::string pretrained_note_;
   data::DatasetSplits splits_;
   torch::nn::AnyModule model_;
+  torch::nn::AnyModule ema_model_;  // --ema_decay: the average's own instance
+  std::unique_ptr<ModelEma> ema_;
+  std::unique_ptr<BatchMixer> mixer_;
+  std::unique_ptr<Curves> curves_;
+  std::unique_ptr<StepProfiler> profiler_;
+  int sync_bn_layers_ = 0;
+  int64_t global_batch_ = 0;
+  double learning_rate_ = 0;  // after --lr_scale
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
   std::unique_ptr<data::DistributedSampler> sampler_;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;

@@ -1,0 +1,211 @@
+#include "bench/batch_finder.h"
+
+#include <ATen/DeviceAccelerator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <fmt/format.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/proc_memory.h"
+#include "core/timer.h"
+#include "dist/device.h"
+#include "dist/world.h"
+#include "models/registry.h"
+#include "train/placement.h"
+#include "train/threads.h"
+
+namespace ddpx::bench {
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+constexpr double kKneeShare = 0.9;     // CPU: the knee is within 10% of the best images/s
+constexpr int64_t kBisectGranule = 8;  // GPU: stop bisecting when the gap is this small
+
+bool is_out_of_memory(const std::exception& e) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+         (dynamic_cast<const c10::Error*>(&e) &&
+          std::string(e.what()).find("out of memory") != std::string::npos);
+}
+
+class Trainer {
+ public:
+  Trainer(const BatchFinderOptions& o, const torch::Device& device) : o_(o), device_(device) {
+    models::ModelConfig config;
+    config.num_classes = o.num_classes;
+    config.image_size = o.image_size;
+    config.stem = o.stem;
+    model_ = models::create_model(o.model, config);
+    train::place_model(*model_.ptr(), device, o.channels_last);
+    model_.ptr()->train();
+    optimizer_ = std::make_unique<torch::optim::SGD>(model_.ptr()->parameters(),
+                                                     torch::optim::SGDOptions(0.01).momentum(0.9));
+  }
+
+  BatchTrial trial(int64_t batch) {
+    BatchTrial t;
+    t.batch = batch;
+    reset_peak();
+    try {
+      // x: (B, 3, S, S) random images, labels: (B)
+      auto x = torch::randn({batch, 3, o_.image_size, o_.image_size},
+                            torch::TensorOptions().device(device_));
+      if (o_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+      auto labels = torch::randint(o_.num_classes, {batch},
+                                   torch::TensorOptions().dtype(torch::kLong).device(device_));
+      step(x, labels);  // warm-up: allocator, cuDNN algorithm choice
+      synchronize();
+      Stopwatch watch;
+      for (int64_t i = 0; i < o_.steps; ++i) step(x, labels);
+      synchronize();
+      t.images_per_sec = static_cast<double>(batch * o_.steps) / std::max(watch.seconds(), 1e-9);
+      t.fits = true;
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      optimizer_->zero_grad();
+      if (device_.is_cuda()) at::accelerator::emptyCache();
+    }
+    t.peak_gib = peak_gib();
+    return t;
+  }
+
+ private:
+  void step(const torch::Tensor& x, const torch::Tensor& labels) {
+    optimizer_->zero_grad();
+    torch::Tensor loss;
+    {
+      train::AutocastGuard autocast(o_.amp, device_);
+      loss = torch::nn::functional::cross_entropy(model_.forward(x), labels);
+    }
+    loss.backward();
+    optimizer_->step();
+  }
+  void synchronize() {
+    if (device_.is_cuda()) at::accelerator::synchronizeDevice(device_.index());
+  }
+  void reset_peak() {
+    if (device_.is_cuda()) {
+      at::accelerator::resetPeakStats(device_.index());
+    } else {
+      reset_peak_rss();
+    }
+  }
+  double peak_gib() const {
+    if (!device_.is_cuda()) return proc_status_mib("VmHWM") / 1024.0;
+    const auto stats = at::accelerator::getDeviceStats(device_.index());
+    return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+               .peak /
+           kGiB;
+  }
+
+  const BatchFinderOptions& o_;
+  torch::Device device_;
+  torch::nn::AnyModule model_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+};
+
+}  // namespace
+
+BatchFinderResult find_batch_size(const BatchFinderOptions& o) {
+  DDPX_CHECK(o.start_batch > 0 && o.max_batch >= o.start_batch, ErrorKind::kUsage,
+             "--start_batch must be positive and --max_batch at least --start_batch (got {} "
+             "and {})",
+             o.start_batch, o.max_batch);
+  DDPX_CHECK(o.steps > 0 && o.image_size > 0, ErrorKind::kUsage,
+             "--steps and --image_size must be positive");
+  DDPX_CHECK(o.margin >= 0 && o.margin < 1, ErrorKind::kUsage,
+             "--margin is the share of GPU memory kept free: in [0, 1), got {}", o.margin);
+  set_threads(o.threads > 0 ? o.threads : default_threads());
+  const torch::Device device = dist::select_device(o.device, dist::detect_world());
+  train::check_amp(o.amp, device);
+
+  BatchFinderResult r;
+  r.device =
+      device.is_cuda() ? fmt::format("{} ({})", device.str(), dist::device_name(device)) : "cpu";
+  if (device.is_cuda()) {
+    auto memory = dist::device_memory(device);
+    r.memory_limit_gib = memory ? memory->total_bytes / kGiB : 0;
+  } else {
+    r.memory_limit_gib =
+        o.memory_budget_gib > 0 ? o.memory_budget_gib : available_memory_mib() / 2 / 1024.0;
+  }
+  Trainer trainer(o, device);
+  // A size fits when it ran and its peak stays under the limit (less the margin on a GPU).
+  auto fits = [&](BatchTrial& t) {
+    t.fits = t.fits && (device.is_cuda() ? t.peak_gib <= (1 - o.margin) * r.memory_limit_gib
+                                         : t.peak_gib <= r.memory_limit_gib);
+    return t.fits;
+  };
+
+  // Doubling.
+  int64_t good = 0, bad = 0;
+  for (int64_t b = o.start_batch; b <= o.max_batch; b *= 2) {
+    r.trials.push_back(trainer.trial(b));
+    if (!fits(r.trials.back())) {
+      bad = b;
+      break;
+    }
+    good = b;
+  }
+  // GPU: bisect between the last fit and the first miss.
+  if (device.is_cuda() && good > 0 && bad > 0) {
+    while (bad - good > kBisectGranule) {
+      int64_t mid = (good + bad) / 2 / kBisectGranule * kBisectGranule;
+      if (mid <= good) break;
+      r.trials.push_back(trainer.trial(mid));
+      (fits(r.trials.back()) ? good : bad) = mid;
+    }
+  }
+  if (good == 0) {
+    r.reason =
+        fmt::format("not even --start_batch {} fits; lower it, or try --amp bf16", o.start_batch);
+    return r;
+  }
+  if (device.is_cuda()) {
+    r.recommended = good;
+    r.reason = fmt::format("the largest batch whose peak stays under {:.0f}% of the GPU's memory",
+                           100 * (1 - o.margin));
+    return r;
+  }
+  double best = 0;
+  for (const auto& t : r.trials)
+    if (t.fits) best = std::max(best, t.images_per_sec);
+  for (const auto& t : r.trials) {
+    if (t.fits && t.images_per_sec >= kKneeShare * best) {
+      r.recommended = t.batch;
+      break;
+    }
+  }
+  r.reason = fmt::format(
+      "the knee: the smallest batch within {:.0f}% of the best images/s ({:.1f}); larger ones "
+      "cost memory and updates per epoch, not speed",
+      100 * (1 - kKneeShare), best);
+  return r;
+}
+
+void print_batch_finder(const BatchFinderOptions& o, const BatchFinderResult& r) {
+  log::out(
+      "# tune batch_size: model {} stem {} image {}x{} amp {} on {}, {} timed steps per "
+      "size",
+      o.model, o.stem, o.image_size, o.image_size, train::name(o.amp), r.device, o.steps);
+  log::out("# memory limit {:.1f} GiB ({})", r.memory_limit_gib,
+           r.device == "cpu" ? "CPU budget: --memory_budget_gib, default half of MemAvailable"
+                             : fmt::format("GPU memory, {:.0f}% kept free", 100 * o.margin));
+  log::out("# {:>8} {:>12} {:>10}  {}", "batch", "images/s", "peak GiB", "status");
+  for (const auto& t : r.trials) {
+    const char* status = !t.fits ? (r.device == "cpu" ? "over the budget" : "out of memory")
+                         : t.batch == r.recommended ? "recommended"
+                                                    : "ok";
+    log::out("  {:>8} {:>12.1f} {:>10.2f}  {}", t.batch, t.images_per_sec, t.peak_gib, status);
+  }
+  if (r.recommended == 0) {
+    log::out("no recommendation: {}", r.reason);
+    return;
+  }
+  log::out("recommendation: --batch_size {}   ({})", r.recommended, r.reason);
+}
+
+}  // namespace ddpx::bench

@@ -1,0 +1,49 @@
+// The run's numbers beside the seed's lines, written by rank 0: JSON lines (--metrics_json, one
+// object per epoch) and TensorBoard event files (--tensorboard DIR: per-step loss, accuracy,
+// learning rate, images/s, step time and GPU memory; per-epoch train and test figures).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "train/trainer.h"
+
+namespace ddpx {
+class TensorBoardWriter;
+}
+
+namespace ddpx::train {
+
+struct StepPoint {
+  int64_t step = 0;  // global optimizer step
+  double loss = 0, accuracy = 0;
+  double learning_rate = 0;
+  double images_per_sec = 0;  // all ranks together
+  double step_time_s = 0;     // mean over the steps since the last point
+  std::optional<double> gpu_memory_gib;
+};
+
+class Curves {
+ public:
+  // Opens the outputs on rank 0 (the other ranks write nothing); throws kUsage naming the flag
+  // when a file or directory cannot be written.
+  Curves(const std::string& metrics_json, const std::string& tensorboard_dir, int rank,
+         int world_size);
+  ~Curves();
+
+  void step(const StepPoint& point);
+  void epoch(const EpochResult& result, int64_t global_step);
+
+ private:
+  std::string metrics_json_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  int world_size_;
+  bool writer_;  // rank 0
+};
+
+// GiB held by tensors on a GPU right now (none on a CPU).
+std::optional<double> gpu_memory_gib(const torch::Device& device);
+
+}  // namespace ddpx::train

@@ -1,0 +1,41 @@
+#include "train/data_setup.h"
+
+#include <algorithm>
+
+#include "data/transforms.h"
+
+namespace ddpx::train {
+
+data::DatasetSpec dataset_spec(const TrainOptions& o) {
+  data::DatasetSpec spec;
+  spec.name = o.dataset;
+  spec.data_dir = o.data_dir;
+  spec.synthetic_train_size = o.synthetic_size;
+  spec.synthetic_test_size = std::max<int64_t>(o.synthetic_size / 4, 1);
+  spec.synthetic_height = spec.synthetic_width = o.synthetic_image;
+  spec.synthetic_classes = o.synthetic_classes;
+  spec.seed = o.seed;
+  return spec;
+}
+
+data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSplits& splits,
+                                   bool train, int64_t batch_size, uint64_t seed_stream,
+                                   bool pin_memory) {
+  data::LoaderOptions l;
+  l.batch_size = batch_size;
+  l.num_workers = o.loader_workers;
+  l.limit_batches = train ? o.limit_train_batches : o.limit_test_batches;
+  l.seed = o.seed * 1000003ULL + seed_stream;
+  l.pin_memory = pin_memory;
+  l.transform.random_crop = train && o.random_crop;
+  l.transform.horizontal_flip = train && o.horizontal_flip;
+  l.transform.image_size = o.image_size;
+  l.transform.out_channels = 3;
+  l.transform.normalize = data::parse_normalize(o.normalize);
+  l.transform.dataset_mean = splits.mean;
+  l.transform.dataset_std = splits.std;
+  l.transform.random_erasing.probability = train ? o.random_erasing : 0.0;
+  return l;
+}
+
+}  // namespace ddpx::train

@@ -1,0 +1,24 @@
+// Test accuracy: every rank evaluates its share of the test set (data::eval_indices), the
+// correct counts are summed over ranks, so the accuracy is that of the whole test set.
+#pragma once
+
+#include <torch/nn/modules/container/any.h>
+#include <torch/types.h>
+
+#include "data/loader.h"
+#include "dist/context.h"
+#include "train/amp.h"
+
+namespace ddpx::train {
+
+struct EvalSetup {
+  torch::Device device = torch::kCPU;
+  Amp amp = Amp::kOff;
+  bool channels_last = false;
+};
+
+// Collective. `model` is put in evaluation mode (the caller puts it back in training mode).
+double evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64_t test_size,
+                dist::Context& context, const EvalSetup& setup);
+
+}  // namespace ddpx::train

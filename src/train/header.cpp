@@ -1,0 +1,59 @@
+#include "train/header.h"
+
+#include <fmt/format.h>
+
+namespace ddpx::train {
+
+std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format(
+      "ddpx train: model {} ({:.2f}M parameters, stem {}) | dataset {} ({} train / {} test, "
+      "{}x{}x{} -> 3x{}x{}, {} classes)",
+      o.model, f.parameters_millions, o.stem, o.dataset, f.train_size, f.test_size, f.height,
+      f.width, f.channels, f.image_size, f.image_size, f.num_classes));
+  const bool with_momentum = o.optimizer == "sgd" || o.optimizer == "lars";
+  lines.push_back(
+      fmt::format("optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
+                  "normalize {} | threads {}",
+                  o.optimizer, f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
+                  name(o.lr_schedule), o.warmup_epochs, o.normalize, f.threads));
+  lines.push_back(fmt::format(
+      "world size {} ({}) | batch size {} per process, global batch {} | accumulation "
+      "steps {} | learning rate {}{}",
+      f.world_size, f.backend, f.batch_size, f.global_batch, o.accumulation_steps, f.learning_rate,
+      o.lr_scale == LrScale::kNone
+          ? std::string()
+          : fmt::format(" (--learning_rate {} x ({} / {}), {} scaling)", o.learning_rate,
+                        f.global_batch, o.base_batch_size, name(o.lr_scale))));
+  if (auto line = regularization_line(o, f); !line.empty()) lines.push_back(line);
+  lines.push_back(fmt::format("device {} | amp {} | channels_last {} | optimizer step: {}",
+                              f.device, name(o.amp), o.channels_last ? "on" : "off", f.step));
+  for (size_t r = 0; r < f.rank_devices.size(); ++r)
+    lines.push_back(fmt::format("  rank {}: {}", r, f.rank_devices[r]));
+  if (!f.pretrained_note.empty()) lines.push_back(f.pretrained_note);
+  return lines;
+}
+
+std::string regularization_line(const TrainOptions& o, const RunFacts& f) {
+  std::vector<std::string> parts;
+  if (o.label_smoothing > 0) parts.push_back(fmt::format("label_smoothing {}", o.label_smoothing));
+  if (o.mixup > 0) parts.push_back(fmt::format("mixup alpha {}", o.mixup));
+  if (o.cutmix > 0) parts.push_back(fmt::format("cutmix alpha {}", o.cutmix));
+  if (o.random_erasing > 0) parts.push_back(fmt::format("random_erasing p {}", o.random_erasing));
+  if (o.ema_decay > 0) parts.push_back(fmt::format("EMA decay {}", o.ema_decay));
+  if (o.clip_grad_norm > 0) {
+    parts.push_back(
+        fmt::format("clip_grad_norm {} (of the averaged gradient: the step runs after backward)",
+                    o.clip_grad_norm));
+  }
+  if (o.sync_bn) {
+    parts.push_back(fmt::format("sync_bn ({} BatchNorm layers, statistics over {} ranks)",
+                                f.sync_bn_layers, f.world_size));
+  }
+  if (parts.empty()) return "";
+  std::string line = "regularization:";
+  for (size_t i = 0; i < parts.size(); ++i) line += (i ? " | " : " ") + parts[i];
+  return line;
+}
+
+}  // namespace ddpx::train

@@ -1,0 +1,36 @@
+// The start-up lines of `ddpx train` (rank 0 prints them): what is trained on what, how, and
+// where. Users and tests read them to confirm a run does what they asked, so each setting that
+// changes the training appears here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/options.h"
+
+namespace ddpx::train {
+
+// What the run decided, beside the options it was given.
+struct RunFacts {
+  double parameters_millions = 0;
+  int64_t train_size = 0, test_size = 0;
+  int64_t height = 0, width = 0, channels = 0, image_size = 0, num_classes = 0;
+  int threads = 0;
+  int world_size = 1;
+  std::string backend;
+  int64_t batch_size = 0, global_batch = 0;
+  double learning_rate = 0;  // after --lr_scale
+  std::string device;
+  std::string step;  // the step strategy
+  int sync_bn_layers = 0;
+  std::vector<std::string> rank_devices;
+  std::string pretrained_note;
+};
+
+std::vector<std::string> header_lines(const TrainOptions& options, const RunFacts& facts);
+
+// "regularization: label_smoothing 0.1 | mixup alpha 0.2 | ..." or "" when none is on.
+std::string regularization_line(const TrainOptions& options, const RunFacts& facts);
+
+}  // namespace ddpx::train

@@ -1,0 +1,92 @@
+#include "train/recipes.h"
+
+namespace ddpx::train {
+
+const std::vector<Recipe>& recipes() {
+  static const std::vector<Recipe> table = {
+      {"fashion-mnist-demo",
+       "the README demo: one epoch of Fashion-MNIST with ResNet-18, >= 0.90 test accuracy",
+       {{"--model", "resnet18"}, {"--dataset", "fashion-mnist"}, {"--num_epochs", "1"}},
+       2,
+       "TBD"},
+      {"fashion-mnist-best",
+       "ResNet-18 (CIFAR stem) on Fashion-MNIST with random crop, flip and random erasing, label "
+       "smoothing and EMA, aiming at >= 95.5% test accuracy",
+       {{"--model", "resnet18"},
+        {"--stem", "cifar"},
+        {"--dataset", "fashion-mnist"},
+        {"--num_epochs", "40"},
+        {"--batch_size", "64"},
+        {"--learning_rate", "0.1"},
+        {"--lr_scale", "linear"},
+        {"--base_batch_size", "128"},
+        {"--weight_decay", "5e-4"},
+        {"--warmup_epochs", "1"},
+        {"--random_crop", "true"},
+        {"--random_erasing", "0.25"},
+        {"--label_smoothing", "0.1"},
+        {"--ema_decay", "0.999"}},
+       2,
+       "not yet run to the end: about 15 CPU-hours on the 2-core development machine"},
+      {"cifar10-resnet18",
+       "ResNet-18 (CIFAR stem) on CIFAR-10, the literature's ~95% recipe: SGD 0.1, cosine, 200 "
+       "epochs, crop and flip, global batch 128",
+       {{"--model", "resnet18"},
+        {"--stem", "cifar"},
+        {"--dataset", "cifar10"},
+        {"--num_epochs", "200"},
+        {"--batch_size", "128"},
+        {"--batch_size_scaled", "true"},
+        {"--learning_rate", "0.1"},
+        {"--weight_decay", "5e-4"},
+        {"--random_crop", "true"},
+        {"--normalize", "dataset"}},
+       1,
+       "not yet run: needs a GPU (about 2 GPU-hours); none was lent to this task"},
+      {"cifar100-resnet18",
+       "ResNet-18 (CIFAR stem) on CIFAR-100, the literature's ~77% recipe: as CIFAR-10 with "
+       "label smoothing 0.1",
+       {{"--model", "resnet18"},
+        {"--stem", "cifar"},
+        {"--dataset", "cifar100"},
+        {"--num_epochs", "200"},
+        {"--batch_size", "128"},
+        {"--batch_size_scaled", "true"},
+        {"--learning_rate", "0.1"},
+        {"--weight_decay", "5e-4"},
+        {"--random_crop", "true"},
+        {"--label_smoothing", "0.1"},
+        {"--normalize", "dataset"}},
+       1,
+       "not yet run: needs a GPU (about 2 GPU-hours); none was lent to this task"},
+      {"seed-resnet101",
+       "the seed's own command, unchanged: ResNet-101, SGD 0.002, 1024 per GPU, images in [-1, 1]",
+       {{"--model", "resnet101"},
+        {"--learning_rate", "0.002"},
+        {"--optimizer", "sgd"},
+        {"--batch_size", "1024"},
+        {"--normalize", "neg_one_one"},
+        {"--num_epochs", "10"}},
+       2,
+       "the seed's settings; not a tuned recipe (see cifar10-resnet18)"},
+  };
+  return table;
+}
+
+const Recipe* find_recipe(const std::string& name) {
+  for (const auto& r : recipes())
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::string recipe_command(const Recipe& recipe) {
+  std::string command;
+  for (const auto& [flag, value] : recipe.flags) {
+    if (!command.empty()) command += " ";
+    command += flag;
+    if (value != "true") command += " " + value;
+  }
+  return command;
+}
+
+}  // namespace ddpx::train
