@@ -24,6 +24,7 @@ namespace {
 constexpr double kGiB = 1073741824.0;
 constexpr double kKneeShare = 0.9;     // CPU: the knee is within 10% of the best images/s
 constexpr int64_t kBisectGranule = 8;  // GPU: stop bisecting when the gap is this small
+constexpr double kMinSeconds = 1.0;    // timed per size, at least
 
 bool is_out_of_memory(const std::exception& e) {
   return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
@@ -58,10 +59,16 @@ class Trainer {
                                    torch::TensorOptions().dtype(torch::kLong).device(device_));
       step(x, labels);  // warm-up: allocator, cuDNN algorithm choice
       synchronize();
+      // At least `steps` steps and kMinSeconds: small batches take milliseconds a step.
       Stopwatch watch;
-      for (int64_t i = 0; i < o_.steps; ++i) step(x, labels);
+      int64_t steps = 0;
+      while (steps < o_.steps || watch.seconds() < kMinSeconds) {
+        step(x, labels);
+        ++steps;
+        if (steps % o_.steps == 0) synchronize();
+      }
       synchronize();
-      t.images_per_sec = static_cast<double>(batch * o_.steps) / std::max(watch.seconds(), 1e-9);
+      t.images_per_sec = static_cast<double>(batch * steps) / std::max(watch.seconds(), 1e-9);
       t.fits = true;
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
@@ -188,8 +195,8 @@ BatchFinderResult find_batch_size(const BatchFinderOptions& o) {
 
 void print_batch_finder(const BatchFinderOptions& o, const BatchFinderResult& r) {
   log::out(
-      "# tune batch_size: model {} stem {} image {}x{} amp {} on {}, {} timed steps per "
-      "size",
+      "# tune batch_size: model {} stem {} image {}x{} amp {} on {}, at least {} timed steps "
+      "and 1 s per size",
       o.model, o.stem, o.image_size, o.image_size, train::name(o.amp), r.device, o.steps);
   log::out("# memory limit {:.1f} GiB ({})", r.memory_limit_gib,
            r.device == "cpu" ? "CPU budget: --memory_budget_gib, default half of MemAvailable"

@@ -22,7 +22,8 @@ void add_tune_command(CLI::App& app, int& exit_code) {
   batch->add_option("--num_classes", b->num_classes, "classifier outputs");
   batch->add_option("--start_batch", b->start_batch, "first batch size tried");
   batch->add_option("--max_batch", b->max_batch, "largest batch size tried");
-  batch->add_option("--steps", b->steps, "timed steps per size (after one warm-up step)");
+  batch->add_option("--steps", b->steps,
+                    "timed steps per size, at least (and at least 1 s), after one warm-up step");
   batch->add_option("--margin", b->margin, "GPU: share of memory kept free");
   batch->add_option("--memory_budget_gib", b->memory_budget_gib,
                     "CPU: peak resident memory allowed (0: half of MemAvailable)");

@@ -5,10 +5,22 @@ namespace ddpx::train {
 const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> table = {
       {"fashion-mnist-demo",
-       "the README demo: one epoch of Fashion-MNIST with ResNet-18, >= 0.90 test accuracy",
-       {{"--model", "resnet18"}, {"--dataset", "fashion-mnist"}, {"--num_epochs", "1"}},
+       "the README demo: one epoch of Fashion-MNIST with ResNet-18; AdamW, batch 64 per worker, "
+       "bf16 autocast and channels_last (fast on CPUs with AVX512-BF16)",
+       {{"--model", "resnet18"},
+        {"--dataset", "fashion-mnist"},
+        {"--num_epochs", "1"},
+        {"--optimizer", "adamw"},
+        {"--learning_rate", "0.002"},
+        {"--weight_decay", "0.05"},
+        {"--batch_size", "64"},
+        {"--amp", "bf16"},
+        {"--channels_last", "true"}},
        2,
-       "TBD"},
+       "0.8852 test accuracy after 77.8 s of training, 2 workers on the 2-core development VM "
+       "(2026-11-23); the default settings reach 0.8671 in 82 s. Short of the 0.90 target: 11 "
+       "variants (SGD/AdamW, batch 32-128, image 28/32, smoothing, EMA, warmup) all ended at "
+       "0.86-0.89 after one epoch"},
       {"fashion-mnist-best",
        "ResNet-18 (CIFAR stem) on Fashion-MNIST with random crop, flip and random erasing, label "
        "smoothing and EMA, aiming at >= 95.5% test accuracy",
@@ -27,7 +39,8 @@ const std::vector<Recipe>& recipes() {
         {"--label_smoothing", "0.1"},
         {"--ema_decay", "0.999"}},
        2,
-       "not yet run to the end: about 15 CPU-hours on the 2-core development machine"},
+       "not yet run: an estimated 11 hours on the 2-core development VM (12x the demo's compute an "
+       "epoch); minutes on a GPU"},
       {"cifar10-resnet18",
        "ResNet-18 (CIFAR stem) on CIFAR-10, the literature's ~95% recipe: SGD 0.1, cosine, 200 "
        "epochs, crop and flip, global batch 128",

@@ -183,6 +183,11 @@ TEST(RecipeOptionsTest, RecipesApplyAndTheCommandLineWins) {
     EXPECT_TRUE(has(r.output, "model mlp")) << recipe.name << ": --model wins\n" << r.output;
     EXPECT_TRUE(has(r.output, "Training took")) << recipe.name << "\n" << r.output;
     EXPECT_FALSE(has(r.output, "for 200 epochs")) << recipe.name << ": --num_epochs wins";
+    // The recipe's own flags are in effect where the command line is silent.
+    for (const auto& [flag, value] : recipe.flags) {
+      if (flag == "--optimizer") EXPECT_TRUE(has(r.output, "optimizer " + value + " lr"));
+      if (flag == "--amp") EXPECT_TRUE(has(r.output, "amp " + value + " |")) << recipe.name;
+    }
   }
   auto best = run_command(
       ddpx_command("train --recipe fashion-mnist-best --model mlp --stem "
