@@ -1,7 +1,8 @@
 // `ddpx train` and `ddpx bench` on a GPU, as a user runs them (label gpu; each test skips with a
 // message where this process sees no GPU, as in CI): bf16 and fp16 training with channels_last,
 // checkpoints that cross between GPU and CPU, two workers sharing one GPU through Gloo, a clear
-// out-of-memory line, and the GEMM benchmark against the peak table.
+// out-of-memory line, the recipe options and the profiler, the batch-size finder, and the GEMM
+// benchmark against the peak table.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -71,6 +72,43 @@ TEST(TrainGpuTest, TwoWorkersShareOneGpuThroughGloo) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("  rank 1: cuda:0 "), std::string::npos) << r.output;
   EXPECT_GT(printed_test_accuracy(r.output), 0.7) << r.output;
+}
+
+// The recipe options on GPU tensors: mixing on the device, EMA of device weights, SyncBatchNorm's
+// all-reduces of CUDA tensors (two workers sharing one GPU through Gloo), and a profile with the
+// GPU's kernels beside ddpx's ranges.
+TEST(TrainGpuTest, RecipeOptionsAndTheProfilerRunOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  auto r = run_command(
+      ddpx_command("run 2 --gpus 0,0 -- " + kShort +
+                   " --device cuda --backend gloo --amp bf16 --label_smoothing 0.1 --mixup 0.2 "
+                   "--cutmix 1.0 --ema_decay 0.99 --sync_bn --clip_grad_norm 5 --profile " +
+                   dir.file("prof") + " --profile_steps 3 --tensorboard " + dir.file("tb")),
+      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Accuracy on test dataset (EMA) - "), std::string::npos) << r.output;
+  EXPECT_GT(printed_test_accuracy(r.output), 0.6) << r.output;
+  auto py = test::run_python(
+      "import json\n"
+      "for r in range(2):\n"
+      "    ev = json.load(open('" +
+      dir.file("prof") +
+      "/rank%d.trace.json' % r))['traceEvents']\n"
+      "    assert any(e.get('cat') == 'kernel' for e in ev), 'no kernels'\n"
+      "    assert any(e.get('name') == 'ddpx::backward' for e in ev)\n");
+  EXPECT_EQ(py.exit_code, 0) << py.output;
+}
+
+TEST(TrainGpuTest, BatchSizeFinderStopsAtTheGpusMemory) {
+  SKIP_WITHOUT_GPU();
+  auto r = run_command(ddpx_command("tune batch_size --device cuda --model resnet50 --image_size "
+                                    "224 --start_batch 64 --max_batch 65536 --steps 1"),
+                       600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("out of memory"), std::string::npos) << "doubling ran into the limit\n"
+                                                               << r.output;
+  EXPECT_NE(r.output.find("recommendation: --batch_size "), std::string::npos) << r.output;
 }
 
 TEST(TrainGpuTest, OutOfMemoryNamesModelBatchAndGpu) {
