@@ -90,7 +90,14 @@ void StepProfiler::after_step() {
 }
 
 void StepProfiler::finish() {
-  if (recording_) stop();
+  if (recording_) {
+    stop();
+  } else if (!done_ && context_.rank() == 0) {
+    log::warn(
+        "--profile: training ended before --profile_skip {} steps had passed; nothing was "
+        "recorded (lower --profile_skip)",
+        skip_);
+  }
 }
 
 void StepProfiler::stop() {
