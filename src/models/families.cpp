@@ -3,6 +3,7 @@
 // here is the display order of `ddpx models`.
 #include "models/families.h"
 
+#include "models/cifar_resnet.h"
 #include "models/densenet.h"
 #include "models/efficientnet.h"
 #include "models/mlp.h"
@@ -17,6 +18,7 @@ namespace ddpx::models {
 std::vector<ModelInfo> build_model_table() {
   std::vector<ModelInfo> table;
   register_resnet_models(table);
+  register_cifar_resnet_models(table);
   register_vgg_models(table);
   register_densenet_models(table);
   register_mobilenet_models(table);
