@@ -26,12 +26,6 @@ constexpr double kKneeShare = 0.9;     // CPU: the knee is within 10% of the bes
 constexpr int64_t kBisectGranule = 8;  // GPU: stop bisecting when the gap is this small
 constexpr double kMinSeconds = 1.0;    // timed per size, at least
 
-bool is_out_of_memory(const std::exception& e) {
-  return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
-         (dynamic_cast<const c10::Error*>(&e) &&
-          std::string(e.what()).find("out of memory") != std::string::npos);
-}
-
 class Trainer {
  public:
   Trainer(const BatchFinderOptions& o, const torch::Device& device) : o_(o), device_(device) {
@@ -71,7 +65,7 @@ class Trainer {
       t.images_per_sec = static_cast<double>(batch * steps) / std::max(watch.seconds(), 1e-9);
       t.fits = true;
     } catch (const std::exception& e) {
-      if (!is_out_of_memory(e)) throw;
+      if (!dist::is_out_of_memory(e)) throw;
       optimizer_->zero_grad();
       if (device_.is_cuda()) at::accelerator::emptyCache();
     }

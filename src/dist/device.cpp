@@ -102,4 +102,10 @@ std::optional<BusyVerdict> judge_busy_gpu(const std::string& what, const DeviceM
   return verdict;
 }
 
+bool is_out_of_memory(const std::exception& e) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+         (dynamic_cast<const c10::Error*>(&e) != nullptr &&
+          std::string(e.what()).find("out of memory") != std::string::npos);
+}
+
 }  // namespace ddpx::dist

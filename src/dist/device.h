@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -46,5 +47,9 @@ struct BusyVerdict {
   std::string message;
 };
 std::optional<BusyVerdict> judge_busy_gpu(const std::string& what, const DeviceMemory& memory);
+
+// A GPU out-of-memory error, whatever type it reached the caller as (c10::OutOfMemoryError, or
+// a c10::Error saying "out of memory" from a library below).
+bool is_out_of_memory(const std::exception& e);
 
 }  // namespace ddpx::dist

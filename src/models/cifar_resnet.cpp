@@ -1,7 +1,5 @@
 #include "models/cifar_resnet.h"
 
-#include <torch/nn/init.h>
-
 #include <string>
 
 #include "models/resnet.h"
@@ -18,16 +16,7 @@ CifarResNetImpl::CifarResNetImpl(const CifarResNetOptions& options) : options_(o
   layer2 = register_module("layer2", make_stage(32, 2));
   layer3 = register_module("layer3", make_stage(64, 2));
   fc = register_module("fc", nn::Linear(64, options.num_classes));
-  // As torchvision's ResNet: kaiming_normal_(fan_out, relu) for convolutions, BatchNorm 1/0.
-  torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false)) {
-    if (auto* conv = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    }
-  }
+  init_resnet_weights(*this);
 }
 
 nn::Sequential CifarResNetImpl::make_stage(int64_t planes, int64_t stride) {

@@ -75,6 +75,20 @@ torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
   return relu(out);
 }
 
+void init_resnet_weights(nn::Module& model) {
+  // torchvision: kaiming_normal_(fan_out, relu) for convolutions, BN weight 1 bias 0; Linear
+  // keeps PyTorch's default (which libtorch's Linear already applied).
+  torch::NoGradGuard no_grad;
+  for (auto& module : model.modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+}
+
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   DDPX_CHECK(options.layers.size() == 4, ErrorKind::kInternal,
              "ResNet needs 4 stage depths, got {}", options.layers.size());
@@ -100,17 +114,8 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   avgpool = register_module("avgpool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1})));
   fc = register_module("fc", nn::Linear(512 * expansion(options.block), options.num_classes));
 
-  // torchvision: kaiming_normal_(fan_out, relu) for convolutions, BN weight 1 bias 0; Linear
-  // keeps PyTorch's default (which libtorch's Linear already applied).
+  init_resnet_weights(*this);
   torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false)) {
-    if (auto* conv = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    }
-  }
   if (options.zero_init_residual) {
     for (auto& module : modules(/*include_self=*/false)) {
       if (auto* block = module->as<Bottleneck>()) nn::init::zeros_(block->bn3->weight);

@@ -92,6 +92,10 @@ TORCH_MODULE(ResNet);
 int64_t resnet_parameter_count(const ResNetOptions& options);
 
 // Adds resnet18/34/50/101/152, wide_resnet50_2 and resnext50_32x4d to the zoo.
+// torchvision's ResNet initialisation: kaiming_normal_(fan_out, relu) for every convolution,
+// BatchNorm weight 1 and bias 0 (the CIFAR ResNets use it too).
+void init_resnet_weights(torch::nn::Module& model);
+
 void register_resnet_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

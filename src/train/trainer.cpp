@@ -52,13 +52,6 @@ constexpr int64_t kGpuReadEvery = 50;
 // TensorBoard step points every this many steps on a CPU (on a GPU at every read).
 constexpr int64_t kCpuCurveEvery = 10;
 
-// A CUDA out-of-memory error, whatever type it reached us as.
-bool is_out_of_memory(const std::exception& e) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
-  return dynamic_cast<const c10::Error*>(&e) &&
-         std::string(e.what()).find("out of memory") != std::string::npos;
-}
-
 int choose_threads(const TrainOptions& o) { return o.threads > 0 ? o.threads : default_threads(); }
 
 int64_t per_rank_batch(const TrainOptions& o, int world_size) {
@@ -79,7 +72,7 @@ class Run {
     try {
       return train();
     } catch (const std::exception& e) {
-      if (!is_out_of_memory(e) || !context_) throw;
+      if (!dist::is_out_of_memory(e) || !context_) throw;
       auto memory = dist::device_memory(device_);
       fail(ErrorKind::kUsage,
            "rank {}: {} out of memory training --model {} with --batch_size {} per GPU on {} "
