@@ -11,6 +11,8 @@ Usage:
   run-ddp.sh NPROC NNODES|auto MASTER_ADDR script_multi_node "ARGS"
       -> ddpx run NPROC --nnodes NNODES --node_rank NODE_RANK
                         --master_addr MASTER_ADDR --master_port MASTER_PORT -- train ARGS
+  run-ddp.sh NPROC
+      -> ddpx shell NPROC   (interactive: your shell with NPROC devices and a port reserved)
   run-ddp.sh --help
 
   NPROC        workers on this node
@@ -70,13 +72,8 @@ nproc=$1
 is_count "$nproc" || die_usage "NPROC '$nproc' must be a positive whole number"
 
 if [[ $# -eq 1 ]]; then
-  # The seed's interactive mode asked for the rest; a launcher must not wait on a terminal.
-  cat >&2 <<EOF_NEEDS
-run-ddp.sh: interactive mode is not supported; give the script and its arguments:
-  run-ddp.sh $nproc script_single_node "ARGS"                                  (this node only)
-  run-ddp.sh $nproc NNODES|auto MASTER_ADDR script_multi_node "ARGS"           (several nodes)
-EOF_NEEDS
-  exit 2
+  # The seed's interactive mode: a shell holding NPROC devices and a port (no SSH, no container).
+  exec "$(find_ddpx)" shell "$nproc"
 fi
 
 ddpx=$(find_ddpx)

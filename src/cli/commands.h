@@ -12,8 +12,11 @@ namespace ddpx::cli {
 
 // Every subcommand's name: the PROGRAM words after `ddpx run N --` that mean "this ddpx".
 // The launcher (front.cpp) registers only `run`, so it cannot ask its CLI::App for them.
-inline constexpr const char* kCommandNames[] = {"train", "run",    "data", "models",
-                                                "bench", "export", "tune"};
+inline constexpr const char* kCommandNames[] = {
+    "train", "run", "data", "models", "bench", "export", "tune", "jobs", "logs", "stop", "shell"};
+
+// The commands the torch-free `ddpx` front runs itself (front.cpp); the rest go to ddpx-torch.
+inline constexpr const char* kFrontCommandNames[] = {"run", "jobs", "logs", "stop", "shell"};
 
 void add_train_command(CLI::App& app, int& exit_code);   // train_command.cpp
 void add_run_command(CLI::App& app, int& exit_code);     // run_command.cpp (the launcher)
@@ -22,5 +25,6 @@ void add_models_command(CLI::App& app, int& exit_code);  // models_command.cpp
 void add_bench_command(CLI::App& app, int& exit_code);   // bench_command.cpp
 void add_export_command(CLI::App& app, int& exit_code);  // export_command.cpp
 void add_tune_command(CLI::App& app, int& exit_code);    // tune_command.cpp (batch_size)
+void add_job_commands(CLI::App& app, int& exit_code);    // jobs_command.cpp (jobs logs stop shell)
 
 }  // namespace ddpx::cli

@@ -12,11 +12,13 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
-#include <random>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "launch/job_record.h"
 #include "launch/plan.h"
 #include "launch/port.h"
+#include "launch/reservation.h"
 #include "launch/worker_output.h"
 #include "launch/worker_process.h"
 #include "trace/collective_report.h"
@@ -82,11 +84,6 @@ std::string timestamp() {
   char text[32];
   std::strftime(text, sizeof(text), "%Y%m%d-%H%M%S", &local);
   return text;
-}
-
-std::string random_job_id() {
-  std::random_device entropy;
-  return fmt::format("{:06x}", (entropy() ^ static_cast<unsigned>(::getpid())) & 0xffffff);
 }
 
 struct Worker {
@@ -322,47 +319,48 @@ class Attempt {
   Clock::time_point kill_deadline_;
 };
 
-std::string make_log_dir(const LaunchOptions& o) {
-  std::string job = o.job_name.empty() ? random_job_id() : o.job_name;
-  std::string dir = o.log_dir + "/" + timestamp() + "_" + job;
+// The job's log folder, LOG_DIR/<timestamp>_<job>, as an absolute path; created by
+// create_log_dir once the plan is known to be good.
+std::string log_dir_path(const LaunchOptions& o, const std::string& job_id) {
+  return std::filesystem::absolute(o.log_dir + "/" + timestamp() + "_" + job_id).string();
+}
+
+void create_log_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   DDPX_CHECK(!ec, ErrorKind::kIo, "cannot create the log folder {}: {}; choose another --log_dir",
              dir, ec.message());
-  return dir;
 }
 
-}  // namespace
+std::string command_line(const std::vector<std::string>& words) {
+  std::string line;
+  for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;
+  return line;
+}
 
-int run_job(const LaunchOptions& options) {
-  validate(options);
-  HostInfo host = probe_host();
-  std::optional<PortReservation> reservation;
-  int port = options.master_port;
-  if (port == 0) {
-    reservation.emplace(PortReservation::pick());
-    port = reservation->port();
+// The live `ddpx shell` reservation this launcher runs inside ($DDPX_JOB), if any: its
+// devices are already the visible ones and its port is the job's.
+std::optional<JobRecord> enclosing_shell() {
+  auto id = env::get("DDPX_JOB");
+  if (!id || id->empty()) return std::nullopt;
+  for (JobRecord& r : live_jobs(jobs_dir(/*for_writing=*/false))) {
+    if (r.id == *id && r.kind == "shell") return r;
   }
-  JobPlan plan = make_plan(options, host, port);
-  if (options.dry_run) {
-    write_all(STDOUT_FILENO, describe(plan));
-    return 0;
-  }
+  return std::nullopt;
+}
 
-  std::string log_dir = make_log_dir(options);
+// Starts the plan's workers (again after a failure, up to --max_restarts) and returns the
+// job's exit code.
+int supervise(const LaunchOptions& options, JobPlan& plan, const std::string& log_dir,
+              std::optional<PortReservation>& port_hold) {
   std::vector<WorkerOutput> outputs;
   for (const WorkerSpec& w : plan.workers) {
     bool console = options.tee == Tee::kAll || (options.tee == Tee::kFirst && w.local_rank == 0);
     std::string prefix = options.tee == Tee::kAll ? fmt::format("[rank {}] ", w.global_rank) : "";
     outputs.emplace_back(fmt::format("{}/rank{}.log", log_dir, w.global_rank), console, prefix);
   }
-  constexpr char start[] =
-      "{} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) each, logs in {}/";
-  say(fmt::format(start, plan.workers.size(), options.node_rank, options.nnodes, plan.world_size,
-                  plan.master_addr, plan.master_port, plan.threads_per_worker, log_dir));
-
   SignalPipe signals;
-  if (reservation) reservation->release_probe();  // rank 0's TCPStore binds the port next
+  if (port_hold) port_hold->release_probe();  // rank 0's TCPStore binds the port next
   for (int restart = 0;; ++restart) {
     set_restart_count(plan, restart);
     if (options.nnodes == 1)
@@ -379,6 +377,64 @@ int run_job(const LaunchOptions& options) {
     say(fmt::format("stopped all workers; exiting with code {}", result.exit_code));
     return result.exit_code;
   }
+}
+
+}  // namespace
+
+int run_job(const LaunchOptions& options) {
+  validate(options);
+  HostInfo host = probe_host();
+  std::optional<JobRecord> shell = enclosing_shell();
+  std::optional<PortReservation> port_hold;
+  int port = options.master_port;
+  if (port == 0 && shell) port = shell->port;
+  if (port == 0) {
+    port_hold.emplace(PortReservation::pick());
+    port = port_hold->port();
+  }
+  if (options.dry_run) {
+    write_all(STDOUT_FILENO, describe(make_plan(options, host, port)));
+    return 0;
+  }
+
+  // Reserve this node's GPUs host-wide (reservation.h), unless a `ddpx shell` already has.
+  JobPlan plan;
+  auto choose_devices = [&](const std::vector<JobRecord>& live) {
+    HostInfo usable = host;
+    if (options.gpus.empty() && host.gpus.vendor != GpuVendor::kNone)
+      usable.gpus.ids = free_devices(host.gpus.ids, options.nproc_per_node, live);
+    plan = make_plan(options, usable, port);
+    if (!options.gpus.empty()) check_devices_free(plan.gpu_ids, live);
+    return plan.gpu_ids;
+  };
+  std::string job_id = options.job_name.empty() ? new_job_id() : options.job_name;
+  std::string log_dir = log_dir_path(options, job_id);
+  std::optional<HostReservation> reservation;
+  if (shell) {
+    plan = make_plan(options, host, port);
+  } else {
+    JobRecord draft;
+    // Each node of a job has its own record: tests run several nodes on one host.
+    draft.id = options.nnodes == 1 ? job_id : fmt::format("{}-node{}", job_id, options.node_rank);
+    draft.kind = "run";
+    draft.device_variable =
+        host.gpus.vendor == GpuVendor::kNone ? "" : visible_devices_variable(host.gpus.vendor);
+    draft.port = port;
+    draft.workers = options.nproc_per_node;
+    draft.log_dir = log_dir;
+    draft.command = command_line(options.command);
+    reservation.emplace(HostReservation::acquire(std::move(draft), choose_devices));
+  }
+  create_log_dir(log_dir);
+  constexpr char start[] =
+      "job {}: {} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) each, "
+      "logs in {}/";
+  say(fmt::format(start, job_id, plan.workers.size(), options.node_rank, options.nnodes,
+                  plan.world_size, plan.master_addr, plan.master_port, plan.threads_per_worker,
+                  log_dir));
+  int exit_code = supervise(options, plan, log_dir, port_hold);
+  if (reservation) reservation->finish(exit_code);
+  return exit_code;
 }
 
 }  // namespace ddpx::launch

@@ -88,6 +88,10 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
                                 ? o.threads_per_worker
                                 : std::max(1, host.cpu_count / o.nproc_per_node);
   std::vector<std::string> gpu_ids = assign_gpus(o, host.gpus);
+  for (const std::string& id : gpu_ids) {
+    if (std::find(plan.gpu_ids.begin(), plan.gpu_ids.end(), id) == plan.gpu_ids.end())
+      plan.gpu_ids.push_back(id);
+  }
   for (int local = 0; local < o.nproc_per_node; ++local) {
     WorkerSpec w;
     w.local_rank = local;

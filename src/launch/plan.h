@@ -30,7 +30,8 @@ struct JobPlan {
   int master_port = 0;
   int world_size = 0;
   int threads_per_worker = 0;
-  std::vector<WorkerSpec> workers;  // this node's, by local rank
+  std::vector<std::string> gpu_ids;  // the distinct GPUs this node's workers use, in order
+  std::vector<WorkerSpec> workers;   // this node's, by local rank
 };
 
 struct HostInfo {

@@ -68,11 +68,10 @@ TEST_F(RunDdpShTest, OtherScriptIsRunAsTheProgram) {
   EXPECT_EQ(args(), "run\n2\n--tee\nall\n--\n./my_trainer.sh\na\nb\n");
 }
 
-TEST_F(RunDdpShTest, InteractiveModeSaysWhatItNeedsAndExitsTwo) {
+TEST_F(RunDdpShTest, InteractiveModeOpensADdpxShellAndBadFormsExitTwo) {
   auto result = run_ddp(fake_, "", "2");
-  EXPECT_EQ(result.exit_code, 2) << result.output;
-  EXPECT_TRUE(contains(result.output, "run-ddp.sh 2 script_single_node")) << result.output;
-  EXPECT_FALSE(file_exists(dir_.file("args"))) << "nothing may be launched";
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(args(), "shell\n2\n");
   auto help = run_ddp(fake_, "", "--help");
   EXPECT_EQ(help.exit_code, 0) << help.output;
   EXPECT_TRUE(contains(help.output, "script_multi_node")) << help.output;

@@ -1,0 +1,26 @@
+// `ddpx jobs`, `ddpx logs` and `ddpx stop`: this host's job table (job_record.h) from the
+// shell, in place of the seed's `docker ps`, `docker logs -f` and `docker stop`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launch/job_record.h"
+
+namespace ddpx::launch {
+
+// One aligned row per job: JOB KIND USER PID DEVICES PORT STARTED STATE LOGS.
+std::string format_jobs(const std::vector<JobRecord>& jobs);
+std::string jobs_json(const std::vector<JobRecord>& jobs);  // a JSON array with `state`
+
+// Writes rank `rank`'s log of the job to stdout; with `follow`, keeps writing what is appended
+// until the job is no longer running. Throws kUsage for an unknown job, a job without logs
+// (a shell) or a rank it has no log for.
+void show_logs(const std::string& id, int rank, bool follow);
+
+// Sends SIGTERM to the job's launcher (which stops its workers with its grace period) and waits
+// up to timeout_s for it to end; returns the job's exit code. Refuses (kUsage) another user's
+// job unless run as root, and a job that is not running.
+int stop_job(const std::string& id, double timeout_s);
+
+}  // namespace ddpx::launch
