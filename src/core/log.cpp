@@ -17,8 +17,8 @@ bool enabled() { return g_all || g_rank == 0; }
 
 void write_line(std::FILE* stream, const std::string& line) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fputs(line.c_str(), stream);
-  std::fputc('\n', stream);
+  std::string whole = line + "\n";  // one write: lines of ranks sharing a pipe never interleave
+  std::fwrite(whole.data(), 1, whole.size(), stream);
   std::fflush(stream);
 }
 

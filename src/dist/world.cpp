@@ -11,21 +11,53 @@
 namespace ddpx::dist {
 namespace {
 
-// The local world size from Slurm's SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE, whose
-// values look like "4" or "4(x2),3" (tasks on the first node come first).
-std::optional<int> slurm_tasks_per_node() {
-  for (const char* name : {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
-    auto value = env::get(name);
-    if (!value) continue;
-    size_t digits = 0;
-    while (digits < value->size() && std::isdigit(static_cast<unsigned char>((*value)[digits]))) {
+// This node's entry of a Slurm tasks-per-node list such as "4", "4(x2),3" or "2,1": counts in
+// node order, "(xK)" repeating one K times. Throws naming the variable when it is malformed.
+int tasks_on_node(const char* name, const std::string& value, int node) {
+  auto bad = [&] {
+    fail(ErrorKind::kUsage,
+         "environment variable {}='{}' is not a Slurm task layout; expected e.g. '4', '4(x2),3'; "
+         "unset it or run under srun",
+         name, value);
+  };
+  int index = 0;
+  size_t pos = 0;
+  while (pos < value.size()) {
+    size_t digits = pos;
+    while (digits < value.size() && std::isdigit(static_cast<unsigned char>(value[digits])))
       ++digits;
+    if (digits == pos) bad();
+    int count = std::stoi(value.substr(pos, digits - pos));
+    int repeat = 1;
+    pos = digits;
+    if (value.compare(pos, 2, "(x") == 0) {
+      size_t close = value.find(')', pos);
+      if (close == std::string::npos || close == pos + 2) bad();
+      std::string times = value.substr(pos + 2, close - pos - 2);
+      for (char c : times)
+        if (!std::isdigit(static_cast<unsigned char>(c))) bad();
+      repeat = std::stoi(times);
+      pos = close + 1;
     }
-    DDPX_CHECK(digits > 0, ErrorKind::kUsage,
-               "environment variable {}='{}' does not start with a task count; unset it or "
-               "give a value like '4' or '4(x2)'",
-               name, *value);
-    return std::stoi(value->substr(0, digits));
+    if (node < index + repeat) return count;
+    index += repeat;
+    if (pos < value.size() && value[pos] != ',') bad();
+    if (pos < value.size()) ++pos;
+  }
+  fail(ErrorKind::kUsage,
+       "environment variable {}='{}' lists {} node(s) but SLURM_NODEID is {}; run under srun", name,
+       value, index, node);
+}
+
+// The local world size of this node: the step's layout (SLURM_STEP_TASKS_PER_NODE, what srun
+// actually started), else the job's (SLURM_TASKS_PER_NODE), else the request
+// (SLURM_NTASKS_PER_NODE, the same on every node and wrong for a step smaller than the job).
+std::optional<int> slurm_tasks_per_node() {
+  int node = static_cast<int>(env::get_int_or("SLURM_NODEID", 0));
+  for (const char* name :
+       {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"}) {
+    auto value = env::get(name);
+    if (value) return tasks_on_node(name, *value, node);
   }
   return std::nullopt;
 }

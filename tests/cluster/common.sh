@@ -27,7 +27,6 @@ case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin:/sbin ;; esac
 
 cluster_log() { printf '%s: %s\n' "$CLUSTER_TEST_NAME" "$*" >&2; }
 
-# Seconds since the test started, with milliseconds.
 # cluster_elapsed [START_NS]: seconds since START_NS (default: since the test started).
 # shellcheck disable=SC2120
 cluster_elapsed() {
@@ -200,10 +199,10 @@ cluster_tmpdir() {
 
 # ddpx_assert_trained FILE WORLD SOURCE HOST PORT [PREFIX]: FILE holds the output of one
 # `ddpx train --num_epochs 1 --device cpu` job of WORLD ranks that found its world from
-# SOURCE (slurm | mpi | torchrun) and met at HOST:PORT. PREFIX (an ERE) starts each of
-# rank 0's lines, e.g. '0: ' for srun --label.
+# SOURCE (slurm | mpi | torchrun) and met at HOST:PORT (an empty PORT: any port). PREFIX
+# (an ERE) starts each of rank 0's lines, e.g. '0: ' for srun --label.
 ddpx_assert_trained() {
-  local file=$1 world=$2 source=$3 host=$4 port=$5 prefix=${6:-} pattern r n
+  local file=$1 world=$2 source=$3 host=$4 port=${5:-'[0-9]+'} prefix=${6:-} pattern r n
   local patterns=(
     # no $: ddpx writes a stderr line and its newline in two write()s, and mpirun
     # --tag-output tags each write, so the line reads "...(gloo+shm, mpi)[1,0]<stderr>:".

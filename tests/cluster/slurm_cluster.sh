@@ -10,6 +10,7 @@
 #   slurm_cluster_start            # exports SLURM_CONF; sets SLURM_CLUSTER_DIR, SLURM_CLUSTER_NODE
 #   srun -N1 -n2 hostname
 #   slurm_cluster_sbatch job.sh    # submit, wait for the end; SLURM_CLUSTER_JOB_* describe it
+#   ddpx_check_sbatch_training job.sh 2   # ... and check it trained as one job of 2 ranks
 #
 # Packages: munge slurmctld slurmd slurm-client (all in Debian's slurm-wlm).
 # Knobs (named outside SLURM_*, which the tests clear):
@@ -120,6 +121,7 @@ slurm_cluster_start() {
       ;;
     esac
   fi
+  # shellcheck disable=SC2034  # for the caller
   SLURM_CLUSTER_NODE=$node
   cluster_free_port ctld_port
   cluster_free_port slurmd_port
@@ -196,8 +198,10 @@ EOF
 }
 
 # _slurm_cluster_field JOBID NAME: one field of `scontrol show job -o`.
+# Empty when the job is unknown.
 _slurm_cluster_field() {
-  timeout 10 scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+  { timeout 10 scontrol show job -o "$1" 2>/dev/null || true; } | tr ' ' '\n' |
+    awk -v key="$2=" 'index($0, key) == 1 { print substr($0, length(key) + 1); exit }'
 }
 
 # slurm_cluster_wait_job JOBID [TIMEOUT_S]: wait until the job has ended (polling
@@ -248,11 +252,30 @@ slurm_cluster_sbatch() {
   [[ $SLURM_CLUSTER_JOB_STATE == COMPLETED && $SLURM_CLUSTER_JOB_EXIT == 0:0 ]]
 }
 
-# slurm_cluster_job_pids JOBID: processes that still belong to job JOBID (by SLURM_JOB_ID
-# in their environment: the batch script, srun, the tasks).
+# slurm_cluster_job_pids JOBID: processes that still belong to job JOBID of this cluster
+# (SLURM_JOB_ID and this SLURM_CONF in their environment: the batch script, srun, the tasks).
 slurm_cluster_job_pids() {
-  { grep -lszx -- "SLURM_JOB_ID=$1" /proc/[0-9]*/environ || true; } | sed -n 's|^/proc/\([0-9]*\)/.*|\1|p' |
-    while read -r pid; do
-      if cluster_alive "$pid"; then echo "$pid"; fi
-    done
+  local f pid
+  { grep -lszx -- "SLURM_JOB_ID=$1" /proc/[0-9]*/environ || true; } | while read -r f; do
+    grep -qszx -- "SLURM_CONF=$SLURM_CONF" "$f" || continue
+    pid=${f#/proc/}
+    pid=${pid%%/*}
+    if cluster_alive "$pid"; then echo "$pid"; fi
+  done
+}
+
+# ddpx_check_sbatch_training SCRIPT [WORLD] [PORT] [TIMEOUT_S]: submit SCRIPT, a batch script
+# whose one step is `srun ddpx train --num_epochs 1 --device cpu ...` of WORLD ranks
+# (default 2) meeting at MASTER_PORT=PORT (default: any port), wait for it, and check that
+# it COMPLETED and that its output file shows one job of WORLD ranks found from Slurm's
+# variables, met at this node, with rank 0's test accuracy. Fails the test otherwise.
+# For scripts written by hand or by a generator such as `ddpx sbatch`.
+ddpx_check_sbatch_training() {
+  local script=$1 world=${2:-2} port=${3:-} limit=${4:-60}
+  slurm_cluster_sbatch "$script" "$limit" ||
+    cluster_fail "batch job $SLURM_CLUSTER_JOB_ID of $script ended $SLURM_CLUSTER_JOB_STATE, exit code $SLURM_CLUSTER_JOB_EXIT:
+$(cluster_show "$script" "$SLURM_CLUSTER_JOB_STDOUT")"
+  [[ -f $SLURM_CLUSTER_JOB_STDOUT ]] ||
+    cluster_fail "batch job $SLURM_CLUSTER_JOB_ID completed but left no output file '$SLURM_CLUSTER_JOB_STDOUT'"
+  ddpx_assert_trained "$SLURM_CLUSTER_JOB_STDOUT" "$world" slurm "$SLURM_CLUSTER_NODE" "$port"
 }

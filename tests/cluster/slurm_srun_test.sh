@@ -64,19 +64,6 @@ done
 cluster_pass "a mangled SLURM_JOB_NODELIST fails in ${took}s with one error line per rank naming it"
 
 # --- 3. sbatch, the tutorial's shape -------------------------------------------------------
-# check_sbatch_training SCRIPT PORT: submit SCRIPT (a batch script that runs one
-# `srun ddpx train --num_epochs 1 --device cpu` of 2 ranks with MASTER_PORT=PORT), wait for
-# it and check its output file.
-check_sbatch_training() {
-  local script=$1 port=$2
-  slurm_cluster_sbatch "$script" 60 ||
-    cluster_fail "batch job $SLURM_CLUSTER_JOB_ID of $script ended $SLURM_CLUSTER_JOB_STATE, exit code $SLURM_CLUSTER_JOB_EXIT:
-$(cluster_show "$script" "$SLURM_CLUSTER_JOB_STDOUT")"
-  [[ -f $SLURM_CLUSTER_JOB_STDOUT ]] ||
-    cluster_fail "batch job $SLURM_CLUSTER_JOB_ID completed but left no output file '$SLURM_CLUSTER_JOB_STDOUT'"
-  ddpx_assert_trained "$SLURM_CLUSTER_JOB_STDOUT" 2 slurm "$node" "$port"
-}
-
 cluster_free_port port
 cat >train.sbatch <<EOF
 #!/bin/bash
@@ -88,7 +75,7 @@ cat >train.sbatch <<EOF
 export MASTER_PORT=$port
 srun $(printf "%q " "$DDPX" "${train[@]}")
 EOF
-check_sbatch_training "$work/train.sbatch" "$port"
+ddpx_check_sbatch_training "$work/train.sbatch" 2 "$port"
 cluster_pass "sbatch --nodes=1 --ntasks-per-node=2: job $SLURM_CLUSTER_JOB_ID COMPLETED, its output shows world size 2"
 
 # --- 4 and 5. scancel --signal=TERM to a running job ---------------------------------------

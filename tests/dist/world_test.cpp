@@ -41,6 +41,8 @@ class LauncherEnv {
                                            "SLURM_NTASKS",
                                            "SLURM_NTASKS_PER_NODE",
                                            "SLURM_TASKS_PER_NODE",
+                                           "SLURM_STEP_TASKS_PER_NODE",
+                                           "SLURM_NODEID",
                                            "SLURM_JOB_NODELIST",
                                            "OMPI_COMM_WORLD_RANK",
                                            "OMPI_COMM_WORLD_SIZE",
@@ -114,6 +116,33 @@ TEST(WorldTest, ReadsSlurmWithMasterFromNodeList) {
   EXPECT_EQ(w.world_size, 8);
   EXPECT_EQ(w.local_world_size, 4);
   EXPECT_EQ(w.master_addr, "node07");
+}
+
+// A step smaller than its job (`srun -n1` inside `--ntasks-per-node=2`): the step's layout,
+// not the job's request, is the local world; on uneven nodes ("4(x2),3") each node its own.
+TEST(WorldTest, SlurmLocalWorldIsThisNodesEntryOfTheStepLayout) {
+  LauncherEnv env;
+  env.set("SLURM_PROCID", "0");
+  env.set("SLURM_LOCALID", "0");
+  env.set("SLURM_NTASKS", "1");
+  env.set("SLURM_NTASKS_PER_NODE", "2");
+  env.set("SLURM_TASKS_PER_NODE", "2");
+  env.set("SLURM_STEP_TASKS_PER_NODE", "1");
+  EXPECT_EQ(detect_world().local_world_size, 1);
+
+  env.set("SLURM_PROCID", "9");
+  env.set("SLURM_LOCALID", "1");
+  env.set("SLURM_NTASKS", "11");
+  env.set("SLURM_NODEID", "2");
+  env.set("SLURM_STEP_TASKS_PER_NODE", "4(x2),3");
+  EXPECT_EQ(detect_world().local_world_size, 3);
+  env.set("SLURM_NODEID", "1");
+  env.set("SLURM_PROCID", "5");
+  EXPECT_EQ(detect_world().local_world_size, 4);
+
+  env.set("SLURM_STEP_TASKS_PER_NODE", "4(x2");
+  std::string message = test::usage_error([] { detect_world(); });
+  EXPECT_NE(message.find("SLURM_STEP_TASKS_PER_NODE='4(x2'"), std::string::npos) << message;
 }
 
 TEST(WorldTest, TorchrunWinsOverSlurm) {
