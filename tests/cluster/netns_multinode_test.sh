@@ -399,8 +399,15 @@ done
 if ((took[nohost0] - took[bogus0] >= 2000 || took[notmine0] - took[bogus0] >= 2000)); then
   finding "(d) a --master_addr that does not resolve, or is not an address of node 0, is only found out when --timeout runs out ($(secs "${took[nohost0]}") s and $(secs "${took[notmine0]}") s with --timeout 3, against $(secs "${took[bogus0]}") s for a bogus interface name); the launcher could check it before starting anything"
 fi
-if grep -q 'accepted the connection but did not answer' "$work/nohost0.out" "$work/notmine0.out" "$work/nobody0.out"; then
-  finding "(d) the error for an unresolvable / foreign / unreachable master says 'the rendezvous ... accepted the connection but did not answer ... the program listening there is not this job's rendezvous': nothing accepted anything"
+# What should the user read? That no.such.host does not resolve, that $net.2 is not node 0's.
+for v in nohost0 notmine0; do
+  line=$(errors "$work/$v.out" 1)
+  if ! grep -Eiq 'resolv|not (an address|a local address|on this host|one of this host)' <<<"$line"; then
+    finding "(d) $v: the error does not say what is wrong with --master_addr; it says: ${line:0:230}..."
+  fi
+done
+if grep -q 'accepted the connection but did not answer' "$work"/{nohost0,nohost1,notmine0,nobody0}.out; then
+  finding "(d) at least one wrong-master case reports 'the rendezvous ... accepted the connection but did not answer ... not this job's rendezvous' though nothing accepted anything (the deadline watchdog in rendezvous_with_deadline fires while the TCPStore client is still retrying)"
 fi
 if [[ "${code[nohostdef0]}" == running || "${code[nohostdef0]}" == 143 ]]; then
   finding "(d) with the default --timeout, node 0 with --master_addr no.such.host was still retrying after $(secs "${took[nohostdef0]}") s (stopped by the test); it would retry for 30 min"
