@@ -30,5 +30,6 @@ void add_tune_command(CLI::App& app, int& exit_code);    // tune_command.cpp (ba
 void add_job_commands(CLI::App& app, int& exit_code);    // jobs_command.cpp (jobs logs stop shell)
 void add_sbatch_command(CLI::App& app, int& exit_code);  // sbatch_command.cpp (Slurm scripts)
 void add_container_command(CLI::App& app, int& exit_code);  // container_command.cpp
+void add_doctor_command(CLI::App& app, int& exit_code);     // doctor_command.cpp
 
 }  // namespace ddpx::cli

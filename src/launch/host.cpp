@@ -107,10 +107,10 @@ GpuInfo detect_gpus() {
 }
 
 std::string find_program(const std::string& name) {
-  DDPX_CHECK(!name.empty(), ErrorKind::kUsage, "ddpx run: the program after `--` is empty");
+  DDPX_CHECK(!name.empty(), ErrorKind::kUsage, "the program after `--` is empty");
   if (name.find('/') != std::string::npos) {
     DDPX_CHECK(is_executable_file(name), ErrorKind::kUsage,
-               "ddpx run: '{}' is not an executable file; check the path and `chmod +x` it", name);
+               "'{}' is not an executable file; check the path and `chmod +x` it", name);
     return name;
   }
   std::string path = env::get_or("PATH", "/usr/local/bin:/usr/bin:/bin");
@@ -119,7 +119,7 @@ std::string find_program(const std::string& name) {
     if (is_executable_file(candidate)) return candidate;
   }
   fail(ErrorKind::kUsage,
-       "ddpx run: program '{}' is neither a ddpx subcommand nor found on PATH; give its path "
+       "program '{}' is neither a ddpx subcommand nor found on PATH; give its path "
        "(e.g. ./{})",
        name, name);
 }

@@ -244,7 +244,7 @@ grep -q '^Accuracy on test dataset - [0-9.]*$' "$work/main0.out" ||
 grep -q "world size 2 " "$work/main0.out" || die "node 0 did not report 'world size 2'"
 grep -q "joined 2 ranks via $MASTER:$P (gloo," "$work/main0.out" ||
   die "node 0 did not join 2 ranks via $MASTER:$P over plain Gloo"
-grep -q "ddpx run: 1 worker(s) on node 1 of 2 (world size 2)" "$work/main1.out" ||
+grep -q "1 worker(s) on node 1 of 2 (world size 2)" "$work/main1.out" ||
   die "node 1's launcher did not start rank 1 of world size 2"
 grep -q '^Hello from local_rank 0, global_rank 1$' "$work"/main1.logs/*/rank1.log ||
   die "node 1 has no rank1.log naming global rank 1"
