@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/c10d/factories.h"
+#include "dist/c10d/net.h"
 #include "dist/c10d/traced_backend.h"
 #include "dist/collectives.h"
 #include "dist/ddp.h"
@@ -144,6 +145,8 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
     store = make_file_store(*store_file, world.world_size, options.timeout);
     join_rendezvous(*store, world, options.timeout, "the file " + *store_file);
   } else {
+    // A MASTER_ADDR that does not resolve fails here, at once, not after the store's retries.
+    if (!is_loopback(world.master_addr)) local_address_towards(world.master_addr);
     // Under torchrun the agent serves the store on MASTER_PORT and every worker is its client;
     // each restart of the workers gets keys of its own in it.
     const bool agent_store = env::get_or("TORCHELASTIC_USE_AGENT_STORE", "") == "True";
@@ -164,10 +167,16 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   // CPU tensors: Gloo, through shared memory when every rank is on this host. Always there, as
   // in PyTorch's "cpu:gloo,cuda:nccl": metrics and checks reduce CPU tensors in NCCL jobs too.
   // One node: every peer is local, so loopback works even when the hostname does not resolve.
+  // Several: the address that reaches MASTER_ADDR, unless GLOO_SOCKET_IFNAME names interfaces
+  // (the host name may resolve to 127.0.1.1, which no other node reaches).
   const bool one_node =
       is_loopback(world.master_addr) || world.local_world_size == world.world_size;
-  c10::intrusive_ptr<c10d::Backend> cpu = make_gloo_backend(
-      store, world.rank, world.world_size, options.timeout, one_node ? "127.0.0.1" : "");
+  std::string gloo_host = one_node ? "127.0.0.1"
+                          : env::get("GLOO_SOCKET_IFNAME")
+                              ? ""
+                              : local_address_towards(world.master_addr);
+  c10::intrusive_ptr<c10d::Backend> cpu =
+      make_gloo_backend(store, world.rank, world.world_size, options.timeout, gloo_host);
   if (options.transport != Transport::kGloo) {
     if (auto shm = make_shm_backend(store, cpu, world.rank, world.world_size, options.timeout)) {
       built.shm = shm.get();

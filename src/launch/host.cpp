@@ -1,6 +1,11 @@
 #include "launch/host.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -130,6 +135,47 @@ std::string self_executable() {
   DDPX_CHECK(!ec, ErrorKind::kIo, "cannot read /proc/self/exe ({}); is /proc mounted?",
              ec.message());
   return exe.string();
+}
+
+}  // namespace ddpx::launch
+
+namespace ddpx::launch {
+
+void check_master_addr(const std::string& addr, bool this_node_hosts_it) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &found);
+  DDPX_CHECK(rc == 0 && found, ErrorKind::kUsage,
+             "--master_addr {} does not resolve ({}); give node 0's address or host name, "
+             "reachable from every node",
+             addr, ::gai_strerror(rc));
+  bool local = false;
+  for (addrinfo* a = found; a && !local; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    local = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EADDRINUSE;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (!this_node_hosts_it || local) return;
+  std::string mine;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      char text[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text,
+                  sizeof(text));
+      mine += (mine.empty() ? "" : ", ") + std::string(text);
+    }
+    ::freeifaddrs(list);
+  }
+  fail(ErrorKind::kUsage,
+       "--master_addr {} is not an address of this host, and node 0 (--node_rank 0) hosts the "
+       "rendezvous there; run node 0 where that address lives or give one of: {}",
+       addr, mine);
 }
 
 }  // namespace ddpx::launch

@@ -27,4 +27,9 @@ std::string find_program(const std::string& name);
 
 std::string self_executable();  // /proc/self/exe
 
+// Checks --master_addr before any worker starts: it must resolve, and on node 0 (which hosts the
+// rendezvous there) be an address of this host. Throws kUsage naming the flag, listing this
+// host's addresses.
+void check_master_addr(const std::string& addr, bool this_node_hosts_it);
+
 }  // namespace ddpx::launch

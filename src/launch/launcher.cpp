@@ -383,6 +383,7 @@ int supervise(const LaunchOptions& options, JobPlan& plan, const std::string& lo
 
 int run_job(const LaunchOptions& options) {
   validate(options);
+  if (options.nnodes > 1) check_master_addr(options.master_addr, options.node_rank == 0);
   HostInfo host = probe_host();
   std::optional<JobRecord> shell = enclosing_shell();
   std::optional<PortReservation> port_hold;

@@ -86,15 +86,29 @@ std::string make_sbatch_script(const SbatchOptions& o) {
   if (!o.partition.empty()) s += fmt::format("#SBATCH --partition={}\n", o.partition);
   if (!o.account.empty()) s += fmt::format("#SBATCH --account={}\n", o.account);
   s += fmt::format("#SBATCH --output={}/%x-%j.out\n", log_dir);
+  // A requeued (or node-failure restarted) job reopens its output: append, keep the first run.
+  s += "#SBATCH --open-mode=append\n";
   if (o.requeue_signal_s > 0) {
     s += fmt::format("#SBATCH --signal=B:USR1@{}\n", o.requeue_signal_s);
     s += "#SBATCH --requeue\n";
   }
-  s += "set -euo pipefail\n\n";
-  s += "# Rank 0 runs on the first node of the allocation; the port follows from the job id, so\n";
+  s += "set -euo pipefail\n";
+  if (o.requeue_signal_s > 0) {
+    // First thing: a warning that came before the trap would kill the shell unrequeued.
+    s += "\n# Slurm's warning before the time limit: requeue; the next run resumes (--resume "
+         "auto).\n";
+    s += "requeue() {\n";
+    s += "  echo \"ddpx sbatch: time limit near; requeueing job $SLURM_JOB_ID\"\n";
+    s += "  scontrol requeue \"$SLURM_JOB_ID\"\n";
+    s += "}\n";
+    s += "trap requeue USR1\n";
+  }
+  s +=
+      "\n# Rank 0 runs on the first node of the allocation; the port follows from the job id, so\n";
   s += "# jobs sharing a node do not collide.\n";
-  s += "export MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"\n";
-  s += "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n";
+  s += "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\n";
+  s += "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n";
+  s += "export MASTER_ADDR MASTER_PORT\n";
   s += "echo \"ddpx sbatch: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on "
        "$SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT\"\n\n";
   std::vector<std::string> words = {"srun", "--kill-on-bad-exit=1"};
@@ -111,12 +125,6 @@ std::string make_sbatch_script(const SbatchOptions& o) {
     s += srun + "\n";
     return s;
   }
-  s += "# Slurm's warning before the time limit: requeue; the next run resumes (--resume auto).\n";
-  s += "requeue() {\n";
-  s += "  echo \"ddpx sbatch: time limit near; requeueing job $SLURM_JOB_ID\"\n";
-  s += "  scontrol requeue \"$SLURM_JOB_ID\"\n";
-  s += "}\n";
-  s += "trap requeue USR1\n";
   s += srun + " &\n";
   s += "wait $! || wait $!\n";  // a trapped signal interrupts the first wait
   return s;
@@ -135,7 +143,15 @@ std::string write_sbatch_script(const SbatchOptions& o) {
 }
 
 std::string submit_sbatch(const std::string& script_path) {
-  std::string sbatch = find_program("sbatch");
+  std::string sbatch;
+  try {
+    sbatch = find_program("sbatch");
+  } catch (const Error&) {
+    fail(ErrorKind::kIo,
+         "ddpx sbatch --submit: sbatch is not on PATH; install slurm-client, or run `sbatch {}` "
+         "on a login node",
+         script_path);
+  }
   std::string command = quote(sbatch) + " --parsable " + quote(script_path) + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   DDPX_CHECK(pipe != nullptr, ErrorKind::kIo, "cannot run {}", sbatch);

@@ -299,8 +299,8 @@ node "$H1" 0 2 "$MASTER" "$Pb1" bogus0 bogus0 "${short[@]}" --timeout 20
 node "$H2" 1 2 "$MASTER" "$Pb1" bogus1 bogus0 "${short[@]}" --timeout 20
 node "$H1" 0 2 "$MASTER" "$Pb2" half0 ddpx0 "${short[@]}" --timeout 4
 node "$H3" 1 2 "$MASTER" "$Pb2" half1 bogus0 "${short[@]}" --timeout 4
-node "$H1" 0 2 "$MASTER" "$Pb3" list0 ddpx0,lo "${short[@]}" --timeout 20
-node "$H2" 1 2 "$MASTER" "$Pb3" list1 ddpx0,lo "${short[@]}" --timeout 20
+node "$H1" 0 2 "$MASTER" "$Pb3" list0 ddpx0,ddpx0 "${short[@]}" --timeout 20
+node "$H2" 1 2 "$MASTER" "$Pb3" list1 ddpx0,ddpx0 "${short[@]}" --timeout 20
 node "$H1" 0 2 "$MASTER" "$Pb4" unset0 - "${short[@]}" --timeout 2
 node "$H3" 1 2 "$MASTER" "$Pb4" unset1 - "${short[@]}" --timeout 2
 wait_all 40000 bogus0 bogus1 half0 half1 list0 list1 unset0 unset1
@@ -319,7 +319,7 @@ if ((took[half0] - took[half1] >= 3000)); then
   finding "(b) when node 1 fails to open its Gloo device, node 0 is not told: it goes on waiting for the whole --timeout (node 1 failed after $(secs "${took[half1]}") s, node 0 after $(secs "${took[half0]}") s with --timeout 4; 30 min by default) and its message does not name rank 1's failure"
 fi
 
-say "  GLOO_SOCKET_IFNAME=ddpx0,lo (PyTorch's comma list): node 0 exit ${code[list0]}, node 1 exit ${code[list1]} after $(secs "${took[list0]}") s"
+say "  GLOO_SOCKET_IFNAME=ddpx0,ddpx0 (PyTorch's comma list): node 0 exit ${code[list0]}, node 1 exit ${code[list1]} after $(secs "${took[list0]}") s"
 if [[ "${code[list0]}" != 0 ]]; then
   errors "$work/list0.out" 1 | show
   finding "(b) a comma-separated GLOO_SOCKET_IFNAME (accepted by PyTorch's init_process_group) is taken as one interface name and fails"

@@ -282,6 +282,18 @@ TEST(LauncherTest, BadInvocationsAreUsageErrorsBeforeAnythingStarts) {
   auto no_port = run_command(ddpx_run(dir, "2 --nnodes 2 --master_addr 10.0.0.1 -- true"), 30);
   EXPECT_EQ(no_port.exit_code, 2) << no_port.output;
   EXPECT_TRUE(contains(no_port.output, "--master_port")) << no_port.output;
+  auto unresolved = run_command(
+      ddpx_run(dir, "1 --nnodes 2 --master_addr no.such.host.invalid --master_port 29555 -- true"),
+      30);
+  EXPECT_EQ(unresolved.exit_code, 2) << unresolved.output;
+  EXPECT_TRUE(contains(unresolved.output, "--master_addr no.such.host.invalid does not resolve"))
+      << unresolved.output;
+  auto elsewhere = run_command(
+      ddpx_run(dir, "1 --nnodes 2 --master_addr 192.0.2.77 --master_port 29555 -- true"), 30);
+  EXPECT_EQ(elsewhere.exit_code, 2) << elsewhere.output;
+  EXPECT_TRUE(contains(elsewhere.output, "--master_addr 192.0.2.77 is not an address of this host"))
+      << elsewhere.output;
+  EXPECT_TRUE(contains(elsewhere.output, "127.0.0.1")) << "lists this host's addresses";
   auto no_program = run_command(ddpx_run(dir, "2"), 30);
   EXPECT_EQ(no_program.exit_code, 2) << no_program.output;
   if (!file_exists("/dev/nvidia0") && !file_exists("/dev/kfd")) {

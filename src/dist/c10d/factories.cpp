@@ -22,6 +22,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "dist/c10d/net.h"
 #include "dist/shm/shm_backend.h"
 
 namespace ddpx::dist {
@@ -58,6 +59,8 @@ std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, i
   // say that not all of them came.
   options.waitWorkers = false;
   options.timeout = timeout;
+  // Rank 0 listens on MASTER_ADDR only, not on every interface (net.h).
+  if (host) options.masterListenFd = listen_on(addr, port);
   try {
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(addr, options);
     return share(std::move(store));
@@ -114,8 +117,16 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const std::shared_ptr<c10d::
   try {
     if (!bind_host.empty()) {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind_host));
-    } else if (auto ifname = env::get("GLOO_SOCKET_IFNAME")) {
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*ifname));
+    } else if (auto ifnames = env::get("GLOO_SOCKET_IFNAME")) {
+      // PyTorch's form: one interface, or a comma-separated list (one device each).
+      size_t start = 0;
+      while (start <= ifnames->size()) {
+        size_t end = std::min(ifnames->find(',', start), ifnames->size());
+        std::string name = ifnames->substr(start, end - start);
+        if (!name.empty())
+          options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+        start = end + 1;
+      }
     } else {
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }

@@ -1,0 +1,115 @@
+#include "dist/c10d/net.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+
+namespace ddpx::dist {
+namespace {
+
+constexpr int kListenBacklog = 4096;  // every rank of a large job connects at once
+
+using AddrInfo = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+AddrInfo resolve(const std::string& host, int port, int socktype, int flags) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = socktype;
+  hints.ai_flags = flags;
+  addrinfo* found = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  DDPX_CHECK(rc == 0 && found != nullptr, ErrorKind::kUsage,
+             "MASTER_ADDR={} does not resolve ({}); set it to rank 0's host name or address, "
+             "reachable from every node",
+             host, ::gai_strerror(rc));
+  // IPv4 first: that is what clusters' host names mostly mean, and Gloo's peers must agree.
+  AddrInfo all(found, &::freeaddrinfo);
+  return all;
+}
+
+std::string numeric(const sockaddr* addr, socklen_t len) {
+  char text[INET6_ADDRSTRLEN] = {};
+  ::getnameinfo(addr, len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST);
+  return text;
+}
+
+const addrinfo* prefer_ipv4(const AddrInfo& list) {
+  for (const addrinfo* a = list.get(); a; a = a->ai_next) {
+    if (a->ai_family == AF_INET) return a;
+  }
+  return list.get();
+}
+
+}  // namespace
+
+std::vector<std::string> host_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    out.push_back(numeric(i->ifa_addr, len));
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+std::string local_address_towards(const std::string& host) {
+  AddrInfo list = resolve(host, 9, SOCK_DGRAM, 0);
+  const addrinfo* a = prefer_ipv4(list);
+  int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  DDPX_CHECK(fd >= 0, ErrorKind::kIo, "socket failed: {}", std::strerror(errno));
+  sockaddr_storage self{};
+  socklen_t len = sizeof(self);
+  bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0;
+  int saved = errno;
+  ::close(fd);
+  DDPX_CHECK(ok, ErrorKind::kUsage,
+             "no route from this host to MASTER_ADDR={} ({}); check the address, or set "
+             "GLOO_SOCKET_IFNAME to the interface that reaches it",
+             host, std::strerror(saved));
+  return numeric(reinterpret_cast<sockaddr*>(&self), len);
+}
+
+int listen_on(const std::string& addr, int port) {
+  AddrInfo list = resolve(addr, port, SOCK_STREAM, AI_PASSIVE);
+  const addrinfo* a = prefer_ipv4(list);
+  int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  DDPX_CHECK(fd >= 0, ErrorKind::kIo, "socket failed: {}", std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, kListenBacklog) != 0) {
+    int saved = errno;
+    ::close(fd);
+    std::string where = numeric(a->ai_addr, a->ai_addrlen);
+    if (saved == EADDRNOTAVAIL) {
+      std::string mine;
+      for (const std::string& h : host_addresses()) mine += (mine.empty() ? "" : ", ") + h;
+      fail(ErrorKind::kUsage,
+           "MASTER_ADDR={} ({}) is not an address of this host, where rank 0 hosts the "
+           "rendezvous; start rank 0 on that host or set MASTER_ADDR to one of: {}",
+           addr, where, mine);
+    }
+    fail(ErrorKind::kDist,
+         "rank 0 cannot host the rendezvous on {}:{}: {}; stop what listens there (ss -ltnp | "
+         "grep :{}) or set MASTER_PORT to a free port for every rank",
+         where, port, std::strerror(saved), port);
+  }
+  return fd;
+}
+
+}  // namespace ddpx::dist

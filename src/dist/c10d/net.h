@@ -1,0 +1,26 @@
+// The sockets a multi-node job opens itself instead of leaving the choice to libtorch:
+//   - rank 0's rendezvous listens on MASTER_ADDR only (libtorch's TCPStore server would bind
+//     every interface), so nothing of the job is reachable through the host's other addresses;
+//   - Gloo binds the address this host uses to reach MASTER_ADDR when GLOO_SOCKET_IFNAME is not
+//     set, not the address the host name resolves to (Debian maps it to 127.0.1.1, which the
+//     other nodes cannot reach).
+// Errors name MASTER_ADDR and what to set.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddpx::dist {
+
+// This host's source address on the route to `host` (UDP connect + getsockname; nothing is
+// sent). Throws kUsage when `host` does not resolve.
+std::string local_address_towards(const std::string& host);
+
+// A listening TCP socket on addr:port (close-on-exec). Throws kUsage when addr is not an
+// address of this host (listing the ones it has) and kDist when the port is taken.
+int listen_on(const std::string& addr, int port);
+
+// This host's addresses, e.g. {"127.0.0.1", "10.231.7.1"}.
+std::vector<std::string> host_addresses();
+
+}  // namespace ddpx::dist
