@@ -259,7 +259,7 @@ class Attempt {
     }
     if (!waiting) return;
     auto r = trace::make_report(std::move(ranks), options_.nnodes == 1 ? world_size_ : 0,
-                                trace::realtime_ns());
+                                trace::realtime_ns(), 3, /*this_node_only=*/options_.nnodes > 1);
     say("collectives of every rank (newest last; files in " + trace_dir_ + "/):");
     write_all(STDERR_FILENO, r.table);
     say(r.verdict);

@@ -101,7 +101,7 @@ std::string process_state(int pid) {
   }
 }
 
-std::string verdict(const std::vector<Snapshot>& ranks, int world_size) {
+std::string verdict(const std::vector<Snapshot>& ranks, int world_size, bool this_node_only) {
   std::vector<int> missing;
   for (int r = 0; r < world_size; ++r) {
     if (std::none_of(ranks.begin(), ranks.end(), [&](const Snapshot& s) { return s.rank == r; }))
@@ -171,13 +171,20 @@ std::string verdict(const std::vector<Snapshot>& ranks, int world_size) {
     return fmt::format("rank(s) {} are behind: no record of them, the others wait in {}",
                        ranks_text(missing), describe(waiting));
   }
+  if (this_node_only) {
+    return fmt::format(
+        "every rank of this node waits in {}; the job's other ranks run on other nodes and have "
+        "no record here: the rank named as failed (or its node's log) is the likely cause",
+        describe(waiting));
+  }
   return fmt::format(
       "no rank is behind by the record: every rank waits in {}; the transport "
       "stalled or a rank is stuck inside it",
       describe(waiting));
 }
 
-Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns, int rows_per_rank) {
+Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns, int rows_per_rank,
+                   bool this_node_only) {
   std::sort(ranks.begin(), ranks.end(),
             [](const Snapshot& a, const Snapshot& b) { return a.rank < b.rank; });
   Report report;
@@ -225,7 +232,7 @@ Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns, 
     while (!line.empty() && line.back() == ' ') line.pop_back();
     report.table += line + "\n";
   }
-  report.verdict = verdict(ranks, world_size);
+  report.verdict = verdict(ranks, world_size, this_node_only);
   return report;
 }
 

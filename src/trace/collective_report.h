@@ -24,12 +24,14 @@ struct Report {
 
 // `ranks`: the snapshots found (any order); `world_size`: how many ranks the job has (ranks
 // without a snapshot are named as such); `now_ns`: CLOCK_REALTIME "now"; `rows_per_rank`: how
-// many of each rank's newest records the table shows.
+// many of each rank's newest records the table shows; `this_node_only`: the job spans nodes and
+// only this node's ranks have records here (world_size is then 0), which the verdict says.
 Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns,
-                   int rows_per_rank = 3);
+                   int rows_per_rank = 3, bool this_node_only = false);
 
 // The verdict alone (make_report's second half).
-std::string verdict(const std::vector<Snapshot>& ranks, int world_size);
+std::string verdict(const std::vector<Snapshot>& ranks, int world_size,
+                    bool this_node_only = false);
 
 // "running", "stopped" (SIGSTOP or a debugger), "zombie" or "gone", from /proc/<pid>/stat.
 std::string process_state(int pid);

@@ -3,6 +3,7 @@
 #include "trace/collective_trace.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "dist/c10d/traced_backend.h"
 #include "ranks.h"
@@ -104,6 +105,18 @@ TEST(CollectiveReportTest, ARankThatGaveUpWaitingIsNotTheOneBehind) {
   EXPECT_EQ(verdict({r0, r1}, 2),
             "rank 1 is behind (process gone) inside seq 2 (allreduce float[8]); the others wait "
             "in it");
+}
+
+// Node 0 of a two-node job: its ranks all wait in seq 2 while a rank of the other node died.
+// The record here cannot say who is behind, and the verdict says where to look.
+TEST(CollectiveReportTest, OnOneNodeOfManyTheVerdictPointsAtTheOtherNodes) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  r0.pid = r1.pid = static_cast<int>(::getpid());  // running
+  EXPECT_EQ(verdict({r0, r1}, 0, /*this_node_only=*/true),
+            "every rank of this node waits in seq 2 (allreduce float[8]); the job's other ranks "
+            "run on other nodes and have no record here: the rank named as failed (or its "
+            "node's log) is the likely cause");
 }
 
 TEST(CollectiveReportTest, TheTableHasARowPerRecentCollectiveOfEveryRank) {
