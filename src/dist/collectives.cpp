@@ -12,6 +12,7 @@
 namespace ddpx::dist {
 
 std::string explain_failure(trace::CollectiveTrace& trace) {
+  trace.exchange();  // multi-node: the other nodes' records join this node's (trace_exchange.h)
   std::vector<trace::Snapshot> ranks;
   if (!trace.dir().empty()) ranks = trace::read_traces(trace.dir(), trace.world_size());
   if (ranks.empty()) {

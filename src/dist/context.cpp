@@ -14,6 +14,7 @@
 #include "dist/device.h"
 #include "dist/rendezvous.h"
 #include "dist/shm/shm_backend.h"
+#include "dist/trace_exchange.h"
 #include "trace/collective_trace.h"
 
 namespace ddpx::dist {
@@ -164,6 +165,8 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
     built.trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""),
                                                            world.rank, world.world_size);
   }
+  if (built.trace && world.local_world_size < world.world_size)
+    install_trace_exchange(*built.trace, store);
   // CPU tensors: Gloo, through shared memory when every rank is on this host. Always there, as
   // in PyTorch's "cpu:gloo,cuda:nccl": metrics and checks reduce CPU tensors in NCCL jobs too.
   // One node: every peer is local, so loopback works even when the hostname does not resolve.

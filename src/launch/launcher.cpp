@@ -252,14 +252,16 @@ class Attempt {
   // table of every local rank's last collectives and the verdict (trace/collective_report.h).
   void report_collectives() {
     if (trace_dir_.empty()) return;
-    auto ranks = trace::read_traces(trace_dir_, options_.nnodes == 1 ? world_size_ : 0);
+    // Every rank of the job: this node's files, and the other nodes' that the workers received
+    // on the failure (rank<K>.remote, dist/trace_exchange.h); the rest are named as missing.
+    auto ranks = trace::read_traces(trace_dir_, world_size_);
     bool waiting = false;
     for (const auto& s : ranks) {
       for (const auto& e : s.entries) waiting |= e.state != trace::State::kDone;
     }
     if (!waiting) return;
-    auto r = trace::make_report(std::move(ranks), options_.nnodes == 1 ? world_size_ : 0,
-                                trace::realtime_ns(), 3, /*this_node_only=*/options_.nnodes > 1);
+    auto r = trace::make_report(std::move(ranks), world_size_, trace::realtime_ns(), 3,
+                                /*this_node_only=*/options_.nnodes > 1);
     say("collectives of every rank (newest last; files in " + trace_dir_ + "/):");
     write_all(STDERR_FILENO, r.table);
     say(r.verdict);

@@ -46,9 +46,14 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return s;
 }
 
+// A rank's process state; "other node" for a copy received from another node (its pid is not
+// this host's).
+std::string state_of(const Snapshot& s) { return s.remote ? "other node" : process_state(s.pid); }
+
 // A note on a rank's process when it says more than "running".
 std::string process_note(const Snapshot& s) {
-  std::string state = process_state(s.pid);
+  std::string state = state_of(s);
+  if (state == "other node") return "";
   return state == "running" ? "" : " (process " + state + ")";
 }
 
@@ -156,8 +161,8 @@ std::string verdict(const std::vector<Snapshot>& ranks, int world_size, bool thi
   for (const Snapshot& s : ranks) {
     const Entry* e = find_seq(s, waiting->seq);
     if (e && e->state == State::kFailed) continue;
-    std::string state = process_state(s.pid);
-    if (state == "running") continue;
+    std::string state = state_of(s);
+    if (state == "running" || state == "other node") continue;
     if (!suspect || (state == "stopped" && suspect_state != "stopped")) {
       suspect = &s;
       suspect_state = state;
@@ -192,7 +197,7 @@ Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns, 
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"rank", "pid", "process", "seq", "collective", "started", "state"});
   for (const Snapshot& s : ranks) {
-    const std::string process = process_state(s.pid);
+    const std::string process = state_of(s);
     if (s.entries.empty()) {
       rows.push_back(
           {std::to_string(s.rank), std::to_string(s.pid), process, "-", "(none yet)", "", ""});

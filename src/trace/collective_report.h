@@ -24,8 +24,9 @@ struct Report {
 
 // `ranks`: the snapshots found (any order); `world_size`: how many ranks the job has (ranks
 // without a snapshot are named as such); `now_ns`: CLOCK_REALTIME "now"; `rows_per_rank`: how
-// many of each rank's newest records the table shows; `this_node_only`: the job spans nodes and
-// only this node's ranks have records here (world_size is then 0), which the verdict says.
+// many of each rank's newest records the table shows; `this_node_only`: the job spans nodes, so
+// the records of other nodes' ranks are only those they sent (rank<K>.remote), and when every
+// record here waits the verdict points at the other nodes.
 Report make_report(std::vector<Snapshot> ranks, int world_size, int64_t now_ns,
                    int rows_per_rank = 3, bool this_node_only = false);
 

@@ -165,8 +165,31 @@ Snapshot read_file(const CollectiveTrace::File& f) {
 
 Snapshot CollectiveTrace::snapshot() const { return read_file(*file_); }
 
+std::string CollectiveTrace::bytes() const {
+  return std::string(reinterpret_cast<const char*>(file_), sizeof(File));
+}
+
+void CollectiveTrace::exchange() {
+  if (exchange_ && !exchanged_.exchange(true)) exchange_(bytes());
+}
+
+void write_remote_trace(const std::string& dir, int rank, const std::string& bytes) {
+  std::string path = fmt::format("{}/rank{}.remote", dir, rank);
+  std::string temp = path + ".tmp";
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  bool ok = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  ::close(fd);
+  if (ok) ::rename(temp.c_str(), path.c_str());
+}
+
 std::optional<Snapshot> read_trace(const std::string& dir, int rank) {
+  bool remote = false;
   int fd = ::open(trace_path(dir, rank).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    fd = ::open(fmt::format("{}/rank{}.remote", dir, rank).c_str(), O_RDONLY | O_CLOEXEC);
+    remote = true;
+  }
   if (fd < 0) return std::nullopt;
   struct stat st {};
   void* base = MAP_FAILED;
@@ -179,6 +202,7 @@ std::optional<Snapshot> read_trace(const std::string& dir, int rank) {
   std::optional<Snapshot> out;
   if (std::memcmp(f->magic, kMagic, sizeof(kMagic)) == 0 && f->version == kVersion) {
     out = read_file(*f);
+    out->remote = remote;
   }
   ::munmap(base, sizeof(CollectiveTrace::File));
   return out;
@@ -191,8 +215,9 @@ std::vector<Snapshot> read_traces(const std::string& dir, int world_size) {
     std::error_code ec;
     for (const auto& item : std::filesystem::directory_iterator(dir, ec)) {
       const std::string name = item.path().filename().string();
-      if (name.rfind("rank", 0) == 0 && name.size() > 10 &&
-          name.compare(name.size() - 6, 6, ".trace") == 0) {
+      bool trace = name.size() > 10 && name.compare(name.size() - 6, 6, ".trace") == 0;
+      bool remote = name.size() > 11 && name.compare(name.size() - 7, 7, ".remote") == 0;
+      if (name.rfind("rank", 0) == 0 && (trace || remote)) {
         last = std::max(last, std::atoi(name.c_str() + 4) + 1);
       }
     }

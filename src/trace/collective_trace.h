@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,7 +54,8 @@ struct Entry {
 struct Snapshot {
   int rank = -1;
   int world_size = 0;
-  int pid = 0;
+  int pid = 0;          // on the rank's own host
+  bool remote = false;  // a copy received from a rank on another node (rank<K>.remote)
   std::vector<Entry> entries;
 };
 
@@ -81,6 +83,15 @@ class CollectiveTrace {
   // True the first time only: a failure's table is printed once per rank.
   bool claim_report() { return !reported_.exchange(true); }
 
+  // The ring's bytes as they are now: what a rank sends to the other nodes on a failure.
+  std::string bytes() const;
+
+  // Multi-node jobs: a function that sends this rank's bytes to the other nodes' ranks and
+  // writes theirs into dir() as rank<K>.remote (set by dist/context). exchange() runs it once.
+  using Exchange = std::function<void(const std::string& mine)>;
+  void set_exchange(Exchange exchange) { exchange_ = std::move(exchange); }
+  void exchange();
+
   struct File;  // the mapped layout (collective_trace.cpp)
 
  private:
@@ -88,11 +99,15 @@ class CollectiveTrace {
   int rank_;
   int world_size_;
   std::atomic<bool> reported_{false};
+  std::atomic<bool> exchanged_{false};
+  Exchange exchange_;
   File* file_ = nullptr;
   bool mapped_ = false;
 };
 
 std::string trace_path(const std::string& dir, int rank);  // dir/rank<K>.trace
+// Writes another node's rank's bytes (CollectiveTrace::bytes) as dir/rank<K>.remote.
+void write_remote_trace(const std::string& dir, int rank, const std::string& bytes);
 
 // Reads rank `rank`'s ring from `dir`; nullopt when the file is missing or not a trace.
 std::optional<Snapshot> read_trace(const std::string& dir, int rank);
