@@ -6,6 +6,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/abort_watch.h"
 #include "dist/c10d/factories.h"
 #include "dist/c10d/net.h"
 #include "dist/c10d/traced_backend.h"
@@ -172,31 +173,39 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   // One node: every peer is local, so loopback works even when the hostname does not resolve.
   // Several: the address that reaches MASTER_ADDR, unless GLOO_SOCKET_IFNAME names interfaces
   // (the host name may resolve to 127.0.1.1, which no other node reaches).
-  const bool one_node =
-      is_loopback(world.master_addr) || world.local_world_size == world.world_size;
-  std::string gloo_host = one_node ? "127.0.0.1"
-                          : env::get("GLOO_SOCKET_IFNAME")
-                              ? ""
-                              : local_address_towards(world.master_addr);
-  c10::intrusive_ptr<c10d::Backend> cpu =
-      make_gloo_backend(store, world.rank, world.world_size, options.timeout, gloo_host);
-  if (options.transport != Transport::kGloo) {
-    if (auto shm = make_shm_backend(store, cpu, world.rank, world.world_size, options.timeout)) {
-      built.shm = shm.get();
-      cpu = std::move(shm);
-    } else {
-      DDPX_CHECK(options.transport != Transport::kShm, ErrorKind::kUsage,
-                 "--transport shm: the ranks are not all on one host (or /dev/shm is full); "
-                 "use --transport auto or gloo");
+  // A rank that fails while the group forms ends the others at once (abort_watch.h).
+  c10::intrusive_ptr<c10d::Backend> cpu, cuda;
+  AbortWatch watch(store, world.rank);
+  try {
+    const bool one_node =
+        is_loopback(world.master_addr) || world.local_world_size == world.world_size;
+    std::string gloo_host = one_node ? "127.0.0.1"
+                            : env::get("GLOO_SOCKET_IFNAME")
+                                ? ""
+                                : local_address_towards(world.master_addr);
+    cpu = make_gloo_backend(store, world.rank, world.world_size, options.timeout, gloo_host);
+    if (options.transport != Transport::kGloo) {
+      if (auto shm = make_shm_backend(store, cpu, world.rank, world.world_size, options.timeout)) {
+        built.shm = shm.get();
+        cpu = std::move(shm);
+      } else {
+        DDPX_CHECK(options.transport != Transport::kShm, ErrorKind::kUsage,
+                   "--transport shm: the ranks are not all on one host (or /dev/shm is full); "
+                   "use --transport auto or gloo");
+      }
     }
+    built.backend = cpu->getBackendName();
+    if (backend == BackendChoice::kNccl) {
+      cuda = traced(make_nccl_backend(store, world.rank, world.world_size, options.timeout),
+                    built.trace);
+      built.backend = "nccl/" + built.backend;
+    }
+  } catch (const std::exception& e) {
+    watch.stop();
+    AbortWatch::announce(*store, world.rank, e.what());
+    throw;
   }
-  built.backend = cpu->getBackendName();
-  c10::intrusive_ptr<c10d::Backend> cuda;
-  if (backend == BackendChoice::kNccl) {
-    cuda = traced(make_nccl_backend(store, world.rank, world.world_size, options.timeout),
-                  built.trace);
-    built.backend = "nccl/" + built.backend;
-  }
+  watch.stop();
   auto group = make_process_group(store, world.rank, world.world_size,
                                   traced(std::move(cpu), built.trace), std::move(cuda));
   log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,

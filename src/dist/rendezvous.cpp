@@ -1,6 +1,7 @@
 // The join step (see rendezvous.h).
 #include "dist/rendezvous.h"
 
+#include <atomic>
 #include <future>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -84,9 +85,11 @@ std::shared_ptr<c10d::Store> rendezvous_with_deadline(
   auto result = std::make_shared<std::promise<std::shared_ptr<c10d::Store>>>();
   auto done = result->get_future();
   const auto deadline = Clock::now() + timeout;
-  std::thread([result, make_store, world, timeout, where, deadline] {
+  auto connected = std::make_shared<std::atomic<bool>>(false);
+  std::thread([result, make_store, world, timeout, where, deadline, connected] {
     try {
       auto store = make_store();
+      connected->store(true);
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       join_rendezvous(*store, world, std::max(left, std::chrono::milliseconds(100)), where);
       result->set_value(std::move(store));
@@ -95,6 +98,13 @@ std::shared_ptr<c10d::Store> rendezvous_with_deadline(
     }
   }).detach();
   if (done.wait_for(timeout + kDeadlineMargin) == std::future_status::ready) return done.get();
+  // Still connecting: nothing answered at all (no route, a host that is down, a port nobody
+  // listens on), which is not the same as a listener that is not ours.
+  DDPX_CHECK(connected->load(), ErrorKind::kDist,
+             "rank {}: could not reach the rendezvous at {} within {} ms; check that rank 0 runs, "
+             "that MASTER_ADDR and MASTER_PORT point at it and that the port is reachable from "
+             "this host (WORLD_SIZE={})",
+             world.rank, where, timeout.count(), world.world_size);
   fail(ErrorKind::kDist,
        "rank {}: the rendezvous at {} accepted the connection but did not answer within {} ms: "
        "the program listening there is not this job's rendezvous (another service, or a hung "

@@ -104,10 +104,17 @@ int listen_on(const std::string& addr, int port) {
            "rendezvous; start rank 0 on that host or set MASTER_ADDR to one of: {}",
            addr, where, mine);
     }
+    if (saved == EADDRINUSE) {
+      fail(ErrorKind::kDist,
+           "rank 0 cannot host the rendezvous: port {} is already in use by another program (a "
+           "stale job?) on {}; stop it (ss -ltnp | grep :{} shows who listens) or set "
+           "MASTER_PORT to a free port for every rank",
+           port, where, port);
+    }
     fail(ErrorKind::kDist,
-         "rank 0 cannot host the rendezvous on {}:{}: {}; stop what listens there (ss -ltnp | "
-         "grep :{}) or set MASTER_PORT to a free port for every rank",
-         where, port, std::strerror(saved), port);
+         "rank 0 cannot host the rendezvous on {}:{}: {}; set MASTER_PORT to a free port for "
+         "every rank",
+         where, port, std::strerror(saved));
   }
   return fd;
 }
