@@ -9,3 +9,8 @@ find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 
+find_package(SQLite3 REQUIRED)
+find_package(PkgConfig REQUIRED)
+# Debian's cpp-httplib is a compiled library; its .pc file carries the feature macros
+# (OpenSSL, zlib, brotli) the header must see.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)

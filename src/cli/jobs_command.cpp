@@ -1,16 +1,36 @@
 // `ddpx jobs`, `ddpx logs`, `ddpx stop` and `ddpx shell`: this host's jobs and reservations
-// (src/launch/job_control.h, shell.h). Torch-free: the `ddpx` front runs them itself.
+// (src/launch/job_control.h, shell.h); with --server the same verbs and `ddpx submit` talk to a
+// job service (src/serve/client.h). Torch-free: the `ddpx` front runs them itself.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "launch/job_control.h"
 #include "launch/shell.h"
+#include "serve/client.h"
 
 namespace ddpx::cli {
 namespace {
+
+// --server URL and --token T: the same verb, answered by a `ddpx serve` instead of this host.
+void add_server_flags(CLI::App* cmd, serve::ClientOptions& o) {
+  cmd->add_option("--server", o.server, "A job service (ddpx serve), e.g. http://node7:8470");
+  cmd->add_option("--token", o.token, "Its token (default: $DDPX_TOKEN)");
+}
+
+long long service_job_id(const std::string& id) {
+  try {
+    size_t used = 0;
+    long long value = std::stoll(id, &used);
+    if (used == id.size() && value > 0) return value;
+  } catch (const std::exception&) {
+  }
+  fail(ErrorKind::kUsage, "JOB '{}': a service's job ids are numbers (`ddpx jobs --server ...`)",
+       id);
+}
 
 void add_jobs(CLI::App& app, int& exit_code) {
   auto all = std::make_shared<bool>(false);
@@ -19,7 +39,14 @@ void add_jobs(CLI::App& app, int& exit_code) {
       "jobs", "List this host's ddpx jobs and shells: id, user, pid, devices, port, start, logs");
   jobs->add_flag("--all", *all, "Also jobs that ended (kept a week) or were killed (lost)");
   jobs->add_flag("--json", *json, "A JSON array instead of the table");
-  jobs->callback([all, json, &exit_code] {
+  auto server = std::make_shared<serve::ClientOptions>();
+  add_server_flags(jobs, *server);
+  jobs->callback([all, json, server, &exit_code] {
+    exit_code = 0;
+    if (!server->server.empty()) {
+      std::fputs(serve::client_jobs(*server).c_str(), stdout);
+      return;
+    }
     std::string dir = launch::jobs_dir(/*for_writing=*/false);
     auto list = *all ? launch::read_jobs(dir) : launch::live_jobs(dir);
     std::string text = *json ? launch::jobs_json(list) : launch::format_jobs(list);
@@ -36,8 +63,14 @@ void add_logs(CLI::App& app, int& exit_code) {
   logs->add_option("JOB", *id, "The job id (`ddpx jobs`)")->required();
   logs->add_option("--rank", *rank, "Whose log: a global rank on this host")->capture_default_str();
   logs->add_flag("-f,--follow", *follow, "Keep printing new lines until the job ends");
-  logs->callback([id, rank, follow, &exit_code] {
-    launch::show_logs(*id, *rank, *follow);
+  auto server = std::make_shared<serve::ClientOptions>();
+  add_server_flags(logs, *server);
+  logs->callback([id, rank, follow, server, &exit_code] {
+    if (!server->server.empty()) {
+      serve::client_logs(*server, service_job_id(*id), *rank, *follow);
+    } else {
+      launch::show_logs(*id, *rank, *follow);
+    }
     exit_code = 0;
   });
 }
@@ -50,9 +83,40 @@ void add_stop(CLI::App& app, int& exit_code) {
   stop->add_option("JOB", *id, "The job id (`ddpx jobs`)")->required();
   stop->add_option("--timeout_s", *timeout, "How long to wait for the job to end")
       ->capture_default_str();
-  stop->callback([id, timeout, &exit_code] {
+  auto server = std::make_shared<serve::ClientOptions>();
+  add_server_flags(stop, *server);
+  stop->callback([id, timeout, server, &exit_code] {
+    if (!server->server.empty()) {
+      std::string state = serve::client_stop(*server, service_job_id(*id));
+      std::fprintf(stderr, "ddpx stop: job %s is %s\n", id->c_str(), state.c_str());
+      exit_code = 0;
+      return;
+    }
     int code = launch::stop_job(*id, *timeout);
     std::fprintf(stderr, "ddpx stop: job %s ended (exit code %d)\n", id->c_str(), code);
+    exit_code = 0;
+  });
+}
+
+void add_submit(CLI::App& app, int& exit_code) {
+  auto server = std::make_shared<serve::ClientOptions>();
+  auto workers = std::make_shared<int>(1);
+  auto ports = std::make_shared<int>(0);
+  auto command = std::make_shared<std::vector<std::string>>();
+  CLI::App* submit = app.add_subcommand(
+      "submit",
+      "Submit a job to a job service (ddpx serve): it runs `ddpx run N -- COMMAND` "
+      "when N devices are free, and prints the job's id");
+  add_server_flags(submit, *server);
+  submit->add_option("-n,--workers", *workers, "Workers (devices)")->capture_default_str();
+  submit->add_option("--ports", *ports, "Extra ports for the job's own services")
+      ->capture_default_str();
+  submit->add_option("command", *command, "COMMAND ARGS... after `--` (e.g. train --model mlp)")
+      ->required();
+  submit->callback([server, workers, ports, command, &exit_code] {
+    DDPX_CHECK(!server->server.empty(), ErrorKind::kUsage,
+               "ddpx submit: give --server URL (the job service, `ddpx serve`)");
+    std::printf("%lld\n", serve::client_submit(*server, *command, *workers, *ports));
     exit_code = 0;
   });
 }
@@ -78,6 +142,7 @@ void add_job_commands(CLI::App& app, int& exit_code) {
   add_logs(app, exit_code);
   add_stop(app, exit_code);
   add_shell(app, exit_code);
+  add_submit(app, exit_code);
 }
 
 }  // namespace ddpx::cli

@@ -1,7 +1,8 @@
 // ddpx: the command users run. It starts without libtorch, whose loading costs CPU time in
 // every process (PyTorch's wheel: about 1.6 GB of libtorch_cpu and libtorch_cuda with their
 // CUDA libraries). `ddpx run` (the launcher) and the host's job commands (jobs, logs, stop,
-// shell, sbatch, container: kFrontCommandNames) need none of it, so they run here and only the
+// shell, sbatch, container,
+// serve: kFrontCommandNames) need none of it, so they run here and only the
 // workers pay for libtorch; every other command is handed, argv unchanged, to ddpx-torch next to
 // this binary (execv keeps the pid, so signals and process trees are unaffected).
 #include <unistd.h>
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     ddpx::cli::add_job_commands(app, exit_code);
     ddpx::cli::add_sbatch_command(app, exit_code);
     ddpx::cli::add_container_command(app, exit_code);
+    ddpx::cli::add_serve_command(app, exit_code);
     return ddpx::cli::run_app(app, argc, argv, exit_code);
   }
   std::string torch = torch_binary_path();

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   ddpx::cli::add_sbatch_command(app, exit_code);
   ddpx::cli::add_container_command(app, exit_code);
   ddpx::cli::add_doctor_command(app, exit_code);
+  ddpx::cli::add_serve_command(app, exit_code);
   return ddpx::cli::run_app(app, argc, argv, exit_code, [](const std::exception& e) {
     const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
     return torch_error ? std::string(torch_error->what_without_backtrace()) : std::string(e.what());

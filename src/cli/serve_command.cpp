@@ -1,0 +1,44 @@
+// `ddpx serve --state DIR [--listen HOST:PORT] ...` and `ddpx serve token add USER [--admin]`:
+// the job service (src/serve/). Torch-free: the `ddpx` front runs it.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "serve/server.h"
+
+namespace ddpx::cli {
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<serve::ServeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "Run the job service: a REST API (/api/v1) that runs users' training jobs on this node's "
+      "devices and ports, queued first come first served (docs/serve.md)");
+  cmd->add_option("--state", o->state_dir, "State folder (SQLite database, logs)")->required();
+  cmd->add_option("--listen", o->listen, "HOST:PORT to serve on")->capture_default_str();
+  cmd->add_option("--slots", o->slots, "CPU slots on a host without GPUs (default: its cores)");
+  cmd->add_option("--quota", o->user_quota, "Devices one user may hold at once (0: no limit)")
+      ->capture_default_str();
+  cmd->add_flag("--insecure", o->insecure, "Allow a non-loopback --listen without TLS");
+  cmd->add_option("--tls_cert", o->tls_cert, "PEM certificate for HTTPS");
+  cmd->add_option("--tls_key", o->tls_key, "PEM private key for HTTPS");
+
+  CLI::App* token = cmd->add_subcommand("token", "Manage the service's tokens");
+  CLI::App* add = token->add_subcommand("add",
+                                        "Create USER's token (printed once; only its "
+                                        "SHA-256 is stored)");
+  auto user = std::make_shared<std::string>();
+  auto admin = std::make_shared<bool>(false);
+  add->add_option("USER", *user, "User name")->required();
+  add->add_flag("--admin", *admin, "The user sees and manages every job");
+  add->callback([o, user, admin, &exit_code] {
+    std::printf("%s\n", serve::add_token(o->state_dir, *user, *admin).c_str());
+    exit_code = 0;
+  });
+  cmd->callback([cmd, token, o, &exit_code] {
+    if (token->parsed()) return;
+    exit_code = serve::run_service(*o);
+  });
+}
+
+}  // namespace ddpx::cli

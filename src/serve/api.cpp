@@ -1,0 +1,230 @@
+#include "serve/api.h"
+
+#include <httplib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "serve/auth.h"
+#include "serve/host_metrics.h"
+#include "serve/scheduler.h"
+#include "serve/store.h"
+
+namespace ddpx::serve {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kLogWaitPolls = 5 * 600;  // follow=true waits up to 10 minutes for a job to start
+
+// A request refused with a status and a message naming the problem.
+struct Refusal {
+  int status;
+  std::string message;
+};
+
+[[noreturn]] void refuse(int status, const std::string& message) { throw Refusal{status, message}; }
+
+json job_json(const Job& j) {
+  return {{"id", j.id},
+          {"user", j.user},
+          {"state", job_state_name(j.state)},
+          {"command", j.command},
+          {"workers", j.workers},
+          {"devices", j.slots},
+          {"ports", j.ports},
+          {"exit_code", j.state == JobState::kEnded ? json(j.exit_code) : json(nullptr)},
+          {"submitted", j.submitted},
+          {"started", j.started},
+          {"ended", j.ended}};
+}
+
+User authenticate(Store& store, const httplib::Request& req) {
+  std::string header = req.get_header_value("Authorization");
+  const std::string bearer = "Bearer ";
+  if (header.rfind(bearer, 0) != 0)
+    refuse(401, "missing token: send `Authorization: Bearer TOKEN` (ddpx serve token add USER)");
+  auto user = store.user_by_token_hash(hash_token(header.substr(bearer.size())));
+  if (!user) refuse(401, "unknown token: ask the service's admin for one (ddpx serve token add)");
+  return *user;
+}
+
+int64_t job_id(const httplib::Request& req) {
+  const std::string& text = req.matches[1];
+  try {
+    size_t used = 0;
+    long long id = std::stoll(text, &used);
+    if (used == text.size() && id > 0) return id;
+  } catch (const std::exception&) {
+  }
+  refuse(400, "job id '" + text + "' is not a positive integer");
+}
+
+// The job, when this user may see it; 404 otherwise (another user's job does not exist to them).
+Job owned_job(Store& store, const User& user, int64_t id) {
+  auto job = store.job(id);
+  if (!job || (!user.admin && job->user != user.name))
+    refuse(404, "no job " + std::to_string(id) + " of user " + user.name);
+  return *job;
+}
+
+json parse_body(const httplib::Request& req) {
+  if (req.get_header_value("Content-Type").find("application/json") != 0)
+    refuse(415, "send the body as JSON (Content-Type: application/json)");
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) refuse(400, "the body is not valid JSON");
+  if (!body.is_object()) refuse(400, "the body must be a JSON object");
+  return body;
+}
+
+// Wraps a handler: authentication, refusals and library errors become JSON 4xx.
+template <typename F>
+httplib::Server::Handler guarded(Store& store, bool needs_user, F handler) {
+  return [&store, needs_user, handler](const httplib::Request& req, httplib::Response& res) {
+    try {
+      User user = needs_user ? authenticate(store, req) : User{};
+      handler(req, res, user);
+    } catch (const Refusal& r) {
+      res.status = r.status;
+      res.set_content(json{{"error", r.message}}.dump(), "application/json");
+    } catch (const Error& e) {
+      res.status = e.kind() == ErrorKind::kUsage ? 400 : 503;
+      res.set_content(json{{"error", e.what()}}.dump(), "application/json");
+    } catch (const std::exception& e) {
+      res.status = 400;
+      res.set_content(json{{"error", std::string("bad request: ") + e.what()}}.dump(),
+                      "application/json");
+    }
+  };
+}
+
+void reply(httplib::Response& res, const json& body, int status = 200) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+Job submit(Scheduler& scheduler, const User& user, const json& body) {
+  for (const auto& [key, value] : body.items()) {
+    if (key != "command" && key != "workers" && key != "ports")
+      refuse(400, "unknown field '" + key + "'; a job has command, workers and ports");
+  }
+  if (!body.contains("command") || !body["command"].is_array())
+    refuse(400, "command: required, an array of strings (e.g. [\"train\", \"--model\", \"mlp\"])");
+  std::vector<std::string> command;
+  for (const auto& word : body["command"]) {
+    if (!word.is_string()) refuse(400, "command: every element must be a string");
+    command.push_back(word.get<std::string>());
+  }
+  auto integer = [&](const char* key, int fallback) {
+    if (!body.contains(key)) return fallback;
+    if (!body[key].is_number_integer()) refuse(400, std::string(key) + ": must be an integer");
+    return body[key].get<int>();
+  };
+  return scheduler.submit(user.name, command, integer("workers", 1), integer("ports", 0));
+}
+
+}  // namespace
+
+void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
+  server.Get("/api/v1/health", [&scheduler](const httplib::Request&, httplib::Response& res) {
+    reply(res, {{"status", "ok"}, {"slots", scheduler.total_slots()}});
+  });
+  server.Get("/api/v1/openapi.json", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(openapi_json(), "application/json");
+  });
+  server.Get("/api/v1/jobs", guarded(store, true, [&](const auto&, auto& res, const User& u) {
+               json list = json::array();
+               for (const Job& j : store.jobs(u.admin ? "" : u.name)) list.push_back(job_json(j));
+               reply(res, list);
+             }));
+  server.Post("/api/v1/jobs", guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+                reply(res, job_json(submit(scheduler, u, parse_body(req))), 201);
+              }));
+  server.Get(R"(/api/v1/jobs/([^/]+))",
+             guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+               reply(res, job_json(owned_job(store, u, job_id(req))));
+             }));
+  server.Post(R"(/api/v1/jobs/([^/]+)/stop)",
+              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+                Job job = owned_job(store, u, job_id(req));
+                reply(res, job_json(scheduler.stop(job.id)));
+              }));
+  server.Post(R"(/api/v1/jobs/([^/]+)/restart)",
+              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+                Job job = owned_job(store, u, job_id(req));
+                if (job.state != JobState::kEnded)
+                  refuse(409, "job " + std::to_string(job.id) + " is " + job_state_name(job.state) +
+                                  "; stop it before a restart");
+                reply(res, job_json(scheduler.restart(job.id)));
+              }));
+  server.Delete(R"(/api/v1/jobs/([^/]+))",
+                guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+                  Job job = owned_job(store, u, job_id(req));
+                  if (job.state != JobState::kEnded)
+                    refuse(409, "job " + std::to_string(job.id) + " is " +
+                                    job_state_name(job.state) + "; stop it before deleting it");
+                  store.delete_job(job.id);
+                  reply(res, {{"deleted", job.id}});
+                }));
+  server.Get(R"(/api/v1/jobs/([^/]+)/logs)",
+             guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+               Job job = owned_job(store, u, job_id(req));
+               int rank = 0;
+               if (req.has_param("rank")) {
+                 try {
+                   rank = std::stoi(req.get_param_value("rank"));
+                 } catch (const std::exception&) {
+                   refuse(400, "rank: must be an integer");
+                 }
+               }
+               if (rank < 0 || rank >= job.workers)
+                 refuse(400, "rank: " + std::to_string(rank) + " is not a rank of job " +
+                                 std::to_string(job.id));
+               bool follow = req.get_param_value("follow") == "true";
+               // Following a job that has not started: wait for its log (the queue may hold it).
+               for (int i = 0; follow && job.log_dir.empty() && job.state != JobState::kEnded &&
+                               i < kLogWaitPolls;
+                    ++i) {
+                 std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                 job = owned_job(store, u, job.id);
+               }
+               if (job.log_dir.empty())
+                 refuse(409, "job " + std::to_string(job.id) + " has no log yet (it is " +
+                                 job_state_name(job.state) + "); ask with follow=true to wait");
+               std::string path = job.log_dir + "/rank" + std::to_string(rank) + ".log";
+               if (!follow) {
+                 std::ifstream in(path, std::ios::binary);
+                 res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), "text/plain");
+                 return;
+               }
+               int64_t id = job.id;
+               res.set_chunked_content_provider(
+                   "text/plain", [&store, path, id, offset = std::streamoff(0)](
+                                     size_t, httplib::DataSink& sink) mutable {
+                     std::ifstream in(path, std::ios::binary);
+                     in.seekg(offset);
+                     std::string chunk(std::istreambuf_iterator<char>(in), {});
+                     offset += static_cast<std::streamoff>(chunk.size());
+                     if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
+                     auto now = store.job(id);
+                     if (!now || now->state == JobState::kEnded) {
+                       if (chunk.empty()) sink.done();
+                       return true;
+                     }
+                     if (chunk.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                     return true;
+                   });
+             }));
+  server.Get("/api/v1/host", guarded(store, true, [](const auto&, auto& res, const User&) {
+               reply(res, host_json(read_host()));
+             }));
+  server.Get("/metrics", [&store, &scheduler](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus_text(store, scheduler.total_slots()), "text/plain; version=0.0.4");
+  });
+}
+
+}  // namespace ddpx::serve

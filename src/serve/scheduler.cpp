@@ -1,0 +1,245 @@
+#include "serve/scheduler.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "launch/job_record.h"
+
+namespace ddpx::serve {
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(200);
+
+std::string record_id(int64_t id) { return "svc" + std::to_string(id); }
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Store& store, SchedulerOptions options)
+    : store_(store), options_(std::move(options)) {
+  std::filesystem::create_directories(options_.state_dir + "/jobs");
+  std::filesystem::create_directories(options_.state_dir + "/logs");
+  tick();  // re-adopt or close what ran before a restart, before serving requests
+  loop_ = std::thread([this] {
+    while (!stop_.load()) {
+      std::this_thread::sleep_for(kTick);
+      try {
+        tick();
+      } catch (const std::exception&) {
+        // A failed pass (the database busy, a fork failing) is retried on the next tick.
+      }
+    }
+  });
+}
+
+Scheduler::~Scheduler() {
+  stop_.store(true);
+  if (loop_.joinable()) loop_.join();
+}
+
+int Scheduler::total_slots() const {
+  return options_.gpus.empty() ? options_.cpu_slots : static_cast<int>(options_.gpus.size());
+}
+
+Job Scheduler::submit(const std::string& user, const std::vector<std::string>& command, int workers,
+                      int extra_ports) {
+  DDPX_CHECK(!command.empty(), ErrorKind::kUsage,
+             "command: empty; give the program and its arguments, e.g. [\"train\", \"--model\", "
+             "\"resnet18\"]");
+  DDPX_CHECK(workers >= 1 && workers <= total_slots(), ErrorKind::kUsage,
+             "workers: {} cannot run on this host, which has {} device slot(s)", workers,
+             total_slots());
+  DDPX_CHECK(options_.user_quota == 0 || workers <= options_.user_quota, ErrorKind::kUsage,
+             "workers: {} is over the per-user quota of {} device(s)", workers,
+             options_.user_quota);
+  DDPX_CHECK(extra_ports >= 0 && extra_ports <= 8, ErrorKind::kUsage,
+             "ports: {} extra ports asked; give 0 to 8", extra_ports);
+  Job job;
+  job.user = user;
+  job.command = command;
+  job.workers = workers;
+  job.extra_ports = extra_ports;
+  job.submitted = std::time(nullptr);
+  job.id = store_.insert_job(job);
+  tick();
+  return *store_.job(job.id);
+}
+
+Job Scheduler::stop(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Job job = *store_.job(id);
+  if (job.state == JobState::kQueued) {
+    job.state = JobState::kEnded;
+    job.stop_requested = true;
+    job.exit_code = 143;  // as if SIGTERM had ended it
+    job.ended = std::time(nullptr);
+  } else if (job.state == JobState::kRunning) {
+    job.stop_requested = true;
+    job.state = JobState::kStopping;
+    if (job.pid > 0) ::kill(job.pid, SIGTERM);
+  }
+  store_.update_job(job);
+  return job;
+}
+
+Job Scheduler::restart(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Job job = *store_.job(id);
+  DDPX_CHECK(job.state == JobState::kEnded, ErrorKind::kUsage,
+             "job {} is {}; only an ended job can be restarted (stop it first)", id,
+             job_state_name(job.state));
+  job.state = JobState::kQueued;
+  job.stop_requested = false;
+  job.exit_code = 0;
+  job.pid = 0;
+  job.slots.clear();
+  job.ports.clear();
+  job.started = job.ended = 0;
+  store_.update_job(job);
+  return job;
+}
+
+void Scheduler::tick() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Reap the launchers this service started. Their records tell how they ended; the status
+  // covers one stopped before it wrote any record.
+  int status = 0;
+  for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;)
+    exited_[pid] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  refresh_running();
+  start_fitting();
+}
+
+void Scheduler::refresh_running() {
+  std::vector<launch::JobRecord> records = launch::read_jobs(options_.state_dir + "/jobs");
+  for (JobState state : {JobState::kRunning, JobState::kStopping}) {
+    for (Job& job : store_.jobs_in(state)) {
+      auto record = std::find_if(records.begin(), records.end(), [&](const launch::JobRecord& r) {
+        return r.id == record_id(job.id);
+      });
+      if (record != records.end() && record->state == launch::JobState::kLive) {
+        if (job.log_dir.empty()) {
+          job.log_dir = record->log_dir;
+          store_.update_job(job);
+        }
+        continue;
+      }
+      // Not running: ended (its code recorded), lost (killed), or never came up.
+      bool started = record != records.end();
+      bool alive = job.pid > 0 && ::kill(job.pid, 0) == 0;
+      if (!started && alive && std::time(nullptr) - job.started < 30) continue;  // starting
+      job.state = JobState::kEnded;
+      job.ended = std::time(nullptr);
+      if (started && record->state == launch::JobState::kEnded) {
+        job.exit_code = record->exit_code;
+        job.log_dir = record->log_dir;
+      } else if (exited_.count(job.pid)) {
+        job.exit_code = exited_[job.pid];
+      } else {
+        job.exit_code = 137;  // gone without a word while the service was down: as SIGKILL
+      }
+      exited_.erase(job.pid);
+      job.pid = 0;
+      ports_.erase(job.id);
+      store_.update_job(job);
+    }
+  }
+}
+
+void Scheduler::start_fitting() {
+  std::set<int> used;
+  std::map<std::string, int> held;
+  for (JobState state : {JobState::kRunning, JobState::kStopping}) {
+    for (const Job& job : store_.jobs_in(state)) {
+      used.insert(job.slots.begin(), job.slots.end());
+      held[job.user] += static_cast<int>(job.slots.size());
+    }
+  }
+  std::vector<int> all;
+  for (int i = 0; i < total_slots(); ++i)
+    all.push_back(options_.gpus.empty() ? i : options_.gpus[static_cast<size_t>(i)]);
+  for (Job& job : store_.jobs_in(JobState::kQueued)) {
+    if (options_.user_quota > 0 && held[job.user] + job.workers > options_.user_quota) continue;
+    std::vector<int> free;
+    for (int slot : all)
+      if (!used.count(slot)) free.push_back(slot);
+    if (static_cast<int>(free.size()) < job.workers) break;  // first come, first served
+    job.slots.assign(free.begin(), free.begin() + job.workers);
+    used.insert(job.slots.begin(), job.slots.end());
+    held[job.user] += job.workers;
+    launch(job);
+  }
+}
+
+void Scheduler::launch(Job& job) {
+  std::vector<launch::PortReservation> ports;
+  for (int i = 0; i <= job.extra_ports; ++i) ports.push_back(launch::PortReservation::pick());
+  job.ports.clear();
+  for (auto& p : ports) {
+    job.ports.push_back(p.port());
+    p.release_probe();
+  }
+  std::vector<std::string> argv = {options_.ddpx_path,
+                                   "run",
+                                   std::to_string(job.workers),
+                                   "--job_name",
+                                   record_id(job.id),
+                                   "--log_dir",
+                                   options_.state_dir + "/logs",
+                                   "--master_port",
+                                   std::to_string(job.ports[0]),
+                                   "--gpus",
+                                   options_.gpus.empty() ? "none" : join(job.slots),
+                                   "--tee",
+                                   "none",
+                                   "--"};
+  argv.insert(argv.end(), job.command.begin(), job.command.end());
+  std::string extra;
+  for (size_t i = 1; i < job.ports.size(); ++i)
+    extra += (extra.empty() ? "" : ",") + std::to_string(job.ports[i]);
+  std::string console = fmt::format("{}/logs/svc{}.console", options_.state_dir, job.id);
+
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setsid();  // the job outlives the service
+    ::setenv("DDPX_JOBS_DIR", (options_.state_dir + "/jobs").c_str(), 1);
+    ::setenv("DDPX_JOB_PORTS", extra.c_str(), 1);  // the job's own services bind 127.0.0.1:these
+    int out = ::open(console.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int in = ::open("/dev/null", O_RDONLY);
+    if (out >= 0) {
+      ::dup2(out, STDOUT_FILENO);
+      ::dup2(out, STDERR_FILENO);
+    }
+    if (in >= 0) ::dup2(in, STDIN_FILENO);
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(options_.ddpx_path.c_str(), args.data());
+    ::_exit(127);
+  }
+  DDPX_CHECK(pid > 0, ErrorKind::kIo, "fork failed starting job {}: {}", job.id,
+             std::strerror(errno));
+  job.pid = pid;
+  job.state = JobState::kRunning;
+  job.started = std::time(nullptr);
+  ports_[job.id] = std::move(ports);
+  store_.update_job(job);
+}
+
+}  // namespace ddpx::serve

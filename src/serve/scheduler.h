@@ -1,0 +1,64 @@
+// The service's allocator and job runner. Devices (the host's GPUs, or CPU slots on a host
+// without GPUs) and ports are assigned by the scheduler, never twice; jobs that do not fit
+// wait in a queue, first come first served (the head of the queue is never overtaken), with an
+// optional per-user device quota.
+//
+// A job runs as `ddpx run N --gpus ... --master_port P -- COMMAND` in its own session, so a
+// restart of the service (even kill -9) leaves it running. Its liveness and exit code come
+// from the launcher's record in the service's job table (launch/job_record.h, under
+// STATE/jobs), not from waitpid: after a restart the service re-adopts running jobs and reads
+// the exit code of those that ended meanwhile.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launch/port.h"
+#include "serve/store.h"
+
+namespace ddpx::serve {
+
+struct SchedulerOptions {
+  std::string state_dir;
+  std::string ddpx_path;  // the `ddpx` binary jobs run
+  std::vector<int> gpus;  // the host's GPU ids; empty: CPU slots
+  int cpu_slots = 1;      // slots on a host without GPUs
+  int user_quota = 0;     // devices one user may hold at once; 0: no limit
+};
+
+class Scheduler {
+ public:
+  Scheduler(Store& store, SchedulerOptions options);
+  ~Scheduler();  // stops the loop; running jobs go on
+
+  int total_slots() const;
+  // Queues a job; throws kUsage naming the field when it can never run here.
+  Job submit(const std::string& user, const std::vector<std::string>& command, int workers,
+             int extra_ports);
+  // Stops a queued job (it ends at once) or a running one (SIGTERM to its launcher).
+  Job stop(int64_t id);
+  // A new run of an ended job: back to the queue with the same request.
+  Job restart(int64_t id);
+
+  void tick();  // one pass: refresh running jobs from their records, start what fits
+
+ private:
+  void refresh_running();
+  void start_fitting();
+  void launch(Job& job);
+
+  Store& store_;
+  SchedulerOptions options_;
+  std::mutex mutex_;
+  std::map<int64_t, std::vector<launch::PortReservation>> ports_;
+  std::map<int, int> exited_;  // launchers this service started and reaped: pid -> exit code
+  std::atomic<bool> stop_{false};
+  std::thread loop_;
+};
+
+}  // namespace ddpx::serve
