@@ -59,9 +59,9 @@ int Scheduler::total_slots() const {
 
 Job Scheduler::submit(const std::string& user, const std::vector<std::string>& command, int workers,
                       int extra_ports) {
-  DDPX_CHECK(!command.empty(), ErrorKind::kUsage,
-             "command: empty; give the program and its arguments, e.g. [\"train\", \"--model\", "
-             "\"resnet18\"]");
+  DDPX_CHECK(!command.empty() && !command.front().empty(), ErrorKind::kUsage,
+             "command: no program; give the program and its arguments, e.g. [\"train\", "
+             "\"--model\", \"resnet18\"]");
   DDPX_CHECK(workers >= 1 && workers <= total_slots(), ErrorKind::kUsage,
              "workers: {} cannot run on this host, which has {} device slot(s)", workers,
              total_slots());

@@ -17,6 +17,7 @@
 namespace ddpx::serve {
 namespace {
 
+constexpr size_t kServerThreads = 128;
 httplib::Server* g_server = nullptr;
 
 void on_signal(int) {
@@ -85,6 +86,9 @@ int run_service(const ServeOptions& o) {
     server = std::make_unique<httplib::Server>();
   }
   server->set_payload_max_length(kMaxBodyBytes);
+  // cpp-httplib serves a connection on one pool thread for as long as it is kept alive: size the
+  // pool for many concurrent clients (threads mostly wait on sockets).
+  server->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
   add_routes(*server, store, scheduler);
   DDPX_CHECK(server->bind_to_port(host.c_str(), port), ErrorKind::kIo,
              "--listen {}: cannot bind it (in use, or not an address of this host)", o.listen);

@@ -21,8 +21,10 @@ using test::shell_quote;
 
 class Service {
  public:
-  explicit Service(const test::TempDir& dir, const std::string& flags = "--slots 2")
-      : dir_(dir), flags_(flags) {
+  // `env`: variables for the service (e.g. "PATH=/nonexistent"), prefixed to its command.
+  explicit Service(const test::TempDir& dir, const std::string& flags = "--slots 2",
+                   const std::string& env = "")
+      : dir_(dir), flags_(flags), env_(env) {
     start();
   }
   ~Service() { kill(SIGTERM); }
@@ -37,7 +39,8 @@ class Service {
           test::ddpx_command("serve --state " + shell_quote(dir_.file("state")) +
                              " --listen 127.0.0.1:" + std::to_string(port_) + " " + flags_) +
           " >> " + shell_quote(log) + " 2>&1";
-      ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      ::execl("/bin/sh", "sh", "-c", ("exec env " + env_ + " " + cmd).c_str(),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
     for (int i = 0; i < 100; ++i) {
@@ -72,6 +75,7 @@ class Service {
  private:
   const test::TempDir& dir_;
   std::string flags_;
+  std::string env_;
   int port_ = 0;
   pid_t pid_ = 0;
 };
@@ -275,6 +279,27 @@ TEST(ServeTest, TheShellVerbsDriveTheService) {
   auto no_token = run_command("env -u DDPX_TOKEN " + test::ddpx_command("jobs" + server), 30);
   EXPECT_EQ(no_token.exit_code, 2) << no_token.output;
   EXPECT_NE(no_token.output.find("no token"), std::string::npos) << no_token.output;
+}
+
+// schemathesis (PyPI) generates requests from the OpenAPI document, valid and not: the service
+// must never answer 5xx. The service's PATH is empty, so the generated commands it accepts and
+// runs cannot start any program by name.
+TEST(ServeTest, FuzzingTheApiFromItsOpenApiDocumentGetsNo5xx) {
+  std::string schemathesis =
+      test::python_binary().substr(0, test::python_binary().rfind('/') + 1) + "schemathesis";
+  if (run_command("test -x " + shell_quote(schemathesis), 10).exit_code != 0)
+    GTEST_SKIP() << "schemathesis is not installed beside DDPX_PYTHON (scripts/python-env --tests)";
+  test::TempDir dir;
+  Service s(dir, "--slots 2", "PATH=" + dir.file("empty-path"));
+  std::string token = s.token("fuzz");
+  auto r = run_command("cd " + shell_quote(dir.path()) + " && " + shell_quote(schemathesis) +
+                           " run http://127.0.0.1:" + std::to_string(s.port()) +
+                           "/api/v1/openapi.json --checks not_a_server_error --max-examples 25 "
+                           "--seed 1 -H 'Authorization: Bearer " +
+                           token + "' 2>&1",
+                       600);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("passed"), std::string::npos) << r.output;
 }
 
 TEST(ServeTest, ListeningBeyondLoopbackNeedsTlsOrInsecure) {
