@@ -54,14 +54,14 @@ bool needs_quoting(const std::string& s) {
   });
 }
 
-std::string quote(const std::string& s) {
+}  // namespace
+
+std::string shell_quote(const std::string& s) {
   if (!needs_quoting(s)) return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
-
-}  // namespace
 
 HostInfo probe_host() {
   HostInfo host;
@@ -150,8 +150,8 @@ std::string describe(const JobPlan& plan) {
   std::string out;
   for (const WorkerSpec& w : plan.workers) {
     out += "[rank " + std::to_string(w.global_rank) + "]";
-    for (const auto& [name, value] : w.env) out += " " + name + "=" + quote(value);
-    for (const std::string& arg : w.argv) out += " " + quote(arg);
+    for (const auto& [name, value] : w.env) out += " " + name + "=" + shell_quote(value);
+    for (const std::string& arg : w.argv) out += " " + shell_quote(arg);
     out += "\n";
   }
   return out;

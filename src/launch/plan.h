@@ -61,6 +61,9 @@ void set_trace_dir(JobPlan& plan, const std::string& dir);
 // Sets (or replaces) one variable in every worker's environment.
 void set_env(JobPlan& plan, const std::string& name, const std::string& value);
 
+// `s` as one word for /bin/sh: as is when it is plain, else in single quotes.
+std::string shell_quote(const std::string& s);
+
 // One shell-quoted line per worker: `[rank K] VAR=value ... program args`.
 std::string describe(const JobPlan& plan);
 

@@ -10,24 +10,10 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "launch/host.h"
+#include "launch/plan.h"
 
 namespace ddpx::launch {
 namespace {
-
-bool needs_quoting(const std::string& s) {
-  if (s.empty()) return true;
-  return std::any_of(s.begin(), s.end(), [](char c) {
-    return !(std::isalnum(static_cast<unsigned char>(c)) ||
-             std::string("-_./=:,@%+").find(c) != std::string::npos);
-  });
-}
-
-std::string quote(const std::string& s) {
-  if (!needs_quoting(s)) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 bool has_flag(const std::vector<std::string>& words, const std::string& flag) {
   return std::any_of(words.begin(), words.end(), [&](const std::string& w) {
@@ -120,7 +106,7 @@ std::string make_sbatch_script(const SbatchOptions& o) {
     words.push_back("auto");
   }
   std::string srun;
-  for (const std::string& w : words) srun += (srun.empty() ? "" : " ") + quote(w);
+  for (const std::string& w : words) srun += (srun.empty() ? "" : " ") + shell_quote(w);
   if (o.requeue_signal_s == 0) {
     s += srun + "\n";
     return s;
@@ -152,7 +138,7 @@ std::string submit_sbatch(const std::string& script_path) {
          "on a login node",
          script_path);
   }
-  std::string command = quote(sbatch) + " --parsable " + quote(script_path) + " 2>&1";
+  std::string command = shell_quote(sbatch) + " --parsable " + shell_quote(script_path) + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   DDPX_CHECK(pipe != nullptr, ErrorKind::kIo, "cannot run {}", sbatch);
   std::string output;
