@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "serve/auth.h"
 #include "serve/host_metrics.h"
+#include "serve/job_metrics.h"
 #include "serve/scheduler.h"
 #include "serve/store.h"
 
@@ -218,6 +219,18 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                      if (chunk.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
                      return true;
                    });
+             }));
+  server.Get(R"(/api/v1/jobs/([^/]+)/metrics)",
+             guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+               Job job = owned_job(store, u, job_id(req));
+               std::string log;
+               if (!job.log_dir.empty()) {
+                 std::ifstream in(job.log_dir + "/rank0.log", std::ios::binary);
+                 log.assign(std::istreambuf_iterator<char>(in), {});
+               }
+               reply(res, {{"id", job.id},
+                           {"state", job_state_name(job.state)},
+                           {"epochs", epoch_metrics(log)}});
              }));
   server.Get("/api/v1/host", guarded(store, true, [](const auto&, auto& res, const User&) {
                reply(res, host_json(read_host()));

@@ -86,6 +86,12 @@ const std::string& openapi_json() {
         "responses": {"200": {"description": "The log", "content": {"text/plain": {"schema": {"type": "string"}}}},
                       "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
                       "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/api/v1/jobs/{id}/metrics": {
+      "get": {"summary": "The job's per-epoch metrics (loss, accuracies, time, images/s) from rank 0's log",
+        "parameters": [{"$ref": "#/components/parameters/id"}],
+        "responses": {"200": {"description": "Epochs so far", "content": {"application/json": {"schema": {"type": "object"}}}},
+                      "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                      "404": {"$ref": "#/components/responses/Error"}}}},
     "/metrics": {"get": {"security": [], "summary": "Prometheus text: jobs, slots, host CPU, memory and GPUs",
       "responses": {"200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}}
   }

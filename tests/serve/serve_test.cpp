@@ -127,6 +127,14 @@ TEST(ServeTest, RunsARealTrainingJobSubmittedOverHttp) {
   ASSERT_TRUE(log && log->status == 200);
   EXPECT_NE(log->body.find("Accuracy on test dataset - "), std::string::npos) << log->body;
   EXPECT_NE(log->body.find("joined 2 ranks"), std::string::npos) << log->body;
+  auto epochs = s.client().Get("/api/v1/jobs/" + std::to_string(job["id"].get<int>()) + "/metrics",
+                               auth(alice));
+  ASSERT_TRUE(epochs && epochs->status == 200);
+  json m = json::parse(epochs->body);
+  ASSERT_EQ(m["epochs"].size(), 1u) << epochs->body;
+  EXPECT_EQ(m["epochs"][0]["epoch"], 0);
+  EXPECT_GT(m["epochs"][0]["images_per_sec"].get<double>(), 0) << epochs->body;
+  EXPECT_TRUE(m["epochs"][0].contains("accuracy_test")) << epochs->body;
   auto metrics = s.client().Get("/metrics");
   ASSERT_TRUE(metrics && metrics->status == 200);
   EXPECT_NE(metrics->body.find("ddpx_jobs{state=\"ended\"} 1"), std::string::npos) << metrics->body;
