@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 
 #include "core/error.h"
 #include "launch/job_record.h"
+
+extern char** environ;
 
 namespace ddpx::serve {
 namespace {
@@ -215,24 +218,41 @@ void Scheduler::launch(Job& job) {
     extra += (extra.empty() ? "" : ",") + std::to_string(job.ports[i]);
   std::string console = fmt::format("{}/logs/svc{}.console", options_.state_dir, job.id);
 
+  // Everything the child needs is made here: the service has many threads, and after fork()
+  // only async-signal-safe calls are safe (a malloc could wait forever on a lock that another
+  // thread held at the fork, with the job holding the service's sockets).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (kv.rfind("DDPX_JOBS_DIR=", 0) != 0 && kv.rfind("DDPX_JOB_PORTS=", 0) != 0)
+      env_strings.push_back(kv);
+  }
+  env_strings.push_back("DDPX_JOBS_DIR=" + options_.state_dir + "/jobs");
+  env_strings.push_back("DDPX_JOB_PORTS=" + extra);  // the job's own services bind these
+  std::vector<char*> args, envp;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out = ::open(console.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  DDPX_CHECK(out >= 0 && in >= 0, ErrorKind::kIo, "cannot open {}: {}", console,
+             std::strerror(errno));
+
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::setsid();  // the job outlives the service
-    ::setenv("DDPX_JOBS_DIR", (options_.state_dir + "/jobs").c_str(), 1);
-    ::setenv("DDPX_JOB_PORTS", extra.c_str(), 1);  // the job's own services bind 127.0.0.1:these
-    int out = ::open(console.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int in = ::open("/dev/null", O_RDONLY);
-    if (out >= 0) {
-      ::dup2(out, STDOUT_FILENO);
-      ::dup2(out, STDERR_FILENO);
-    }
-    if (in >= 0) ::dup2(in, STDIN_FILENO);
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::execv(options_.ddpx_path.c_str(), args.data());
+    ::setsid();                  // the job outlives the service
+    ::dup2(out, STDOUT_FILENO);  // dup2 clears close-on-exec on the copies
+    ::dup2(out, STDERR_FILENO);
+    ::dup2(in, STDIN_FILENO);
+    // No descriptor of the service (its listening socket, clients' connections, the
+    // database) may live on in the job.
+    ::syscall(SYS_close_range, 3U, ~0U, 0U);
+    ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
+  ::close(out);
+  ::close(in);
   DDPX_CHECK(pid > 0, ErrorKind::kIo, "fork failed starting job {}: {}", job.id,
              std::strerror(errno));
   job.pid = pid;

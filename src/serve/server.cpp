@@ -101,6 +101,7 @@ int run_service(const ServeOptions& o) {
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up mid-answer must not end the service
   server->listen_after_bind();
   g_server = nullptr;
   std::fprintf(stderr, "ddpx serve: stopped; running jobs go on\n");
