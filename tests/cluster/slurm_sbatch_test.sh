@@ -173,7 +173,9 @@ t0=$(date +%s%N)
 for ((i = 0; ; i++)); do
   state=$(_slurm_cluster_field "$jid" JobState)
   restarts=$(_slurm_cluster_field "$jid" Restarts)
-  [[ $restarts == 1 && $state =~ ^(PENDING|RUNNING)$ ]] && break
+  # Restarts counts up when the requeue is asked for, while the old run may still read RUNNING;
+  # the requeued run waits PENDING for its begin time (cred_expire + 1 s), so wait for that.
+  [[ $restarts == 1 && $state == PENDING ]] && break
   [[ $state =~ ^(PENDING|RUNNING|CONFIGURING|COMPLETING|REQUEUED|)$ ]] ||
     cluster_fail "after USR1 to its batch shell, job $jid is $state (Restarts=$restarts), not requeued:
 $(cluster_show "$script" "$out")"
