@@ -171,55 +171,77 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                   store.delete_job(job.id);
                   reply(res, {{"deleted", job.id}});
                 }));
-  server.Get(R"(/api/v1/jobs/([^/]+)/logs)",
-             guarded(store, true, [&](const auto& req, auto& res, const User& u) {
-               Job job = owned_job(store, u, job_id(req));
-               int rank = 0;
-               if (req.has_param("rank")) {
-                 try {
-                   rank = std::stoi(req.get_param_value("rank"));
-                 } catch (const std::exception&) {
-                   refuse(400, "rank: must be an integer");
-                 }
-               }
-               if (rank < 0 || rank >= job.workers)
-                 refuse(400, "rank: " + std::to_string(rank) + " is not a rank of job " +
-                                 std::to_string(job.id));
-               bool follow = req.get_param_value("follow") == "true";
-               // Following a job that has not started: wait for its log (the queue may hold it).
-               for (int i = 0; follow && job.log_dir.empty() && job.state != JobState::kEnded &&
-                               i < kLogWaitPolls;
-                    ++i) {
-                 std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                 job = owned_job(store, u, job.id);
-               }
-               if (job.log_dir.empty())
-                 refuse(409, "job " + std::to_string(job.id) + " has no log yet (it is " +
-                                 job_state_name(job.state) + "); ask with follow=true to wait");
-               std::string path = job.log_dir + "/rank" + std::to_string(rank) + ".log";
-               if (!follow) {
-                 std::ifstream in(path, std::ios::binary);
-                 res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), "text/plain");
-                 return;
-               }
-               int64_t id = job.id;
-               res.set_chunked_content_provider(
-                   "text/plain", [&store, path, id, offset = std::streamoff(0)](
-                                     size_t, httplib::DataSink& sink) mutable {
-                     std::ifstream in(path, std::ios::binary);
-                     in.seekg(offset);
-                     std::string chunk(std::istreambuf_iterator<char>(in), {});
-                     offset += static_cast<std::streamoff>(chunk.size());
-                     if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
-                     auto now = store.job(id);
-                     if (!now || now->state == JobState::kEnded) {
-                       if (chunk.empty()) sink.done();
-                       return true;
-                     }
-                     if (chunk.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                     return true;
-                   });
-             }));
+  server.Get(
+      R"(/api/v1/jobs/([^/]+)/logs)",
+      guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+        Job job = owned_job(store, u, job_id(req));
+        int rank = 0;
+        if (req.has_param("rank")) {
+          try {
+            rank = std::stoi(req.get_param_value("rank"));
+          } catch (const std::exception&) {
+            refuse(400, "rank: must be an integer");
+          }
+        }
+        if (rank < 0 || rank >= job.workers)
+          refuse(400, "rank: " + std::to_string(rank) + " is not a rank of job " +
+                          std::to_string(job.id));
+        bool follow = req.get_param_value("follow") == "true";
+        // Following a job that has not started: wait for its log (the queue may hold it).
+        for (int i = 0;
+             follow && job.log_dir.empty() && job.state != JobState::kEnded && i < kLogWaitPolls;
+             ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          job = owned_job(store, u, job.id);
+        }
+        if (job.log_dir.empty())
+          refuse(409, "job " + std::to_string(job.id) + " has no log yet (it is " +
+                          job_state_name(job.state) + "); ask with follow=true to wait");
+        std::string path = job.log_dir + "/rank" + std::to_string(rank) + ".log";
+        if (!follow) {
+          std::ifstream in(path, std::ios::binary);
+          res.set_content(std::string(std::istreambuf_iterator<char>(in), {}), "text/plain");
+          return;
+        }
+        int64_t id = job.id;
+        // Server-Sent Events for browsers (Accept: text/event-stream): one `data:` event
+        // per whole line, then `event: end` with the exit code; else the raw bytes.
+        bool sse = req.get_header_value("Accept").find("text/event-stream") != std::string::npos;
+        res.set_chunked_content_provider(
+            sse ? "text/event-stream" : "text/plain",
+            [&store, path, id, sse, offset = std::streamoff(0), partial = std::string()](
+                size_t, httplib::DataSink& sink) mutable {
+              std::ifstream in(path, std::ios::binary);
+              in.seekg(offset);
+              std::string chunk(std::istreambuf_iterator<char>(in), {});
+              offset += static_cast<std::streamoff>(chunk.size());
+              std::string out = chunk;
+              if (sse) {
+                out.clear();
+                partial += chunk;
+                for (size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
+                  out += "data: " + partial.substr(0, nl) + "\n\n";
+                  partial.erase(0, nl + 1);
+                }
+              }
+              if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+              auto now = store.job(id);
+              if (!now || now->state == JobState::kEnded) {
+                if (chunk.empty()) {
+                  if (sse) {
+                    std::string end = "event: end\ndata: " +
+                                      json{{"exit_code", now ? now->exit_code : -1}}.dump() +
+                                      "\n\n";
+                    sink.write(end.data(), end.size());
+                  }
+                  sink.done();
+                }
+                return true;
+              }
+              if (chunk.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+              return true;
+            });
+      }));
   server.Get(R"(/api/v1/jobs/([^/]+)/metrics)",
              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
                Job job = owned_job(store, u, job_id(req));

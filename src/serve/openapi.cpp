@@ -79,11 +79,11 @@ const std::string& openapi_json() {
                       "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
                       "409": {"$ref": "#/components/responses/Error"}}}},
     "/api/v1/jobs/{id}/logs": {
-      "get": {"summary": "A rank's log, whole or followed while the job runs (chunked)",
+      "get": {"summary": "A rank's log, whole or followed while the job runs (chunked text; Server-Sent Events with Accept: text/event-stream)",
         "parameters": [{"$ref": "#/components/parameters/id"},
                        {"name": "rank", "in": "query", "schema": {"type": "integer", "minimum": 0, "default": 0}},
                        {"name": "follow", "in": "query", "schema": {"type": "boolean", "default": false}}],
-        "responses": {"200": {"description": "The log", "content": {"text/plain": {"schema": {"type": "string"}}}},
+        "responses": {"200": {"description": "The log", "content": {"text/plain": {"schema": {"type": "string"}}, "text/event-stream": {"schema": {"type": "string"}}}},
                       "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
                       "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
     "/api/v1/jobs/{id}/metrics": {

@@ -127,6 +127,17 @@ TEST(ServeTest, RunsARealTrainingJobSubmittedOverHttp) {
   ASSERT_TRUE(log && log->status == 200);
   EXPECT_NE(log->body.find("Accuracy on test dataset - "), std::string::npos) << log->body;
   EXPECT_NE(log->body.find("joined 2 ranks"), std::string::npos) << log->body;
+  // The same log as Server-Sent Events, as a browser's EventSource reads it.
+  httplib::Headers sse = auth(alice);
+  sse.emplace("Accept", "text/event-stream");
+  auto events = s.client().Get(
+      "/api/v1/jobs/" + std::to_string(job["id"].get<int>()) + "/logs?follow=true", sse);
+  ASSERT_TRUE(events && events->status == 200);
+  EXPECT_EQ(events->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_NE(events->body.find("data: Accuracy on test dataset - "), std::string::npos)
+      << events->body;
+  EXPECT_NE(events->body.find("event: end\ndata: {\"exit_code\":0}\n\n"), std::string::npos)
+      << events->body;
   auto epochs = s.client().Get("/api/v1/jobs/" + std::to_string(job["id"].get<int>()) + "/metrics",
                                auth(alice));
   ASSERT_TRUE(epochs && epochs->status == 200);
