@@ -279,3 +279,20 @@ $(cluster_show "$script" "$SLURM_CLUSTER_JOB_STDOUT")"
     cluster_fail "batch job $SLURM_CLUSTER_JOB_ID completed but left no output file '$SLURM_CLUSTER_JOB_STDOUT'"
   ddpx_assert_trained "$SLURM_CLUSTER_JOB_STDOUT" "$world" slurm "$SLURM_CLUSTER_NODE" "$port"
 }
+
+# The prologue of every Slurm test: skip unless the daemons can run, find ddpx ($1 or $DDPX),
+# clear inherited launcher variables, bring the cluster up, and cd into its work folder. Sets
+# work, node, and train: a one-epoch CPU job of well under a second whose --timeout bounds
+# every collective, so a rank that goes missing fails the test instead of hanging it.
+slurm_cluster_setup() {
+  slurm_cluster_require
+  cluster_resolve_ddpx "$@"
+  cluster_clean_env
+  slurm_cluster_start
+  work=$SLURM_CLUSTER_DIR/work
+  node=$SLURM_CLUSTER_NODE
+  cd "$work" || cluster_fail "cannot cd into $work"
+  # shellcheck disable=SC2034  # used by the sourcing test
+  train=(train --dataset synthetic --model mlp --num_epochs 1 --batch_size 64 --synthetic_size 512
+    --threads 1 --device cpu --timeout 30)
+}

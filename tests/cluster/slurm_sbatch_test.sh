@@ -24,17 +24,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=SCRIPTDIR/slurm_cluster.sh
 source "$here/slurm_cluster.sh"
 
-slurm_cluster_require
-cluster_resolve_ddpx "$@"
-cluster_clean_env
-slurm_cluster_start
-work=$SLURM_CLUSTER_DIR/work
-node=$SLURM_CLUSTER_NODE
-cd "$work"
-
-# A one-epoch CPU job of well under a second; --timeout bounds every collective.
-train=(train --dataset synthetic --model mlp --num_epochs 1 --batch_size 64 --synthetic_size 512
-  --threads 1 --device cpu --timeout 30)
+slurm_cluster_setup "$@"
 # About a second per epoch for two ranks on two cores: slow enough to signal it mid-run.
 rq_epochs=5
 rq_train=(train --dataset synthetic --model resnet20 --num_epochs "$rq_epochs" --batch_size 64

@@ -15,18 +15,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=SCRIPTDIR/slurm_cluster.sh
 source "$here/slurm_cluster.sh"
 
-slurm_cluster_require
-cluster_resolve_ddpx "$@"
-cluster_clean_env
-slurm_cluster_start
-work=$SLURM_CLUSTER_DIR/work
-node=$SLURM_CLUSTER_NODE
-cd "$work"
-
-# A one-epoch CPU job of well under a second; --timeout bounds every collective, so a rank
-# that goes missing fails the test instead of hanging it.
-train=(train --dataset synthetic --model mlp --num_epochs 1 --batch_size 64 --synthetic_size 512
-  --threads 1 --device cpu --timeout 30)
+slurm_cluster_setup "$@"
 long_train=(train --dataset synthetic --model mlp --num_epochs 100000 --batch_size 64
   --synthetic_size 512 --threads 1 --device cpu --timeout 30 --log_every 1000000)
 

@@ -12,15 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=SCRIPTDIR/slurm_cluster.sh
 source "$here/slurm_cluster.sh"
 
-slurm_cluster_require
-cluster_resolve_ddpx "$@"
-cluster_clean_env
-slurm_cluster_start
-work=$SLURM_CLUSTER_DIR/work
-cd "$work"
-
-train=(train --dataset synthetic --model mlp --num_epochs 1 --batch_size 64 --synthetic_size 512
-  --threads 1 --device cpu --timeout 30)
+slurm_cluster_setup "$@"
 
 # run_step ALLOC_TASKS STEP_TASKS: a batch job of ALLOC_TASKS tasks per node whose one step
 # runs `srun -n STEP_TASKS ddpx train`; the step must train as world size STEP_TASKS.
