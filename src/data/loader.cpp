@@ -26,7 +26,7 @@ void DataLoader::stop_workers() {
   workers_.clear();
 }
 
-void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch) {
   stop_workers();
   for (int64_t i : indices)
     DDPX_CHECK(i >= 0 && i < dataset_.size(), ErrorKind::kInternal,
@@ -36,9 +36,11 @@ void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
   const int64_t n = static_cast<int64_t>(indices_.size()), b = options_.batch_size;
   num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
   if (options_.limit_batches > 0) num_batches_ = std::min(num_batches_, options_.limit_batches);
+  DDPX_CHECK(first_batch >= 0 && first_batch <= num_batches_, ErrorKind::kInternal,
+             "loader: first batch {} outside an epoch of {} batches", first_batch, num_batches_);
   ready_.clear();
-  next_to_build_ = 0;
-  next_to_return_ = 0;
+  next_to_build_ = first_batch;
+  next_to_return_ = first_batch;
   error_ = nullptr;
   stopping_ = false;
   for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });

@@ -47,7 +47,9 @@ class DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   // Begins an epoch over these sample indices (from a sampler); stops any epoch in flight.
-  void start_epoch(std::vector<int64_t> indices, int64_t epoch);
+  // `first_batch`: where a run resumed mid-epoch goes on; the batches from there are the ones
+  // (samples and augmentation) the whole epoch would have had.
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch = 0);
   // The next batch in order, or nullopt at the end of the epoch.
   std::optional<Batch> next();
   int64_t num_batches() const;  // in the current epoch

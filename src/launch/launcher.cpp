@@ -43,8 +43,9 @@ void on_signal(int signal) {
   errno = saved;
 }
 
-// Routes SIGINT/SIGTERM/SIGHUP/SIGCHLD into a pipe the event loop polls (a handler may run
-// on any thread, so the loop, not the handler, does the work). Restores the old handlers.
+// Routes SIGINT/SIGTERM/SIGHUP/SIGCHLD and the snapshot requests SIGUSR1/SIGUSR2 into a pipe the
+// event loop polls (a handler may run on any thread, so the loop, not the handler, does the work).
+// Restores the old handlers.
 class SignalPipe {
  public:
   SignalPipe() {
@@ -69,8 +70,8 @@ class SignalPipe {
   int fd() const { return g_signal_pipe[0]; }
 
  private:
-  static constexpr int kCount = 4;
-  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  static constexpr int kCount = 6;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2};
   struct sigaction old_[kCount] {};
   struct sigaction old_pipe_ {};
 };
@@ -209,6 +210,10 @@ class Attempt {
   }
 
   void on_launcher_signal(int signal) {
+    if (signal == SIGUSR1 || signal == SIGUSR2) {
+      forward_snapshot_request(signal);
+      return;
+    }
     if (stopping_) {  // a second Ctrl-C, or a signal while already stopping: no more grace
       kill_all("got a second signal");
       return;
@@ -217,6 +222,17 @@ class Attempt {
     say(fmt::format("got SIG{}; stopping {} worker(s) (SIGKILL after {} s)", ::sigabbrev_np(signal),
                     running_count(), options_.grace_s));
     begin_stop(signal == SIGHUP ? SIGTERM : signal);
+  }
+
+  // A snapshot request (train/snapshot_request.h): every worker gets it; they agree on a step.
+  void forward_snapshot_request(int signal) {
+    if (stopping_) return;
+    say(fmt::format("got SIG{}; asking {} worker(s) for a snapshot at their next step{}",
+                    ::sigabbrev_np(signal), running_count(),
+                    signal == SIGUSR2 ? ", then to stop" : ""));
+    for (Worker& w : workers_) {
+      if (w.running) signal_worker(w.process.pid, signal);
+    }
   }
 
   void reap() {

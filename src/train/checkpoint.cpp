@@ -104,20 +104,49 @@ torch::serialize::InputArchive open_archive(const std::string& path) {
        message_of(e));
 }
 
-int64_t epochs_of(const std::string& filename) {
+constexpr const char* kStepMark = "_step";
+
+// {epochs, steps into the next epoch} from a checkpoint's file name; {-1, 0} when it is not
+// one of ddpx's names.
+std::pair<int64_t, int64_t> position_of(const std::string& filename) {
+  if (filename.rfind(kPrefix, 0) != 0 ||
+      filename.size() <= std::strlen(kPrefix) + std::strlen(kSuffix) ||
+      filename.compare(filename.size() - std::strlen(kSuffix), std::string::npos, kSuffix) != 0)
+    return {-1, 0};
   std::string stem = filename.substr(std::strlen(kPrefix));
   stem = stem.substr(0, stem.size() - std::strlen(kSuffix));
-  try {
-    return std::stoll(stem);
-  } catch (...) {
-    return -1;
+  std::string steps;
+  if (size_t mark = stem.find(kStepMark); mark != std::string::npos) {
+    steps = stem.substr(mark + std::strlen(kStepMark));
+    stem = stem.substr(0, mark);
   }
+  auto number = [](const std::string& text) -> int64_t {
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return -1;
+    try {
+      return std::stoll(text);
+    } catch (...) {
+      return -1;
+    }
+  };
+  int64_t epochs = number(stem);
+  int64_t step = steps.empty() ? 0 : number(steps);
+  if (epochs < 0 || step < 0) return {-1, 0};
+  return {epochs, step};
+}
+
+bool is_snapshot_name(const std::string& filename) {
+  return filename.find(kStepMark) != std::string::npos;
 }
 
 }  // namespace
 
 std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done) {
   return fmt::format("{}/{}{:04d}{}", save_dir, kPrefix, epochs_done, kSuffix);
+}
+
+std::string snapshot_path(const std::string& save_dir, int64_t epochs_done, int64_t epoch_step) {
+  return fmt::format("{}/{}{:04d}{}{:06d}{}", save_dir, kPrefix, epochs_done, kStepMark, epoch_step,
+                     kSuffix);
 }
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model,
@@ -131,6 +160,7 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
   archive.write("optimizer", optimizer_archive);
   archive.write("epochs_done", c10::IValue(position.epochs_done));
   archive.write("global_step", c10::IValue(position.global_step));
+  if (position.epoch_step > 0) archive.write("epoch_step", c10::IValue(position.epoch_step));
   if (position.loss_scale > 0) {
     archive.write("loss_scale", c10::IValue(position.loss_scale));
     archive.write("loss_scale_growth", c10::IValue(position.loss_scale_growth));
@@ -202,6 +232,7 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
     position.epochs_done = value.toInt();
     archive.read("global_step", value);
     position.global_step = value.toInt();
+    if (archive.try_read("epoch_step", value)) position.epoch_step = value.toInt();
     if (archive.try_read("loss_scale", value)) {
       position.loss_scale = value.toDouble();
       archive.read("loss_scale_growth", value);
@@ -255,15 +286,11 @@ void verify_checkpoint_bytes(const std::string& bytes, const std::string& name) 
 
 std::vector<std::string> list_checkpoints(const std::string& save_dir) {
   namespace fs = std::filesystem;
-  std::vector<std::pair<int64_t, std::string>> found;
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(save_dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0 || name.size() <= std::strlen(kSuffix) ||
-        name.compare(name.size() - std::strlen(kSuffix), std::string::npos, kSuffix) != 0)
-      continue;
-    int64_t epochs = epochs_of(name);
-    if (epochs >= 0) found.emplace_back(epochs, entry.path().string());
+    auto position = position_of(entry.path().filename().string());
+    if (position.first >= 0) found.emplace_back(position, entry.path().string());
   }
   std::sort(found.rbegin(), found.rend());
   std::vector<std::string> paths;
@@ -284,10 +311,12 @@ std::optional<std::string> find_latest_good_checkpoint(const std::string& save_d
 }
 
 void prune_checkpoints(const std::string& save_dir, int keep) {
-  auto paths = list_checkpoints(save_dir);
-  for (size_t i = static_cast<size_t>(keep); i < paths.size(); ++i) {
+  size_t kept = 0;
+  for (const auto& path : list_checkpoints(save_dir)) {
+    if (is_snapshot_name(std::filesystem::path(path).filename().string())) continue;
+    if (++kept <= static_cast<size_t>(keep)) continue;
     std::error_code ec;
-    std::filesystem::remove(paths[i], ec);
+    std::filesystem::remove(path, ec);
   }
 }
 

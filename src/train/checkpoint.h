@@ -23,6 +23,9 @@ struct TrainPosition {
   double loss_scale = 0;    // fp16 loss scaling's scale (0: none) and its clean-step count
   int64_t loss_scale_growth = 0;
   int64_t ema_updates = -1;  // --ema_decay: updates the average has had (-1: no EMA saved)
+  // A snapshot taken mid-epoch: the steps already taken in epoch `epochs_done` (0: the epoch's
+  // start). Resuming skips the batches of those steps (the sampler's order is the same).
+  int64_t epoch_step = 0;
 };
 
 // What the weights belong to: enough to rebuild the model from the checkpoint alone.
@@ -36,8 +39,10 @@ struct CheckpointMeta {
 // The meta of a checkpoint file (verified first).
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
-// Path of the checkpoint written after `epochs_done` epochs.
+// Path of the checkpoint written after `epochs_done` epochs, and of a snapshot taken
+// `epoch_step` steps into the next epoch (checkpoint_epoch0002_step000120.ddpx).
 std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done);
+std::string snapshot_path(const std::string& save_dir, int64_t epochs_done, int64_t epoch_step);
 
 // `ema`: the weights' moving average (--ema_decay), saved beside the model when given.
 void save_checkpoint(const std::string& path, torch::nn::Module& model,
@@ -55,13 +60,13 @@ TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
 // Throws kData when the file is not a complete, uncorrupted checkpoint.
 void verify_checkpoint(const std::string& path);
 
-// Checkpoint files in save_dir, newest (most epochs) first.
+// Checkpoint files in save_dir (snapshots included), newest (most epochs, then steps) first.
 std::vector<std::string> list_checkpoints(const std::string& save_dir);
 
 // The newest checkpoint that verifies; corrupt ones are reported (warning) and skipped.
 std::optional<std::string> find_latest_good_checkpoint(const std::string& save_dir);
 
-// Deletes all but the newest `keep` checkpoints.
+// Deletes all but the newest `keep` per-epoch checkpoints; snapshots, taken on request, stay.
 void prune_checkpoints(const std::string& save_dir, int keep);
 
 // The same readers on bytes already in memory (`name` labels errors, as the path does above).

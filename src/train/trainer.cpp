@@ -39,6 +39,7 @@
 #include "train/pretrained.h"
 #include "train/profiler.h"
 #include "train/progress.h"
+#include "train/snapshot_request.h"
 #include "train/step_strategy.h"
 #include "train/threads.h"
 
@@ -51,6 +52,8 @@ constexpr int64_t kEvalBatchSize = 512;
 constexpr int64_t kGpuReadEvery = 50;
 // TensorBoard step points every this many steps on a CPU (on a GPU at every read).
 constexpr int64_t kCpuCurveEvery = 10;
+// The ranks agree on snapshot requests (SIGUSR1/SIGUSR2) every this many optimizer steps.
+constexpr int64_t kCpuSnapshotCheckEvery = 5;
 
 int choose_threads(const TrainOptions& o) { return o.threads > 0 ? o.threads : default_threads(); }
 
@@ -91,6 +94,7 @@ class Run {
     Stopwatch total;
     for (int64_t epoch = start_epoch_; epoch < o_.num_epochs; ++epoch) {
       EpochResult r = train_epoch(epoch);
+      if (stopped_) break;  // after a snapshot asked for with SIGUSR2
       bool last = epoch + 1 == o_.num_epochs;
       if ((epoch + 1) % o_.log_every == 0 || last) {
         r.test_accuracy = evaluate(model_);
@@ -113,6 +117,7 @@ class Run {
   }
 
   void setup() {
+    install_snapshot_signals();  // first: a request that comes early must not end the process
     validate(o_);
     set_threads(choose_threads(o_));
     dist::InitOptions init;
@@ -206,6 +211,8 @@ class Run {
       profiler_ = std::make_unique<StepProfiler>(o_.profile, o_.profile_skip, o_.profile_steps,
                                                  device_, *context_);
     }
+    snapshots_ = std::make_unique<SnapshotRequests>(
+        *context_, device_, device_.is_cpu() ? kCpuSnapshotCheckEvery : kGpuReadEvery);
     print_header();
   }
 
@@ -231,6 +238,7 @@ class Run {
         load_checkpoint(path, *model_.ptr(), *optimizer_, meta(), ema_ ? &ema_->module() : nullptr);
     start_epoch_ = position.epochs_done;
     global_step_ = position.global_step;
+    resume_epoch_step_ = position.epoch_step;
     if (ema_) {
       if (position.ema_updates >= 0) {
         ema_->set_updates(position.ema_updates);
@@ -243,27 +251,51 @@ class Run {
     }
     if (scaler_ && position.loss_scale > 0)
       scaler_->load(position.loss_scale, position.loss_scale_growth);
-    log::info("resumed from {} after {} epochs ({} steps)", path, start_epoch_, global_step_);
+    if (resume_epoch_step_ > 0) {
+      log::info("resumed from {} at epoch {} step {} ({} steps in all)", path, start_epoch_,
+                resume_epoch_step_, global_step_);
+    } else {
+      log::info("resumed from {} after {} epochs ({} steps)", path, start_epoch_, global_step_);
+    }
   }
 
   CheckpointMeta meta() const {
     return {o_.model, splits_.train.num_classes, o_.stem, image_size_};
   }
 
+  TrainPosition position(int64_t epochs_done, int64_t epoch_step) const {
+    TrainPosition position{epochs_done, global_step_};
+    position.epoch_step = epoch_step;
+    if (scaler_) {
+      position.loss_scale = scaler_->current_scale();
+      position.loss_scale_growth = scaler_->growth_tracker();
+    }
+    if (ema_) position.ema_updates = ema_->updates();
+    return position;
+  }
+
   void save(int64_t epochs_done) {
     if (context_->rank() == 0) {
-      std::string path = checkpoint_path(o_.save_dir, epochs_done);
-      TrainPosition position{epochs_done, global_step_};
-      if (scaler_) {
-        position.loss_scale = scaler_->current_scale();
-        position.loss_scale_growth = scaler_->growth_tracker();
-      }
-      if (ema_) position.ema_updates = ema_->updates();
-      save_checkpoint(path, *model_.ptr(), *optimizer_, position, meta(),
-                      ema_ ? &ema_->module() : nullptr);
+      save_checkpoint(checkpoint_path(o_.save_dir, epochs_done), *model_.ptr(), *optimizer_,
+                      position(epochs_done, 0), meta(), ema_ ? &ema_->module() : nullptr);
       prune_checkpoints(o_.save_dir, o_.keep_checkpoints);
     }
     context_->barrier();  // no rank runs ahead of a checkpoint it might resume from
+  }
+
+  // A checkpoint `step` steps into `epoch`, asked for while training (snapshot_request.h).
+  void snapshot(int64_t epoch, int64_t step, bool stop) {
+    if (o_.save_dir.empty()) {
+      if (context_->rank() == 0)
+        log::warn("a snapshot was asked for, but this run has no --save_dir; none written");
+    } else if (context_->rank() == 0) {
+      std::string path = snapshot_path(o_.save_dir, epoch, step);
+      save_checkpoint(path, *model_.ptr(), *optimizer_, position(epoch, step), meta(),
+                      ema_ ? &ema_->module() : nullptr);
+      log::out("Snapshot - epoch {} step {}/{}: {}", epoch, step, steps_per_epoch_, path);
+      if (stop) log::out("Stopping after the snapshot; resume with --resume {}", path);
+    }
+    context_->barrier();
   }
 
   void print_header() {
@@ -298,7 +330,8 @@ class Run {
 
   EpochResult train_epoch(int64_t epoch) {
     model_.ptr()->train();
-    train_loader_->start_epoch(sampler_->indices(epoch), epoch);
+    const int64_t skip = epoch == start_epoch_ ? resume_epoch_step_ : 0;
+    train_loader_->start_epoch(sampler_->indices(epoch), epoch, skip);
     DeviceFeeder feeder(*train_loader_, device_, o_.channels_last);
     ProgressBar bar(o_.progress && log::enabled(), steps_per_epoch_);
     DeviceSums device_sums(device_);
@@ -307,7 +340,7 @@ class Run {
     double last_point_s = 0;
     const int64_t read_every = device_.is_cpu() ? 1 : kGpuReadEvery;
     const int64_t curve_every = device_.is_cpu() ? kCpuCurveEvery : kGpuReadEvery;
-    int64_t step = 0;
+    int64_t step = skip;
     optimizer_->zero_grad();
     for (;;) {
       if (profiler_) profiler_->before_step();
@@ -327,6 +360,19 @@ class Run {
       device_sums.add(loss, logits, batch->labels);
       ++step;
       if (profiler_) profiler_->after_step();
+      // At an optimizer step before the epoch's last (every rank computes the same condition:
+      // the poll is a collective).
+      bool stepped = step % o_.accumulation_steps == 0;
+      if (stepped && step < steps_per_epoch_) {
+        if (SnapshotRequest request = snapshots_->poll(global_step_)) {
+          snapshot(epoch, step, request.stop);
+          if (request.stop) {
+            stopped_ = true;
+            bar.finish();
+            return {};
+          }
+        }
+      }
       if (step % read_every == 0 || step == steps_per_epoch_) {
         sums = device_sums.read();
         // fp16 skips the steps whose loss overflowed (the loss scaler's job), so only an
@@ -476,7 +522,10 @@ class Run {
   std::unique_ptr<LrSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;
   int64_t start_epoch_ = 0;
+  int64_t resume_epoch_step_ = 0;  // a snapshot's steps into its epoch
   int64_t global_step_ = 0;
+  std::unique_ptr<SnapshotRequests> snapshots_;
+  bool stopped_ = false;  // stopped after a snapshot (SIGUSR2)
 };
 
 }  // namespace

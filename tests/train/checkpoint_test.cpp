@@ -153,6 +153,42 @@ TEST(CheckpointTest, PruneKeepsTheNewest) {
   EXPECT_EQ(left[1], checkpoint_path(dir.path(), 4));
 }
 
+TEST(CheckpointTest, SnapshotsSortByEpochThenStepAndOutlivePruning) {
+  test::TempDir dir;
+  Fixture a;
+  for (int epoch = 1; epoch <= 4; ++epoch)
+    save_checkpoint(checkpoint_path(dir.path(), epoch), *a.model, a.optimizer, {epoch, epoch},
+                    {"linear", 3});
+  TrainPosition mid{1, 130};
+  mid.epoch_step = 30;
+  save_checkpoint(snapshot_path(dir.path(), 1, 30), *a.model, a.optimizer, mid, {"linear", 3});
+  save_checkpoint(snapshot_path(dir.path(), 4, 7), *a.model, a.optimizer, {4, 407}, {"linear", 3});
+  EXPECT_EQ(snapshot_path(dir.path(), 1, 30), dir.path() + "/checkpoint_epoch0001_step000030.ddpx");
+  // Not ddpx's names: ignored.
+  test::write_bytes(dir.file("checkpoint_epoch0009_stepx.ddpx"), "x");
+  test::write_bytes(dir.file("checkpoint_epoch.ddpx"), "x");
+
+  auto all = list_checkpoints(dir.path());
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(all[0], snapshot_path(dir.path(), 4, 7));  // 4 epochs and 7 steps: the newest
+  EXPECT_EQ(all[1], checkpoint_path(dir.path(), 4));
+  EXPECT_EQ(all[4], snapshot_path(dir.path(), 1, 30));
+  EXPECT_EQ(*find_latest_good_checkpoint(dir.path()), snapshot_path(dir.path(), 4, 7));
+
+  prune_checkpoints(dir.path(), 1);
+  auto left = list_checkpoints(dir.path());
+  ASSERT_EQ(left.size(), 3u);
+  EXPECT_EQ(left[1], checkpoint_path(dir.path(), 4));
+  EXPECT_EQ(left[2], snapshot_path(dir.path(), 1, 30));
+
+  Fixture b;
+  TrainPosition p = load_checkpoint(left[2], *b.model, b.optimizer, {"linear", 3});
+  EXPECT_EQ(p.epochs_done, 1);
+  EXPECT_EQ(p.epoch_step, 30);
+  EXPECT_EQ(p.global_step, 130);
+  EXPECT_EQ(load_checkpoint(left[1], *b.model, b.optimizer, {"linear", 3}).epoch_step, 0);
+}
+
 // kill -9 in the middle of a checkpoint write: a forked writer saves 16 MB checkpoints over the
 // same path in a loop (all weights 1, then all 2, ...) and is killed while its temporary file
 // exists. The path must then hold one complete checkpoint that loads, never a torn mix.

@@ -1,0 +1,42 @@
+// Snapshots on request: a running `ddpx train` writes a checkpoint at its next step when asked,
+// and goes on (SIGUSR1) or stops after it (SIGUSR2). The request reaches ranks at different
+// moments (the launcher forwards it, srun forwards it, `ddpx snapshot JOB` and the job service
+// send it), so the ranks agree on it with one small all-reduce every few optimizer steps: every
+// rank sees a request that any rank got, at the same step, and the checkpoint is taken there.
+#pragma once
+
+#include <cstdint>
+
+#include "dist/context.h"
+
+namespace ddpx::train {
+
+struct SnapshotRequest {
+  bool snapshot = false;  // write a checkpoint now
+  bool stop = false;      // and stop after it
+  explicit operator bool() const { return snapshot || stop; }
+};
+
+// Installs the SIGUSR1/SIGUSR2 handlers (for the life of the process; idempotent). Called as
+// early as a run starts: a request that comes before it ends the process (the signals' default
+// action), so the launcher forwards only to workers that are up, and the service only to running
+// jobs.
+void install_snapshot_signals();
+
+class SnapshotRequests {
+ public:
+  // Installs the handlers too.
+  SnapshotRequests(dist::Context& context, torch::Device device, int64_t check_every);
+
+  // Called after each optimizer step with the global step count; every `check_every` steps
+  // (a collective: every rank calls it with the same step) returns what any rank was asked for,
+  // and clears it. `force` checks now (an epoch's end).
+  SnapshotRequest poll(int64_t global_step, bool force = false);
+
+ private:
+  dist::Context& context_;
+  torch::Device device_;
+  int64_t check_every_;
+};
+
+}  // namespace ddpx::train

@@ -1,0 +1,116 @@
+// Snapshots on request, as a user (or Slurm, or the job service) asks for them: SIGUSR1 to a
+// running `ddpx run` writes a checkpoint mid-epoch and training goes on; SIGUSR2 writes one and
+// stops; `--resume auto` goes on from the snapshot's step and ends with the same weights as a
+// run that was never interrupted.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <regex>
+
+#include "launch/launch_helpers.h"
+#include "models/registry.h"
+#include "support/support.h"
+#include "train/checkpoint.h"
+
+namespace ddpx {
+namespace {
+
+using launch::testing::ddpx_run;
+using launch::testing::slurp;
+using launch::testing::start_in_background;
+using launch::testing::wait_exit_code;
+
+// Two ranks, three epochs of 40 steps each on synthetic data.
+const std::string kTrain =
+    "-- train --model mlp --dataset synthetic --synthetic_size 1280 --synthetic_image 8 "
+    "--batch_size 16 --threads 1 --seed 5 --num_epochs 3 --limit_test_batches 1 --save_dir ck";
+
+// Waits until the log has `text`; false after timeout_s.
+bool wait_for_text(const std::string& log, const std::string& text, double timeout_s) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    if (slurp(log).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// The max absolute difference between the weights of two checkpoints of the same mlp.
+double weight_difference(const std::string& a_path, const std::string& b_path) {
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 8;
+  auto a = models::create_model("mlp", config);
+  auto b = models::create_model("mlp", config);
+  train::load_checkpoint_weights(a_path, *a.ptr());
+  train::load_checkpoint_weights(b_path, *b.ptr());
+  auto pb = b.ptr()->named_parameters();
+  double diff = 0;
+  for (const auto& item : a.ptr()->named_parameters())
+    diff = std::max(diff, (item.value() - pb[item.key()]).abs().max().item<double>());
+  return diff;
+}
+
+// Runs the job, sends `signal` to its launcher once epoch 0 is done, and returns the output.
+std::string run_signalled(const test::TempDir& dir, int signal, int* exit_code) {
+  std::string log = dir.file("out.log");
+  pid_t pid = start_in_background(ddpx_run(dir, "2 " + kTrain), log);
+  EXPECT_TRUE(wait_for_text(log, "Epoch - 0/3", 120)) << slurp(log);
+  ::kill(pid, signal);
+  *exit_code = wait_exit_code(pid, 120);
+  return slurp(log);
+}
+
+TEST(SnapshotCliTest, Usr1WritesASnapshotMidEpochAndTrainingGoesOn) {
+  test::TempDir reference, dir;
+  auto full = test::run_command(ddpx_run(reference, "2 " + kTrain), 300);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+
+  int code = 0;
+  std::string out = run_signalled(dir, SIGUSR1, &code);
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Snapshot - epoch 1 step (\d+)/40: (\S+))")))
+      << out;
+  int step = std::stoi(m[1]);
+  EXPECT_GT(step, 0);
+  EXPECT_LT(step, 40);
+  EXPECT_TRUE(std::filesystem::exists(dir.file(m[2]))) << m[2];
+  EXPECT_NE(out.find("Epoch - 2/3"), std::string::npos) << "training did not go on:\n" << out;
+  // Taking the snapshot changed nothing.
+  EXPECT_EQ(weight_difference(reference.file("ck/checkpoint_epoch0003.ddpx"),
+                              dir.file("ck/checkpoint_epoch0003.ddpx")),
+            0.0);
+}
+
+TEST(SnapshotCliTest, Usr2StopsAfterTheSnapshotAndResumeAutoEndsWhereAnUninterruptedRunDoes) {
+  test::TempDir reference, dir;
+  auto full = test::run_command(ddpx_run(reference, "2 " + kTrain), 300);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+
+  int code = 0;
+  std::string out = run_signalled(dir, SIGUSR2, &code);
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Snapshot - epoch 1 step (\d+)/40: (\S+))")))
+      << out;
+  std::string step = m[1];
+  EXPECT_NE(out.find("Stopping after the snapshot; resume with --resume"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("Epoch - 1/3"), std::string::npos) << "it did not stop:\n" << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/checkpoint_epoch0002.ddpx")));
+
+  auto resumed = test::run_command(ddpx_run(dir, "2 " + kTrain + " --resume auto"), 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at epoch 1 step " + step), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("Epoch - 0/3"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("Epoch - 2/3"), std::string::npos) << resumed.output;
+  EXPECT_EQ(weight_difference(reference.file("ck/checkpoint_epoch0003.ddpx"),
+                              dir.file("ck/checkpoint_epoch0003.ddpx")),
+            0.0);
+  // Snapshots are not pruned with the per-epoch checkpoints.
+  EXPECT_TRUE(std::filesystem::exists(dir.file(m[2].str()))) << m[2];
+}
+
+}  // namespace
+}  // namespace ddpx
