@@ -13,12 +13,14 @@ namespace ddpx::cli {
 // Every subcommand's name: the PROGRAM words after `ddpx run N --` that mean "this ddpx".
 // The launcher (front.cpp) registers only `run`, so it cannot ask its CLI::App for them.
 inline constexpr const char* kCommandNames[] = {
-    "train", "run",  "data",  "models", "bench",     "export", "tune",  "jobs",
-    "logs",  "stop", "shell", "sbatch", "container", "doctor", "serve", "submit"};
+    "train", "run",    "data",     "models", "bench",  "export",    "tune",
+    "jobs",  "logs",   "stop",     "shell",  "sbatch", "container", "doctor",
+    "serve", "submit", "snapshot", "backup", "restore"};
 
 // The commands the torch-free `ddpx` front runs itself (front.cpp); the rest go to ddpx-torch.
-inline constexpr const char* kFrontCommandNames[] = {
-    "run", "jobs", "logs", "stop", "shell", "sbatch", "container", "serve", "submit"};
+inline constexpr const char* kFrontCommandNames[] = {"run",    "jobs",     "logs",      "stop",
+                                                     "shell",  "sbatch",   "container", "serve",
+                                                     "submit", "snapshot", "backup",    "restore"};
 
 void add_train_command(CLI::App& app, int& exit_code);   // train_command.cpp
 void add_run_command(CLI::App& app, int& exit_code);     // run_command.cpp (the launcher)

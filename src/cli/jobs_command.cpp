@@ -1,6 +1,7 @@
-// `ddpx jobs`, `ddpx logs`, `ddpx stop` and `ddpx shell`: this host's jobs and reservations
-// (src/launch/job_control.h, shell.h); with --server the same verbs and `ddpx submit` talk to a
-// job service (src/serve/client.h). Torch-free: the `ddpx` front runs them itself.
+// `ddpx jobs`, `ddpx logs`, `ddpx stop`, `ddpx snapshot` and `ddpx shell`: this host's jobs and
+// reservations (src/launch/job_control.h, shell.h); with --server the same verbs, `ddpx submit`,
+// `ddpx backup` and `ddpx restore` talk to a job service (src/serve/client.h). Torch-free: the
+// `ddpx` front runs them itself.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -98,6 +99,87 @@ void add_stop(CLI::App& app, int& exit_code) {
   });
 }
 
+void add_snapshot(CLI::App& app, int& exit_code) {
+  auto id = std::make_shared<std::string>();
+  auto stop = std::make_shared<bool>(false);
+  auto list = std::make_shared<bool>(false);
+  auto restore = std::make_shared<std::string>();
+  CLI::App* snapshot = app.add_subcommand(
+      "snapshot",
+      "Ask a running `ddpx train` job for a snapshot: a checkpoint in its --save_dir at its next "
+      "step (SIGUSR1 to its launcher); it goes on training unless --stop");
+  snapshot->add_option("JOB", *id, "The job id (`ddpx jobs`)")->required();
+  snapshot->add_flag("--stop", *stop, "Stop the job after the snapshot (SIGUSR2)");
+  auto server = std::make_shared<serve::ClientOptions>();
+  add_server_flags(snapshot, *server);
+  snapshot->add_flag("--list", *list, "With --server: list the job's checkpoints and snapshots");
+  snapshot->add_option("--restore", *restore,
+                       "With --server: start a new job from this snapshot (a NAME from --list)");
+  snapshot->callback([id, stop, list, restore, server, &exit_code] {
+    exit_code = 0;
+    if (server->server.empty()) {
+      DDPX_CHECK(!*list && restore->empty(), ErrorKind::kUsage,
+                 "--list and --restore need --server (a job service); on this host the "
+                 "snapshots are the job's --save_dir files");
+      launch::snapshot_job(*id, *stop);
+      std::fprintf(stderr, "ddpx snapshot: asked job %s for a snapshot%s\n", id->c_str(),
+                   *stop ? ", then to stop" : "");
+      return;
+    }
+    DDPX_CHECK(!*stop, ErrorKind::kUsage,
+               "--stop: not with --server; `ddpx stop JOB --server ...` after the snapshot");
+    long long job = service_job_id(*id);
+    if (*list) {
+      std::fputs(serve::client_snapshots(*server, job).c_str(), stdout);
+    } else if (!restore->empty()) {
+      std::printf("%lld\n", serve::client_restore_snapshot(*server, job, *restore));
+    } else {
+      serve::client_snapshot(*server, job);
+      std::fprintf(stderr, "ddpx snapshot: asked job %s for a snapshot\n", id->c_str());
+    }
+  });
+}
+
+void add_backup(CLI::App& app, int& exit_code) {
+  auto server = std::make_shared<serve::ClientOptions>();
+  auto id = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto snapshots = std::make_shared<std::string>("latest");
+  CLI::App* backup = app.add_subcommand(
+      "backup",
+      "Export a job service's job as one .tar.gz (settings, snapshots, logs, metrics, with a "
+      "manifest and checksums); `ddpx restore FILE` imports it on another service");
+  backup->add_option("JOB", *id, "The job id (`ddpx jobs --server ...`)")->required();
+  add_server_flags(backup, *server);
+  backup->add_option("-o,--out", *out, "Where to write it (default: ddpx-job-JOB.tar.gz)");
+  backup->add_option("--snapshots", *snapshots, "Which checkpoints: latest, all, none or NAME,NAME")
+      ->capture_default_str();
+  backup->callback([server, id, out, snapshots, &exit_code] {
+    DDPX_CHECK(!server->server.empty(), ErrorKind::kUsage,
+               "ddpx backup: give --server URL (the job service, `ddpx serve`)");
+    long long job = service_job_id(*id);
+    std::string path = out->empty() ? "ddpx-job-" + *id + ".tar.gz" : *out;
+    serve::client_backup(*server, job, *snapshots, path);
+    std::fprintf(stderr, "ddpx backup: job %s written to %s\n", id->c_str(), path.c_str());
+    exit_code = 0;
+  });
+
+  auto file = std::make_shared<std::string>();
+  auto restore_server = std::make_shared<serve::ClientOptions>();
+  CLI::App* restore = app.add_subcommand(
+      "restore",
+      "Import a backup (`ddpx backup`) into a job service: a new job that resumes from its "
+      "snapshot; prints the new job's id");
+  restore->add_option("FILE", *file, "The backup (.tar.gz)")->required();
+  add_server_flags(restore, *restore_server);
+  restore->callback([restore_server, file, &exit_code] {
+    DDPX_CHECK(!restore_server->server.empty(), ErrorKind::kUsage,
+               "ddpx restore: give --server URL (the job service, `ddpx serve`)");
+    std::printf("%lld\n", serve::client_import(*restore_server, *file));
+    exit_code = 0;
+  });
+}
+
 void add_submit(CLI::App& app, int& exit_code) {
   auto server = std::make_shared<serve::ClientOptions>();
   auto workers = std::make_shared<int>(1);
@@ -141,6 +223,8 @@ void add_job_commands(CLI::App& app, int& exit_code) {
   add_jobs(app, exit_code);
   add_logs(app, exit_code);
   add_stop(app, exit_code);
+  add_snapshot(app, exit_code);
+  add_backup(app, exit_code);
   add_shell(app, exit_code);
   add_submit(app, exit_code);
 }

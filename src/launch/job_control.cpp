@@ -108,14 +108,33 @@ void show_logs(const std::string& id, int rank, bool follow) {
   copy_new_bytes(in);  // what the last moments wrote
 }
 
-int stop_job(const std::string& id, double timeout_s) {
-  std::string dir = jobs_dir(false);
+namespace {
+
+// The job, when it runs and this user may signal it (`verb`: what they asked, for the error).
+JobRecord signallable_job(const std::string& dir, const std::string& id, const char* verb) {
   JobRecord job = find_job(dir, id);
   DDPX_CHECK(job.state == JobState::kLive, ErrorKind::kUsage, "job {} is not running (it is {})",
              id, state_text(job));
   int me = static_cast<int>(::getuid());
   DDPX_CHECK(me == 0 || me == job.uid, ErrorKind::kUsage,
-             "job {} belongs to user {}; only its owner or root can stop it", id, job.user);
+             "job {} belongs to user {}; only its owner or root can {} it", id, job.user, verb);
+  return job;
+}
+
+}  // namespace
+
+void snapshot_job(const std::string& id, bool then_stop) {
+  JobRecord job = signallable_job(jobs_dir(false), id, "snapshot");
+  DDPX_CHECK(job.kind == "run", ErrorKind::kUsage,
+             "job {} is a `ddpx shell`; snapshot the `ddpx run` job started inside it", id);
+  int signal = then_stop ? SIGUSR2 : SIGUSR1;
+  if (::kill(job.pid, signal) != 0)
+    fail(ErrorKind::kIo, "cannot signal job {} (pid {}): {}", id, job.pid, std::strerror(errno));
+}
+
+int stop_job(const std::string& id, double timeout_s) {
+  std::string dir = jobs_dir(false);
+  JobRecord job = signallable_job(dir, id, "stop");
   if (::kill(job.pid, SIGTERM) != 0) {
     fail(ErrorKind::kIo, "cannot signal job {} (pid {}): {}", id, job.pid, std::strerror(errno));
   }

@@ -23,4 +23,10 @@ void show_logs(const std::string& id, int rank, bool follow);
 // job unless run as root, and a job that is not running.
 int stop_job(const std::string& id, double timeout_s);
 
+// Asks a running job for a snapshot: SIGUSR1 to its launcher, which forwards it to the workers
+// (`ddpx train` writes a checkpoint into its --save_dir at its next step and goes on), or
+// SIGUSR2 with `then_stop` (it stops after the checkpoint). Refuses (kUsage) a job that is not
+// running, a shell, or another user's job unless run as root.
+void snapshot_job(const std::string& id, bool then_stop);
+
 }  // namespace ddpx::launch

@@ -70,6 +70,10 @@ WorkerProcess spawn_worker(const WorkerSpec& spec) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != launcher) ::_exit(1);  // the launcher died before the prctl took hold
     ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores it; exec keeps ignored signals ignored
+    if (spec.ignores_snapshot_signals_at_start) {
+      ::signal(SIGUSR1, SIG_IGN);
+      ::signal(SIGUSR2, SIG_IGN);
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

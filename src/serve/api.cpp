@@ -4,13 +4,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
 #include "serve/auth.h"
+#include "serve/backup.h"
 #include "serve/host_metrics.h"
+#include "serve/job_files.h"
 #include "serve/job_metrics.h"
 #include "serve/scheduler.h"
 #include "serve/store.h"
@@ -74,6 +77,8 @@ Job owned_job(Store& store, const User& user, int64_t id) {
 }
 
 json parse_body(const httplib::Request& req) {
+  // A chunked body has no Content-Length for the server's early check (server.cpp).
+  if (req.body.size() > kMaxBodyBytes) refuse(413, "the body is over 1 MiB");
   if (req.get_header_value("Content-Type").find("application/json") != 0)
     refuse(415, "send the body as JSON (Content-Type: application/json)");
   json body = json::parse(req.body, nullptr, false);
@@ -108,6 +113,25 @@ void reply(httplib::Response& res, const json& body, int status = 200) {
   res.set_content(body.dump(), "application/json");
 }
 
+// Refuses what the service decides itself in a train job's command.
+void check_command(const std::vector<std::string>& command) {
+  if (!is_train_command(command)) return;
+  for (size_t i = 0; i < command.size(); ++i) {
+    const std::string& w = command[i];
+    if (w == "--save_dir" || w.rfind("--save_dir=", 0) == 0)
+      refuse(400,
+             "command: --save_dir is the service's to choose (the job's checkpoints and "
+             "snapshots, GET /api/v1/jobs/ID/snapshots); leave it out");
+    bool resume = w == "--resume" || w.rfind("--resume=", 0) == 0;
+    std::string value = w == "--resume" ? (i + 1 < command.size() ? command[i + 1] : "")
+                                        : w.substr(std::min(w.size(), sizeof("--resume=") - 1));
+    if (resume && value != "auto")
+      refuse(400, "command: --resume " + value +
+                      ": a job resumes from its own checkpoints (--resume auto) or from a "
+                      "snapshot (POST /api/v1/jobs/ID/snapshots/NAME/restore)");
+  }
+}
+
 Job submit(Scheduler& scheduler, const User& user, const json& body) {
   for (const auto& [key, value] : body.items()) {
     if (key != "command" && key != "workers" && key != "ports")
@@ -125,7 +149,52 @@ Job submit(Scheduler& scheduler, const User& user, const json& body) {
     if (!body[key].is_number_integer()) refuse(400, std::string(key) + ": must be an integer");
     return body[key].get<int>();
   };
+  check_command(command);
   return scheduler.submit(user.name, command, integer("workers", 1), integer("ports", 0));
+}
+
+json checkpoint_json(const CheckpointFile& f) {
+  return {{"name", f.name},   {"kind", f.snapshot ? "snapshot" : "epoch"},
+          {"epoch", f.epoch}, {"step", f.step},
+          {"bytes", f.bytes}, {"created", f.modified}};
+}
+
+// A train job's command for a new run from copied checkpoints: the same, resuming.
+std::vector<std::string> resuming(std::vector<std::string> command) {
+  bool has_resume = std::any_of(command.begin(), command.end(), [](const std::string& w) {
+    return w == "--resume" || w.rfind("--resume=", 0) == 0;
+  });
+  if (is_train_command(command) && !has_resume) {
+    command.push_back("--resume");
+    command.push_back("auto");
+  }
+  return command;
+}
+
+// The checkpoints a backup takes: ?snapshots=latest (default), all, none, or NAME,NAME.
+std::vector<std::string> chosen_checkpoints(const httplib::Request& req, const std::string& dir) {
+  std::string choice = req.has_param("snapshots") ? req.get_param_value("snapshots") : "latest";
+  auto files = list_checkpoint_files(dir);
+  std::vector<std::string> paths;
+  if (choice == "none") return paths;
+  if (choice == "latest" || choice == "all") {
+    for (const auto& f : files) {
+      paths.push_back(dir + "/" + f.name);
+      if (choice == "latest") break;
+    }
+    return paths;
+  }
+  for (size_t start = 0; start <= choice.size();) {
+    size_t comma = std::min(choice.find(',', start), choice.size());
+    std::string name = choice.substr(start, comma - start);
+    if (!is_checkpoint_name(name) || !std::filesystem::exists(dir + "/" + name))
+      refuse(400, "snapshots: '" + name +
+                      "' is not one of the job's checkpoints (GET /snapshots lists them); or "
+                      "give latest, all or none");
+    paths.push_back(dir + "/" + name);
+    start = comma + 1;
+  }
+  return paths;
 }
 
 }  // namespace
@@ -254,6 +323,86 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                            {"state", job_state_name(job.state)},
                            {"epochs", epoch_metrics(log)}});
              }));
+  server.Post(R"(/api/v1/jobs/([^/]+)/snapshots)",
+              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+                Job job = owned_job(store, u, job_id(req));
+                if (job.state != JobState::kRunning)
+                  refuse(409, "job " + std::to_string(job.id) + " is " + job_state_name(job.state) +
+                                  "; only a running job can take a snapshot");
+                if (!is_train_command(job.command))
+                  refuse(409, "job " + std::to_string(job.id) + " runs `" + job.command.front() +
+                                  "`, not `ddpx train`: only train jobs write snapshots");
+                scheduler.snapshot(job.id);
+                reply(res, {{"id", job.id}, {"requested", true}}, 202);
+              }));
+  server.Get(R"(/api/v1/jobs/([^/]+)/snapshots)",
+             guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+               Job job = owned_job(store, u, job_id(req));
+               json list = json::array();
+               for (const auto& f :
+                    list_checkpoint_files(job_checkpoints_dir(scheduler.state_dir(), job.id)))
+                 list.push_back(checkpoint_json(f));
+               reply(res, list);
+             }));
+  server.Post(
+      R"(/api/v1/jobs/([^/]+)/snapshots/([^/]+)/restore)",
+      guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+        Job job = owned_job(store, u, job_id(req));
+        std::string name = req.matches[2];
+        std::string path = job_checkpoints_dir(scheduler.state_dir(), job.id) + "/" + name;
+        if (!is_checkpoint_name(name))
+          refuse(400, "'" + name + "' is not a checkpoint name (GET /snapshots lists them)");
+        if (!std::filesystem::exists(path))
+          refuse(404, "job " + std::to_string(job.id) + " has no checkpoint " + name);
+        Job restored =
+            scheduler.submit(u.name, resuming(job.command), job.workers, job.extra_ports, {path});
+        json body = job_json(restored);
+        body["restored_from"] = {{"job", job.id}, {"snapshot", name}};
+        reply(res, body, 201);
+      }));
+  server.Get(R"(/api/v1/jobs/([^/]+)/backup)",
+             guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+               Job job = owned_job(store, u, job_id(req));
+               auto checkpoints =
+                   chosen_checkpoints(req, job_checkpoints_dir(scheduler.state_dir(), job.id));
+               std::string log;
+               if (!job.log_dir.empty()) {
+                 std::ifstream in(job.log_dir + "/rank0.log", std::ios::binary);
+                 log.assign(std::istreambuf_iterator<char>(in), {});
+               }
+               res.set_content(write_backup(job, checkpoints, job.log_dir, epoch_metrics(log)),
+                               "application/gzip");
+               res.set_header("Content-Disposition", "attachment; filename=\"ddpx-job-" +
+                                                         std::to_string(job.id) + ".tar.gz\"");
+             }));
+  server.Post("/api/v1/backups",
+              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+                namespace fs = std::filesystem;
+                // Unpacked and verified in a scratch folder first; nothing is kept if it fails.
+                std::string scratch = scheduler.state_dir() + "/files/import-" + new_token();
+                struct Cleanup {
+                  std::string dir;
+                  ~Cleanup() {
+                    std::error_code ec;
+                    fs::remove_all(dir, ec);
+                  }
+                } cleanup{scratch};
+                Backup backup = read_backup(req.body, "the backup", scratch);
+                check_command(backup.command);
+                Job job = scheduler.submit(u.name, resuming(backup.command), backup.workers,
+                                           backup.extra_ports, backup.checkpoints);
+                // Its logs and metrics are kept beside the new job's files.
+                std::error_code ec;
+                std::string imported = job_files_dir(scheduler.state_dir(), job.id) + "/imported";
+                fs::create_directories(imported, ec);
+                for (const char* part : {"logs", "metrics.json"}) {
+                  if (fs::exists(scratch + "/" + part))
+                    fs::rename(scratch + "/" + part, imported + "/" + part, ec);
+                }
+                json body = job_json(job);
+                body["imported_from"] = backup.job;
+                reply(res, body, 201);
+              }));
   server.Get("/api/v1/host", guarded(store, true, [](const auto&, auto& res, const User&) {
                reply(res, host_json(read_host()));
              }));

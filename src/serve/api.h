@@ -15,7 +15,9 @@ namespace ddpx::serve {
 class Scheduler;
 class Store;
 
-inline constexpr size_t kMaxBodyBytes = 1 << 20;
+inline constexpr size_t kMaxBodyBytes = 1 << 20;            // a JSON request
+inline constexpr size_t kMaxBackupBytes = size_t{4} << 30;  // POST /api/v1/backups
+inline constexpr const char* kBackupsPath = "/api/v1/backups";
 
 void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler);
 

@@ -24,11 +24,13 @@ std::string new_token() {
   return hex(bytes, sizeof(bytes));
 }
 
-std::string hash_token(const std::string& token) {
+std::string sha256_hex(const std::string& bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  EVP_Digest(token.data(), token.size(), digest, &n, EVP_sha256(), nullptr);
+  EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
   return hex(digest, n);
 }
+
+std::string hash_token(const std::string& token) { return sha256_hex(token); }
 
 }  // namespace ddpx::serve

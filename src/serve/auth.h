@@ -7,5 +7,6 @@ namespace ddpx::serve {
 
 std::string new_token();                       // 64 hex characters from the kernel's CSPRNG
 std::string hash_token(const std::string& t);  // SHA-256, hex
+std::string sha256_hex(const std::string& bytes);
 
 }  // namespace ddpx::serve

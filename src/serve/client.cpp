@@ -3,8 +3,10 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -110,6 +112,52 @@ std::string client_stop(const ClientOptions& o, long long id) {
   json job =
       json::parse(check(c.client->Post(fmt::format("/api/v1/jobs/{}/stop", id), c.headers), o));
   return job["state"].get<std::string>();
+}
+
+void client_snapshot(const ClientOptions& o, long long id) {
+  Connection c = connect(o);
+  check(c.client->Post(fmt::format("/api/v1/jobs/{}/snapshots", id), c.headers), o);
+}
+
+std::string client_snapshots(const ClientOptions& o, long long id) {
+  Connection c = connect(o);
+  json list =
+      json::parse(check(c.client->Get(fmt::format("/api/v1/jobs/{}/snapshots", id), c.headers), o));
+  std::string out = fmt::format("{:<40}  {:<8}  {:>5}  {:>7}  {:>12}\n", "NAME", "KIND", "EPOCH",
+                                "STEP", "BYTES");
+  for (const json& f : list) {
+    out += fmt::format("{:<40}  {:<8}  {:>5}  {:>7}  {:>12}\n", f["name"].get<std::string>(),
+                       f["kind"].get<std::string>(), f["epoch"].get<long long>(),
+                       f["step"].get<long long>(), f["bytes"].get<long long>());
+  }
+  return out;
+}
+
+long long client_restore_snapshot(const ClientOptions& o, long long id, const std::string& name) {
+  Connection c = connect(o);
+  json job = json::parse(check(
+      c.client->Post(fmt::format("/api/v1/jobs/{}/snapshots/{}/restore", id, name), c.headers), o));
+  return job["id"].get<long long>();
+}
+
+void client_backup(const ClientOptions& o, long long id, const std::string& snapshots,
+                   const std::string& path) {
+  Connection c = connect(o);
+  httplib::Params params{{"snapshots", snapshots}};
+  std::string bytes =
+      check(c.client->Get(fmt::format("/api/v1/jobs/{}/backup", id), params, c.headers), o);
+  write_file_atomic(path, bytes);
+}
+
+long long client_import(const ClientOptions& o, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DDPX_CHECK(in, ErrorKind::kUsage, "{}: cannot read it; give a backup written by `ddpx backup`",
+             path);
+  std::string bytes(std::istreambuf_iterator<char>(in), {});
+  Connection c = connect(o);
+  json job = json::parse(
+      check(c.client->Post("/api/v1/backups", c.headers, bytes, "application/gzip"), o));
+  return job["id"].get<long long>();
 }
 
 }  // namespace ddpx::serve

@@ -18,6 +18,13 @@ long long client_submit(const ClientOptions& o, const std::vector<std::string>& 
                         int workers, int ports);
 std::string client_jobs(const ClientOptions& o);                                // an aligned table
 void client_logs(const ClientOptions& o, long long id, int rank, bool follow);  // to stdout
-std::string client_stop(const ClientOptions& o, long long id);  // the job's state afterwards
+std::string client_stop(const ClientOptions& o, long long id);       // the job's state afterwards
+void client_snapshot(const ClientOptions& o, long long id);          // asks for one (202)
+std::string client_snapshots(const ClientOptions& o, long long id);  // an aligned table
+long long client_restore_snapshot(const ClientOptions& o, long long id, const std::string& name);
+// Writes the job's backup to `path` atomically; `snapshots`: latest, all, none or NAME,NAME.
+void client_backup(const ClientOptions& o, long long id, const std::string& snapshots,
+                   const std::string& path);
+long long client_import(const ClientOptions& o, const std::string& path);  // the new job's id
 
 }  // namespace ddpx::serve

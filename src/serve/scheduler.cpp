@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "launch/job_record.h"
+#include "serve/job_files.h"
 
 extern char** environ;
 
@@ -61,7 +62,7 @@ int Scheduler::total_slots() const {
 }
 
 Job Scheduler::submit(const std::string& user, const std::vector<std::string>& command, int workers,
-                      int extra_ports) {
+                      int extra_ports, const std::vector<std::string>& checkpoints) {
   DDPX_CHECK(!command.empty() && !command.front().empty(), ErrorKind::kUsage,
              "command: no program; give the program and its arguments, e.g. [\"train\", "
              "\"--model\", \"resnet18\"]");
@@ -79,7 +80,24 @@ Job Scheduler::submit(const std::string& user, const std::vector<std::string>& c
   job.workers = workers;
   job.extra_ports = extra_ports;
   job.submitted = std::time(nullptr);
-  job.id = store_.insert_job(job);
+  {
+    // Under the lock: the loop cannot start the job before its checkpoints are in place.
+    std::lock_guard<std::mutex> lock(mutex_);
+    job.id = store_.insert_job(job);
+    if (!checkpoints.empty()) {
+      namespace fs = std::filesystem;
+      std::string dir = job_checkpoints_dir(options_.state_dir, job.id);
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      for (const std::string& file : checkpoints) {
+        if (!ec) fs::copy_file(file, dir + "/" + fs::path(file).filename().string(), ec);
+      }
+      if (ec) {
+        store_.delete_job(job.id);
+        fail(ErrorKind::kIo, "cannot copy the checkpoints into {}: {}", dir, ec.message());
+      }
+    }
+  }
   tick();
   return *store_.job(job.id);
 }
@@ -99,6 +117,18 @@ Job Scheduler::stop(int64_t id) {
   }
   store_.update_job(job);
   return job;
+}
+
+void Scheduler::snapshot(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Job job = *store_.job(id);
+  DDPX_CHECK(job.state == JobState::kRunning && job.pid > 0, ErrorKind::kUsage,
+             "job {} is {}; only a running job can take a snapshot", id, job_state_name(job.state));
+  DDPX_CHECK(is_train_command(job.command), ErrorKind::kUsage,
+             "job {} runs `{}`, not `ddpx train`: only train jobs write snapshots", id,
+             job.command.front());
+  DDPX_CHECK(::kill(job.pid, SIGUSR1) == 0, ErrorKind::kIo, "cannot signal job {} (pid {}): {}", id,
+             job.pid, std::strerror(errno));
 }
 
 Job Scheduler::restart(int64_t id) {
@@ -213,6 +243,10 @@ void Scheduler::launch(Job& job) {
                                    "none",
                                    "--"};
   argv.insert(argv.end(), job.command.begin(), job.command.end());
+  if (is_train_command(job.command)) {
+    argv.push_back("--save_dir");
+    argv.push_back(job_checkpoints_dir(options_.state_dir, job.id));
+  }
   std::string extra;
   for (size_t i = 1; i < job.ports.size(); ++i)
     extra += (extra.empty() ? "" : ",") + std::to_string(job.ports[i]);
@@ -241,7 +275,11 @@ void Scheduler::launch(Job& job) {
 
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::setsid();                  // the job outlives the service
+    ::setsid();  // the job outlives the service
+    // Snapshot requests that come before the launcher installs its handlers are dropped, not
+    // fatal (their default action); exec keeps an ignored signal ignored.
+    ::signal(SIGUSR1, SIG_IGN);
+    ::signal(SIGUSR2, SIG_IGN);
     ::dup2(out, STDOUT_FILENO);  // dup2 clears close-on-exec on the copies
     ::dup2(out, STDERR_FILENO);
     ::dup2(in, STDIN_FILENO);

@@ -7,7 +7,8 @@
 // restart of the service (even kill -9) leaves it running. Its liveness and exit code come
 // from the launcher's record in the service's job table (launch/job_record.h, under
 // STATE/jobs), not from waitpid: after a restart the service re-adopts running jobs and reads
-// the exit code of those that ended meanwhile.
+// the exit code of those that ended meanwhile. A `ddpx train` job gets --save_dir
+// STATE/files/ID/checkpoints (job_files.h): its checkpoints and snapshots.
 #pragma once
 
 #include <atomic>
@@ -37,9 +38,15 @@ class Scheduler {
   ~Scheduler();  // stops the loop; running jobs go on
 
   int total_slots() const;
-  // Queues a job; throws kUsage naming the field when it can never run here.
+  // Queues a job; throws kUsage naming the field when it can never run here. `checkpoints`
+  // (files) are copied into the new job's checkpoint folder before it can start: a job
+  // restored from a snapshot or a backup resumes from them (with --resume auto).
   Job submit(const std::string& user, const std::vector<std::string>& command, int workers,
-             int extra_ports);
+             int extra_ports, const std::vector<std::string>& checkpoints = {});
+  // Asks a running train job for a snapshot (SIGUSR1 to its launcher, which forwards it; the
+  // workers write a checkpoint at their next step and go on). Throws kUsage when it cannot.
+  void snapshot(int64_t id);
+  const std::string& state_dir() const { return options_.state_dir; }
   // Stops a queued job (it ends at once) or a running one (SIGTERM to its launcher).
   Job stop(int64_t id);
   // A new run of an ended job: back to the queue with the same request.

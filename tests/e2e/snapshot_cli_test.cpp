@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <functional>
 #include <regex>
 
 #include "launch/launch_helpers.h"
@@ -51,14 +52,20 @@ double weight_difference(const std::string& a_path, const std::string& b_path) {
   return diff;
 }
 
-// Runs the job, sends `signal` to its launcher once epoch 0 is done, and returns the output.
-std::string run_signalled(const test::TempDir& dir, int signal, int* exit_code) {
+// Runs the job as `ddpx run --job_name NAME`, calls `ask` with its launcher's pid once epoch 0
+// is done, and returns the output.
+std::string run_asked(const test::TempDir& dir, const std::string& name,
+                      const std::function<void(pid_t)>& ask, int* exit_code) {
   std::string log = dir.file("out.log");
-  pid_t pid = start_in_background(ddpx_run(dir, "2 " + kTrain), log);
+  pid_t pid = start_in_background(ddpx_run(dir, "2 --job_name " + name + " " + kTrain), log);
   EXPECT_TRUE(wait_for_text(log, "Epoch - 0/3", 120)) << slurp(log);
-  ::kill(pid, signal);
+  ask(pid);
   *exit_code = wait_exit_code(pid, 120);
   return slurp(log);
+}
+
+std::string job_name(const char* what) {
+  return std::string("snap-") + what + "-" + std::to_string(::getpid());
 }
 
 TEST(SnapshotCliTest, Usr1WritesASnapshotMidEpochAndTrainingGoesOn) {
@@ -67,7 +74,8 @@ TEST(SnapshotCliTest, Usr1WritesASnapshotMidEpochAndTrainingGoesOn) {
   ASSERT_EQ(full.exit_code, 0) << full.output;
 
   int code = 0;
-  std::string out = run_signalled(dir, SIGUSR1, &code);
+  std::string out = run_asked(
+      dir, job_name("usr1"), [](pid_t launcher) { ::kill(launcher, SIGUSR1); }, &code);
   ASSERT_EQ(code, 0) << out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Snapshot - epoch 1 step (\d+)/40: (\S+))")))
@@ -83,13 +91,29 @@ TEST(SnapshotCliTest, Usr1WritesASnapshotMidEpochAndTrainingGoesOn) {
             0.0);
 }
 
-TEST(SnapshotCliTest, Usr2StopsAfterTheSnapshotAndResumeAutoEndsWhereAnUninterruptedRunDoes) {
+TEST(SnapshotCliTest, SnapshotRefusesAJobThatIsNotRunning) {
+  auto r = test::run_command(
+      test::ddpx_command("snapshot no-such-job-" + std::to_string(::getpid())), 30);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("ddpx: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no-such-job-"), std::string::npos) << r.output;
+}
+
+TEST(SnapshotCliTest, StopAfterTheSnapshotAndResumeAutoEndsWhereAnUninterruptedRunDoes) {
   test::TempDir reference, dir;
   auto full = test::run_command(ddpx_run(reference, "2 " + kTrain), 300);
   ASSERT_EQ(full.exit_code, 0) << full.output;
 
   int code = 0;
-  std::string out = run_signalled(dir, SIGUSR2, &code);
+  // `ddpx snapshot JOB --stop`, as a user asks from another shell.
+  std::string name = job_name("stop");
+  std::string out = run_asked(
+      dir, name,
+      [&](pid_t) {
+        auto r = test::run_command(test::ddpx_command("snapshot " + name + " --stop"), 30);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+      },
+      &code);
   ASSERT_EQ(code, 0) << out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Snapshot - epoch 1 step (\d+)/40: (\S+))")))
