@@ -10,7 +10,7 @@ const std::string& openapi_json() {
   static const std::string kDocument = R"json({
   "openapi": "3.0.3",
   "info": {"title": "ddpx job service", "version": "1",
-           "description": "Training jobs on a shared node: devices and ports allocated by the service, a first-come-first-served queue, logs and metrics."},
+           "description": "Training jobs on a shared node: devices and ports allocated by the service, a first-come-first-served queue, logs, metrics, snapshots and backups."},
   "servers": [{"url": "/"}],
   "components": {
     "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
@@ -31,7 +31,11 @@ const std::string& openapi_json() {
           "devices": {"type": "array", "items": {"type": "integer"}},
           "ports": {"type": "array", "items": {"type": "integer"}},
           "exit_code": {"type": "integer", "nullable": true},
-          "submitted": {"type": "integer"}, "started": {"type": "integer"}, "ended": {"type": "integer"}}}
+          "submitted": {"type": "integer"}, "started": {"type": "integer"}, "ended": {"type": "integer"}}},
+      "Checkpoint": {"type": "object", "properties": {
+          "name": {"type": "string"}, "kind": {"type": "string", "enum": ["epoch", "snapshot"]},
+          "epoch": {"type": "integer"}, "step": {"type": "integer"},
+          "bytes": {"type": "integer"}, "created": {"type": "integer"}}}
     },
     "responses": {
       "Error": {"description": "The request was refused", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
@@ -92,6 +96,36 @@ const std::string& openapi_json() {
         "responses": {"200": {"description": "Epochs so far", "content": {"application/json": {"schema": {"type": "object"}}}},
                       "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
                       "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/v1/jobs/{id}/snapshots": {
+      "get": {"summary": "The job's checkpoints: per-epoch ones and snapshots, newest first",
+        "parameters": [{"$ref": "#/components/parameters/id"}],
+        "responses": {"200": {"description": "Checkpoints", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Checkpoint"}}}}},
+                      "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                      "404": {"$ref": "#/components/responses/Error"}}},
+      "post": {"summary": "Take a snapshot: the running train job writes a checkpoint at its next step and goes on",
+        "parameters": [{"$ref": "#/components/parameters/id"}],
+        "responses": {"202": {"description": "Asked for", "content": {"application/json": {"schema": {"type": "object"}}}},
+                      "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                      "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/api/v1/jobs/{id}/snapshots/{name}/restore": {
+      "post": {"summary": "A new job, the same request, resuming from this checkpoint",
+        "parameters": [{"$ref": "#/components/parameters/id"},
+                       {"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "responses": {"201": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
+                      "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/v1/jobs/{id}/backup": {
+      "get": {"summary": "The job as one .tar.gz: manifest.json (its request, every file's size and SHA-256), checkpoints, logs, metrics",
+        "parameters": [{"$ref": "#/components/parameters/id"},
+                       {"name": "snapshots", "in": "query", "schema": {"type": "string", "default": "latest"},
+                        "description": "latest, all, none, or NAME,NAME"}],
+        "responses": {"200": {"description": "The backup", "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}},
+                      "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                      "404": {"$ref": "#/components/responses/Error"}}}},
+    "/api/v1/backups": {
+      "post": {"summary": "Import a backup: a new job of this user that resumes from its newest checkpoint",
+        "requestBody": {"required": true, "description": "The .tar.gz of GET /api/v1/jobs/{id}/backup (any Content-Type)", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+        "responses": {"201": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
+                      "401": {"$ref": "#/components/responses/Error"}}}},
     "/metrics": {"get": {"security": [], "summary": "Prometheus text: jobs, slots, host CPU, memory and GPUs",
       "responses": {"200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}}
   }

@@ -118,8 +118,11 @@ TEST(ServeTest, BadRequestsGetA4xxNamingTheProblem) {
   auto doc = c.Get("/api/v1/openapi.json");
   ASSERT_TRUE(doc && doc->status == 200);
   json openapi = json::parse(doc->body);
-  for (const char* path : {"/api/v1/jobs", "/api/v1/jobs/{id}", "/api/v1/jobs/{id}/stop",
-                           "/api/v1/jobs/{id}/restart", "/api/v1/jobs/{id}/logs", "/metrics"})
+  for (const char* path :
+       {"/api/v1/jobs", "/api/v1/jobs/{id}", "/api/v1/jobs/{id}/stop", "/api/v1/jobs/{id}/restart",
+        "/api/v1/jobs/{id}/logs", "/api/v1/jobs/{id}/snapshots",
+        "/api/v1/jobs/{id}/snapshots/{name}/restore", "/api/v1/jobs/{id}/backup", "/api/v1/backups",
+        "/metrics"})
     EXPECT_TRUE(openapi["paths"].contains(path)) << path;
 }
 
