@@ -81,10 +81,15 @@ std::string make_sbatch_script(const SbatchOptions& o) {
   s += "set -euo pipefail\n";
   if (o.requeue_signal_s > 0) {
     // First thing: a warning that came before the trap would kill the shell unrequeued.
-    s += "\n# Slurm's warning before the time limit: requeue; the next run resumes (--resume "
-         "auto).\n";
+    s += "\n# Slurm's warning before the time limit: the tasks write a snapshot at their next step\n"
+         "# and stop (SIGUSR2, which srun forwards), then the job is requeued; the next run\n"
+         "# resumes from the snapshot (--resume auto).\n";
+    s += "requeued=0\n";
     s += "requeue() {\n";
-    s += "  echo \"ddpx sbatch: time limit near; requeueing job $SLURM_JOB_ID\"\n";
+    s += "  echo \"ddpx sbatch: time limit near; snapshot, then requeueing job $SLURM_JOB_ID\"\n";
+    s += "  kill -USR2 \"$srun_pid\" 2>/dev/null || true\n";
+    s += "  wait \"$srun_pid\" || true\n";
+    s += "  requeued=1\n";
     s += "  scontrol requeue \"$SLURM_JOB_ID\"\n";
     s += "}\n";
     s += "trap requeue USR1\n";
@@ -112,7 +117,12 @@ std::string make_sbatch_script(const SbatchOptions& o) {
     return s;
   }
   s += srun + " &\n";
-  s += "wait $! || wait $!\n";  // a trapped signal interrupts the first wait
+  s += "srun_pid=$!\n";
+  // A trapped signal ends the wait early; the trap has then waited for srun itself.
+  s += "status=0\n";
+  s += "wait \"$srun_pid\" || status=$?\n";
+  s += "if ((requeued)); then exit 0; fi\n";
+  s += "exit \"$status\"\n";
   return s;
 }
 

@@ -8,9 +8,11 @@
 #      world size 2 met at MASTER_PORT=20000+ID%20000, and rank 0's test accuracy.
 #   3. --requeue_signal_s 60 -- train ... --save_dir C: once the first checkpoint is in C,
 #      `scancel --signal=USR1 --batch` (what --signal=B:USR1@60 sends 60 s before the time
-#      limit, to the batch shell only) makes the script's trap requeue the job (Restarts=1,
-#      PENDING); the second run resumes from C after N >= 1 epochs, trains the rest and
-#      reports the test accuracy; D/NAME-ID.out keeps both runs; nothing is left running.
+#      limit, to the batch shell only) makes the script's trap ask the tasks for a snapshot
+#      (SIGUSR2 through srun: a checkpoint mid-epoch, then they stop) and requeue the job
+#      (Restarts=1, PENDING); the second run resumes from that snapshot at its epoch and step,
+#      trains the rest and reports the test accuracy; D/NAME-ID.out keeps both runs; nothing
+#      is left running.
 #      A requeued job is not held but waits cred_expire + 1 s (AuthInfo, default 120 s) with
 #      Reason=BeginTime, and then for the scheduler's next periodic pass; `scontrol release`
 #      does not change that. This test moves its begin time to now (scontrol update
@@ -197,11 +199,20 @@ restarts=$(_slurm_cluster_field "$jid" Restarts)
 second=$work/requeue-second.out
 sed -n "/^ddpx sbatch: job $jid (restart 1) on $node, master $node:$port\$/,\$p" "$out" >"$second"
 [[ -s $second ]] || cluster_fail "no second run (restart 1) in $out: $(cluster_show "$out")"
-resume_re="^resumed from $work/ckpt/checkpoint_epoch[0-9]+\.ddpx after [0-9]+ epochs \([0-9]+ steps\)$"
+# The first run wrote a snapshot at the warning and stopped; the second resumes from it.
+snap_re="^Snapshot - epoch ([0-9]+) step ([0-9]+)/[0-9]+: ($work/ckpt/checkpoint_epoch[0-9]+_step[0-9]+\.ddpx)$"
+snap_line=$(grep -E "$snap_re" "$out" | head -n 1)
+[[ $snap_line =~ $snap_re ]] ||
+  cluster_fail "the first run wrote no snapshot at the warning ('Snapshot - epoch E step S/N: $work/ckpt/...'): $(cluster_show "$out")"
+snap_epoch=${BASH_REMATCH[1]} snap_step=${BASH_REMATCH[2]} snap_path=${BASH_REMATCH[3]}
+grep -qxF "Stopping after the snapshot; resume with --resume $snap_path" "$out" ||
+  cluster_fail "the first run did not stop after its snapshot: $(cluster_show "$out")"
+[[ -f $snap_path ]] || cluster_fail "the snapshot $snap_path is not there: $(ls -la "$work/ckpt")"
+resume_re="^resumed from $snap_path at epoch $snap_epoch step $snap_step \([0-9]+ steps in all\)$"
 [[ $(grep -cE "$resume_re" "$second" || true) == 1 ]] ||
-  cluster_fail "the second run did not log one 'resumed from $work/ckpt/... after N epochs (M steps)': $(cluster_show "$second")"
+  cluster_fail "the second run did not log one 'resumed from $snap_path at epoch $snap_epoch step $snap_step': $(cluster_show "$second")"
 resumed=$(grep -E "$resume_re" "$second")
-done_epochs=$(sed -nE 's/.* after ([0-9]+) epochs .*/\1/p' <<<"$resumed")
+done_epochs=$snap_epoch
 ((done_epochs >= 1 && done_epochs < rq_epochs)) ||
   cluster_fail "the second run resumed after $done_epochs epochs, expected 1 to $((rq_epochs - 1)): $(cluster_show "$second")"
 # The epochs it trained: exactly done_epochs .. rq_epochs-1, in order.
@@ -226,7 +237,7 @@ cluster_pass "requeued job $jid COMPLETED: $resumed, epochs $done_epochs..$((rq_
 # truncates it unless the job asks for --open-mode=append (or slurm.conf has JobFileAppend=1).
 for line in "ddpx sbatch: job $jid (restart 0) on $node, master $node:$port" \
   "--resume auto: no checkpoint in $work/ckpt yet, starting from scratch" \
-  "ddpx sbatch: time limit near; requeueing job $jid"; do
+  "ddpx sbatch: time limit near; snapshot, then requeueing job $jid"; do
   grep -qxF -- "$line" "$out" ||
     cluster_fail "the first run's line '$line' is not in $out: Slurm truncated the output file when the requeued job started again; the script needs '#SBATCH --open-mode=append':
 $(cluster_show "$out")"
