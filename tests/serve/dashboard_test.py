@@ -24,6 +24,14 @@ import unittest
 import urllib.error
 import urllib.request
 
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # main() says what to install
+    webdriver = None
+
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 DDPX = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else ""
@@ -76,7 +84,7 @@ class Service:
         return out.stdout.splitlines()[0]
 
     def request(self, method, path, token=None, body=None):
-        """(status, body as text) of an HTTP request to the service."""
+        """(status, body as text, headers) of an HTTP request to the service."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         data = None
         if body is not None:
@@ -144,8 +152,6 @@ def kill_holders(folder):
 
 
 def start_browser(downloads):
-    from selenium import webdriver
-
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -166,8 +172,6 @@ class Page:
         self.browser.refresh()
 
     def find(self, css):
-        from selenium.webdriver.common.by import By
-
         return self.browser.find_element(By.CSS_SELECTOR, css)
 
     def text(self, css):
@@ -178,9 +182,6 @@ class Page:
         self.find("#sign-in").click()
 
     def wait(self, what, condition, timeout=WAIT_S):
-        from selenium.common.exceptions import TimeoutException
-        from selenium.webdriver.support.ui import WebDriverWait
-
         try:
             return WebDriverWait(self.browser, timeout, poll_frequency=0.2).until(
                 lambda _: condition())
@@ -190,7 +191,7 @@ class Page:
                 f"status: '{self.text('#status')}'") from None
 
     def attribute(self, css, name):
-        elements = self.browser.find_elements("css selector", css)
+        elements = self.browser.find_elements(By.CSS_SELECTOR, css)
         return elements[0].get_attribute(name) if elements else None
 
 
@@ -210,6 +211,7 @@ class DashboardTest(unittest.TestCase):
             status, body, headers = self.service.request("GET", path)
             self.assertEqual(status, 200, f"{path}: {body}")
             self.assertTrue(headers["Content-Type"].startswith(kind), headers["Content-Type"])
+            self.assertIn("default-src 'self'", headers["Content-Security-Policy"], path)
         status, body, _ = self.service.request("GET", "/static/nothing.js")
         self.assertEqual(status, 404, body)
 
@@ -296,9 +298,7 @@ def main():
     if not os.access(DDPX, os.X_OK):
         print(f"usage: {sys.argv[0]} PATH/TO/ddpx (the built binary; got '{DDPX}')")
         return 2
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
+    if webdriver is None:
         print(f"FAIL: {sys.executable} has no selenium; scripts/python-env --tests installs it")
         return 1
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager: never download a driver
