@@ -78,6 +78,7 @@ export function renderQueue(element, jobs) {
   const queued = jobs.filter((j) => j.state === "queued").sort((a, b) => a.id - b.id);
   const running = jobs.filter((j) => j.state === "running" || j.state === "stopping").length;
   element.dataset.queued = queued.length;
-  const waiting = queued.map((j) => `#${j.id} (${j.user}, ${j.workers} worker(s))`).join(", ");
+  const workers = (n) => `${n} worker${n === 1 ? "" : "s"}`;
+  const waiting = queued.map((j) => `#${j.id} (${j.user}, ${workers(j.workers)})`).join(", ");
   element.textContent = `${running} running. Queue: ${waiting || "empty"}`;
 }
