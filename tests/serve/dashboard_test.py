@@ -250,6 +250,10 @@ class DashboardTest(unittest.TestCase):
                       lambda: int(page.attribute("#curves", "data-points")) >= 10)
             self.assertTrue(self.browser.save_screenshot(screenshot), screenshot)
 
+        # No script error nor failed load so far (the API's refusals come later).
+        self.assertEqual([e for e in self.browser.get_log("browser") if e["level"] == "SEVERE"],
+                         [])
+
         # Snapshot and Backup show the API's answer, whatever it is (a service without these
         # routes answers 404); a backup that came is saved as a file.
         for action, done in [("snapshot", "snapshot requested"), ("backup", "backup saved as")]:
