@@ -81,9 +81,10 @@ std::string make_sbatch_script(const SbatchOptions& o) {
   s += "set -euo pipefail\n";
   if (o.requeue_signal_s > 0) {
     // First thing: a warning that came before the trap would kill the shell unrequeued.
-    s += "\n# Slurm's warning before the time limit: the tasks write a snapshot at their next step\n"
-         "# and stop (SIGUSR2, which srun forwards), then the job is requeued; the next run\n"
-         "# resumes from the snapshot (--resume auto).\n";
+    s +=
+        "\n# Slurm's warning before the time limit: the tasks write a snapshot at their next step\n"
+        "# and stop (SIGUSR2, which srun forwards), then the job is requeued; the next run\n"
+        "# resumes from the snapshot (--resume auto).\n";
     s += "requeued=0\n";
     s += "requeue() {\n";
     s += "  echo \"ddpx sbatch: time limit near; snapshot, then requeueing job $SLURM_JOB_ID\"\n";

@@ -11,6 +11,7 @@
 #include "launch/host.h"
 #include "serve/api.h"
 #include "serve/auth.h"
+#include "serve/dashboard.h"
 #include "serve/scheduler.h"
 #include "serve/store.h"
 
@@ -102,6 +103,7 @@ int run_service(const ServeOptions& o) {
   // pool for many concurrent clients (threads mostly wait on sockets).
   server->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
   add_routes(*server, store, scheduler);
+  add_dashboard_routes(*server);
   DDPX_CHECK(server->bind_to_port(host.c_str(), port), ErrorKind::kIo,
              "--listen {}: cannot bind it (in use, or not an address of this host)", o.listen);
   std::fprintf(stderr, "ddpx serve: listening on %s://%s:%d (state %s, %d %s slot(s))\n",
