@@ -77,7 +77,6 @@ Job owned_job(Store& store, const User& user, int64_t id) {
 }
 
 json parse_body(const httplib::Request& req) {
-  // A chunked body has no Content-Length for the server's early check (server.cpp).
   if (req.body.size() > kMaxBodyBytes) refuse(413, "the body is over 1 MiB");
   if (req.get_header_value("Content-Type").find("application/json") != 0)
     refuse(415, "send the body as JSON (Content-Type: application/json)");

@@ -16,8 +16,7 @@ class Scheduler;
 class Store;
 
 inline constexpr size_t kMaxBodyBytes = 1 << 20;            // a JSON request
-inline constexpr size_t kMaxBackupBytes = size_t{4} << 30;  // POST /api/v1/backups
-inline constexpr const char* kBackupsPath = "/api/v1/backups";
+inline constexpr size_t kMaxBackupBytes = size_t{1} << 30;  // POST /api/v1/backups
 
 void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler);
 

@@ -1,6 +1,7 @@
 #include "serve/client.h"
 
 #include <httplib.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -28,6 +29,9 @@ Connection connect(const ClientOptions& o) {
   DDPX_CHECK(!token.empty(), ErrorKind::kUsage,
              "no token: give --token or set DDPX_TOKEN (the service's admin makes one with "
              "`ddpx serve token add USER`)");
+  // The service may refuse a request (an oversized body, a bad token) and close the connection
+  // while the body is still being sent: that must be its error message, not a silent SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
   Connection c;
   c.client = std::make_unique<httplib::Client>(o.server);
   c.client->set_read_timeout(3600, 0);
