@@ -21,10 +21,11 @@ using launch::testing::slurp;
 using launch::testing::start_in_background;
 using launch::testing::wait_exit_code;
 
-// Two ranks, three epochs of 40 steps each on synthetic data.
+// Two ranks, four epochs of 400 steps each on synthetic data (about a second each). The
+// request lands in epoch 1, 2 or 3, wherever the signal arrives; the tests read which from the log.
 const std::string kTrain =
-    "-- train --model mlp --dataset synthetic --synthetic_size 1280 --synthetic_image 8 "
-    "--batch_size 16 --threads 1 --seed 5 --num_epochs 3 --limit_test_batches 1 --save_dir ck";
+    "-- train --model mlp --dataset synthetic --synthetic_size 12800 --synthetic_image 8 "
+    "--batch_size 16 --threads 1 --seed 5 --num_epochs 4 --limit_test_batches 1 --save_dir ck";
 
 // Waits until the log has `text`; false after timeout_s.
 bool wait_for_text(const std::string& log, const std::string& text, double timeout_s) {
@@ -58,7 +59,7 @@ std::string run_asked(const test::TempDir& dir, const std::string& name,
                       const std::function<void(pid_t)>& ask, int* exit_code) {
   std::string log = dir.file("out.log");
   pid_t pid = start_in_background(ddpx_run(dir, "2 --job_name " + name + " " + kTrain), log);
-  EXPECT_TRUE(wait_for_text(log, "Epoch - 0/3", 120)) << slurp(log);
+  EXPECT_TRUE(wait_for_text(log, "Epoch - 0/4", 120)) << slurp(log);
   ask(pid);
   *exit_code = wait_exit_code(pid, 120);
   return slurp(log);
@@ -78,16 +79,17 @@ TEST(SnapshotCliTest, Usr1WritesASnapshotMidEpochAndTrainingGoesOn) {
       dir, job_name("usr1"), [](pid_t launcher) { ::kill(launcher, SIGUSR1); }, &code);
   ASSERT_EQ(code, 0) << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Snapshot - epoch 1 step (\d+)/40: (\S+))")))
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex(R"(Snapshot - epoch ([123]) step (\d+)/400: (\S+))")))
       << out;
-  int step = std::stoi(m[1]);
+  int step = std::stoi(m[2]);
   EXPECT_GT(step, 0);
-  EXPECT_LT(step, 40);
-  EXPECT_TRUE(std::filesystem::exists(dir.file(m[2]))) << m[2];
-  EXPECT_NE(out.find("Epoch - 2/3"), std::string::npos) << "training did not go on:\n" << out;
+  EXPECT_LT(step, 400);
+  EXPECT_TRUE(std::filesystem::exists(dir.file(m[3]))) << m[3];
+  EXPECT_NE(out.find("Epoch - 3/4"), std::string::npos) << "training did not go on:\n" << out;
   // Taking the snapshot changed nothing.
-  EXPECT_EQ(weight_difference(reference.file("ck/checkpoint_epoch0003.ddpx"),
-                              dir.file("ck/checkpoint_epoch0003.ddpx")),
+  EXPECT_EQ(weight_difference(reference.file("ck/checkpoint_epoch0004.ddpx"),
+                              dir.file("ck/checkpoint_epoch0004.ddpx")),
             0.0);
 }
 
@@ -116,24 +118,27 @@ TEST(SnapshotCliTest, StopAfterTheSnapshotAndResumeAutoEndsWhereAnUninterruptedR
       &code);
   ASSERT_EQ(code, 0) << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Snapshot - epoch 1 step (\d+)/40: (\S+))")))
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex(R"(Snapshot - epoch ([123]) step (\d+)/400: (\S+))")))
       << out;
-  std::string step = m[1];
+  std::string epoch = m[1], step = m[2];
+  std::string snapshot = m[3];
   EXPECT_NE(out.find("Stopping after the snapshot; resume with --resume"), std::string::npos)
       << out;
-  EXPECT_EQ(out.find("Epoch - 1/3"), std::string::npos) << "it did not stop:\n" << out;
-  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/checkpoint_epoch0002.ddpx")));
+  EXPECT_EQ(out.find("Epoch - " + epoch + "/4"), std::string::npos) << "it did not stop:\n" << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/checkpoint_epoch0004.ddpx")));
 
   auto resumed = test::run_command(ddpx_run(dir, "2 " + kTrain + " --resume auto"), 300);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("at epoch 1 step " + step), std::string::npos) << resumed.output;
-  EXPECT_EQ(resumed.output.find("Epoch - 0/3"), std::string::npos) << resumed.output;
-  EXPECT_NE(resumed.output.find("Epoch - 2/3"), std::string::npos) << resumed.output;
-  EXPECT_EQ(weight_difference(reference.file("ck/checkpoint_epoch0003.ddpx"),
-                              dir.file("ck/checkpoint_epoch0003.ddpx")),
+  EXPECT_NE(resumed.output.find("at epoch " + epoch + " step " + step), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("Epoch - 0/4"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("Epoch - 3/4"), std::string::npos) << resumed.output;
+  EXPECT_EQ(weight_difference(reference.file("ck/checkpoint_epoch0004.ddpx"),
+                              dir.file("ck/checkpoint_epoch0004.ddpx")),
             0.0);
   // Snapshots are not pruned with the per-epoch checkpoints.
-  EXPECT_TRUE(std::filesystem::exists(dir.file(m[2].str()))) << m[2];
+  EXPECT_TRUE(std::filesystem::exists(dir.file(snapshot))) << snapshot;
 }
 
 }  // namespace
