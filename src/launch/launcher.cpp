@@ -338,7 +338,7 @@ class Attempt {
 };
 
 // The job's log folder, LOG_DIR/<timestamp>_<job>, as an absolute path; created by
-// create_log_dir once the plan is known to be good.
+// open_logs once the plan is known to be good.
 std::string log_dir_path(const LaunchOptions& o, const std::string& job_id) {
   return std::filesystem::absolute(o.log_dir + "/" + timestamp() + "_" + job_id).string();
 }
@@ -369,14 +369,20 @@ std::optional<JobRecord> enclosing_shell() {
 
 // Starts the plan's workers (again after a failure, up to --max_restarts) and returns the
 // job's exit code.
-int supervise(const LaunchOptions& options, JobPlan& plan, const std::string& log_dir,
-              std::optional<PortReservation>& port_hold) {
-  std::vector<WorkerOutput> outputs;
+// Creates the log folder and opens every worker's rankK.log in it.
+void open_logs(const LaunchOptions& options, const JobPlan& plan, const std::string& log_dir,
+               std::vector<WorkerOutput>& outputs) {
+  create_log_dir(log_dir);
+  outputs.clear();
   for (const WorkerSpec& w : plan.workers) {
     bool console = options.tee == Tee::kAll || (options.tee == Tee::kFirst && w.local_rank == 0);
     std::string prefix = options.tee == Tee::kAll ? fmt::format("[rank {}] ", w.global_rank) : "";
     outputs.emplace_back(fmt::format("{}/rank{}.log", log_dir, w.global_rank), console, prefix);
   }
+}
+
+int supervise(const LaunchOptions& options, JobPlan& plan, const std::string& log_dir,
+              std::vector<WorkerOutput>& outputs, std::optional<PortReservation>& port_hold) {
   SignalPipe signals;
   if (port_hold) port_hold->release_probe();  // rank 0's TCPStore binds the port next
   for (int restart = 0;; ++restart) {
@@ -418,19 +424,23 @@ int run_job(const LaunchOptions& options) {
 
   // Reserve this node's GPUs host-wide (reservation.h), unless a `ddpx shell` already has.
   JobPlan plan;
+  std::string job_id = options.job_name.empty() ? new_job_id() : options.job_name;
+  std::string log_dir = log_dir_path(options, job_id);
+  std::vector<WorkerOutput> outputs;
   auto choose_devices = [&](const std::vector<JobRecord>& live) {
     HostInfo usable = host;
     if (options.gpus.empty() && host.gpus.vendor != GpuVendor::kNone)
       usable.gpus.ids = free_devices(host.gpus.ids, options.nproc_per_node, live);
     plan = make_plan(options, usable, port);
     if (!options.gpus.empty()) check_devices_free(plan.gpu_ids, live);
+    // Before the record is published: whoever sees the job in `ddpx jobs` finds its logs.
+    open_logs(options, plan, log_dir, outputs);
     return plan.gpu_ids;
   };
-  std::string job_id = options.job_name.empty() ? new_job_id() : options.job_name;
-  std::string log_dir = log_dir_path(options, job_id);
   std::optional<HostReservation> reservation;
   if (shell) {
     plan = make_plan(options, host, port);
+    open_logs(options, plan, log_dir, outputs);
   } else {
     JobRecord draft;
     // Each node of a job has its own record: tests run several nodes on one host.
@@ -444,14 +454,13 @@ int run_job(const LaunchOptions& options) {
     draft.command = command_line(options.command);
     reservation.emplace(HostReservation::acquire(std::move(draft), choose_devices));
   }
-  create_log_dir(log_dir);
   constexpr char start[] =
       "job {}: {} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) each, "
       "logs in {}/";
   say(fmt::format(start, job_id, plan.workers.size(), options.node_rank, options.nnodes,
                   plan.world_size, plan.master_addr, plan.master_port, plan.threads_per_worker,
                   log_dir));
-  int exit_code = supervise(options, plan, log_dir, port_hold);
+  int exit_code = supervise(options, plan, log_dir, outputs, port_hold);
   if (reservation) reservation->finish(exit_code);
   return exit_code;
 }
