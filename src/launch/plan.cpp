@@ -98,7 +98,7 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
     w.global_rank = o.node_rank * o.nproc_per_node + local;
     w.path = path;
     w.argv = argv;
-    w.ignores_snapshot_signals_at_start = is_self && program == "train";
+    w.holds_snapshot_signals_at_start = is_self && program == "train";
     w.env = {
         {"RANK", std::to_string(w.global_rank)},
         {"LOCAL_RANK", std::to_string(local)},

@@ -23,9 +23,9 @@ struct WorkerSpec {
   std::string path;                                      // what execv runs
   std::vector<std::string> argv;                         // argv[0] included
   std::vector<std::pair<std::string, std::string>> env;  // set on top of the launcher's
-  // `ddpx train`: SIGUSR1/SIGUSR2 (snapshot requests) are ignored from the fork until it
-  // installs its handlers, so an early request cannot end it (the signals' default action).
-  bool ignores_snapshot_signals_at_start = false;
+  // `ddpx train`: SIGUSR1/SIGUSR2 (snapshot requests) are blocked from the fork until it
+  // installs its handlers, so an early request is held, not fatal (the signals' default action).
+  bool holds_snapshot_signals_at_start = false;
 };
 
 struct JobPlan {

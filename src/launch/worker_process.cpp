@@ -70,13 +70,15 @@ WorkerProcess spawn_worker(const WorkerSpec& spec) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != launcher) ::_exit(1);  // the launcher died before the prctl took hold
     ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores it; exec keeps ignored signals ignored
-    if (spec.ignores_snapshot_signals_at_start) {
-      ::signal(SIGUSR1, SIG_IGN);
-      ::signal(SIGUSR2, SIG_IGN);
+    sigset_t mask;
+    sigemptyset(&mask);
+    if (spec.holds_snapshot_signals_at_start) {
+      // Blocked signals stay pending across exec: the worker takes them once its handlers
+      // are in (train/snapshot_request.h), so an early request is neither fatal nor lost.
+      sigaddset(&mask, SIGUSR1);
+      sigaddset(&mask, SIGUSR2);
     }
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::sigprocmask(SIG_SETMASK, &mask, nullptr);
     int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::dup2(out_pipe[1], STDOUT_FILENO);  // dup2 clears close-on-exec on the copies

@@ -34,6 +34,13 @@ void install(int signal) {
 void install_snapshot_signals() {
   install(SIGUSR1);
   install(SIGUSR2);
+  // Requests held while the process started (blocked by `ddpx`, or by the launcher's fork)
+  // arrive now.
+  sigset_t held;
+  sigemptyset(&held);
+  sigaddset(&held, SIGUSR1);
+  sigaddset(&held, SIGUSR2);
+  ::pthread_sigmask(SIG_UNBLOCK, &held, nullptr);
 }
 
 SnapshotRequests::SnapshotRequests(dist::Context& context, torch::Device device,

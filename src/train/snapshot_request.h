@@ -17,10 +17,10 @@ struct SnapshotRequest {
   explicit operator bool() const { return snapshot || stop; }
 };
 
-// Installs the SIGUSR1/SIGUSR2 handlers (for the life of the process; idempotent). Called as
-// early as a run starts: a request that comes before it ends the process (the signals' default
-// action), so the launcher forwards only to workers that are up, and the service only to running
-// jobs.
+// Installs the SIGUSR1/SIGUSR2 handlers (for the life of the process; idempotent) and unblocks
+// the two signals. ddpx-torch calls it first thing for `train`; before that, `ddpx` (the front)
+// and the launcher's fork keep them blocked, so a request that comes while the process starts
+// is held until now rather than ending it (the signals' default action).
 void install_snapshot_signals();
 
 class SnapshotRequests {

@@ -2,8 +2,10 @@
 // running `ddpx run` writes a checkpoint mid-epoch and training goes on; SIGUSR2 writes one and
 // stops; `--resume auto` goes on from the snapshot's step and ends with the same weights as a
 // run that was never interrupted.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <functional>
 #include <regex>
@@ -91,6 +93,42 @@ TEST(SnapshotCliTest, Usr1WritesASnapshotMidEpochAndTrainingGoesOn) {
   EXPECT_EQ(weight_difference(reference.file("ck/checkpoint_epoch0004.ddpx"),
                               dir.file("ck/checkpoint_epoch0004.ddpx")),
             0.0);
+}
+
+// srun and the job service signal `ddpx train` directly, whenever Slurm's warning or the user's
+// request comes: one that arrives while it still loads libtorch is held and taken, not fatal.
+TEST(SnapshotCliTest, ARequestWhileTrainStartsIsHeldUntilItCanTakeIt) {
+  test::TempDir dir;
+  std::string log = dir.file("out.log");
+  std::string ddpx = test::ddpx_binary();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::chdir(dir.path().c_str()) != 0) ::_exit(126);
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    ::execl(ddpx.c_str(), "ddpx", "train", "--model", "mlp", "--dataset", "synthetic",
+            "--synthetic_size", "1280", "--synthetic_image", "8", "--batch_size", "16", "--threads",
+            "1", "--num_epochs", "1", "--limit_test_batches", "1", "--save_dir", "ck",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Once `ddpx` has handed over to ddpx-torch (which then loads libtorch for about a second).
+  std::string exe;
+  for (int i = 0; i < 3000 && exe.find("ddpx-torch") == std::string::npos; ++i) {
+    std::error_code ec;
+    exe = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string();
+    if (exe.find("ddpx-torch") == std::string::npos) ::usleep(1000);
+  }
+  ASSERT_NE(exe.find("ddpx-torch"), std::string::npos) << exe;
+  ::kill(pid, SIGUSR1);
+  EXPECT_EQ(wait_exit_code(pid, 120), 0) << slurp(log);
+  std::string out = slurp(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(Snapshot - epoch 0 step (\d+)/80: (\S+))")))
+      << out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file(m[2]))) << m[2];
+  EXPECT_NE(out.find("Accuracy on test dataset"), std::string::npos) << out;
 }
 
 TEST(SnapshotCliTest, SnapshotRefusesAJobThatIsNotRunning) {

@@ -5,6 +5,7 @@
 // serve: kFrontCommandNames) need none of it, so they run here and only the
 // workers pay for libtorch; every other command is handed, argv unchanged, to ddpx-torch next to
 // this binary (execv keeps the pid, so signals and process trees are unaffected).
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +46,15 @@ int main(int argc, char** argv) {
     ddpx::cli::add_container_command(app, exit_code);
     ddpx::cli::add_serve_command(app, exit_code);
     return ddpx::cli::run_app(app, argc, argv, exit_code);
+  }
+  if (argc > 1 && !std::strcmp(argv[1], "train")) {
+    // Snapshot requests (SIGUSR1/SIGUSR2) that come while ddpx-torch loads libtorch stay
+    // pending across execv until it installs their handlers (train/snapshot_request.h).
+    sigset_t held;
+    sigemptyset(&held);
+    sigaddset(&held, SIGUSR1);
+    sigaddset(&held, SIGUSR2);
+    ::sigprocmask(SIG_BLOCK, &held, nullptr);
   }
   std::string torch = torch_binary_path();
   ::execv(torch.c_str(), argv);

@@ -3,12 +3,16 @@
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
+#include <cstring>
 
 #include "cli/commands.h"
 #include "cli/main/run_app.h"
 #include "core/malloc_tuning.h"
+#include "train/snapshot_request.h"
 
 int main(int argc, char** argv) {
+  // First: a snapshot request held since `ddpx train` started is taken, not fatal.
+  if (argc > 1 && !std::strcmp(argv[1], "train")) ddpx::train::install_snapshot_signals();
   ddpx::tune_malloc();  // before libtorch allocates anything that training frees and re-allocates
   CLI::App app{"ddpx: distributed data-parallel deep-learning training in C++ (libtorch + c10d)"};
   app.set_version_flag("--version", "ddpx 0.1.0");
