@@ -22,6 +22,17 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--insecure", o->insecure, "Allow a non-loopback --listen without TLS");
   cmd->add_option("--tls_cert", o->tls_cert, "PEM certificate for HTTPS");
   cmd->add_option("--tls_key", o->tls_key, "PEM private key for HTTPS");
+  cmd->add_option("--scheduler", o->scheduler,
+                  "local: run jobs on this node's devices; slurm: hand each job to Slurm "
+                  "(sbatch), which queues and places it (--state on a shared file system)")
+      ->check(CLI::IsMember({"local", "slurm"}))
+      ->capture_default_str();
+  cmd->add_option("--slurm_partition", o->slurm.partition, "With --scheduler slurm: the partition");
+  cmd->add_option("--slurm_account", o->slurm.account, "With --scheduler slurm: the account");
+  cmd->add_option("--slurm_time", o->slurm.time,
+                  "With --scheduler slurm: each job's time limit (Slurm's --time)");
+  cmd->add_flag("--slurm_gpus", o->slurm.gpus,
+                "With --scheduler slurm: one GPU per worker (--gpus-per-node=WORKERS)");
 
   CLI::App* token = cmd->add_subcommand("token", "Manage the service's tokens");
   CLI::App* add = token->add_subcommand("add",

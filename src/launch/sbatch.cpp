@@ -3,12 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <regex>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/subprocess.h"
 #include "launch/host.h"
 #include "launch/plan.h"
 
@@ -104,6 +104,10 @@ std::string make_sbatch_script(const SbatchOptions& o) {
   s += "echo \"ddpx sbatch: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on "
        "$SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT\"\n\n";
   std::vector<std::string> words = {"srun", "--kill-on-bad-exit=1"};
+  if (!o.task_log_dir.empty()) {
+    std::string dir = std::filesystem::absolute(o.task_log_dir).lexically_normal().string();
+    words.push_back("--output=" + dir + "/rank%t.log");  // %t: the task's rank
+  }
   bool self = o.command.front() == "train";
   if (self) words.push_back(o.ddpx_path);
   words.insert(words.end(), o.command.begin(), o.command.end());
@@ -131,15 +135,18 @@ std::string write_sbatch_script(const SbatchOptions& o) {
   std::string text = make_sbatch_script(o);
   std::string path = o.script.empty() ? o.job_name + ".sbatch" : o.script;
   std::error_code ec;
-  std::filesystem::create_directories(o.log_dir, ec);
-  DDPX_CHECK(!ec, ErrorKind::kIo, "--log_dir {}: cannot create it ({}); choose another", o.log_dir,
-             ec.message());
+  for (const std::string& dir : {o.log_dir, o.task_log_dir}) {
+    if (dir.empty()) continue;
+    std::filesystem::create_directories(dir, ec);
+    DDPX_CHECK(!ec, ErrorKind::kIo, "--log_dir {}: cannot create it ({}); choose another", dir,
+               ec.message());
+  }
   write_file_atomic(path, text);
   ::chmod(path.c_str(), 0755);
   return path;
 }
 
-std::string submit_sbatch(const std::string& script_path) {
+std::string submit_sbatch(const std::string& script_path, bool test_only) {
   std::string sbatch;
   try {
     sbatch = find_program("sbatch");
@@ -149,18 +156,12 @@ std::string submit_sbatch(const std::string& script_path) {
          "on a login node",
          script_path);
   }
-  std::string command = shell_quote(sbatch) + " --parsable " + shell_quote(script_path) + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  DDPX_CHECK(pipe != nullptr, ErrorKind::kIo, "cannot run {}", sbatch);
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  int status = ::pclose(pipe);
-  while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
-  DDPX_CHECK(status == 0, ErrorKind::kIo, "sbatch {} failed: {}", script_path, output);
+  ProgramOutput run =
+      run_program({sbatch, test_only ? "--test-only" : "--parsable", script_path}, 60);
+  DDPX_CHECK(run.exit_code == 0, ErrorKind::kIo, "sbatch {} failed: {}", script_path, run.output);
+  if (test_only) return run.output;
   // --parsable prints "jobid" or "jobid;cluster".
-  return output.substr(0, output.find(';'));
+  return run.output.substr(0, run.output.find(';'));
 }
 
 }  // namespace ddpx::launch

@@ -24,6 +24,7 @@ struct SbatchOptions {
   std::string account;
   std::string job_name = "ddpx";
   std::string log_dir = "log/slurm";  // %x-%j.out per job
+  std::string task_log_dir;           // set: each task's output in DIR/rank<K>.log instead
   int requeue_signal_s = 0;
   std::string script;                // where to write it; empty: <job_name>.sbatch
   std::string ddpx_path;             // the ddpx binary the nodes run (absolute)
@@ -40,6 +41,8 @@ std::string make_sbatch_script(const SbatchOptions& options);
 std::string write_sbatch_script(const SbatchOptions& options);
 
 // Runs `sbatch --parsable SCRIPT` and returns the job id; kIo with sbatch's own words otherwise.
-std::string submit_sbatch(const std::string& script_path);
+// test_only: `sbatch --test-only` (Slurm checks that it could ever run the job, and submits
+// nothing); returns sbatch's estimate.
+std::string submit_sbatch(const std::string& script_path, bool test_only = false);
 
 }  // namespace ddpx::launch

@@ -44,7 +44,9 @@ json job_json(const Job& j) {
           {"exit_code", j.state == JobState::kEnded ? json(j.exit_code) : json(nullptr)},
           {"submitted", j.submitted},
           {"started", j.started},
-          {"ended", j.ended}};
+          {"ended", j.ended},
+          {"slurm", j.slurm_id.empty() ? json(nullptr)
+                                       : json{{"id", j.slurm_id}, {"state", j.slurm_state}}}};
 }
 
 User authenticate(Store& store, const httplib::Request& req) {
@@ -200,7 +202,9 @@ std::vector<std::string> chosen_checkpoints(const httplib::Request& req, const s
 
 void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
   server.Get("/api/v1/health", [&scheduler](const httplib::Request&, httplib::Response& res) {
-    reply(res, {{"status", "ok"}, {"slots", scheduler.total_slots()}});
+    reply(res, {{"status", "ok"},
+                {"slots", scheduler.total_slots()},
+                {"scheduler", scheduler.uses_slurm() ? "slurm" : "local"}});
   });
   server.Get("/api/v1/openapi.json", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(openapi_json(), "application/json");

@@ -17,6 +17,8 @@ const std::regex& checkpoint_name() {
 
 }  // namespace
 
+std::string job_name(int64_t id) { return "svc" + std::to_string(id); }
+
 std::string job_files_dir(const std::string& state_dir, int64_t id) {
   return state_dir + "/files/" + std::to_string(id);
 }

@@ -11,6 +11,8 @@
 
 namespace ddpx::serve {
 
+// "svcID": the job's name in the launcher's record (and its log folder's) or in Slurm.
+std::string job_name(int64_t id);
 std::string job_files_dir(const std::string& state_dir, int64_t id);
 std::string job_checkpoints_dir(const std::string& state_dir, int64_t id);
 

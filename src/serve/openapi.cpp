@@ -31,7 +31,10 @@ const std::string& openapi_json() {
           "devices": {"type": "array", "items": {"type": "integer"}},
           "ports": {"type": "array", "items": {"type": "integer"}},
           "exit_code": {"type": "integer", "nullable": true},
-          "submitted": {"type": "integer"}, "started": {"type": "integer"}, "ended": {"type": "integer"}}},
+          "submitted": {"type": "integer"}, "started": {"type": "integer"}, "ended": {"type": "integer"},
+          "slurm": {"type": "object", "nullable": true,
+                    "description": "With `ddpx serve --scheduler slurm`: the Slurm job and its state as Slurm last reported it",
+                    "properties": {"id": {"type": "string"}, "state": {"type": "string"}}}}},
       "Checkpoint": {"type": "object", "properties": {
           "name": {"type": "string"}, "kind": {"type": "string", "enum": ["epoch", "snapshot"]},
           "epoch": {"type": "integer"}, "step": {"type": "integer"},

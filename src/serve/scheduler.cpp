@@ -25,8 +25,6 @@ namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(200);
 
-std::string record_id(int64_t id) { return "svc" + std::to_string(id); }
-
 std::string join(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -58,6 +56,7 @@ Scheduler::~Scheduler() {
 }
 
 int Scheduler::total_slots() const {
+  if (uses_slurm()) return 0;
   return options_.gpus.empty() ? options_.cpu_slots : static_cast<int>(options_.gpus.size());
 }
 
@@ -66,7 +65,7 @@ Job Scheduler::submit(const std::string& user, const std::vector<std::string>& c
   DDPX_CHECK(!command.empty() && !command.front().empty(), ErrorKind::kUsage,
              "command: no program; give the program and its arguments, e.g. [\"train\", "
              "\"--model\", \"resnet18\"]");
-  DDPX_CHECK(workers >= 1 && workers <= total_slots(), ErrorKind::kUsage,
+  DDPX_CHECK(workers >= 1 && (uses_slurm() || workers <= total_slots()), ErrorKind::kUsage,
              "workers: {} cannot run on this host, which has {} device slot(s)", workers,
              total_slots());
   DDPX_CHECK(options_.user_quota == 0 || workers <= options_.user_quota, ErrorKind::kUsage,
@@ -74,6 +73,13 @@ Job Scheduler::submit(const std::string& user, const std::vector<std::string>& c
              options_.user_quota);
   DDPX_CHECK(extra_ports >= 0 && extra_ports <= 8, ErrorKind::kUsage,
              "ports: {} extra ports asked; give 0 to 8", extra_ports);
+  DDPX_CHECK(extra_ports == 0 || !uses_slurm(), ErrorKind::kUsage,
+             "ports: extra ports cannot be given with --scheduler slurm (the job runs on a node "
+             "Slurm picks); give 0");
+  if (uses_slurm()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_with_slurm(command, workers);  // 400 with Slurm's reason, before the job is kept
+  }
   Job job;
   job.user = user;
   job.command = command;
@@ -105,7 +111,12 @@ Job Scheduler::submit(const std::string& user, const std::vector<std::string>& c
 Job Scheduler::stop(int64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
   Job job = *store_.job(id);
-  if (job.state == JobState::kQueued) {
+  if (!job.slurm_id.empty() &&
+      (job.state == JobState::kQueued || job.state == JobState::kRunning)) {
+    slurm_cancel(job.slurm_id);  // Slurm ends it (143, as SIGTERM); refresh_slurm sees it
+    job.stop_requested = true;
+    job.state = JobState::kStopping;
+  } else if (job.state == JobState::kQueued) {
     job.state = JobState::kEnded;
     job.stop_requested = true;
     job.exit_code = 143;  // as if SIGTERM had ended it
@@ -122,11 +133,16 @@ Job Scheduler::stop(int64_t id) {
 void Scheduler::snapshot(int64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
   Job job = *store_.job(id);
-  DDPX_CHECK(job.state == JobState::kRunning && job.pid > 0, ErrorKind::kUsage,
-             "job {} is {}; only a running job can take a snapshot", id, job_state_name(job.state));
+  DDPX_CHECK(job.state == JobState::kRunning && (job.pid > 0 || !job.slurm_id.empty()),
+             ErrorKind::kUsage, "job {} is {}; only a running job can take a snapshot", id,
+             job_state_name(job.state));
   DDPX_CHECK(is_train_command(job.command), ErrorKind::kUsage,
              "job {} runs `{}`, not `ddpx train`: only train jobs write snapshots", id,
              job.command.front());
+  if (!job.slurm_id.empty()) {
+    slurm_cancel(job.slurm_id, "USR1");  // to every task (not the batch shell)
+    return;
+  }
   DDPX_CHECK(::kill(job.pid, SIGUSR1) == 0, ErrorKind::kIo, "cannot signal job {} (pid {}): {}", id,
              job.pid, std::strerror(errno));
 }
@@ -144,18 +160,26 @@ Job Scheduler::restart(int64_t id) {
   job.slots.clear();
   job.ports.clear();
   job.started = job.ended = 0;
+  job.slurm_id.clear();
+  job.slurm_state.clear();
   store_.update_job(job);
   return job;
 }
 
 void Scheduler::tick() {
   std::lock_guard<std::mutex> lock(mutex_);
-  // Reap the launchers this service started. Their records tell how they ended; the status
-  // covers one stopped before it wrote any record.
-  int status = 0;
-  for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;)
-    exited_[pid] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // Reap the launchers this service started (by pid: other threads wait for the programs they
+  // run). Their records tell how they ended; the status covers one stopped before it wrote
+  // any record.
+  for (JobState state : {JobState::kRunning, JobState::kStopping}) {
+    for (const Job& job : store_.jobs_in(state)) {
+      int status = 0;
+      if (job.pid > 0 && ::waitpid(job.pid, &status, WNOHANG) == job.pid)
+        exited_[job.pid] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
   refresh_running();
+  if (uses_slurm()) refresh_slurm();
   start_fitting();
 }
 
@@ -163,8 +187,9 @@ void Scheduler::refresh_running() {
   std::vector<launch::JobRecord> records = launch::read_jobs(options_.state_dir + "/jobs");
   for (JobState state : {JobState::kRunning, JobState::kStopping}) {
     for (Job& job : store_.jobs_in(state)) {
+      if (!job.slurm_id.empty()) continue;  // refresh_slurm's
       auto record = std::find_if(records.begin(), records.end(), [&](const launch::JobRecord& r) {
-        return r.id == record_id(job.id);
+        return r.id == job_name(job.id);
       });
       if (record != records.end() && record->state == launch::JobState::kLive) {
         if (job.log_dir.empty()) {
@@ -201,8 +226,21 @@ void Scheduler::start_fitting() {
   for (JobState state : {JobState::kRunning, JobState::kStopping}) {
     for (const Job& job : store_.jobs_in(state)) {
       used.insert(job.slots.begin(), job.slots.end());
-      held[job.user] += static_cast<int>(job.slots.size());
+      held[job.user] += uses_slurm() ? job.workers : static_cast<int>(job.slots.size());
     }
+  }
+  if (uses_slurm()) {
+    // Slurm queues and places; the service keeps only its users' quotas.
+    std::vector<Job> queued = store_.jobs_in(JobState::kQueued);
+    for (const Job& job : queued)
+      if (!job.slurm_id.empty()) held[job.user] += job.workers;
+    for (Job& job : queued) {
+      if (!job.slurm_id.empty()) continue;
+      if (options_.user_quota > 0 && held[job.user] + job.workers > options_.user_quota) continue;
+      held[job.user] += job.workers;
+      submit_to_slurm(job);
+    }
+    return;
   }
   std::vector<int> all;
   for (int i = 0; i < total_slots(); ++i)
@@ -232,7 +270,7 @@ void Scheduler::launch(Job& job) {
                                    "run",
                                    std::to_string(job.workers),
                                    "--job_name",
-                                   record_id(job.id),
+                                   job_name(job.id),
                                    "--log_dir",
                                    options_.state_dir + "/logs",
                                    "--master_port",

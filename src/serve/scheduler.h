@@ -9,27 +9,36 @@
 // STATE/jobs), not from waitpid: after a restart the service re-adopts running jobs and reads
 // the exit code of those that ended meanwhile. A `ddpx train` job gets --save_dir
 // STATE/files/ID/checkpoints (job_files.h): its checkpoints and snapshots.
+//
+// With SchedulerOptions::slurm (`ddpx serve --scheduler slurm`, slurm_jobs.h) the scheduler
+// places nothing itself: each queued job (within the user's quota) is submitted to Slurm, which
+// queues and places it; its state follows Slurm's (scheduler_slurm.cpp).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "launch/port.h"
+#include "launch/sbatch.h"
+#include "serve/slurm_jobs.h"
 #include "serve/store.h"
 
 namespace ddpx::serve {
 
 struct SchedulerOptions {
   std::string state_dir;
-  std::string ddpx_path;  // the `ddpx` binary jobs run
-  std::vector<int> gpus;  // the host's GPU ids; empty: CPU slots
-  int cpu_slots = 1;      // slots on a host without GPUs
-  int user_quota = 0;     // devices one user may hold at once; 0: no limit
+  std::string ddpx_path;               // the `ddpx` binary jobs run
+  std::vector<int> gpus;               // the host's GPU ids; empty: CPU slots
+  int cpu_slots = 1;                   // slots on a host without GPUs
+  int user_quota = 0;                  // devices one user may hold at once; 0: no limit
+  std::optional<SlurmSettings> slurm;  // set: hand jobs to Slurm
 };
 
 class Scheduler {
@@ -37,7 +46,8 @@ class Scheduler {
   Scheduler(Store& store, SchedulerOptions options);
   ~Scheduler();  // stops the loop; running jobs go on
 
-  int total_slots() const;
+  int total_slots() const;  // this host's device slots (with Slurm: 0, Slurm places jobs)
+  bool uses_slurm() const { return options_.slurm.has_value(); }
   // Queues a job; throws kUsage naming the field when it can never run here. `checkpoints`
   // (files) are copied into the new job's checkpoint folder before it can start: a job
   // restored from a snapshot or a backup resumes from them (with --resume auto).
@@ -58,12 +68,19 @@ class Scheduler {
   void refresh_running();
   void start_fitting();
   void launch(Job& job);
+  // scheduler_slurm.cpp
+  launch::SbatchOptions slurm_script(const std::vector<std::string>& command, int workers,
+                                     int64_t id) const;
+  void check_with_slurm(const std::vector<std::string>& command, int workers) const;
+  void submit_to_slurm(Job& job);
+  void refresh_slurm();
 
   Store& store_;
   SchedulerOptions options_;
   std::mutex mutex_;
   std::map<int64_t, std::vector<launch::PortReservation>> ports_;
   std::map<int, int> exited_;  // launchers this service started and reaped: pid -> exit code
+  std::chrono::steady_clock::time_point last_slurm_poll_{};
   std::atomic<bool> stop_{false};
   std::thread loop_;
 };

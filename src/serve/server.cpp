@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "launch/host.h"
+#include "launch/sbatch.h"
 #include "serve/api.h"
 #include "serve/auth.h"
 #include "serve/dashboard.h"
@@ -71,9 +72,24 @@ int run_service(const ServeOptions& o) {
   so.state_dir = std::filesystem::absolute(o.state_dir).string();
   std::string self = launch::self_executable();
   so.ddpx_path = self.substr(0, self.rfind('/') + 1) + "ddpx";
-  launch::GpuInfo gpus = launch::detect_gpus();
-  for (size_t i = 0; i < gpus.ids.size(); ++i) so.gpus.push_back(static_cast<int>(i));
-  so.cpu_slots = o.slots > 0 ? o.slots : launch::usable_cpu_count();
+  DDPX_CHECK(o.scheduler == "local" || o.scheduler == "slurm", ErrorKind::kUsage,
+             "--scheduler '{}': expected local (this node's devices) or slurm", o.scheduler);
+  if (o.scheduler == "slurm") {
+    require_slurm_programs();
+    launch::SbatchOptions probe;
+    probe.time = o.slurm.time;
+    probe.command = {"true"};
+    try {
+      launch::validate(probe);
+    } catch (const Error& e) {
+      fail(ErrorKind::kUsage, "--slurm_{}", std::string(e.what()).substr(2));
+    }
+    so.slurm = o.slurm;
+  } else {
+    launch::GpuInfo gpus = launch::detect_gpus();
+    for (size_t i = 0; i < gpus.ids.size(); ++i) so.gpus.push_back(static_cast<int>(i));
+    so.cpu_slots = o.slots > 0 ? o.slots : launch::usable_cpu_count();
+  }
   so.user_quota = o.user_quota;
   Scheduler scheduler(store, so);
 
@@ -97,9 +113,11 @@ int run_service(const ServeOptions& o) {
   add_dashboard_routes(*server);
   DDPX_CHECK(server->bind_to_port(host.c_str(), port), ErrorKind::kIo,
              "--listen {}: cannot bind it (in use, or not an address of this host)", o.listen);
-  std::fprintf(stderr, "ddpx serve: listening on %s://%s:%d (state %s, %d %s slot(s))\n",
-               tls ? "https" : "http", host.c_str(), port, o.state_dir.c_str(),
-               scheduler.total_slots(), so.gpus.empty() ? "CPU" : "GPU");
+  std::string placement = so.slurm ? std::string("jobs go to Slurm")
+                                   : fmt::format("{} {} slot(s)", scheduler.total_slots(),
+                                                 so.gpus.empty() ? "CPU" : "GPU");
+  std::fprintf(stderr, "ddpx serve: listening on %s://%s:%d (state %s, %s)\n",
+               tls ? "https" : "http", host.c_str(), port, o.state_dir.c_str(), placement.c_str());
   g_server = server.get();
   struct sigaction action {};
   action.sa_handler = on_signal;

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "serve/slurm_jobs.h"
+
 namespace ddpx::serve {
 
 struct ServeOptions {
@@ -14,6 +16,8 @@ struct ServeOptions {
   int user_quota = 0;  // devices per user; 0: none
   bool insecure = false;
   std::string tls_cert, tls_key;
+  std::string scheduler = "local";  // or "slurm": hand jobs to Slurm (slurm_jobs.h)
+  SlurmSettings slurm;
 };
 
 int run_service(const ServeOptions& options);  // returns the exit code

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 
@@ -30,7 +31,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   stop_requested INTEGER NOT NULL,
   submitted INTEGER NOT NULL,
   started INTEGER NOT NULL,
-  ended INTEGER NOT NULL
+  ended INTEGER NOT NULL,
+  slurm_id TEXT NOT NULL DEFAULT '',
+  slurm_state TEXT NOT NULL DEFAULT ''
 );
 )sql";
 
@@ -70,7 +73,7 @@ class Statement {
 
 constexpr const char* kColumns =
     "id, user, command, workers, extra_ports, state, slots, ports, pid, log_dir, exit_code, "
-    "stop_requested, submitted, started, ended";
+    "stop_requested, submitted, started, ended, slurm_id, slurm_state";
 
 Job read_job(const Statement& s) {
   Job j;
@@ -89,6 +92,8 @@ Job read_job(const Statement& s) {
   j.submitted = s.integer(12);
   j.started = s.integer(13);
   j.ended = s.integer(14);
+  j.slurm_id = s.text(15);
+  j.slurm_state = s.text(16);
   return j;
 }
 
@@ -128,6 +133,19 @@ Store::Store(const std::string& path) {
   sqlite3_busy_timeout(db_, 5000);
   exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
   exec(kSchema);
+  add_missing_columns();
+}
+
+void Store::add_missing_columns() {
+  std::set<std::string> have;
+  {
+    Statement s(db_, "SELECT name FROM pragma_table_info('jobs')");
+    while (s.step()) have.insert(s.text(0));
+  }
+  for (const char* column : {"slurm_id", "slurm_state"}) {
+    if (!have.count(column))
+      exec(std::string("ALTER TABLE jobs ADD COLUMN ") + column + " TEXT NOT NULL DEFAULT ''");
+  }
 }
 
 Store::~Store() { sqlite3_close(db_); }
@@ -185,7 +203,8 @@ void Store::update_job(const Job& j) {
   std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_,
               "UPDATE jobs SET state = ?2, slots = ?3, ports = ?4, pid = ?5, log_dir = ?6, "
-              "exit_code = ?7, stop_requested = ?8, started = ?9, ended = ?10 WHERE id = ?1");
+              "exit_code = ?7, stop_requested = ?8, started = ?9, ended = ?10, slurm_id = ?11, "
+              "slurm_state = ?12 WHERE id = ?1");
   s.bind(1, j.id)
       .bind(2, job_state_name(j.state))
       .bind(3, nlohmann::json(j.slots).dump())
@@ -196,6 +215,8 @@ void Store::update_job(const Job& j) {
       .bind(8, static_cast<int64_t>(j.stop_requested))
       .bind(9, j.started)
       .bind(10, j.ended)
+      .bind(11, j.slurm_id)
+      .bind(12, j.slurm_state)
       .step();
 }
 

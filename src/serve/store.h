@@ -38,6 +38,8 @@ struct Job {
   int exit_code = 0;
   bool stop_requested = false;
   int64_t submitted = 0, started = 0, ended = 0;  // unix seconds
+  std::string slurm_id;     // --scheduler slurm: the Slurm job, once submitted
+  std::string slurm_state;  // and its state as Slurm last reported it (e.g. "PENDING Resources")
 };
 
 class Store {
@@ -59,6 +61,7 @@ class Store {
 
  private:
   void exec(const std::string& sql);
+  void add_missing_columns();  // a state folder from an older ddpx
   sqlite3* db_ = nullptr;
   std::mutex mutex_;
 };
