@@ -88,24 +88,50 @@ json parse_body(const httplib::Request& req) {
   return body;
 }
 
+// Runs `answer`; refusals and library errors become a JSON 4xx (503 for the service's own I/O).
+template <typename F>
+void answer_errors(httplib::Response& res, F answer) {
+  try {
+    answer();
+  } catch (const Refusal& r) {
+    res.status = r.status;
+    res.set_content(json{{"error", r.message}}.dump(), "application/json");
+  } catch (const Error& e) {
+    res.status = e.kind() == ErrorKind::kUsage ? 400 : 503;
+    res.set_content(json{{"error", e.what()}}.dump(), "application/json");
+  } catch (const std::exception& e) {
+    res.status = 400;
+    res.set_content(json{{"error", std::string("bad request: ") + e.what()}}.dump(),
+                    "application/json");
+  }
+}
+
 // Wraps a handler: authentication, refusals and library errors become JSON 4xx.
 template <typename F>
 httplib::Server::Handler guarded(Store& store, bool needs_user, F handler) {
   return [&store, needs_user, handler](const httplib::Request& req, httplib::Response& res) {
-    try {
+    answer_errors(res, [&] {
       User user = needs_user ? authenticate(store, req) : User{};
       handler(req, res, user);
-    } catch (const Refusal& r) {
-      res.status = r.status;
-      res.set_content(json{{"error", r.message}}.dump(), "application/json");
-    } catch (const Error& e) {
-      res.status = e.kind() == ErrorKind::kUsage ? 400 : 503;
-      res.set_content(json{{"error", e.what()}}.dump(), "application/json");
-    } catch (const std::exception& e) {
-      res.status = 400;
-      res.set_content(json{{"error", std::string("bad request: ") + e.what()}}.dump(),
-                      "application/json");
-    }
+    });
+  };
+}
+
+// The same for a handler that reads its body itself (a backup: streamed to disk, not held in
+// memory). A refused request's body is read and dropped, so the client is not cut off mid-send.
+template <typename F>
+httplib::Server::HandlerWithContentReader guarded_reader(Store& store, F handler) {
+  return [&store, handler](const httplib::Request& req, httplib::Response& res,
+                           const httplib::ContentReader& content) {
+    bool read = false;
+    answer_errors(res, [&] {
+      User user = authenticate(store, req);
+      handler(req, res, user, [&](const httplib::ContentReceiver& receiver) {
+        read = true;
+        return content(receiver);
+      });
+    });
+    if (!read) content([](const char*, size_t) { return true; });
   };
 }
 
@@ -363,23 +389,36 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
         body["restored_from"] = {{"job", job.id}, {"snapshot", name}};
         reply(res, body, 201);
       }));
-  server.Get(R"(/api/v1/jobs/([^/]+)/backup)",
-             guarded(store, true, [&](const auto& req, auto& res, const User& u) {
-               Job job = owned_job(store, u, job_id(req));
-               auto checkpoints =
-                   chosen_checkpoints(req, job_checkpoints_dir(scheduler.state_dir(), job.id));
-               std::string log;
-               if (!job.log_dir.empty()) {
-                 std::ifstream in(job.log_dir + "/rank0.log", std::ios::binary);
-                 log.assign(std::istreambuf_iterator<char>(in), {});
-               }
-               res.set_content(write_backup(job, checkpoints, job.log_dir, epoch_metrics(log)),
-                               "application/gzip");
-               res.set_header("Content-Disposition", "attachment; filename=\"ddpx-job-" +
-                                                         std::to_string(job.id) + ".tar.gz\"");
-             }));
+  server.Get(
+      R"(/api/v1/jobs/([^/]+)/backup)",
+      guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+        Job job = owned_job(store, u, job_id(req));
+        auto checkpoints =
+            chosen_checkpoints(req, job_checkpoints_dir(scheduler.state_dir(), job.id));
+        std::string log;
+        if (!job.log_dir.empty()) {
+          std::ifstream in(job.log_dir + "/rank0.log", std::ios::binary);
+          log.assign(std::istreambuf_iterator<char>(in), {});
+        }
+        // Files opened and hashed now (errors are still a JSON answer), sent later.
+        auto writer =
+            std::make_shared<BackupWriter>(job, checkpoints, job.log_dir, epoch_metrics(log));
+        res.set_header("Content-Disposition",
+                       "attachment; filename=\"ddpx-job-" + std::to_string(job.id) + ".tar.gz\"");
+        res.set_chunked_content_provider(
+            "application/gzip", [writer](size_t, httplib::DataSink& sink) {
+              try {
+                if (!writer->write([&](const char* data, size_t n) { return sink.write(data, n); }))
+                  return false;
+              } catch (const std::exception&) {
+                return false;  // cut short: the reader's archive does not check out
+              }
+              sink.done();
+              return true;
+            });
+      }));
   server.Post("/api/v1/backups",
-              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+              guarded_reader(store, [&](const auto&, auto& res, const User& u, auto read_body) {
                 namespace fs = std::filesystem;
                 // Unpacked and verified in a scratch folder first; nothing is kept if it fails.
                 std::string scratch = scheduler.state_dir() + "/files/import-" + new_token();
@@ -390,7 +429,21 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                     fs::remove_all(dir, ec);
                   }
                 } cleanup{scratch};
-                Backup backup = read_backup(req.body, "the backup", scratch);
+                // The archive goes to disk as it arrives, never whole into memory.
+                fs::create_directories(scratch);
+                std::string upload = scratch + "/upload.tar.gz";
+                {
+                  std::ofstream out(upload, std::ios::binary);
+                  bool ok = read_body([&](const char* data, size_t n) {
+                    out.write(data, static_cast<std::streamsize>(n));
+                    return static_cast<bool>(out);
+                  });
+                  out.close();
+                  if (!ok && res.status == 413) refuse(413, "the backup is over 1 GiB");
+                  if (!ok) refuse(400, "the upload ended before its body did; send it again");
+                  if (!out) refuse(503, "cannot store the uploaded backup in " + scratch);
+                }
+                Backup backup = read_backup(upload, "the backup", scratch + "/unpacked");
                 check_command(backup.command);
                 Job job = scheduler.submit(u.name, resuming(backup.command), backup.workers,
                                            backup.extra_ports, backup.checkpoints);
@@ -399,8 +452,8 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                 std::string imported = job_files_dir(scheduler.state_dir(), job.id) + "/imported";
                 fs::create_directories(imported, ec);
                 for (const char* part : {"logs", "metrics.json"}) {
-                  if (fs::exists(scratch + "/" + part))
-                    fs::rename(scratch + "/" + part, imported + "/" + part, ec);
+                  if (fs::exists(scratch + "/unpacked/" + part))
+                    fs::rename(scratch + "/unpacked/" + part, imported + "/" + part, ec);
                 }
                 json body = job_json(job);
                 body["imported_from"] = backup.job;

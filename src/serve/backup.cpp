@@ -2,9 +2,13 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <fcntl.h>
 #include <fmt/format.h>
-#include <openssl/evp.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -33,51 +37,94 @@ bool allowed_path(const std::string& path) {
   return std::regex_match(path, other);
 }
 
-std::string read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  DDPX_CHECK(in, ErrorKind::kIo, "cannot read {}", path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+constexpr size_t kPiece = 1 << 16;
+
+// libarchive's write callback: the sink the archive streams into.
+struct SinkState {
+  const std::function<bool(const char*, size_t)>* sink;
+  bool stopped = false;  // the reader went away
+};
+
+la_ssize_t send_to_sink(struct archive*, void* state, const void* data, size_t n) {
+  auto* s = static_cast<SinkState*>(state);
+  if (!(*s->sink)(static_cast<const char*>(data), n)) {
+    s->stopped = true;
+    return -1;
+  }
+  return static_cast<la_ssize_t>(n);
 }
 
-la_ssize_t append_to(struct archive*, void* out, const void* data, size_t n) {
-  static_cast<std::string*>(out)->append(static_cast<const char*>(data), n);
-  return static_cast<la_ssize_t>(n);
+// Reads all of `fd` from its start in pieces, handing each to `use`; throws kIo naming `path`.
+template <typename F>
+void read_pieces(int fd, const std::string& path, F use) {
+  DDPX_CHECK(::lseek(fd, 0, SEEK_SET) == 0, ErrorKind::kIo, "backup: cannot read {}: {}", path,
+             std::strerror(errno));
+  char buffer[kPiece];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    DDPX_CHECK(n >= 0, ErrorKind::kIo, "backup: cannot read {}: {}", path, std::strerror(errno));
+    if (n == 0) return;
+    use(buffer, static_cast<size_t>(n));
+  }
 }
 
 using ArchivePtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
 
-void add_entry(struct archive* a, const std::string& path, const std::string& data) {
+void write_header(struct archive* a, const std::string& path, uint64_t size) {
   std::unique_ptr<archive_entry, void (*)(archive_entry*)> entry(archive_entry_new(),
                                                                  archive_entry_free);
   archive_entry_set_pathname(entry.get(), path.c_str());
-  archive_entry_set_size(entry.get(), static_cast<la_int64_t>(data.size()));
+  archive_entry_set_size(entry.get(), static_cast<la_int64_t>(size));
   archive_entry_set_filetype(entry.get(), AE_IFREG);
   archive_entry_set_perm(entry.get(), 0644);
   archive_entry_set_mtime(entry.get(), std::time(nullptr), 0);
   DDPX_CHECK(archive_write_header(a, entry.get()) == ARCHIVE_OK, ErrorKind::kIo,
              "backup: cannot write {}: {}", path, archive_error_string(a));
-  DDPX_CHECK(
-      archive_write_data(a, data.data(), data.size()) == static_cast<la_ssize_t>(data.size()),
-      ErrorKind::kIo, "backup: cannot write {}: {}", path, archive_error_string(a));
+}
+
+// Writes a piece of an entry's data; false when the reader went away.
+bool write_data(struct archive* a, const SinkState& state, const std::string& path,
+                const char* data, size_t n) {
+  if (archive_write_data(a, data, n) == static_cast<la_ssize_t>(n)) return true;
+  DDPX_CHECK(state.stopped, ErrorKind::kIo, "backup: cannot write {}: {}", path,
+             archive_error_string(a));
+  return false;
 }
 
 }  // namespace
 
-std::string write_backup(const Job& job, const std::vector<std::string>& checkpoints,
-                         const std::string& log_dir, const json& metrics) {
+BackupWriter::BackupWriter(const Job& job, const std::vector<std::string>& checkpoints,
+                           const std::string& log_dir, const json& metrics) {
   namespace fs = std::filesystem;
-  std::vector<std::pair<std::string, std::string>> files;  // path in the archive, bytes
+  auto add_file = [&](const std::string& archive_path, const std::string& file) {
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    DDPX_CHECK(fd >= 0, ErrorKind::kIo, "backup: cannot read {}: {}", file, std::strerror(errno));
+    files_.push_back(File{archive_path, fd, "", 0});
+  };
   for (const std::string& c : checkpoints)
-    files.emplace_back("checkpoints/" + fs::path(c).filename().string(), read_whole(c));
+    add_file("checkpoints/" + fs::path(c).filename().string(), c);
   for (int rank = 0; !log_dir.empty() && rank < job.workers; ++rank) {
     std::string log = fmt::format("{}/rank{}.log", log_dir, rank);
-    if (fs::exists(log)) files.emplace_back(fmt::format("logs/rank{}.log", rank), read_whole(log));
+    if (fs::exists(log)) add_file(fmt::format("logs/rank{}.log", rank), log);
   }
-  files.emplace_back("metrics.json", metrics.dump(1));
+  files_.push_back(File{"metrics.json", -1, metrics.dump(1), 0});
 
+  // Hash each file as it is now; a log that grows meanwhile is sent as it was here.
   json listed = json::array();
-  for (const auto& [path, data] : files)
-    listed.push_back({{"path", path}, {"bytes", data.size()}, {"sha256", sha256_hex(data)}});
+  for (File& f : files_) {
+    Sha256 sha;
+    if (f.fd < 0) {
+      sha.update(f.data.data(), f.data.size());
+      f.bytes = f.data.size();
+    } else {
+      read_pieces(f.fd, f.path, [&](const char* data, size_t n) {
+        sha.update(data, n);
+        f.bytes += n;
+      });
+    }
+    listed.push_back({{"path", f.path}, {"bytes", f.bytes}, {"sha256", sha.hex()}});
+  }
   json manifest = {
       {"format", kFormat},
       {"version", kVersion},
@@ -94,27 +141,56 @@ std::string write_backup(const Job& job, const std::vector<std::string>& checkpo
         {"started", job.started},
         {"ended", job.ended}}},
       {"files", listed}};
-
-  std::string out;
-  ArchivePtr a(archive_write_new(), archive_write_free);
-  DDPX_CHECK(archive_write_add_filter_gzip(a.get()) == ARCHIVE_OK &&
-                 archive_write_set_format_pax_restricted(a.get()) == ARCHIVE_OK &&
-                 archive_write_open(a.get(), &out, nullptr, append_to, nullptr) == ARCHIVE_OK,
-             ErrorKind::kIo, "backup: cannot start the archive: {}", archive_error_string(a.get()));
-  add_entry(a.get(), kManifest, manifest.dump(1));  // first: a reader checks against it
-  for (const auto& [path, data] : files) add_entry(a.get(), path, data);
-  DDPX_CHECK(archive_write_close(a.get()) == ARCHIVE_OK, ErrorKind::kIo,
-             "backup: cannot finish the archive: {}", archive_error_string(a.get()));
-  return out;
+  manifest_ = manifest.dump(1);
 }
 
-Backup read_backup(const std::string& bytes, const std::string& name, const std::string& dir) {
+BackupWriter::~BackupWriter() {
+  for (const File& f : files_)
+    if (f.fd >= 0) ::close(f.fd);
+}
+
+bool BackupWriter::write(const std::function<bool(const char*, size_t)>& sink) const {
+  SinkState state{&sink};
+  ArchivePtr a(archive_write_new(), archive_write_free);
+  // One block per write: pieces go to the reader as they are made, not held back to 10 KiB.
+  DDPX_CHECK(archive_write_add_filter_gzip(a.get()) == ARCHIVE_OK &&
+                 archive_write_set_format_pax_restricted(a.get()) == ARCHIVE_OK &&
+                 archive_write_set_bytes_in_last_block(a.get(), 1) == ARCHIVE_OK &&
+                 archive_write_open(a.get(), &state, nullptr, send_to_sink, nullptr) == ARCHIVE_OK,
+             ErrorKind::kIo, "backup: cannot start the archive: {}", archive_error_string(a.get()));
+  // The manifest first: a reader checks every file against it.
+  write_header(a.get(), kManifest, manifest_.size());
+  if (!write_data(a.get(), state, kManifest, manifest_.data(), manifest_.size())) return false;
+  for (const File& f : files_) {
+    write_header(a.get(), f.path, f.bytes);
+    if (f.fd < 0) {
+      if (!write_data(a.get(), state, f.path, f.data.data(), f.data.size())) return false;
+      continue;
+    }
+    // Exactly the bytes hashed: a log that grew since is cut where it was.
+    uint64_t left = f.bytes;
+    bool open = true;
+    read_pieces(f.fd, f.path, [&](const char* data, size_t n) {
+      size_t take = static_cast<size_t>(std::min<uint64_t>(n, left));
+      if (open && take > 0) open = write_data(a.get(), state, f.path, data, take);
+      left -= take;
+    });
+    if (!open) return false;
+    DDPX_CHECK(left == 0, ErrorKind::kIo, "backup: {} shrank while it was sent", f.path);
+  }
+  DDPX_CHECK(archive_write_close(a.get()) == ARCHIVE_OK || state.stopped, ErrorKind::kIo,
+             "backup: cannot finish the archive: {}", archive_error_string(a.get()));
+  return !state.stopped;
+}
+
+Backup read_backup(const std::string& archive_path, const std::string& name,
+                   const std::string& dir) {
   namespace fs = std::filesystem;
   constexpr ErrorKind bad = ErrorKind::kUsage;
   ArchivePtr a(archive_read_new(), archive_read_free);
   archive_read_support_filter_gzip(a.get());
   archive_read_support_format_tar(a.get());
-  DDPX_CHECK(archive_read_open_memory(a.get(), bytes.data(), bytes.size()) == ARCHIVE_OK, bad,
+  DDPX_CHECK(archive_read_open_filename(a.get(), archive_path.c_str(), kPiece) == ARCHIVE_OK, bad,
              "{}: not a .tar.gz backup ({}); make one with GET /api/v1/jobs/ID/backup", name,
              archive_error_string(a.get()));
 
@@ -174,23 +250,17 @@ Backup read_backup(const std::string& bytes, const std::string& name, const std:
     fs::create_directories(target.parent_path());
     std::ofstream out(target, std::ios::binary);
     DDPX_CHECK(out, ErrorKind::kIo, "cannot write {}", target.string());
-    std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-    EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
-    char buffer[1 << 16];
+    Sha256 sha;
+    char buffer[kPiece];
     uint64_t got = 0;
     for (la_ssize_t n; (n = archive_read_data(a.get(), buffer, sizeof(buffer))) != 0;) {
       DDPX_CHECK(n > 0, bad, "{}: damaged data in {}: {}", name, path,
                  archive_error_string(a.get()));
       out.write(buffer, n);
-      EVP_DigestUpdate(sha.get(), buffer, static_cast<size_t>(n));
+      sha.update(buffer, static_cast<size_t>(n));
       got += static_cast<uint64_t>(n);
     }
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    EVP_DigestFinal_ex(sha.get(), digest, &length);
-    std::string hex;
-    for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
-    DDPX_CHECK(got == size && hex == it->second["sha256"].get<std::string>(), bad,
+    DDPX_CHECK(got == size && sha.hex() == it->second["sha256"].get<std::string>(), bad,
                "{}: {} does not match its SHA-256 in the manifest (damaged in transit?)", name,
                path);
     out.close();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,10 +19,33 @@
 
 namespace ddpx::serve {
 
-// The archive's bytes. `checkpoints`: files (paths) to include; `log_dir`: the job's log folder
-// (empty: none yet).
-std::string write_backup(const Job& job, const std::vector<std::string>& checkpoints,
-                         const std::string& log_dir, const nlohmann::json& metrics);
+// A backup ready to send. Made, it has every file open and hashed (a checkpoint pruned or
+// replaced meanwhile changes nothing); write() then streams the archive in pieces, so memory
+// stays bounded however large the checkpoints are.
+class BackupWriter {
+ public:
+  // `checkpoints`: files (paths) to include; `log_dir`: the job's log folder (empty: none yet).
+  // Throws kIo naming a file it cannot read.
+  BackupWriter(const Job& job, const std::vector<std::string>& checkpoints,
+               const std::string& log_dir, const nlohmann::json& metrics);
+  ~BackupWriter();
+  BackupWriter(const BackupWriter&) = delete;
+  BackupWriter& operator=(const BackupWriter&) = delete;
+
+  // Sends the .tar.gz through `sink`, piece by piece; a sink returning false (the reader went
+  // away) ends it early, and write returns false. Throws kIo on a read or archive error.
+  bool write(const std::function<bool(const char* data, size_t size)>& sink) const;
+
+ private:
+  struct File {
+    std::string path;  // in the archive
+    int fd = -1;       // the file, open; or -1 and
+    std::string data;  // its bytes (metrics.json)
+    uint64_t bytes = 0;
+  };
+  std::string manifest_;
+  std::vector<File> files_;
+};
 
 struct Backup {
   nlohmann::json job;                // the manifest's "job"
@@ -31,9 +55,9 @@ struct Backup {
   std::vector<std::string> checkpoints;  // their paths under the folder it was unpacked into
 };
 
-// Verifies `bytes` (named `name` in errors) and unpacks it into `dir` (created). Throws kUsage
-// naming the first problem (not a gzip'd tar, no manifest, an unlisted or escaping path, a size
-// or checksum mismatch, a missing file).
-Backup read_backup(const std::string& bytes, const std::string& name, const std::string& dir);
+// Verifies the archive at `path` (named `name` in errors) and unpacks it into `dir` (created),
+// reading it in pieces. Throws kUsage naming the first problem (not a gzip'd tar, no manifest,
+// an unlisted or escaping path, a size or checksum mismatch, a missing file).
+Backup read_backup(const std::string& path, const std::string& name, const std::string& dir);
 
 }  // namespace ddpx::serve

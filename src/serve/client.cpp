@@ -1,13 +1,18 @@
 #include "serve/client.h"
 
+#include <fcntl.h>
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/atomic_file.h"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -39,16 +44,21 @@ Connection connect(const ClientOptions& o) {
   return c;
 }
 
+// A refusal's message: its JSON "error", else the body as it came.
+std::string error_message(const std::string& body) {
+  json parsed = json::parse(body, nullptr, false);
+  return parsed.is_object() && parsed.contains("error") && parsed["error"].is_string()
+             ? parsed["error"].get<std::string>()
+             : body;
+}
+
 // The body of a 2xx answer; a kUsage (4xx) or kIo (no answer, 5xx) error otherwise.
 std::string check(const httplib::Result& r, const ClientOptions& o) {
   DDPX_CHECK(r, ErrorKind::kIo, "{}: no answer ({}); is `ddpx serve` running there?", o.server,
              httplib::to_string(r.error()));
   if (r->status >= 200 && r->status < 300) return r->body;
-  json body = json::parse(r->body, nullptr, false);
-  std::string message =
-      body.is_object() && body.contains("error") ? body["error"].get<std::string>() : r->body;
   fail(r->status < 500 ? ErrorKind::kUsage : ErrorKind::kIo, "{} answered {}: {}", o.server,
-       r->status, message);
+       r->status, error_message(r->body));
 }
 
 }  // namespace
@@ -147,20 +157,64 @@ long long client_restore_snapshot(const ClientOptions& o, long long id, const st
 void client_backup(const ClientOptions& o, long long id, const std::string& snapshots,
                    const std::string& path) {
   Connection c = connect(o);
-  httplib::Params params{{"snapshots", snapshots}};
-  std::string bytes =
-      check(c.client->Get(fmt::format("/api/v1/jobs/{}/backup", id), params, c.headers), o);
-  write_file_atomic(path, bytes);
+  // Streamed into PATH.partial and renamed into place once whole: never held in memory, and no
+  // half-written PATH if the transfer breaks.
+  std::string partial = path + ".partial";
+  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+  DDPX_CHECK(out, ErrorKind::kUsage, "-o {}: cannot write {}; choose another file", path, partial);
+  int status = 0;
+  std::string error_body;
+  auto result = c.client->Get(
+      fmt::format("/api/v1/jobs/{}/backup?snapshots={}", id,
+                  httplib::detail::encode_query_param(snapshots)),
+      c.headers,
+      [&](const httplib::Response& r) {
+        status = r.status;
+        return true;
+      },
+      [&](const char* data, size_t n) {
+        if (status < 200 || status >= 300) {
+          error_body.append(data, n);
+          return true;
+        }
+        out.write(data, static_cast<std::streamsize>(n));
+        return static_cast<bool>(out);
+      });
+  out.close();
+  bool whole = result && status >= 200 && status < 300 && out;
+  if (!whole) {
+    std::remove(partial.c_str());
+    DDPX_CHECK(result, ErrorKind::kIo, "{}: the backup did not arrive whole ({}); try again",
+               o.server, httplib::to_string(result.error()));
+    DDPX_CHECK(status >= 200 && status < 300, status < 500 ? ErrorKind::kUsage : ErrorKind::kIo,
+               "{} answered {}: {}", o.server, status, error_message(error_body));
+    fail(ErrorKind::kIo, "-o {}: cannot write it (disk full?)", path);
+  }
+  int fd = ::open(partial.c_str(), O_RDONLY | O_CLOEXEC);  // on disk before it takes PATH's name
+  bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  DDPX_CHECK(synced && std::rename(partial.c_str(), path.c_str()) == 0, ErrorKind::kIo,
+             "-o {}: cannot move {} into place: {}", path, partial, std::strerror(errno));
 }
 
 long long client_import(const ClientOptions& o, const std::string& path) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
-  DDPX_CHECK(in, ErrorKind::kUsage, "{}: cannot read it; give a backup written by `ddpx backup`",
-             path);
-  std::string bytes(std::istreambuf_iterator<char>(in), {});
+  DDPX_CHECK(in && !ec, ErrorKind::kUsage,
+             "{}: cannot read it; give a backup written by `ddpx backup`", path);
   Connection c = connect(o);
-  json job = json::parse(
-      check(c.client->Post("/api/v1/backups", c.headers, bytes, "application/gzip"), o));
+  // Sent from the file in pieces, never held whole in memory.
+  auto result = c.client->Post(
+      "/api/v1/backups", c.headers, static_cast<size_t>(size),
+      [&](size_t offset, size_t length, httplib::DataSink& sink) {
+        char buffer[1 << 16];
+        in.seekg(static_cast<std::streamoff>(offset));
+        in.read(buffer, static_cast<std::streamsize>(std::min(length, sizeof(buffer))));
+        return in.gcount() > 0 && sink.write(buffer, static_cast<size_t>(in.gcount()));
+      },
+      "application/gzip");
+  json job = json::parse(check(result, o));
   return job["id"].get<long long>();
 }
 
