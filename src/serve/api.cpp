@@ -39,6 +39,7 @@ json job_json(const Job& j) {
           {"state", job_state_name(j.state)},
           {"command", j.command},
           {"workers", j.workers},
+          {"nodes", j.nodes},
           {"devices", j.slots},
           {"ports", j.ports},
           {"exit_code", j.state == JobState::kEnded ? json(j.exit_code) : json(nullptr)},
@@ -161,8 +162,8 @@ void check_command(const std::vector<std::string>& command) {
 
 Job submit(Scheduler& scheduler, const User& user, const json& body) {
   for (const auto& [key, value] : body.items()) {
-    if (key != "command" && key != "workers" && key != "ports")
-      refuse(400, "unknown field '" + key + "'; a job has command, workers and ports");
+    if (key != "command" && key != "workers" && key != "ports" && key != "nodes")
+      refuse(400, "unknown field '" + key + "'; a job has command, workers, nodes and ports");
   }
   if (!body.contains("command") || !body["command"].is_array())
     refuse(400, "command: required, an array of strings (e.g. [\"train\", \"--model\", \"mlp\"])");
@@ -177,7 +178,8 @@ Job submit(Scheduler& scheduler, const User& user, const json& body) {
     return body[key].get<int>();
   };
   check_command(command);
-  return scheduler.submit(user.name, command, integer("workers", 1), integer("ports", 0));
+  return scheduler.submit(user.name, command, integer("workers", 1), integer("ports", 0), {},
+                          integer("nodes", 1));
 }
 
 json checkpoint_json(const CheckpointFile& f) {
@@ -373,22 +375,22 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                  list.push_back(checkpoint_json(f));
                reply(res, list);
              }));
-  server.Post(
-      R"(/api/v1/jobs/([^/]+)/snapshots/([^/]+)/restore)",
-      guarded(store, true, [&](const auto& req, auto& res, const User& u) {
-        Job job = owned_job(store, u, job_id(req));
-        std::string name = req.matches[2];
-        std::string path = job_checkpoints_dir(scheduler.state_dir(), job.id) + "/" + name;
-        if (!is_checkpoint_name(name))
-          refuse(400, "'" + name + "' is not a checkpoint name (GET /snapshots lists them)");
-        if (!std::filesystem::exists(path))
-          refuse(404, "job " + std::to_string(job.id) + " has no checkpoint " + name);
-        Job restored =
-            scheduler.submit(u.name, resuming(job.command), job.workers, job.extra_ports, {path});
-        json body = job_json(restored);
-        body["restored_from"] = {{"job", job.id}, {"snapshot", name}};
-        reply(res, body, 201);
-      }));
+  server.Post(R"(/api/v1/jobs/([^/]+)/snapshots/([^/]+)/restore)",
+              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+                Job job = owned_job(store, u, job_id(req));
+                std::string name = req.matches[2];
+                std::string path = job_checkpoints_dir(scheduler.state_dir(), job.id) + "/" + name;
+                if (!is_checkpoint_name(name))
+                  refuse(400,
+                         "'" + name + "' is not a checkpoint name (GET /snapshots lists them)");
+                if (!std::filesystem::exists(path))
+                  refuse(404, "job " + std::to_string(job.id) + " has no checkpoint " + name);
+                Job restored = scheduler.submit(u.name, resuming(job.command), job.workers,
+                                                job.extra_ports, {path}, job.nodes);
+                json body = job_json(restored);
+                body["restored_from"] = {{"job", job.id}, {"snapshot", name}};
+                reply(res, body, 201);
+              }));
   server.Get(
       R"(/api/v1/jobs/([^/]+)/backup)",
       guarded(store, true, [&](const auto& req, auto& res, const User& u) {
@@ -446,7 +448,7 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                 Backup backup = read_backup(upload, "the backup", scratch + "/unpacked");
                 check_command(backup.command);
                 Job job = scheduler.submit(u.name, resuming(backup.command), backup.workers,
-                                           backup.extra_ports, backup.checkpoints);
+                                           backup.extra_ports, backup.checkpoints, backup.nodes);
                 // Its logs and metrics are kept beside the new job's files.
                 std::error_code ec;
                 std::string imported = job_files_dir(scheduler.state_dir(), job.id) + "/imported";

@@ -134,6 +134,7 @@ BackupWriter::BackupWriter(const Job& job, const std::vector<std::string>& check
         {"user", job.user},
         {"command", job.command},
         {"workers", job.workers},
+        {"nodes", job.nodes},
         {"ports", job.extra_ports},
         {"state", job_state_name(job.state)},
         {"exit_code", job.state == JobState::kEnded ? json(job.exit_code) : json(nullptr)},
@@ -284,6 +285,9 @@ Backup read_backup(const std::string& archive_path, const std::string& name,
                  job.value("ports", json()).is_number_integer(),
              bad, "{}: the manifest's job lacks workers or ports", name);
   backup.workers = job["workers"];
+  DDPX_CHECK(!job.contains("nodes") || job["nodes"].is_number_integer(), bad,
+             "{}: the manifest's job has nodes that is not an integer", name);
+  backup.nodes = job.value("nodes", 1);
   backup.extra_ports = job["ports"];
   return backup;
 }

@@ -1,6 +1,7 @@
 // Backups of a job: one .tar.gz that moves a job to another machine. It holds
 //   manifest.json     {"format": "ddpx-backup", "version": 1, "created", "job": {id, user,
-//                      command, workers, ports, state, exit_code, submitted, started, ended},
+//                      command, workers, nodes, ports, state, exit_code, submitted, started,
+//                      ended}, "files": ...} (nodes: optional, 1 when absent)
 //                      "files": [{"path", "bytes", "sha256"}]}
 //   checkpoints/NAME  the chosen checkpoints and snapshots (job_files.h names)
 //   logs/rankK.log    every rank's log
@@ -51,6 +52,7 @@ struct Backup {
   nlohmann::json job;                // the manifest's "job"
   std::vector<std::string> command;  // job.command, checked to be strings
   int workers = 1;
+  int nodes = 1;
   int extra_ports = 0;
   std::vector<std::string> checkpoints;  // their paths under the folder it was unpacked into
 };

@@ -61,7 +61,7 @@ int Scheduler::total_slots() const {
 }
 
 Job Scheduler::submit(const std::string& user, const std::vector<std::string>& command, int workers,
-                      int extra_ports, const std::vector<std::string>& checkpoints) {
+                      int extra_ports, const std::vector<std::string>& checkpoints, int nodes) {
   DDPX_CHECK(!command.empty() && !command.front().empty(), ErrorKind::kUsage,
              "command: no program; give the program and its arguments, e.g. [\"train\", "
              "\"--model\", \"resnet18\"]");
@@ -73,17 +73,26 @@ Job Scheduler::submit(const std::string& user, const std::vector<std::string>& c
              options_.user_quota);
   DDPX_CHECK(extra_ports >= 0 && extra_ports <= 8, ErrorKind::kUsage,
              "ports: {} extra ports asked; give 0 to 8", extra_ports);
+  DDPX_CHECK(nodes >= 1, ErrorKind::kUsage, "nodes: {}; give 1 or more", nodes);
+  DDPX_CHECK(nodes == 1 || uses_slurm(), ErrorKind::kUsage,
+             "nodes: {}: this service runs each job on this node (give 1); `ddpx serve "
+             "--scheduler slurm` spreads jobs over nodes",
+             nodes);
+  DDPX_CHECK(workers % nodes == 0, ErrorKind::kUsage,
+             "workers: {} do not spread evenly over {} nodes; give a multiple of nodes", workers,
+             nodes);
   DDPX_CHECK(extra_ports == 0 || !uses_slurm(), ErrorKind::kUsage,
              "ports: extra ports cannot be given with --scheduler slurm (the job runs on a node "
              "Slurm picks); give 0");
   if (uses_slurm()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    check_with_slurm(command, workers);  // 400 with Slurm's reason, before the job is kept
+    check_with_slurm(command, workers, nodes);  // 400 with Slurm's reason, before the job is kept
   }
   Job job;
   job.user = user;
   job.command = command;
   job.workers = workers;
+  job.nodes = nodes;
   job.extra_ports = extra_ports;
   job.submitted = std::time(nullptr);
   {

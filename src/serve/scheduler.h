@@ -51,8 +51,9 @@ class Scheduler {
   // Queues a job; throws kUsage naming the field when it can never run here. `checkpoints`
   // (files) are copied into the new job's checkpoint folder before it can start: a job
   // restored from a snapshot or a backup resumes from them (with --resume auto).
+  // `nodes` > 1 only with Slurm: the workers spread evenly over that many nodes.
   Job submit(const std::string& user, const std::vector<std::string>& command, int workers,
-             int extra_ports, const std::vector<std::string>& checkpoints = {});
+             int extra_ports, const std::vector<std::string>& checkpoints = {}, int nodes = 1);
   // Asks a running train job for a snapshot (SIGUSR1 to its launcher, which forwards it; the
   // workers write a checkpoint at their next step and go on). Throws kUsage when it cannot.
   void snapshot(int64_t id);
@@ -70,8 +71,8 @@ class Scheduler {
   void launch(Job& job);
   // scheduler_slurm.cpp
   launch::SbatchOptions slurm_script(const std::vector<std::string>& command, int workers,
-                                     int64_t id) const;
-  void check_with_slurm(const std::vector<std::string>& command, int workers) const;
+                                     int nodes, int64_t id) const;
+  void check_with_slurm(const std::vector<std::string>& command, int workers, int nodes) const;
   void submit_to_slurm(Job& job);
   void refresh_slurm();
 

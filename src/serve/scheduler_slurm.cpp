@@ -16,12 +16,12 @@ constexpr auto kSlurmPoll = std::chrono::seconds(1);  // slurmctld is shared: as
 }  // namespace
 
 launch::SbatchOptions Scheduler::slurm_script(const std::vector<std::string>& command, int workers,
-                                              int64_t id) const {
+                                              int nodes, int64_t id) const {
   const SlurmSettings& slurm = *options_.slurm;
   launch::SbatchOptions s;
-  s.nodes = 1;
-  s.ntasks_per_node = workers;
-  s.gpus_per_node = slurm.gpus ? workers : 0;
+  s.nodes = nodes;
+  s.ntasks_per_node = workers / nodes;
+  s.gpus_per_node = slurm.gpus ? workers / nodes : 0;
   s.time = slurm.time;
   s.partition = slurm.partition;
   s.account = slurm.account;
@@ -38,8 +38,9 @@ launch::SbatchOptions Scheduler::slurm_script(const std::vector<std::string>& co
   return s;
 }
 
-void Scheduler::check_with_slurm(const std::vector<std::string>& command, int workers) const {
-  launch::SbatchOptions s = slurm_script(command, workers, 0);
+void Scheduler::check_with_slurm(const std::vector<std::string>& command, int workers,
+                                 int nodes) const {
+  launch::SbatchOptions s = slurm_script(command, workers, nodes, 0);
   s.script = options_.state_dir + "/slurm/.check.sbatch";  // callers hold mutex_
   s.task_log_dir.clear();
   std::filesystem::create_directories(options_.state_dir + "/slurm");
@@ -55,13 +56,14 @@ void Scheduler::check_with_slurm(const std::vector<std::string>& command, int wo
       if (line.rfind(prefix, 0) == 0) line.erase(0, std::strlen(prefix));
     if (!line.empty()) why += (why.empty() ? "" : "; ") + line;
   }
-  fail(ErrorKind::kUsage, "workers: Slurm cannot run {} worker(s) as asked: {}", workers, why);
+  fail(ErrorKind::kUsage, "workers: Slurm cannot run {} worker(s) on {} node(s) as asked: {}",
+       workers, nodes, why);
 }
 
 void Scheduler::submit_to_slurm(Job& job) {
   try {
     std::string script =
-        launch::write_sbatch_script(slurm_script(job.command, job.workers, job.id));
+        launch::write_sbatch_script(slurm_script(job.command, job.workers, job.nodes, job.id));
     job.slurm_id = launch::submit_sbatch(script);
     job.slurm_state = "PENDING";
     job.log_dir = options_.state_dir + "/logs/" + job_name(job.id);

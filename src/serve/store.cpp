@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   started INTEGER NOT NULL,
   ended INTEGER NOT NULL,
   slurm_id TEXT NOT NULL DEFAULT '',
-  slurm_state TEXT NOT NULL DEFAULT ''
+  slurm_state TEXT NOT NULL DEFAULT '',
+  nodes INTEGER NOT NULL DEFAULT 1
 );
 )sql";
 
@@ -73,7 +75,7 @@ class Statement {
 
 constexpr const char* kColumns =
     "id, user, command, workers, extra_ports, state, slots, ports, pid, log_dir, exit_code, "
-    "stop_requested, submitted, started, ended, slurm_id, slurm_state";
+    "stop_requested, submitted, started, ended, slurm_id, slurm_state, nodes";
 
 Job read_job(const Statement& s) {
   Job j;
@@ -94,6 +96,7 @@ Job read_job(const Statement& s) {
   j.ended = s.integer(14);
   j.slurm_id = s.text(15);
   j.slurm_state = s.text(16);
+  j.nodes = static_cast<int>(s.integer(17));
   return j;
 }
 
@@ -142,9 +145,11 @@ void Store::add_missing_columns() {
     Statement s(db_, "SELECT name FROM pragma_table_info('jobs')");
     while (s.step()) have.insert(s.text(0));
   }
-  for (const char* column : {"slurm_id", "slurm_state"}) {
-    if (!have.count(column))
-      exec(std::string("ALTER TABLE jobs ADD COLUMN ") + column + " TEXT NOT NULL DEFAULT ''");
+  for (const char* column :
+       {"slurm_id TEXT NOT NULL DEFAULT ''", "slurm_state TEXT NOT NULL DEFAULT ''",
+        "nodes INTEGER NOT NULL DEFAULT 1"}) {
+    std::string name(column, std::strchr(column, ' '));
+    if (!have.count(name)) exec(std::string("ALTER TABLE jobs ADD COLUMN ") + column);
   }
 }
 
@@ -179,8 +184,8 @@ int64_t Store::insert_job(const Job& j) {
   std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_,
               "INSERT INTO jobs (user, command, workers, extra_ports, state, slots, ports, pid, "
-              "log_dir, exit_code, stop_requested, submitted, started, ended) VALUES "
-              "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+              "log_dir, exit_code, stop_requested, submitted, started, ended, nodes) VALUES "
+              "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
   s.bind(1, j.user)
       .bind(2, nlohmann::json(j.command).dump())
       .bind(3, static_cast<int64_t>(j.workers))
@@ -195,6 +200,7 @@ int64_t Store::insert_job(const Job& j) {
       .bind(12, j.submitted)
       .bind(13, j.started)
       .bind(14, j.ended)
+      .bind(15, static_cast<int64_t>(j.nodes))
       .step();
   return sqlite3_last_insert_rowid(db_);
 }

@@ -29,6 +29,7 @@ struct Job {
   std::string user;
   std::vector<std::string> command;  // after `ddpx run N --`
   int workers = 1;
+  int nodes = 1;  // with Slurm: the nodes the workers spread over (evenly)
   int extra_ports = 0;
   JobState state = JobState::kQueued;
   std::vector<int> slots;  // device slots (GPU ids, or CPU slots 0..N-1)

@@ -94,6 +94,12 @@ wait_state "$id" ended 90
 [[ $(json "j['exit_code']") == 0 && $(json "j['slurm']['state']") == COMPLETED ]] ||
   cluster_fail "job $id ended: $body
 $(cluster_show "$state"/logs/svc"$id"-*.out "$state/logs/svc$id/rank0.log")"
+script=$state/slurm/svc$id.sbatch
+for line in '#SBATCH --job-name=svc'"$id" '#SBATCH --nodes=1' '#SBATCH --ntasks-per-node=2'; do
+  grep -qxF -- "$line" "$script" || cluster_fail "$script lacks '$line': $(cluster_show "$script")"
+done
+grep -qE "^srun --kill-on-bad-exit=1 --output=$state/logs/svc$id/rank%t.log .*ddpx train " "$script" ||
+  cluster_fail "$script does not srun ddpx train with per-rank logs: $(cluster_show "$script")"
 api GET "/api/v1/jobs/$id/logs?rank=0"
 printf '%s\n' "$body" >"$work/rank0.log"
 ddpx_assert_trained "$work/rank0.log" 2 slurm "$node" $((20000 + slurm_id % 20000))
@@ -109,9 +115,16 @@ cluster_pass "job $id ran as Slurm job $slurm_id (svc$id): ended 0, COMPLETED; r
 api GET /api/v1/jobs
 before=$(json "len(j)")
 api POST /api/v1/jobs '{"command": ["train", "--model", "mlp"], "workers": 64}'
-[[ $status == 400 && $body == *"Slurm cannot run 64 worker(s)"* ]] ||
+[[ $status == 400 && $body == *"Slurm cannot run 64 worker(s) on 1 node(s)"* ]] ||
   cluster_fail "64 workers on a 4-CPU node: expected 400 with Slurm's reason, got $status $body"
 cluster_pass "64 workers: 400, $(json "j['error']")"
+api POST /api/v1/jobs '{"command": ["train", "--model", "mlp"], "workers": 2, "nodes": 2}'
+[[ $status == 400 && $body == *"Slurm cannot run 2 worker(s) on 2 node(s)"* ]] ||
+  cluster_fail "2 nodes on a 1-node cluster: expected 400 with Slurm's reason, got $status $body"
+cluster_pass "2 nodes of a 1-node cluster: 400, $(json "j['error']")"
+api POST /api/v1/jobs '{"command": ["train", "--model", "mlp"], "workers": 3, "nodes": 2}'
+[[ $status == 400 && $body == *"spread evenly"* ]] ||
+  cluster_fail "3 workers on 2 nodes: expected 400, got $status $body"
 api POST /api/v1/jobs '{"command": ["train", "--model", "mlp"], "workers": 1, "ports": 1}'
 [[ $status == 400 && $body == *"ports"* ]] || cluster_fail "extra ports with Slurm: expected 400, got $status $body"
 why=$(json "j['error']")
@@ -153,12 +166,7 @@ api POST "/api/v1/jobs/$id/stop" ""
 wait_state "$id" ended 60
 [[ $(json "j['exit_code']") == 143 && $(json "j['slurm']['state']") == CANCELLED ]] ||
   cluster_fail "the stopped job ended: $body"
-for ((i = 0; i < 50; i++)); do
-  left=$(slurm_cluster_job_pids "$slurm_id")
-  [[ -z $left ]] && break
-  sleep 0.1
-done
-[[ -z $left ]] || cluster_fail "stopped job $slurm_id left processes: $(ps -o pid,args -p "$(echo "$left" | paste -sd,)" || true)"
+slurm_cluster_assert_nothing_left "$slurm_id" "stopped job $slurm_id"
 cluster_pass "stop: job $id ended 143, Slurm CANCELLED, nothing left"
 
 # --- 4. the service killed and restarted while a job runs ---------------------------------------

@@ -264,6 +264,18 @@ slurm_cluster_job_pids() {
   done
 }
 
+# slurm_cluster_assert_nothing_left JOBID WHAT: within 5 s no process of job JOBID is left;
+# fails the test naming WHAT and the processes otherwise.
+slurm_cluster_assert_nothing_left() {
+  local i left
+  for ((i = 0; i < 50; i++)); do
+    left=$(slurm_cluster_job_pids "$1")
+    [[ -z $left ]] && return 0
+    sleep 0.1
+  done
+  cluster_fail "$2 left processes: $(ps -o pid,stat,etime,args -p "$(echo "$left" | paste -sd,)" || true)"
+}
+
 # ddpx_check_sbatch_training SCRIPT [WORLD] [PORT] [TIMEOUT_S]: submit SCRIPT, a batch script
 # whose one step is `srun ddpx train --num_epochs 1 --device cpu ...` of WORLD ranks
 # (default 2) meeting at MASTER_PORT=PORT (default: any port), wait for it, and check that

@@ -225,12 +225,7 @@ trained=$(sed -nE "s|^Epoch - ([0-9]+)/$rq_epochs: time - .*|\1|p" "$second" | p
 $(cluster_show "$second")"
 [[ -f $work/ckpt/$(printf 'checkpoint_epoch%04d.ddpx' "$rq_epochs") ]] ||
   cluster_fail "no checkpoint of epoch $rq_epochs in $work/ckpt: $(ls -la "$work/ckpt")"
-for ((i = 0; i < 50; i++)); do
-  left=$(slurm_cluster_job_pids "$jid")
-  [[ -z $left ]] && break
-  sleep 0.1
-done
-[[ -z $left ]] || cluster_fail "job $jid ended but left processes: $(ps -o pid,stat,etime,args -p "$(echo "$left" | paste -sd,)" || true)"
+slurm_cluster_assert_nothing_left "$jid" "job $jid (ended)"
 cluster_pass "requeued job $jid COMPLETED: $resumed, epochs $done_epochs..$((rq_epochs - 1)) and the accuracy; nothing left"
 
 # Both runs in one output file: Slurm opens it again when the requeued job starts, and

@@ -92,6 +92,12 @@ TEST(ServeTest, BadRequestsGetA4xxNamingTheProblem) {
                          "application/json");
   EXPECT_EQ(too_many->status, 400);
   EXPECT_NE(too_many->body.find("workers: 9 cannot run on this host"), std::string::npos);
+  auto two_nodes = c.Post("/api/v1/jobs", auth(alice),
+                          R"({"command": ["true"], "workers": 2, "nodes": 2})", "application/json");
+  EXPECT_EQ(two_nodes->status, 400);
+  EXPECT_NE(two_nodes->body.find("nodes: 2: this service runs each job on this node"),
+            std::string::npos)
+      << two_nodes->body;
   auto text = c.Post("/api/v1/jobs", auth(alice), "command=true", "text/plain");
   EXPECT_EQ(text->status, 415);
   auto huge = c.Post("/api/v1/jobs", auth(alice), std::string(2 << 20, ' '), "application/json");
