@@ -184,6 +184,7 @@ void add_submit(CLI::App& app, int& exit_code) {
   auto server = std::make_shared<serve::ClientOptions>();
   auto workers = std::make_shared<int>(1);
   auto ports = std::make_shared<int>(0);
+  auto nodes = std::make_shared<int>(1);
   auto command = std::make_shared<std::vector<std::string>>();
   CLI::App* submit = app.add_subcommand(
       "submit",
@@ -193,12 +194,16 @@ void add_submit(CLI::App& app, int& exit_code) {
   submit->add_option("-n,--workers", *workers, "Workers (devices)")->capture_default_str();
   submit->add_option("--ports", *ports, "Extra ports for the job's own services")
       ->capture_default_str();
+  submit
+      ->add_option("--nodes", *nodes,
+                   "Nodes the workers spread over (a service with --scheduler slurm)")
+      ->capture_default_str();
   submit->add_option("command", *command, "COMMAND ARGS... after `--` (e.g. train --model mlp)")
       ->required();
-  submit->callback([server, workers, ports, command, &exit_code] {
+  submit->callback([server, workers, ports, nodes, command, &exit_code] {
     DDPX_CHECK(!server->server.empty(), ErrorKind::kUsage,
                "ddpx submit: give --server URL (the job service, `ddpx serve`)");
-    std::printf("%lld\n", serve::client_submit(*server, *command, *workers, *ports));
+    std::printf("%lld\n", serve::client_submit(*server, *command, *workers, *ports, *nodes));
     exit_code = 0;
   });
 }

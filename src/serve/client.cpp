@@ -64,9 +64,10 @@ std::string check(const httplib::Result& r, const ClientOptions& o) {
 }  // namespace
 
 long long client_submit(const ClientOptions& o, const std::vector<std::string>& command,
-                        int workers, int ports) {
+                        int workers, int ports, int nodes) {
   Connection c = connect(o);
   json request = {{"command", command}, {"workers", workers}, {"ports", ports}};
+  if (nodes != 1) request["nodes"] = nodes;
   json job = json::parse(
       check(c.client->Post("/api/v1/jobs", c.headers, request.dump(), "application/json"), o));
   return job["id"].get<long long>();

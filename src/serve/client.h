@@ -15,7 +15,7 @@ struct ClientOptions {
 
 // Prints the job's id; returns it.
 long long client_submit(const ClientOptions& o, const std::vector<std::string>& command,
-                        int workers, int ports);
+                        int workers, int ports, int nodes = 1);
 std::string client_jobs(const ClientOptions& o);                                // an aligned table
 void client_logs(const ClientOptions& o, long long id, int rank, bool follow);  // to stdout
 std::string client_stop(const ClientOptions& o, long long id);       // the job's state afterwards

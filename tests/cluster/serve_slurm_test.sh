@@ -122,6 +122,10 @@ api POST /api/v1/jobs '{"command": ["train", "--model", "mlp"], "workers": 2, "n
 [[ $status == 400 && $body == *"Slurm cannot run 2 worker(s) on 2 node(s)"* ]] ||
   cluster_fail "2 nodes on a 1-node cluster: expected 400 with Slurm's reason, got $status $body"
 cluster_pass "2 nodes of a 1-node cluster: 400, $(json "j['error']")"
+rc=0
+"$DDPX" submit --server "$url" --token "$token" -n 2 --nodes 2 -- train --model mlp >submit.out 2>submit.err || rc=$?
+[[ $rc == 2 && ! -s submit.out ]] && grep -q "answered 400: workers: Slurm cannot run 2 worker(s) on 2 node(s)" submit.err ||
+  cluster_fail "ddpx submit --nodes 2: exited $rc, expected 2 with the service's reason: $(cluster_show submit.out submit.err)"
 api POST /api/v1/jobs '{"command": ["train", "--model", "mlp"], "workers": 3, "nodes": 2}'
 [[ $status == 400 && $body == *"spread evenly"* ]] ||
   cluster_fail "3 workers on 2 nodes: expected 400, got $status $body"
