@@ -3,12 +3,16 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
+#include "core/subprocess.h"
 #include "serve/store.h"
 
 namespace ddpx::serve {
@@ -32,34 +36,52 @@ CpuTimes read_cpu() {
 
 std::vector<GpuReading> read_gpus() {
   std::vector<GpuReading> out;
-  FILE* pipe = ::popen(
-      "nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total,temperature.gpu,"
-      "power.draw --format=csv,noheader,nounits 2>/dev/null",
-      "r");
-  if (!pipe) return out;
-  char line[512];
-  while (std::fgets(line, sizeof(line), pipe)) {
+  ProgramOutput smi = run_program(
+      {"nvidia-smi",
+       "--query-gpu=index,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw",
+       "--format=csv,noheader,nounits"},
+      10);
+  if (smi.exit_code != 0) return out;  // no NVIDIA GPU (or no driver): no GPU figures
+  std::istringstream lines(smi.output);
+  for (std::string line; std::getline(lines, line);) {
     GpuReading g;
-    if (std::sscanf(line, "%d, %lf, %lf, %lf, %lf, %lf", &g.index, &g.utilization_pct,
+    if (std::sscanf(line.c_str(), "%d, %lf, %lf, %lf, %lf, %lf", &g.index, &g.utilization_pct,
                     &g.memory_used_mib, &g.memory_total_mib, &g.temperature_c, &g.power_w) >= 4)
       out.push_back(g);
   }
-  ::pclose(pipe);
   return out;
 }
 
 }  // namespace
 
 HostReading read_host() {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kMinInterval = std::chrono::milliseconds(100);  // 10 of the kernel's ticks
   static std::mutex mutex;
   static CpuTimes last = read_cpu();
+  static Clock::time_point last_at = Clock::now();
+  static double last_pct = -1;  // none yet
   HostReading h;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    CpuTimes now = read_cpu();
-    unsigned long long total = now.total - last.total, busy = now.busy - last.busy;
-    h.cpu_pct = total > 0 ? 100.0 * static_cast<double>(busy) / static_cast<double>(total) : 0;
-    if (total > 0) last = now;
+    // CPU use is the difference of two readings. One taken too soon after the last says
+    // nothing: the figure of the last one stands; the very first request waits for enough time
+    // to pass instead of reporting 0%.
+    auto age = Clock::now() - last_at;
+    if (age < kMinInterval && last_pct >= 0) {
+      h.cpu_pct = last_pct;
+    } else {
+      if (age < kMinInterval) std::this_thread::sleep_for(kMinInterval - age);
+      CpuTimes now = read_cpu();
+      unsigned long long total = now.total - last.total, busy = now.busy - last.busy;
+      h.cpu_pct = total > 0 ? 100.0 * static_cast<double>(busy) / static_cast<double>(total)
+                            : std::max(last_pct, 0.0);
+      if (total > 0) {
+        last = now;
+        last_at = Clock::now();
+        last_pct = h.cpu_pct;
+      }
+    }
   }
   std::ifstream in("/proc/meminfo");
   std::map<std::string, double> kib;
