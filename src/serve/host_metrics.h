@@ -25,6 +25,10 @@ struct HostReading {
 };
 
 HostReading read_host();
+// The GPUs in `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total,
+// temperature.gpu,power.draw --format=csv,noheader,nounits` output; a figure the GPU does not
+// report ("[N/A]", "[Not Supported]") reads 0, a line without the first four is skipped.
+std::vector<GpuReading> parse_nvidia_smi_gpus(const std::string& csv);
 nlohmann::json host_json(const HostReading& host);
 std::string prometheus_text(Store& store, int total_slots);
 
