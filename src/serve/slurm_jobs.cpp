@@ -4,6 +4,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/subprocess.h"
@@ -11,18 +12,6 @@
 
 namespace ddpx::serve {
 namespace {
-
-// The value of `Key=` in a one-line record (values hold no spaces, except the last fields'
-// which ddpx does not read).
-std::string field(const std::string& line, const std::string& key) {
-  std::string needle = key + "=";
-  for (size_t at = line.find(needle); at != std::string::npos; at = line.find(needle, at + 1)) {
-    if (at != 0 && line[at - 1] != ' ') continue;
-    size_t start = at + needle.size();
-    return line.substr(start, line.find(' ', start) - start);
-  }
-  return "";
-}
 
 SlurmStatus::Phase phase_of(const std::string& state) {
   static const std::set<std::string> pending = {"PENDING", "REQUEUED", "REQUEUE_HOLD",
@@ -37,39 +26,44 @@ SlurmStatus::Phase phase_of(const std::string& state) {
 
 }  // namespace
 
-std::pair<std::string, SlurmStatus> parse_scontrol_job(const std::string& line) {
-  std::string id = field(line, "JobId");
+std::pair<std::string, SlurmStatus> parse_squeue_job(const std::string& line) {
+  std::vector<std::string> fields;
+  std::istringstream in(line);
+  for (std::string f; std::getline(in, f, '|');) fields.push_back(f);
+  static const std::regex number(R"(^\d+$)");
+  DDPX_CHECK(fields.size() >= 4 && !fields[0].empty() && !fields[1].empty() &&
+                 std::regex_match(fields[3], number),
+             ErrorKind::kIo, "squeue: expected JOBID|STATE|REASON|EXIT_CODE|, got '{}'",
+             line.substr(0, 200));
   SlurmStatus s;
-  s.state = field(line, "JobState");
-  DDPX_CHECK(!id.empty() && !s.state.empty(), ErrorKind::kIo,
-             "scontrol show job: expected JobId= and JobState= in '{}'", line.substr(0, 200));
-  s.reason = field(line, "Reason");
+  s.state = fields[1];
+  s.reason = fields[2];
   s.phase = phase_of(s.state);
-  static const std::regex code(R"(^(\d+):(\d+)$)");
-  std::smatch m;
-  std::string exit_code = field(line, "ExitCode");
-  if (std::regex_match(exit_code, m, code)) {
-    int status = std::stoi(m[1]), signal = std::stoi(m[2]);
-    s.exit_code = signal > 0 ? 128 + signal : status;
-  }
+  // exit_code is the batch shell's wait status: a signal in the low 7 bits, else the code.
+  int status = std::stoi(fields[3]);
+  s.exit_code = (status & 0x7f) != 0 ? 128 + (status & 0x7f) : (status >> 8) & 0xff;
   // An end Slurm chose with no code of the job's own: a cancel reads as SIGTERM (as `ddpx
   // stop` does), a time limit as timeout(1)'s 124, any other failure as 1.
   if (s.phase == SlurmStatus::Phase::kEnded && s.exit_code == 0 && s.state != "COMPLETED")
     s.exit_code = s.state == "CANCELLED" ? 143 : s.state == "TIMEOUT" ? 124 : 1;
-  return {id, s};
+  return {fields[0], s};
 }
 
 std::map<std::string, SlurmStatus> slurm_jobs(const std::vector<std::string>& ids) {
   std::map<std::string, SlurmStatus> out;
   if (ids.empty()) return out;
-  ProgramOutput run = run_program({"scontrol", "show", "job", "--oneliner"}, 30);
-  DDPX_CHECK(run.exit_code == 0, ErrorKind::kIo, "scontrol show job failed: {}", run.output);
-  std::set<std::string> wanted(ids.begin(), ids.end());
+  std::string list;
+  for (const std::string& id : ids) list += (list.empty() ? "" : ",") + id;
+  ProgramOutput run = run_program({"squeue", "--noheader", "--states=all", "--jobs=" + list,
+                                   "--Format=JobID:|,State:|,Reason:|,exit_code:|"},
+                                  30);
+  // Every id forgotten (MinJobAge after their end): squeue refuses the list.
+  if (run.exit_code != 0 && run.output.find("Invalid job id") != std::string::npos) return out;
+  DDPX_CHECK(run.exit_code == 0, ErrorKind::kIo, "squeue failed: {}", run.output);
   std::istringstream lines(run.output);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("JobId=", 0) != 0) continue;  // "No jobs in the system"
-    auto [id, status] = parse_scontrol_job(line);
-    if (wanted.count(id)) out[id] = status;
+    if (line.empty()) continue;
+    out.insert(parse_squeue_job(line));
   }
   return out;
 }
@@ -85,7 +79,7 @@ void slurm_cancel(const std::string& id, const std::string& signal) {
 }
 
 void require_slurm_programs() {
-  for (const char* program : {"sbatch", "scontrol", "scancel"}) {
+  for (const char* program : {"sbatch", "squeue", "scancel"}) {
     try {
       launch::find_program(program);
     } catch (const Error&) {
