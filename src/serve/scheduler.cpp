@@ -177,15 +177,23 @@ Job Scheduler::restart(int64_t id) {
 
 void Scheduler::tick() {
   std::lock_guard<std::mutex> lock(mutex_);
-  // Reap the launchers this service started (by pid: other threads wait for the programs they
-  // run). Their records tell how they ended; the status covers one stopped before it wrote
-  // any record.
-  for (JobState state : {JobState::kRunning, JobState::kStopping}) {
-    for (const Job& job : store_.jobs_in(state)) {
-      int status = 0;
-      if (job.pid > 0 && ::waitpid(job.pid, &status, WNOHANG) == job.pid)
-        exited_[job.pid] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // Reap the launchers this service started, each by its pid (other threads wait for the
+  // programs they run), so that none is left a zombie. Their records tell how they ended; the
+  // status is kept for a job still running here, which covers a launcher stopped before it
+  // wrote any record.
+  std::set<int> active;
+  for (JobState state : {JobState::kRunning, JobState::kStopping})
+    for (const Job& job : store_.jobs_in(state)) active.insert(job.pid);
+  for (auto it = children_.begin(); it != children_.end();) {
+    int status = 0;
+    pid_t reaped = ::waitpid(*it, &status, WNOHANG);
+    if (reaped == 0) {
+      ++it;
+      continue;
     }
+    if (reaped == *it && active.count(*it))
+      exited_[*it] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    it = children_.erase(it);
   }
   refresh_running();
   if (uses_slurm()) refresh_slurm();
@@ -340,6 +348,7 @@ void Scheduler::launch(Job& job) {
   ::close(in);
   DDPX_CHECK(pid > 0, ErrorKind::kIo, "fork failed starting job {}: {}", job.id,
              std::strerror(errno));
+  children_.insert(pid);
   job.pid = pid;
   job.state = JobState::kRunning;
   job.started = std::time(nullptr);

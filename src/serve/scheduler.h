@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,7 +81,8 @@ class Scheduler {
   SchedulerOptions options_;
   std::mutex mutex_;
   std::map<int64_t, std::vector<launch::PortReservation>> ports_;
-  std::map<int, int> exited_;  // launchers this service started and reaped: pid -> exit code
+  std::set<int> children_;     // launchers this service started and has not yet waited for
+  std::map<int, int> exited_;  // those it waited for while their job ran: pid -> exit code
   std::chrono::steady_clock::time_point last_slurm_poll_{};
   std::atomic<bool> stop_{false};
   std::thread loop_;

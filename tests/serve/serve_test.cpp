@@ -66,6 +66,13 @@ TEST(ServeTest, RunsARealTrainingJobSubmittedOverHttp) {
   EXPECT_NE(metrics->body.find("ddpx_jobs{state=\"ended\"} 1"), std::string::npos) << metrics->body;
   EXPECT_NE(metrics->body.find("ddpx_slots{kind=\"total\"} 2"), std::string::npos);
   EXPECT_NE(metrics->body.find("ddpx_host_cpu_percent"), std::string::npos);
+  // The job's launcher, a child of the service, was waited for: no zombie is left behind.
+  int zombies = s.zombie_children();
+  for (int i = 0; i < 50 && zombies > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    zombies = s.zombie_children();
+  }
+  EXPECT_EQ(zombies, 0) << "the service left its ended job's launcher a zombie";
 }
 
 TEST(ServeTest, BadRequestsGetA4xxNamingTheProblem) {

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -75,6 +78,26 @@ class Service {
     return c;
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }  // the service (sh execs it)
+
+  // How many of the service's children are zombies (ended, never waited for).
+  int zombie_children() const {
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;  // not a process
+      std::ifstream in(entry.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), {});
+      size_t close = stat.rfind(')');  // after "pid (comm)": state, ppid
+      if (close == std::string::npos) continue;
+      char state = 0;
+      int ppid = 0;
+      if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == pid_ &&
+          state == 'Z')
+        ++count;
+    }
+    return count;
+  }
 
  private:
   const test::TempDir& dir_;
