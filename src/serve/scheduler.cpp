@@ -328,9 +328,19 @@ void Scheduler::launch(Job& job) {
   DDPX_CHECK(out >= 0 && in >= 0, ErrorKind::kIo, "cannot open {}: {}", console,
              std::strerror(errno));
 
+  // Every signal is blocked across the fork: the child must never run the service's handlers
+  // (a stop that reached it before its exec would be swallowed by them, and the job would run
+  // on). It resets them, then unblocks: a SIGTERM that came meanwhile ends it, as it would end
+  // the launcher.
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setsid();  // the job outlives the service
+    for (int signal = 1; signal < SIGRTMIN; ++signal) {
+      if (signal != SIGKILL && signal != SIGSTOP) ::signal(signal, SIG_DFL);
+    }
     // Snapshot requests that come before the launcher installs its handlers are dropped, not
     // fatal (their default action); exec keeps an ignored signal ignored.
     ::signal(SIGUSR1, SIG_IGN);
@@ -341,9 +351,13 @@ void Scheduler::launch(Job& job) {
     // No descriptor of the service (its listening socket, clients' connections, the
     // database) may live on in the job.
     ::syscall(SYS_close_range, 3U, ~0U, 0U);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   ::close(out);
   ::close(in);
   DDPX_CHECK(pid > 0, ErrorKind::kIo, "fork failed starting job {}: {}", job.id,
