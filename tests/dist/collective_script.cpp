@@ -27,25 +27,33 @@ namespace {
 struct Queued {
   std::shared_ptr<c10d::Store> store;
   std::shared_ptr<c10d::ProcessGroup> group;
+  std::shared_ptr<trace::CollectiveTrace> trace;
   std::vector<c10::intrusive_ptr<c10d::Work>> issued;
 
   void join(const dist::InitOptions& options) {
     const dist::WorldInfo world = dist::detect_world();
     store = dist::make_file_store(env::get_or("DDPX_STORE_FILE", ""), world.world_size,
                                   options.timeout);
-    auto trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""),
-                                                          world.rank, world.world_size);
+    trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""), world.rank,
+                                                     world.world_size);
     group = queued_group(store, world.rank, world.world_size, options.timeout, trace);
   }
   void run(c10::intrusive_ptr<c10d::Work> work, const std::string& what) {
     dist::wait_work(work, what);  // returns at once, as for NCCL
     issued.push_back(std::move(work));
   }
-  // The host waiting for the device (a stream sync): until every issued collective has run.
+  // The host waiting for the device (a stream sync): until every issued collective has run
+  // and the record says so (the watch notes it within a poll).
   void sync() {
     for (auto& work : issued) {
       while (!work->isCompleted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    auto pending = [this] {
+      for (const auto& e : trace->snapshot().entries)
+        if (e.state == trace::State::kPending) return true;
+      return false;
+    };
+    while (pending()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 };
 

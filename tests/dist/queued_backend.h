@@ -53,7 +53,8 @@ inline std::shared_ptr<c10d::ProcessGroup> queued_group(
   auto traced =
       c10::make_intrusive<dist::TracedBackend>(c10::make_intrusive<QueuedBackend>(std::move(gloo)),
                                                std::move(trace), timeout, std::move(on_late));
-  return dist::make_process_group(store, rank, world_size, std::move(traced), nullptr);
+  return dist::make_process_group(store, rank, world_size, std::move(traced),
+                                  c10::intrusive_ptr<c10d::Backend>());
 }
 
 }  // namespace ddpx::test
