@@ -41,14 +41,14 @@ TEST(NcclVerdictTest, AQueuedNcclCollectiveStaysPendingAndIsReportedLateAtTheTim
       });
   const torch::Device gpu(torch::kCUDA, 0);
   std::vector<at::Tensor> warm{torch::ones({16}, gpu)};
-  backend->allreduce(warm)->wait();  // creates the communicator
+  backend->allreduce(warm, c10d::AllreduceOptions())->wait();  // creates the communicator
   torch::cuda::synchronize();
 
   // About 4-5 s of spinning on an H100's clock: the all-reduce behind it cannot start before.
   at::cuda::sleep(int64_t{8'000'000'000});
   std::vector<at::Tensor> tensors{torch::ones({1 << 20}, gpu)};
   const auto start = std::chrono::steady_clock::now();
-  auto work = backend->allreduce(tensors);
+  auto work = backend->allreduce(tensors, c10d::AllreduceOptions());
   work->wait();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "NCCL's wait() does not block";
   EXPECT_EQ(trace->snapshot().entries.back().state, trace::State::kPending)
