@@ -17,11 +17,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "# ddpx run 2 --threads_per_worker 1 -- bench train --model M --image_size 32 --batch_size 64 --steps $steps --bucket_mb B; median of $rounds rounds"
+echo "# ddpx run 2 --threads_per_worker 1 -- bench train --loop phases --model M --image_size 32 --batch_size 64 --steps $steps --bucket_mb B; median of $rounds rounds"
 for model in $models; do
   for round in $(seq "$rounds"); do
     for b in $sizes; do
-      "$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train --model "$model" \
+      "$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train --loop phases --model "$model" \
         --image_size 32 --batch_size 64 --steps "$steps" --warmup 3 --bucket_mb "$b" \
         --json "$out/$model-$b" >/dev/null 2>"$out/stderr" || { cat "$out/stderr"; exit 1; }
     done

@@ -9,6 +9,11 @@
 #   their median: on a shared VM one run can be off by several percent. WARMUP=5 untimed steps.
 #   DEVICE=cuda runs the GPU comparison instead (ResNet-50/101 at 224x224 and ResNet-18 with the
 #   CIFAR stem at 32x32, batch 256, bf16, channels_last), beside PyTorch eager on the same GPU.
+# Like with like: ddpx's images/s are those of `bench train --loop trainer`, ddpx train's own
+# loop, timed as the peer times its loop (a barrier and a device sync before the first timed
+# step, a device sync after the last; data time included), with as many loader workers as the
+# peer (ddpx: threads, PyTorch: DataLoader processes). `--loop phases` (three device syncs a
+# step) gives only the step split.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
@@ -29,9 +34,10 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /
 if [ "${DEVICE:-cpu}" = cuda ]; then
   echo "# GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
   gpu="--device cuda --amp bf16 --channels_last --batch_size 256 --steps $steps --warmup ${WARMUP:-10} --no_augment"
+  echo "# both: sync at the window ends only; loader: ddpx 8 threads, pytorch 8 DataLoader processes"
   for spec in "resnet50 imagenet 224" "resnet101 imagenet 224" "resnet18 cifar 32"; do
     set -- $spec
-    "$ddpx" bench train $gpu --model "$1" --stem "$2" --image_size "$3" --num_classes 100 --threads 8 --json "$out/g_$1" >/dev/null
+    "$ddpx" bench train --loop trainer --workers 8 $gpu --model "$1" --stem "$2" --image_size "$3" --num_classes 100 --threads 8 --json "$out/g_$1" >/dev/null
     $py bench/pytorch_train.py --device cuda --amp bf16 --channels_last --batch_size 256 --steps "$steps" \
       --warmup "${WARMUP:-10}" --no_augment --model "$1" --stem "$2" --image_size "$3" --num_classes 100 \
       --threads 8 --workers 8 --json "$out/p_$1" >/dev/null
@@ -40,13 +46,15 @@ import json, sys
 a = json.loads(open(sys.argv[1]).readline()); b = json.loads(open(sys.argv[2]).readline())
 mfu = f" | ddpx MFU {100*a['mfu']:.1f}%" if "mfu" in a else ""
 print(f"{sys.argv[3]}: ddpx {a['images_per_sec']:.0f} img/s | pytorch {b['images_per_sec']:.0f} img/s | "
-      f"ratio {a['images_per_sec']/b['images_per_sec']:.2f}x{mfu} | peak memory {a.get('peak_memory_gib', 0):.1f} GiB")
+      f"ratio {a['images_per_sec']/b['images_per_sec']:.2f}x{mfu} | peak memory {a.get('peak_memory_gib', 0):.1f} GiB | "
+      f"sync: {a['sync']} | loader: {a['loader_workers']} threads / {b['workers']} processes")
 PY
   done
   exit 0
 fi
 
 echo "# 1. synthetic data, resnet18, 10 classes, 32x32, batch 64 per worker, SGD momentum"
+echo "# both: ddpx train's loop / the peer's loop, sync at the window ends; loader: 1 thread / 1 process per worker"
 for round in $(seq "${ROUNDS:-1}"); do
   # ddpx: two independent single-thread processes at once, then 2 DDP workers
   "$ddpx" bench train $common --threads 1 --json "$out/ddpx_solo0.$round" >/dev/null &
@@ -54,15 +62,17 @@ for round in $(seq "${ROUNDS:-1}"); do
   wait
   "$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train $common --json "$out/ddpx_ddp.$round" >/dev/null
   # PyTorch: the same
-  for r in 0 1; do $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_solo$r.$round" >/dev/null & done
+  for r in 0 1; do $py bench/pytorch_train.py --threads 1 --workers 1 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_solo$r.$round" >/dev/null & done
   wait
   port=$(free_port)
   for r in 0 1; do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-      $py bench/pytorch_train.py --threads 1 --workers 0 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_ddp.$round" >/dev/null &
+      $py bench/pytorch_train.py --threads 1 --workers 1 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_ddp.$round" >/dev/null &
   done
   wait
 done
+# The step split (a diagnosis, three syncs a step on a GPU): ddpx's phases loop, once.
+"$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train --loop phases $common --json "$out/ddpx_phases" >/dev/null
 $py - "$out" "${ROUNDS:-1}" <<'PY'
 import json, sys, os
 d, rounds = sys.argv[1], int(sys.argv[2])
@@ -83,14 +93,16 @@ if rounds > 1:
           f"pytorch median {median([b for _, b in ratios]):.3f} "
           f"(min {min(b for _, b in ratios):.3f}, max {max(b for _, b in ratios):.3f})")
 ddp = json.loads(open(os.path.join(d, f"ddpx_ddp.{rounds}")).readline())
-print(f"ddpx step split: data wait {ddp['data_wait_ms']:.2f} ms, forward+backward {ddp['forward_backward_ms']:.1f} ms, "
-      f"communication not hidden {ddp['exposed_comm_ms']:.1f} ms, optimizer {ddp['optimizer_ms']:.1f} ms of {ddp['step_ms']:.1f} ms")
+split = json.loads(open(os.path.join(d, "ddpx_phases")).readline())
+print(f"ddpx step split (--loop phases, {split['images_per_sec']:.1f} img/s): data wait {split['data_wait_ms']:.2f} ms, forward+backward {split['forward_backward_ms']:.1f} ms, "
+      f"communication not hidden {split['exposed_comm_ms']:.1f} ms, optimizer {split['optimizer_ms']:.1f} ms of {split['step_ms']:.1f} ms")
 pt = json.loads(open(os.path.join(d, f"pt_ddp.{rounds}")).readline())
 print(f"start-up to first step: ddpx {ddp['startup_s']:.2f} s, pytorch {pt['startup_s']:.2f} s (ratio {ddp['startup_s']/pt['startup_s']:.2f})")
 PY
 
 echo "# 2. Fashion-MNIST resized to 32x32, random crop (padding 4) + flip, 2 workers"
 "$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train --data fashion-mnist $common --json "$out/ddpx_fm" >/dev/null
+"$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train --loop phases --data fashion-mnist $common --json "$out/ddpx_fm_phases" >/dev/null
 port=$(free_port)
 for r in 0 1; do
   RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
@@ -101,6 +113,7 @@ $py - "$out" <<'PY'
 import json, sys, os
 d = sys.argv[1]
 a = json.loads(open(os.path.join(d, "ddpx_fm")).readline()); b = json.loads(open(os.path.join(d, "pt_fm")).readline())
+split = json.loads(open(os.path.join(d, "ddpx_fm_phases")).readline())
 print(f"ddpx {a['images_per_sec']:.1f} img/s | pytorch DDP + DataLoader {b['images_per_sec']:.1f} img/s | ratio {a['images_per_sec']/b['images_per_sec']:.2f}x")
-print(f"ddpx data wait {a['data_wait_ms']:.2f} ms of {a['step_ms']:.1f} ms per step ({100*a['data_wait_ms']/a['step_ms']:.2f}%)")
+print(f"ddpx data wait (--loop phases) {split['data_wait_ms']:.2f} ms of {split['step_ms']:.1f} ms per step ({100*split['data_wait_ms']/split['step_ms']:.2f}%)")
 PY

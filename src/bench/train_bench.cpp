@@ -49,6 +49,13 @@ double process_age_seconds(const std::string& pid = "self") {
   return uptime - start_ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+struct Phase {
+  double data = 0, fwd_bwd = 0, optim = 0, total = 0;
+  int64_t steps = 0, images = 0;
+};
+
+}  // namespace
+
 // Start-up is charged from the moment the user started the job: the `ddpx run` launcher when it
 // started this worker (it sets DDPX_RESTART_COUNT; a restarted attempt counts from its own
 // start), else this process.
@@ -61,16 +68,10 @@ double job_age_seconds() {
   return process_age_seconds();
 }
 
-struct Phase {
-  double data = 0, fwd_bwd = 0, optim = 0, total = 0;
-  int64_t steps = 0, images = 0;
-};
-
-}  // namespace
-
 TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   DDPX_CHECK(o.batch_size > 0 && o.steps > 0 && o.warmup >= 0, ErrorKind::kUsage,
              "--batch_size and --steps must be positive");
+  if (o.loop == BenchLoop::kTrainer) return run_train_loop_bench(o);
   int threads = o.threads > 0 ? o.threads : default_threads();
   set_threads(threads);
   dist::InitOptions init;
@@ -220,6 +221,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   }
 
   TrainBenchResult r;
+  r.sync = device.is_cuda() ? "every phase (3 device syncs a step)" : "none needed (CPU)";
   auto per_step_ms = [](double seconds, int64_t steps) {
     return 1e3 * seconds / std::max<int64_t>(steps, 1);
   };
@@ -271,8 +273,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
       context->world_size(), context->backend(), o.data, threads, o.first_bucket_mb, o.bucket_mb,
       dist::name(o.comm_hook), dist::describe_device(device), train::name(o.amp),
       o.channels_last ? "on" : "off");
-  log::out("images/s (all ranks): {:.1f} | loader alone: {:.0f} images/s per rank",
-           r.images_per_sec, loader_images_per_sec);
+  log::out(
+      "images/s (all ranks): {:.1f} | loop: phases (a copy of the step, split) | sync: {} | "
+      "loader: 1 worker thread per rank, alone {:.0f} images/s per rank",
+      r.images_per_sec, r.sync, loader_images_per_sec);
   log::out(
       "per step: {:.1f} ms | data wait {:.2f} ms ({:.1f}%) | forward+backward {:.1f} ms | "
       "communication not hidden {:.1f} ms ({:.1f}%) | optimizer {:.1f} ms",
@@ -287,6 +291,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
       r.startup_s);
   if (!o.json.empty() && context->rank() == 0) {
     nlohmann::json line = {{"model", o.model},
+                           {"loop", "phases"},
+                           {"sync", r.sync},
+                           {"loader_workers", 1},
                            {"world_size", context->world_size()},
                            {"batch_size", o.batch_size},
                            {"threads", threads},

@@ -1,16 +1,24 @@
-// Steady-state training throughput: images/s for a model, batch, world size and data source,
-// with each step's time split into data wait, forward+backward, communication not hidden by
-// backward, and the optimizer step. Run under `ddpx run N -- bench train` for N workers.
+// Steady-state training throughput: images/s for a model, batch, world size and data source.
+// Run under `ddpx run N -- bench train` for N workers. Two loops:
 //
-// "Communication not hidden" is measured, not inferred from reducer internals: the benchmark
-// alternates blocks of synchronised steps with blocks of no_sync() steps (identical compute,
-// no communication) and reports the difference in forward+backward time.
+// --loop trainer (the default): ddpx train's own loop (train/trainer.h, run_training with a
+// step hook), the code a user's run executes, timed as the PyTorch peer (bench/pytorch_train.py)
+// times its loop: a barrier and a device synchronization before the first timed step, one after
+// the last, none in between ("sync: window ends"). Its loader has --workers threads per rank.
+// This is the figure to compare with PyTorch.
 //
-// On a GPU (--device cuda, with --amp and --channels_last as `ddpx train`) each phase ends with
-// a device synchronization so that its time is the GPU's; it also reports the peak memory the
-// allocator held and the model FLOPs utilisation: 3 x the forward FLOPs per image (counted,
-// models/flops.h) x images/s per rank over the GPU's published peak for the compute dtype
-// (bench/peaks.h).
+// --loop phases: a copy of the step that splits each step's time into data wait,
+// forward+backward, communication not hidden by backward, and the optimizer step. On a GPU each
+// phase ends with a device synchronization (three a step), so its images/s is lower than the
+// trainer loop's; it is a diagnosis, not the comparison. "Communication not hidden" is measured,
+// not inferred from reducer internals: blocks of synchronised steps alternate with blocks of
+// no_sync() steps (identical compute, no communication); the difference in forward+backward time
+// is reported.
+//
+// On a GPU (--device cuda, with --amp and --channels_last as `ddpx train`) both report the peak
+// memory the allocator held and the model FLOPs utilisation: 3 x the forward FLOPs per image
+// (counted, models/flops.h) x images/s per rank over the GPU's published peak for the compute
+// dtype (bench/peaks.h).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +30,10 @@
 
 namespace ddpx::bench {
 
+enum class BenchLoop { kTrainer, kPhases };
+
 struct TrainBenchOptions {
+  BenchLoop loop = BenchLoop::kTrainer;
   std::string model = "resnet18";
   std::string stem = "imagenet";
   std::string data = "synthetic";  // synthetic | fashion-mnist | mnist | cifar10 | cifar100
@@ -33,8 +44,9 @@ struct TrainBenchOptions {
   int64_t steps = 30;        // measured steps (half synced, half no_sync when distributed)
   int64_t warmup = 5;
   int threads = 0;         // 0: $DDPX_THREADS or all cores
+  int workers = 1;         // loader threads per rank (--loop trainer; phases: one)
   bool augment = true;     // random crop (padding 4) + flip, as in the workload
-  int64_t bucket_mb = 25;  // DDP bucket cap
+  int64_t bucket_mb = 25;  // DDP bucket cap (--loop phases; the trainer's are ddpx train's)
   int64_t first_bucket_mb = 1;
   dist::CommHook comm_hook = dist::CommHook::kAllreduce;
   dist::Transport transport = dist::Transport::kAuto;
@@ -46,6 +58,7 @@ struct TrainBenchOptions {
 };
 
 struct TrainBenchResult {
+  std::string sync;                // when the host waited for the device, beside the figure
   double images_per_sec = 0;       // all ranks, synchronised steps
   double data_wait_ms = 0;         // per step
   double forward_backward_ms = 0;  // per synchronised step, including exposed communication
@@ -59,5 +72,12 @@ struct TrainBenchResult {
 };
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& options);
+
+// --loop trainer (train_loop_bench.cpp); run_train_bench calls it for that loop.
+TrainBenchResult run_train_loop_bench(const TrainBenchOptions& options);
+
+// Seconds from the job's start (the `ddpx run` launcher that started this worker, else this
+// process) to now.
+double job_age_seconds();
 
 }  // namespace ddpx::bench

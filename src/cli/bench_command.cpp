@@ -7,6 +7,7 @@
 #include "bench/train_bench.h"
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "core/error.h"
 
 namespace ddpx::cli {
 
@@ -55,9 +56,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   });
 
   auto* train = bench->add_subcommand(
-      "train", "steady-state training images/s with a time split; `ddpx run N -- bench train`");
+      "train", "steady-state training images/s of ddpx train's loop; `ddpx run N -- bench train`");
   train->option_defaults()->always_capture_default();
   auto t = std::make_shared<bench::TrainBenchOptions>();
+  static const std::map<std::string, bench::BenchLoop> kLoopNames{
+      {"trainer", bench::BenchLoop::kTrainer}, {"phases", bench::BenchLoop::kPhases}};
+  add_choice(train, "--loop", t->loop, kLoopNames,
+             "trainer (ddpx train's loop, synchronized at the window's ends, as the PyTorch "
+             "peer) | phases (a step split into data, forward+backward, exposed communication, "
+             "optimizer; syncs every phase)");
+  train->add_option("--workers", t->workers, "loader threads per rank (--loop trainer)");
   train->add_option("--model", t->model, "model name");
   train->add_option("--stem", t->stem, "imagenet | cifar");
   train->add_option("--data", t->data, "synthetic | fashion-mnist | mnist | cifar10 | cifar100");
@@ -69,18 +77,27 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_option("--warmup", t->warmup, "untimed steps first");
   train->add_option("--threads", t->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
   train->add_flag("--augment,!--no_augment", t->augment, "random crop (padding 4) and flip");
-  train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB");
-  train->add_option("--first_bucket_mb", t->first_bucket_mb, "DDP first bucket cap in MiB");
+  auto* bucket =
+      train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB (--loop phases)");
+  auto* first_bucket = train->add_option("--first_bucket_mb", t->first_bucket_mb,
+                                         "DDP first bucket cap in MiB (--loop phases)");
   add_choice(train, "--comm_hook", t->comm_hook, kCommHookNames, "allreduce | fp16 | bf16");
   add_choice(train, "--transport", t->transport, kTransportNames, "auto | shm | gloo");
   static const std::map<std::string, bool> kStepNames{{"fused", true}, {"libtorch", false}};
   add_choice(train, "--optimizer_step", t->fused_step, kStepNames,
-             "fused (as ddpx train: split or one pass) | libtorch (torch::optim::SGD::step)");
+             "fused (as ddpx train: split or one pass) | libtorch (torch::optim::SGD::step; "
+             "--loop phases)");
   add_choice(train, "--device", t->device, kDeviceNames, "auto | cpu | cuda");
   add_choice(train, "--amp", t->amp, kAmpNames, "off | bf16 | fp16 (autocast, as ddpx train)");
   train->add_flag("--channels_last", t->channels_last, "NHWC weights and images");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
-  train->callback([t, &exit_code] {
+  train->callback([t, bucket, first_bucket, &exit_code] {
+    // ddpx train's loop uses ddpx train's buckets: a cap given for it would be ignored.
+    for (auto* option : {bucket, first_bucket}) {
+      DDPX_CHECK(t->loop == bench::BenchLoop::kPhases || option->count() == 0, ErrorKind::kUsage,
+                 "bench train: {} sets the buckets of the phases loop only; add --loop phases",
+                 option->get_name());
+    }
     bench::run_train_bench(*t);
     exit_code = 0;
   });

@@ -49,11 +49,13 @@ void check_gpu_is_free(const torch::Device& device, int rank) {
 }
 
 // Every collective of a backend is recorded (collective_trace.h) unless DDPX_TRACE=0 (to
-// measure its cost; see docs/distributed.md).
+// measure its cost; see docs/distributed.md). A collective still running `timeout` after it
+// started, once its wait() has returned (NCCL), ends the job with the verdict.
 c10::intrusive_ptr<c10d::Backend> traced(c10::intrusive_ptr<c10d::Backend> backend,
-                                         const std::shared_ptr<trace::CollectiveTrace>& trace) {
+                                         const std::shared_ptr<trace::CollectiveTrace>& trace,
+                                         std::chrono::milliseconds timeout) {
   if (!trace) return backend;
-  return c10::make_intrusive<TracedBackend>(std::move(backend), trace);
+  return c10::make_intrusive<TracedBackend>(std::move(backend), trace, timeout);
 }
 
 }  // namespace
@@ -196,8 +198,12 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
     }
     built.backend = cpu->getBackendName();
     if (backend == BackendChoice::kNccl) {
-      cuda = traced(make_nccl_backend(store, world.rank, world.world_size, options.timeout),
-                    built.trace);
+      // With the record on, ddpx watches NCCL's collectives itself (traced_backend.h) and
+      // PyTorch's watchdog, which would SIGABRT the rank without a verdict, comes later.
+      const std::chrono::milliseconds nccl_timeout =
+          built.trace ? options.timeout + kInnerTimeoutMargin : options.timeout;
+      cuda = traced(make_nccl_backend(store, world.rank, world.world_size, nccl_timeout),
+                    built.trace, options.timeout);
       built.backend = "nccl/" + built.backend;
     }
   } catch (const std::exception& e) {
@@ -206,8 +212,9 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
     throw;
   }
   watch.stop();
-  auto group = make_process_group(store, world.rank, world.world_size,
-                                  traced(std::move(cpu), built.trace), std::move(cuda));
+  auto group =
+      make_process_group(store, world.rank, world.world_size,
+                         traced(std::move(cpu), built.trace, options.timeout), std::move(cuda));
   log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
             world.master_port, built.backend, world.source);
   return std::make_shared<Context>(world, std::move(store), std::move(group), std::move(built));

@@ -69,7 +69,8 @@ int64_t per_rank_batch(const TrainOptions& o, int world_size) {
 // One training run, top to bottom: set up, then loop over epochs.
 class Run {
  public:
-  explicit Run(const TrainOptions& options) : o_(options) {}
+  Run(const TrainOptions& options, StepHook after_step)
+      : o_(options), after_step_(std::move(after_step)) {}
 
   TrainResult execute() {
     try {
@@ -346,6 +347,7 @@ class Run {
       if (profiler_) profiler_->before_step();
       std::optional<data::Batch> batch;
       torch::Tensor logits, loss;
+      bool boundary = false;
       {
         RECORD_USER_SCOPE(kRangeStep);  // closed before the profiler may stop below
         {
@@ -353,8 +355,13 @@ class Run {
           batch = feeder.next();
         }
         if (!batch) break;
-        bool boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == steps_per_epoch_;
+        boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == steps_per_epoch_;
         train_step(*batch, boundary, logits, loss);
+      }
+      if (boundary && after_step_ && after_step_(global_step_, *context_)) {
+        stopped_ = true;
+        bar.finish();
+        return {};
       }
       // With mixup the accuracy counts the prediction of each image's own (dominant) label.
       device_sums.add(loss, logits, batch->labels);
@@ -497,6 +504,7 @@ class Run {
   }
 
   const TrainOptions& o_;
+  StepHook after_step_;  // bench train: ends the run after its timed window
   std::shared_ptr<dist::Context> context_;
   int64_t batch_size_ = 0;
   int64_t image_size_ = 0;
@@ -530,6 +538,8 @@ class Run {
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& options) { return Run(options).execute(); }
+TrainResult run_training(const TrainOptions& options, const StepHook& after_step) {
+  return Run(options, after_step).execute();
+}
 
 }  // namespace ddpx::train

@@ -7,10 +7,16 @@
 //   Training took 83.51s for 2 epochs
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "train/options.h"
+
+namespace ddpx::dist {
+class Context;
+}
 
 namespace ddpx::train {
 
@@ -32,6 +38,10 @@ struct TrainResult {
   std::optional<double> final_test_accuracy_ema;
 };
 
-TrainResult run_training(const TrainOptions& options);
+// Called after every optimizer step with the steps taken so far in this run; true ends the run
+// there, as a snapshot's stop does. `bench train` times a window of ddpx train's own loop with it.
+using StepHook = std::function<bool(int64_t global_step, dist::Context& context)>;
+
+TrainResult run_training(const TrainOptions& options, const StepHook& after_step = {});
 
 }  // namespace ddpx::train

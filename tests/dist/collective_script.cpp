@@ -13,13 +13,67 @@
 #include <thread>
 
 #include "core/env.h"
+#include "dist/collectives.h"
 #include "dist/context.h"
+#include "queued_backend.h"
 #include "support/support.h"
+#include "trace/collective_trace.h"
 
 namespace ddpx::test {
 namespace {
 
-void run_word(const std::string& word, std::shared_ptr<dist::Context>& context,
+// DDPX_TEST_QUEUED=1: the group's collectives return from wait() before they run (NCCL's way,
+// queued_backend.h), on a group built here from the store file and trace folder of `ddpx run`.
+struct Queued {
+  std::shared_ptr<c10d::Store> store;
+  std::shared_ptr<c10d::ProcessGroup> group;
+  std::shared_ptr<trace::CollectiveTrace> trace;
+  std::vector<c10::intrusive_ptr<c10d::Work>> issued;
+
+  void join(const dist::InitOptions& options) {
+    const dist::WorldInfo world = dist::detect_world();
+    store = dist::make_file_store(env::get_or("DDPX_STORE_FILE", ""), world.world_size,
+                                  options.timeout);
+    trace = std::make_shared<trace::CollectiveTrace>(env::get_or("DDPX_TRACE_DIR", ""), world.rank,
+                                                     world.world_size);
+    group = queued_group(store, world.rank, world.world_size, options.timeout, trace);
+  }
+  void run(c10::intrusive_ptr<c10d::Work> work, const std::string& what) {
+    dist::wait_work(work, what);  // returns at once, as for NCCL
+    issued.push_back(std::move(work));
+  }
+  // The host waiting for the device (a stream sync): until every issued collective has run
+  // and the record says so (the watch notes it within a poll).
+  void sync() {
+    for (auto& work : issued) {
+      while (!work->isCompleted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    auto pending = [this] {
+      for (const auto& e : trace->snapshot().entries)
+        if (e.state == trace::State::kPending) return true;
+      return false;
+    };
+    while (pending()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+};
+
+void run_queued(const std::string& op, double arg, Queued& queued,
+                const dist::InitOptions& options) {
+  if (!queued.group) queued.join(options);
+  std::vector<at::Tensor> tensors{torch::ones({static_cast<int64_t>(arg)})};
+  if (op == "allreduce") {
+    queued.run(queued.group->allreduce(tensors), "all_reduce_sum");
+  } else if (op == "broadcast") {
+    queued.run(queued.group->broadcast(tensors), "broadcast");
+  } else if (op == "sync") {
+    queued.sync();
+  } else {
+    std::fprintf(stderr, "collective script: '%s' has no queued form\n", op.c_str());
+    std::_Exit(3);
+  }
+}
+
+void run_word(const std::string& word, std::shared_ptr<dist::Context>& context, Queued* queued,
               const dist::InitOptions& options) {
   const size_t colon = word.find(':');
   const std::string op = word.substr(0, colon);
@@ -34,6 +88,10 @@ void run_word(const std::string& word, std::shared_ptr<dist::Context>& context,
   }
   if (op == "stop") {
     ::raise(SIGSTOP);
+    return;
+  }
+  if (queued) {
+    run_queued(op, arg, *queued, options);
     return;
   }
   if (!context) context = dist::init(options);
@@ -66,8 +124,10 @@ void run_word(const std::string& word, std::shared_ptr<dist::Context>& context,
   int code = 0;
   try {
     std::shared_ptr<dist::Context> context;
+    std::unique_ptr<Queued> queued;
+    if (env::get_or("DDPX_TEST_QUEUED", "0") == "1") queued = std::make_unique<Queued>();
     std::istringstream words(script);
-    for (std::string word; words >> word;) run_word(word, context, options);
+    for (std::string word; words >> word;) run_word(word, context, queued.get(), options);
     std::printf("rank %s: script done\n", rank.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddpx: error [rank %s]: %s\n", rank.c_str(), e.what());

@@ -5,6 +5,9 @@
 //   allreduce:N   sum of a float tensor of N elements     broadcast:N   float[N] from rank 0
 //   barrier       stop  (raise SIGSTOP on itself)         nojoin        sleep, never join
 //   sleep:S       sleep S seconds
+//   sync          (DDPX_TEST_QUEUED=1) wait until the collectives issued so far have run
+// DDPX_TEST_QUEUED=1 makes allreduce and broadcast return from wait() before they run, as
+// NCCL's do (queued_backend.h).
 // DDPX_TEST_COLLECTIVES_RANK<K> replaces the script on rank K; DDPX_TEST_TIMEOUT_S sets the
 // timeout (rendezvous and collectives, default 5 s).
 #pragma once

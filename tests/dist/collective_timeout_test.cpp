@@ -1,5 +1,6 @@
 // No silent hang: real 2-rank jobs under `ddpx run` (this binary as a scripted rank, see
-// collective_script.h) in which one rank stops, calls a different collective, or never joins.
+// collective_script.h) in which one rank stops, calls a different collective, or never joins,
+// also with collectives whose wait() returns before they run (NCCL's way, queued_backend.h).
 // Each must end within the timeout plus a few seconds, print one table of the ranks' last
 // collectives, and name the rank behind or the mismatch.
 #include <gtest/gtest.h>
@@ -90,6 +91,46 @@ TEST(CollectiveTimeoutTest, ADifferentShapeOverGlooIsNamedAMismatch) {
                                    "float[1024], rank 1 allreduce float[100000]"),
             std::string::npos)
       << job.result.output;
+}
+
+// NCCL's wait() returns at once and the host then blocks inside CUDA: no error reaches it. Here
+// rank 0's third all-reduce is queued, rank 1 never calls it, and rank 0's host "blocks" (sleeps
+// 600 s). ddpx's own watch must end the job at the timeout with the verdict, the record showing
+// the queued collective as waiting (not done), and Gloo's own timeout (30 s later) not reached.
+TEST(CollectiveTimeoutTest, AQueuedCollectiveStillPendingAtTheTimeoutEndsTheJobWithTheVerdict) {
+  test::TempDir dir;
+  auto job = run_job(dir, "allreduce:1024 allreduce:1024 allreduce:1024 sleep:600",
+                     "allreduce:1024 allreduce:1024 sleep:600", "DDPX_TEST_QUEUED=1");
+  expect_ended_with_one_table(job);
+  const auto& out = job.result.output;
+  EXPECT_TRUE(std::regex_search(
+      out,
+      std::regex(R"(error \[rank 0\]: allreduce float\[1024\] \(seq 3\) did not complete )"
+                 R"(within the collective timeout of 3 s \(--timeout\): still running \d+\.\d s)")))
+      << out;
+  const std::string verdict =
+      "rank 1 is behind: last completed seq 2 (allreduce float[1024]), others wait in seq 3 "
+      "(allreduce float[1024])";
+  EXPECT_NE(out.find("ddpx run: " + verdict), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(\n  0 +\d+ +\w+ +3 +allreduce float\[1024\] .*WAITING)")))
+      << "the queued collective is waiting in the record, not done\n"
+      << out;
+}
+
+// An NCCL error (a peer gone, a network fault) completes the queued Work with an exception that
+// nobody waits for. Rank 1 runs its two all-reduces and exits; rank 0's third fails in Gloo.
+TEST(CollectiveTimeoutTest, AQueuedCollectiveThatFailsEndsTheJobWithTheVerdict) {
+  test::TempDir dir;
+  auto job = run_job(dir, "allreduce:1024 allreduce:1024 allreduce:1024 sleep:600",
+                     "allreduce:1024 allreduce:1024 sync", "DDPX_TEST_QUEUED=1");
+  expect_ended_with_one_table(job);
+  const auto& out = job.result.output;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(error \[rank 0\]: allreduce float\[1024\] \(seq 3\) failed after )"
+                      R"(wait\(\) returned: .*; rank 1 is behind.*: last completed seq 2)")))
+      << out;
+  EXPECT_LT(job.seconds, kEndWithinS - kTimeoutS) << "a failure needs no timeout\n" << out;
 }
 
 TEST(CollectiveTimeoutTest, ARankThatNeverJoinsEndsTheRendezvousNamingIt) {

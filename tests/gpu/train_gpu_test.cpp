@@ -142,6 +142,9 @@ TEST(BenchGpuTest, TrainBenchReportsMfuAndPeakMemory) {
                   600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("peak GPU memory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| sync: window ends"), std::string::npos)
+      << "ddpx train's loop, synchronized as the PyTorch peer\n"
+      << r.output;
   EXPECT_NE(r.output.find("GFLOP forward per image"), std::string::npos) << r.output;
 }
 

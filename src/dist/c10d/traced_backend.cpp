@@ -1,8 +1,21 @@
 // Every collective recorded, then delegated (see traced_backend.h).
 #include "dist/c10d/traced_backend.h"
 
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <thread>
+
+#include "core/log.h"
+#include "dist/collectives.h"
+
 namespace ddpx::dist {
 namespace {
+
+// How long ending the job waits for the communicator's abort (ncclCommAbort can itself hang).
+constexpr auto kAbortWait = std::chrono::seconds(3);
 
 const char* dtype_name(at::ScalarType type) {
   switch (type) {
@@ -31,13 +44,62 @@ const char* dtype_name(at::ScalarType type) {
   }
 }
 
+// A collective that completes after wait() returned is late (CompletionWatch): the main thread
+// is not in wait() to throw, it runs on or is blocked inside CUDA. So this thread says what
+// happened, as wait_work would have, aborts the communicator and ends the process.
+[[noreturn]] void end_job(const std::shared_ptr<trace::CollectiveTrace>& trace,
+                          const c10::intrusive_ptr<c10d::Backend>& inner,
+                          std::chrono::milliseconds timeout, const CompletionWatch::Late& late) {
+  std::string op = "collective";
+  for (const auto& e : trace->snapshot().entries) {
+    if (e.seq == late.seq) op = e.sig.text();
+  }
+  std::string verdict;
+  try {
+    verdict = explain_failure(*trace);
+  } catch (const std::exception& e) {
+    verdict = std::string("no collective record: ") + e.what();
+  }
+  const std::string what =
+      late.timed_out()
+          ? fmt::format(
+                "did not complete within the collective timeout of {:g} s (--timeout): "
+                "still running {:.1f} s after it started",
+                timeout.count() / 1e3, late.waited.count() / 1e3)
+          : fmt::format("failed after wait() returned: {}", late.error);
+  log::write_line(stderr, fmt::format("ddpx: error [rank {}]: {} (seq {}) {}; {}", trace->rank(),
+                                      op, late.seq, what, verdict));
+  std::fflush(nullptr);
+  // Abort on a thread of its own, waited for a bounded time: the verdict is out already.
+  auto aborted = std::make_shared<std::promise<void>>();
+  std::future<void> done = aborted->get_future();
+  std::thread([inner, aborted] {
+    try {
+      inner->abort();
+    } catch (...) {
+    }
+    aborted->set_value();
+  }).detach();
+  done.wait_for(kAbortWait);
+  std::fflush(nullptr);
+  std::_Exit(1);  // the main thread is blocked or running on; nothing there can be unwound
+}
+
 }  // namespace
 
 TracedBackend::TracedBackend(c10::intrusive_ptr<c10d::Backend> inner,
-                             std::shared_ptr<trace::CollectiveTrace> trace)
+                             std::shared_ptr<trace::CollectiveTrace> trace,
+                             std::chrono::milliseconds timeout, CompletionWatch::OnLate on_late)
     : ForwardingBackend(std::move(inner)),
       trace_(std::move(trace)),
-      failed_(std::make_shared<std::atomic<bool>>(false)) {}
+      failed_(std::make_shared<std::atomic<bool>>(false)) {
+  if (!on_late) {
+    on_late = [trace = trace_, inner = inner_, timeout](const CompletionWatch::Late& late) {
+      end_job(trace, inner, timeout, late);
+    };
+  }
+  watch_ = std::make_shared<CompletionWatch>(trace_, timeout, std::move(on_late));
+}
 
 TracedBackend::~TracedBackend() {
   if (failed_->load()) abandon();
@@ -48,12 +110,15 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::traced(const char* op, c10d::OpTyp
                                                      const std::vector<at::Tensor>& tensors,
                                                      Call&& call) {
   uint64_t seq;
+  const auto start = CompletionWatch::Clock::now();
+  std::optional<c10::Device> device;
   if (tensors.empty() || !tensors[0].defined()) {
     seq = trace_->begin(op, "-", nullptr, 0, 0);
   } else {
     const at::Tensor& t = tensors[0];
     seq = trace_->begin(op, dtype_name(t.scalar_type()), t.sizes().data(),
                         static_cast<int>(t.dim()), static_cast<int64_t>(tensors.size()));
+    device = t.device();
   }
   c10::intrusive_ptr<c10d::Work> inner;
   try {
@@ -63,7 +128,8 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::traced(const char* op, c10d::OpTyp
     failed_->store(true);
     throw;
   }
-  return c10::make_intrusive<TracedWork>(std::move(inner), trace_, failed_, seq, getRank(), type);
+  return c10::make_intrusive<TracedWork>(std::move(inner), trace_, failed_, watch_, seq, start,
+                                         device, getRank(), type);
 }
 
 c10::intrusive_ptr<c10d::Work> TracedBackend::broadcast(std::vector<at::Tensor>& t,
@@ -138,17 +204,29 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::barrier(const c10d::BarrierOptions
 
 TracedWork::TracedWork(c10::intrusive_ptr<c10d::Work> inner,
                        std::shared_ptr<trace::CollectiveTrace> trace,
-                       std::shared_ptr<std::atomic<bool>> failed, uint64_t seq, int rank,
-                       c10d::OpType type)
+                       std::shared_ptr<std::atomic<bool>> failed,
+                       std::shared_ptr<CompletionWatch> watch, uint64_t seq,
+                       CompletionWatch::Clock::time_point start, std::optional<c10::Device> device,
+                       int rank, c10d::OpType type)
     : c10d::Work(rank, type),
       inner_(std::move(inner)),
       trace_(std::move(trace)),
       failed_(std::move(failed)),
-      seq_(seq) {}
+      watch_(std::move(watch)),
+      seq_(seq),
+      start_(start),
+      device_(device) {}
 
 bool TracedWork::wait(std::chrono::milliseconds timeout) {
   try {
     bool done = inner_->wait(timeout);
+    if (handed_off_.load()) return done;
+    // NCCL's wait() returns once the current stream is ordered after the collective: the
+    // record is completed when the collective is, by the watch.
+    if (watch_ && !inner_->isCompleted()) {
+      if (!handed_off_.exchange(true)) watch_->add(inner_, seq_, start_, device_);
+      return done;
+    }
     trace_->end(seq_, true);
     return done;
   } catch (...) {

@@ -1,31 +1,49 @@
 // A c10d Backend that records every collective in this rank's CollectiveTrace and hands it to
 // the backend it wraps (Gloo, NCCL/RCCL, or ShmBackend). The returned Work is a thin wrapper that
-// marks the record done (or failed) when wait() returns (or throws). ddpx wraps every backend
-// of a job's group with one, so a stalled rank shows up in the hang table whichever device the
-// collective ran on. For NCCL, wait() returns once the current CUDA stream is ordered after the
-// collective, so "done" there means "handed to the GPU"; a hang still stays "waiting".
+// marks the record done (or failed) when the collective has run: when wait() returns (or throws)
+// for a Work that completes in wait() (Gloo, shared memory); for one whose wait() returns while
+// it still runs (NCCL: wait() only orders the current CUDA stream after it), when the Work
+// reports completion to the CompletionWatch (completion_watch.h). So a hung NCCL collective
+// stays "pending" in the record, and ddpx's watch ends the job with the verdict when it is still
+// pending `timeout` after it started, or fails: the one-line error, the table (unless the
+// launcher prints it), the communicator aborted, exit code 1. ddpx wraps every backend of a
+// job's group with one, so a stalled rank shows up in the hang table whichever device the
+// collective ran on.
 //
 // Cost per collective: one sequence number, a clock read and a few stores into the ring, plus
-// one small Work allocation; no system call and no store or network I/O. Ordering, threads
-// and errors are the wrapped backend's: the wrapper adds no lock around it.
+// one small Work allocation; no system call and no store or network I/O. A Work still running
+// after wait() also costs a push into the watch's list, and the watch's poller a query every
+// CompletionWatch::kPoll while such Works are pending. Ordering, threads and errors are the
+// wrapped backend's: the wrapper adds no lock around it.
 //
 // After a collective has failed, the wrapped backend is abandoned rather than destroyed
 // (ForwardingBackend::abandon): the process is about to end anyway.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "dist/c10d/completion_watch.h"
 #include "dist/c10d/forwarding_backend.h"
 #include "trace/collective_trace.h"
 
 namespace ddpx::dist {
 
+// The wrapped backend's own timeout where ddpx watches completion (NCCL): PyTorch's watchdog
+// ends the process with SIGABRT and no verdict, so it must come after ddpx's.
+constexpr auto kInnerTimeoutMargin = std::chrono::seconds(30);
+
 class TracedBackend : public ForwardingBackend {
  public:
+  // `timeout`: how long a collective may stay pending after its wait() returned (the job's
+  // --timeout). `on_late`: what to do then, or when such a collective fails; by default the
+  // verdict and the end of the process (end_job).
   TracedBackend(c10::intrusive_ptr<c10d::Backend> inner,
-                std::shared_ptr<trace::CollectiveTrace> trace);
+                std::shared_ptr<trace::CollectiveTrace> trace, std::chrono::milliseconds timeout,
+                CompletionWatch::OnLate on_late = {});
   ~TracedBackend() override;
 
   const std::shared_ptr<trace::CollectiveTrace>& trace() const { return trace_; }
@@ -70,13 +88,16 @@ class TracedBackend : public ForwardingBackend {
 
   std::shared_ptr<trace::CollectiveTrace> trace_;
   std::shared_ptr<std::atomic<bool>> failed_;  // shared with the Works, which outlive calls
+  std::shared_ptr<CompletionWatch> watch_;     // likewise
 };
 
 // The Work a TracedBackend returns.
 class TracedWork : public c10d::Work {
  public:
   TracedWork(c10::intrusive_ptr<c10d::Work> inner, std::shared_ptr<trace::CollectiveTrace> trace,
-             std::shared_ptr<std::atomic<bool>> failed, uint64_t seq, int rank, c10d::OpType type);
+             std::shared_ptr<std::atomic<bool>> failed, std::shared_ptr<CompletionWatch> watch,
+             uint64_t seq, CompletionWatch::Clock::time_point start,
+             std::optional<c10::Device> device, int rank, c10d::OpType type);
   bool wait(std::chrono::milliseconds timeout) override;
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -97,7 +118,11 @@ class TracedWork : public c10d::Work {
   c10::intrusive_ptr<c10d::Work> inner_;
   std::shared_ptr<trace::CollectiveTrace> trace_;
   std::shared_ptr<std::atomic<bool>> failed_;
+  std::shared_ptr<CompletionWatch> watch_;
   uint64_t seq_;
+  CompletionWatch::Clock::time_point start_;
+  std::optional<c10::Device> device_;
+  std::atomic<bool> handed_off_{false};  // given to the watch (a second wait() leaves it there)
 };
 
 }  // namespace ddpx::dist

@@ -1,0 +1,162 @@
+// `bench train --loop trainer`: ddpx train's own loop, timed as the PyTorch peer times its
+// loop (see train_bench.h).
+#include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "bench/peaks.h"
+#include "bench/train_bench.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "dist/context.h"
+#include "dist/device.h"
+#include "dist/world.h"
+#include "models/flops.h"
+#include "models/registry.h"
+#include "train/trainer.h"
+
+namespace ddpx::bench {
+namespace {
+
+// The peer's loop: SGD (lr 0.01, momentum 0.9, weight decay 5e-4, constant), cross-entropy,
+// random crop and flip unless --no_augment. Synthetic data holds every step of the run in one
+// epoch on every rank, as the peer's does: no epoch ends inside the window (a real run's
+// epochs are thousands of steps long).
+train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in_run) {
+  train::TrainOptions o;
+  o.model = b.model;
+  o.stem = b.stem;
+  o.dataset = b.data;
+  o.data_dir = b.data_dir;
+  o.image_size = b.data == "synthetic" ? 0 : b.image_size;
+  o.synthetic_image = b.image_size;
+  o.synthetic_classes = b.num_classes;
+  o.synthetic_size = b.batch_size * dist::detect_world().world_size * (steps_in_run + 1);
+  o.random_crop = o.horizontal_flip = b.augment;
+  o.optimizer = "sgd";
+  o.learning_rate = 0.01;
+  o.momentum = 0.9;
+  o.weight_decay = 5e-4;
+  o.lr_schedule = train::Schedule::kConstant;
+  o.batch_size = b.batch_size;
+  o.num_epochs = int64_t{1} << 40;  // the step hook ends the run
+  o.log_every = int64_t{1} << 40;   // no evaluation
+  o.device = b.device;
+  o.amp = b.amp;
+  o.channels_last = b.channels_last;
+  o.threads = b.threads;
+  o.loader_workers = b.workers;
+  o.transport = b.transport;
+  o.comm_hook = b.comm_hook;
+  o.progress = false;
+  return o;
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+}
+
+}  // namespace
+
+TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
+  DDPX_CHECK(b.workers >= 1, ErrorKind::kUsage,
+             "--workers {}: the loader needs at least one thread per rank", b.workers);
+  DDPX_CHECK(b.fused_step, ErrorKind::kUsage,
+             "--optimizer_step libtorch is timed by the phases loop only; add --loop phases");
+  const int64_t first = std::max<int64_t>(b.warmup, 1);  // steps before the window
+  const train::TrainOptions options = trainer_options(b, first + b.steps);
+  Stopwatch window;
+  double seconds = 0, startup_s = 0;
+  int world_size = 1, rank = 0;
+  std::string backend;
+  torch::Device device = torch::kCPU;
+  // After every optimizer step of ddpx train's loop: the window's ends, as the peer's.
+  auto after_step = [&](int64_t step, dist::Context& context) {
+    if (step == 1) startup_s = job_age_seconds();
+    if (step == first) {
+      context.barrier();
+      synchronize(context.device());
+      if (context.device().is_cuda()) at::accelerator::resetPeakStats(context.device().index());
+      window.reset();
+    }
+    if (step < first + b.steps) return false;
+    synchronize(context.device());
+    seconds = window.seconds();
+    world_size = context.world_size();
+    rank = context.rank();
+    backend = context.backend();
+    device = context.device();
+    return true;
+  };
+  train::run_training(options, after_step);
+  DDPX_CHECK(seconds > 0, ErrorKind::kInternal,
+             "bench train: the training loop ended before its timed window");
+
+  TrainBenchResult r;
+  r.sync =
+      "window ends (a barrier and a device sync before the first timed step, a device sync "
+      "after the last)";
+  r.images_per_sec = static_cast<double>(b.steps * b.batch_size * world_size) / seconds;
+  r.step_ms = 1e3 * seconds / static_cast<double>(b.steps);
+  r.startup_s = startup_s;
+  models::ModelConfig config;
+  config.num_classes = b.num_classes;
+  config.image_size = b.image_size;
+  config.stem = b.stem;
+  auto model = models::create_model(b.model, config);
+  r.forward_gflop =
+      models::count_forward_flops(model, torch::zeros({1, 3, b.image_size, b.image_size})) / 1e9;
+  std::string peak_note;
+  if (device.is_cuda()) {
+    const auto stats = at::accelerator::getDeviceStats(device.index());
+    r.peak_memory_gib =
+        stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+            .peak /
+        1073741824.0;
+    const char* compute = b.amp == train::Amp::kBf16             ? "bf16"
+                          : b.amp == train::Amp::kFp16           ? "fp16"
+                          : at::globalContext().allowTF32CuDNN() ? "tf32"
+                                                                 : "fp32";
+    if (auto peak = gpu_peak(dist::device_name(device), compute)) {
+      r.mfu = 3.0 * r.forward_gflop * 1e9 * (r.images_per_sec / world_size) / (peak->tflops * 1e12);
+      peak_note = fmt::format(" of the {} {} peak", peak->label, compute);
+    }
+  }
+  log::out(
+      "# ddpx bench train: {} ({} stem), {}x{} input, batch {} per rank, {} rank(s) over {}, data "
+      "{}, loop: ddpx train's (train/trainer.cpp), {} steps timed after {}",
+      b.model, b.stem, b.image_size, b.image_size, b.batch_size, world_size, backend, b.data,
+      b.steps, first);
+  log::out("images/s (all ranks): {:.1f} | sync: {} | loader: {} worker thread(s) per rank",
+           r.images_per_sec, r.sync, b.workers);
+  log::out("per step: {:.1f} ms | model: {:.2f} GFLOP forward per image{}", r.step_ms,
+           r.forward_gflop, r.mfu ? fmt::format(" | MFU {:.1f}%{}", 100 * *r.mfu, peak_note) : "");
+  if (r.peak_memory_gib) log::out("peak GPU memory (rank 0): {:.2f} GiB", *r.peak_memory_gib);
+  if (!b.json.empty() && rank == 0) {
+    nlohmann::json line = {{"model", b.model},
+                           {"loop", "trainer"},
+                           {"sync", "window ends"},
+                           {"loader_workers", b.workers},
+                           {"world_size", world_size},
+                           {"batch_size", b.batch_size},
+                           {"threads", b.threads},
+                           {"images_per_sec", r.images_per_sec},
+                           {"step_ms", r.step_ms},
+                           {"startup_s", r.startup_s},
+                           {"backend", backend},
+                           {"device", dist::device_name(device)},
+                           {"amp", train::name(b.amp)},
+                           {"channels_last", b.channels_last},
+                           {"forward_gflop", r.forward_gflop}};
+    if (r.mfu) line["mfu"] = *r.mfu;
+    if (r.peak_memory_gib) line["peak_memory_gib"] = *r.peak_memory_gib;
+    std::ofstream(b.json, std::ios::app) << line.dump() << "\n";
+  }
+  return r;
+}
+
+}  // namespace ddpx::bench
