@@ -5,8 +5,14 @@
 #include <fmt/format.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+#ifdef DDPX_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "bench/peaks.h"
 #include "core/error.h"
@@ -58,8 +64,44 @@ std::optional<std::pair<double, std::string>> estimate_cpu_peak(const std::strin
                         cores, mhz, lanes, isa));
 }
 
+// "Intel(R) Xeon(R) ..." from /proc/cpuinfo; "unknown CPU" when it is not there.
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      std::string name = line.substr(line.find(':') + 1);
+      name.erase(0, name.find_first_not_of(' '));
+      return name;
+    }
+  }
+  return "unknown CPU";
+}
+
+// The seed's device lines in one: which device, and for a GPU its memory, multiprocessors and
+// compute capability (on ROCm: the gfx version's major and minor).
+std::string describe_for_gemm(const torch::Device& device) {
+  if (device.is_cpu())
+    return fmt::format("cpu ({}), {} threads", cpu_model(), torch::get_num_threads());
+#ifdef DDPX_WITH_CUDA
+  const auto* p = at::cuda::getDeviceProperties(device.index());
+  return fmt::format("{}, {} multiprocessors, compute capability {}.{}",
+                     dist::describe_device(device), p->multiProcessorCount, p->major, p->minor);
+#else
+  return dist::describe_device(device);
+#endif
+}
+
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+}
+
+// Relative Frobenius error a correct product stays under: the dtype's rounding of the output
+// (and for tf32 of the inputs) with margin for fp32 accumulation over k. A wrong product (wrong
+// operands, garbage) is off by about 1.
+double tolerance_for(const std::string& dtype) {
+  if (dtype == "fp64") return 1e-10;
+  if (dtype == "fp32") return 1e-4;
+  return 2e-2;  // tf32, bf16, fp16: 8 to 11 mantissa bits
 }
 
 }  // namespace
@@ -85,16 +127,33 @@ GemmResult run_gemm(const GemmOptions& o) {
     // fp32 means IEEE fp32 (CUDA cores); tf32 lets cuBLAS use tensor cores on fp32 data.
     at::globalContext().setAllowTF32CuBLAS(dtype.name == "tf32");
   }
+  r.device_line = describe_for_gemm(device);
   auto options = torch::TensorOptions().dtype(dtype.type).device(device);
   torch::Tensor a = torch::randn({r.m, r.k}, options);
   torch::Tensor b = torch::randn({r.k, r.n}, options);
   torch::Tensor c = torch::empty({r.m, r.n}, options);
   for (int64_t i = 0; i < o.warmup; ++i) torch::mm_out(c, a, b);
   synchronize(device);
-  Stopwatch watch;
-  for (int64_t i = 0; i < o.iterations; ++i) torch::mm_out(c, a, b);
-  synchronize(device);
-  r.seconds_per_iteration = watch.seconds() / o.iterations;
+  // The reference: the same operands multiplied in fp64, once.
+  const torch::Tensor reference = a.to(torch::kFloat64).mm(b.to(torch::kFloat64));
+  const double reference_norm = reference.norm().item<double>();
+  r.iterations = o.iterations;
+  r.tolerance = tolerance_for(dtype.name);
+  // Each multiply is timed alone (a device sync ends it) and its product checked untimed.
+  for (int64_t i = 0; i < o.iterations; ++i) {
+    c.zero_();
+    synchronize(device);
+    Stopwatch watch;
+    torch::mm_out(c, a, b);
+    synchronize(device);
+    r.total_seconds += watch.seconds();
+    double error = (c.to(torch::kFloat64) - reference).norm().item<double>() /
+                   std::max(reference_norm, 1e-300);
+    if (!std::isfinite(error)) error = std::numeric_limits<double>::infinity();
+    r.worst_error = std::max(r.worst_error, error);
+    if (error <= r.tolerance) ++r.successful;
+  }
+  r.seconds_per_iteration = r.total_seconds / o.iterations;
   r.tflops = 2.0 * r.m * r.n * r.k / r.seconds_per_iteration / 1e12;
   if (device.is_cpu()) {
     if (auto peak = estimate_cpu_peak(dtype.name)) {
@@ -108,15 +167,34 @@ GemmResult run_gemm(const GemmOptions& o) {
   return r;
 }
 
+std::string with_thousands(double value) {
+  if (!std::isfinite(value)) return fmt::format("{}", value);
+  std::string digits = fmt::format("{:.2f}", value);
+  const bool negative = !digits.empty() && digits[0] == '-';
+  if (negative) digits.erase(0, 1);
+  size_t point = digits.find('.');
+  if (point == std::string::npos) point = digits.size();
+  for (size_t at = point; at > 3; at -= 3) digits.insert(at - 3, ",");
+  return (negative ? "-" : "") + digits;
+}
+
 void print_gemm(const GemmOptions& o, const GemmResult& r) {
   fmt::print(
       "# ddpx bench gemm: C = A x B, m {} n {} k {}, {} on {}, {} iterations after {} "
       "warm-up{}\n",
       r.m, r.n, r.k, r.dtype, r.device, o.iterations, o.warmup,
       r.device == "cpu" ? fmt::format(", {} threads", torch::get_num_threads()) : "");
-  fmt::print("Time per multiply: {:.3f} ms\n", r.seconds_per_iteration * 1e3);
-  fmt::print("Average performance: {:.2f} GFLOPS ({:.2f} TFLOP/s, {} {}x{}x{})\n", r.tflops * 1e3,
-             r.tflops, r.dtype, r.m, r.n, r.k);
+  fmt::print("Device: {}\n", r.device_line);
+  fmt::print("Total time: {:.3f} ms ({:.3f} ms per multiply)\n", r.total_seconds * 1e3,
+             r.seconds_per_iteration * 1e3);
+  fmt::print(
+      "Successful iterations: {}/{} (product within {:g} relative error of an fp64 reference; "
+      "worst {:.2e})\n",
+      r.successful, r.iterations, r.tolerance, r.worst_error);
+  fmt::print("Success rate: {:.2f}%\n",
+             r.iterations > 0 ? 100.0 * r.successful / r.iterations : 0.0);
+  fmt::print("Average performance: {} GFLOPS ({:.2f} TFLOP/s, {} {}x{}x{})\n",
+             with_thousands(r.tflops * 1e3), r.tflops, r.dtype, r.m, r.n, r.k);
   if (r.peak_tflops) {
     fmt::print("Peak: {:.1f} TFLOP/s ({}); achieved {:.1f}% of it\n", *r.peak_tflops, r.peak_basis,
                100.0 * r.tflops / *r.peak_tflops);

@@ -1,7 +1,9 @@
 // The seed's GEMM test, stating what it measured: C = A x B with A m x k and B k x n in one
-// dtype on one device, timed over many iterations after a warm-up. Reports achieved TFLOP/s
-// (2 m n k flops a multiply) and the share of that dtype's peak: on a GPU from the published
-// table (peaks.h), on a CPU estimated from its vector width, cores and clock.
+// dtype on one device, timed over many iterations after a warm-up. Each timed product is then
+// checked against an fp64 reference product of the same inputs (the seed's "Successful
+// iterations: N/N"), so a fast but wrong multiply is reported as a failure, not a speed.
+// Reports achieved TFLOP/s (2 m n k flops a multiply) and the share of that dtype's peak: on a
+// GPU from the published table (peaks.h), on a CPU estimated from its vector width, cores, clock.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +25,15 @@ struct GemmOptions {
 };
 
 struct GemmResult {
-  std::string device;  // "cpu" or the GPU's name
-  std::string dtype;   // the canonical name
+  std::string device;       // "cpu" or the GPU's name
+  std::string device_line;  // "cpu (model), 2 threads" or "cuda:0 NVIDIA H100 80GB HBM3, ..."
+  std::string dtype;        // the canonical name
   int64_t m = 0, n = 0, k = 0;
+  int64_t iterations = 0;
+  int64_t successful = 0;    // products within `tolerance` of the reference
+  double tolerance = 0;      // relative Frobenius error allowed for this dtype
+  double worst_error = 0;    // the largest relative error seen
+  double total_seconds = 0;  // the timed multiplies together
   double seconds_per_iteration = 0;
   double tflops = 0;
   std::optional<double> peak_tflops;  // empty when unknown
@@ -33,6 +41,11 @@ struct GemmResult {
 };
 
 GemmResult run_gemm(const GemmOptions& options);
+// The seed's lines: device, total time, successful iterations, success rate, average
+// performance in GFLOPS with thousands separators ("83,090.86"), and the share of the peak.
 void print_gemm(const GemmOptions& options, const GemmResult& result);
+
+// 83090.857 -> "83,090.86" (two decimals, a comma every three digits).
+std::string with_thousands(double value);
 
 }  // namespace ddpx::bench

@@ -29,7 +29,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
              "auto (the GPU when one is visible) | cpu | cuda");
   gemm->add_option("--threads", g->threads, "CPU intra-op threads (0: $DDPX_THREADS or all cores)");
   gemm->callback([g, &exit_code] {
-    bench::print_gemm(*g, bench::run_gemm(*g));
+    const bench::GemmResult r = bench::run_gemm(*g);
+    bench::print_gemm(*g, r);
+    // A wrong product is a broken device or library, not a speed: the run fails.
+    DDPX_CHECK(r.successful == r.iterations, ErrorKind::kInternal,
+               "bench gemm: {} of {} products on {} differ from the fp64 reference by more than "
+               "{:g} (worst {:.2e}); the device or its math library computes wrong results",
+               r.iterations - r.successful, r.iterations, r.device, r.tolerance, r.worst_error);
     exit_code = 0;
   });
 

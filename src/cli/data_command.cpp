@@ -20,6 +20,7 @@ void add_data_command(CLI::App& app, int& exit_code) {
     std::string name;
     std::string data_dir;
     std::string mirror;
+    std::string checksums;
   };
   auto args = std::make_shared<Args>();
 
@@ -29,10 +30,14 @@ void add_data_command(CLI::App& app, int& exit_code) {
   download->add_option("--data_dir", args->data_dir, "Destination folder (default: ./data/NAME)");
   download->add_option("--mirror", args->mirror,
                        "Base URL replacing the official one (also env DDPX_DATA_MIRROR)");
+  download->add_option("--checksums", args->checksums,
+                       "md5sum-format file (MD5  FILE per line) replacing the official MD5s, for "
+                       "a mirror that serves other copies of the files");
   download->callback([args, &exit_code] {
     data::DownloadOptions options;
     options.data_dir = args->data_dir;
     options.mirror = args->mirror;
+    options.checksums = args->checksums;
     options.progress = true;
     std::string dir = data::download_dataset(args->name, options);
     log::out("{} is ready in {}", args->name, dir);

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -153,8 +154,41 @@ void fetch_file(const RemoteFile& file, const std::string& data_dir,
   }
 }
 
+std::map<std::string, std::string> read_checksums(const std::string& path) {
+  std::ifstream in(path);
+  DDPX_CHECK(in.good(), ErrorKind::kUsage, "--checksums {}: cannot open the file", path);
+  std::map<std::string, std::string> sums;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // md5sum's format: 32 hex digits, a space, a space or '*' (binary mode), the file name.
+    bool ok = line.size() > 34 && (line[32] == ' ') && (line[33] == ' ' || line[33] == '*');
+    for (size_t i = 0; ok && i < 32; ++i) ok = std::isxdigit(static_cast<unsigned char>(line[i]));
+    DDPX_CHECK(ok, ErrorKind::kUsage,
+               "--checksums {} line {}: expected 'MD5  FILE' as md5sum writes it, got '{}'", path,
+               number, line);
+    std::string md5 = line.substr(0, 32);
+    for (char& c : md5) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string file = line.substr(34);
+    while (!file.empty() && (file.back() == '\r' || file.back() == ' ')) file.pop_back();
+    sums[fs::path(file).filename().string()] = md5;
+  }
+  return sums;
+}
+
 std::string download_dataset(const std::string& name, const DownloadOptions& options) {
   auto files = remote_files(name);
+  if (!options.checksums.empty()) {
+    const auto sums = read_checksums(options.checksums);
+    for (auto& file : files) {
+      auto it = sums.find(file.file);
+      DDPX_CHECK(it != sums.end(), ErrorKind::kUsage,
+                 "--checksums {} lists no MD5 for {}; {} needs a line 'MD5  FILE' for each of its "
+                 "files",
+                 options.checksums, file.file, name);
+      file.md5 = it->second;
+    }
+  }
   // Not default_data_dir: Debian's read-only Fashion-MNIST folder holds recompressed files
   // (other MD5s) that the reader accepts but a download cannot replace.
   std::string dir = options.data_dir.empty() ? "./data/" + name : options.data_dir;

@@ -4,6 +4,7 @@
 // and leaves neither the .part file nor a half-written target behind.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct RemoteFile {
 struct DownloadOptions {
   std::string data_dir;  // empty: ./data/NAME
   std::string mirror;    // replaces each file's base_url (also env DDPX_DATA_MIRROR)
+  // An md5sum-format list ("HASH  FILE" lines) replacing the official checksums, for a mirror
+  // that serves other copies of the files (a cut-down or re-compressed set); empty: official.
+  std::string checksums;
   long connect_timeout_s = 30;
   long stall_timeout_s = 60;  // abort when under 1 byte/s for this long
   bool progress = false;      // log each file on stderr
@@ -28,7 +32,12 @@ struct DownloadOptions {
 // any other name.
 std::vector<RemoteFile> remote_files(const std::string& name);
 
-// Downloads (skipping files already present with the right checksum) and unpacks.
+// Reads an md5sum-format file into FILE -> lowercase MD5; throws kUsage naming the file and
+// line for a line that is not "32-hex-digits  NAME".
+std::map<std::string, std::string> read_checksums(const std::string& path);
+
+// Downloads (skipping files already present with the right checksum) and unpacks. With
+// options.checksums, every file of the dataset must be listed there.
 // Returns the data_dir used.
 std::string download_dataset(const std::string& name, const DownloadOptions& options);
 

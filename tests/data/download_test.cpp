@@ -2,90 +2,23 @@
 // archive, a wrong checksum, a 404, and a connection that stops mid-file.
 #include "data/download.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "support/support.h"
+#include "support/tiny_http_server.h"
 
 namespace ddpx::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Serves `files` by path; a path listed in `truncated` announces its full length but sends
-// half and closes the connection. Anything else is a 404.
-class TinyHttpServer {
- public:
-  TinyHttpServer(std::map<std::string, std::string> files, std::set<std::string> truncated = {})
-      : files_(std::move(files)), truncated_(std::move(truncated)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    EXPECT_EQ(::listen(fd_, 8), 0);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~TinyHttpServer() {
-    stop_ = true;
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string url() const { return fmt::format("http://127.0.0.1:{}/", port_); }
-
- private:
-  void serve() {
-    while (!stop_) {
-      int client = ::accept(fd_, nullptr, nullptr);
-      if (client < 0) return;
-      std::string request;
-      char buffer[4096];
-      while (request.find("\r\n\r\n") == std::string::npos) {
-        ssize_t n = ::recv(client, buffer, sizeof(buffer), 0);
-        if (n <= 0) break;
-        request.append(buffer, n);
-      }
-      std::string path = request.substr(4, request.find(' ', 4) - 4);  // "GET /path HTTP/1.1"
-      auto it = files_.find(path);
-      std::string response;
-      if (it == files_.end()) {
-        response = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-      } else {
-        const std::string& body = it->second;
-        response = fmt::format("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                               body.size());
-        response += truncated_.count(path) ? body.substr(0, body.size() / 2) : body;
-      }
-      ::send(client, response.data(), response.size(), MSG_NOSIGNAL);
-      ::close(client);
-    }
-  }
-
-  std::map<std::string, std::string> files_;
-  std::set<std::string> truncated_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+using test::TinyHttpServer;
 
 // A tar.gz holding hello/world.txt, written by Python's tarfile.
 std::string small_archive(const test::TempDir& dir) {

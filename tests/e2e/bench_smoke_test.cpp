@@ -1,7 +1,13 @@
-// Every benchmark runs once at a tiny size so it cannot rot; the figures are not checked (they
-// live in docs/performance.md), only that each program runs and prints its table correctly.
+// Every benchmark runs once at a tiny size so it cannot rot; the figures' sizes are not checked
+// (they live in docs/performance.md), only that each program runs, computes right (GEMM's
+// products against a reference) and prints its table correctly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <regex>
+
+#include "bench/gemm.h"
 #include "support/support.h"
 
 namespace ddpx {
@@ -11,10 +17,44 @@ using test::run_command;
 
 std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
 
-TEST(BenchSmokeTest, GemmPrintsTheSeedsLine) {
-  auto r = run_command(ddpx("bench gemm --size 64 --iterations 2 --warmup 1"), 120);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("Average performance: "), std::string::npos) << r.output;
+// The seed's GEMM lines: every product checked against the fp64 reference (so a wrong multiply
+// fails here), and a GFLOPS figure that is a positive, finite number written with thousands
+// separators.
+TEST(BenchSmokeTest, GemmPrintsTheSeedsLines) {
+  for (const char* dtype : {"fp32", "bf16", "fp64"}) {
+    auto r = run_command(
+        ddpx(std::string("bench gemm --device cpu --size 96 --iterations 3 --warmup 1 --dtype ") +
+             dtype),
+        120);
+    ASSERT_EQ(r.exit_code, 0) << dtype << "\n" << r.output;
+    EXPECT_TRUE(
+        std::regex_search(r.output, std::regex(R"(\nDevice: cpu \(.+\), [0-9]+ threads\n)")))
+        << r.output;
+    EXPECT_NE(r.output.find("\nSuccessful iterations: 3/3 ("), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("\nSuccess rate: 100.00%\n"), std::string::npos) << r.output;
+    std::smatch total;
+    ASSERT_TRUE(std::regex_search(r.output, total, std::regex(R"(\nTotal time: ([0-9.]+) ms)")))
+        << r.output;
+    EXPECT_GT(std::stod(total[1]), 0.0) << r.output;
+    std::smatch gflops;
+    ASSERT_TRUE(std::regex_search(
+        r.output, gflops,
+        std::regex(R"(\nAverage performance: ([0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}) GFLOPS \()")))
+        << "digits grouped by commas\n"
+        << r.output;
+    std::string digits = gflops[1];
+    digits.erase(std::remove(digits.begin(), digits.end(), ','), digits.end());
+    const double value = std::stod(digits);
+    EXPECT_TRUE(std::isfinite(value) && value > 0) << r.output;
+  }
+}
+
+TEST(BenchSmokeTest, GemmGroupsThousands) {
+  EXPECT_EQ(bench::with_thousands(83090.857), "83,090.86");
+  EXPECT_EQ(bench::with_thousands(6936.11), "6,936.11");
+  EXPECT_EQ(bench::with_thousands(999.994), "999.99");
+  EXPECT_EQ(bench::with_thousands(1234567.0), "1,234,567.00");
+  EXPECT_EQ(bench::with_thousands(0.5), "0.50");
 }
 
 TEST(BenchSmokeTest, AllreduceTableHasNoWrongValuesOnEitherTransport) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "models/registry.h"
@@ -110,7 +111,9 @@ TEST(DistributedTrainTest, AStalledRankEndsTheJobWithinTheTimeout) {
 }
 
 // A single-node job opens no socket that listens beyond loopback: it meets through a file
-// store, and Gloo binds 127.0.0.1.
+// store, and Gloo binds 127.0.0.1. The probe must see each worker's own listener (Gloo's), so a
+// probe that finds nothing (no `ss`, no permission to see owners, a pattern that matches no
+// process) fails instead of passing.
 TEST(DistributedTrainTest, ASingleNodeJobListensOnlyOnLoopback) {
   test::TempDir dir;
   const std::string marker = "--seed 5151" + std::to_string(test::free_port());
@@ -119,7 +122,8 @@ TEST(DistributedTrainTest, ASingleNodeJobListensOnlyOnLoopback) {
                          " -- train --model mlp --dataset synthetic --synthetic_size 200000 "
                          "--synthetic_image 8 --batch_size 16 --num_epochs 1 " +
                          marker);
-  // While the job trains, list the listening TCP sockets of its processes, then stop it.
+  // While the job trains, list its workers (the processes running `train`, not the launcher)
+  // and the listening TCP sockets of every process of the job, then stop it.
   std::string probe =
       "( for i in $(seq 1 300); do "
       "if grep -q 'world size' " +
@@ -127,7 +131,11 @@ TEST(DistributedTrainTest, ASingleNodeJobListensOnlyOnLoopback) {
       "/*/rank0.log 2>/dev/null; then sleep 1; "
       "for p in $(pgrep -f -- '" +
       pattern +
-      "'); do ss -ltnpH | grep \"pid=$p,\" ; done "
+      "'); do "
+      "if [ \"$(tr '\\0' '\\n' < /proc/$p/cmdline | sed -n 2p)\" = train ]; then echo $p >> " +
+      dir.file("workers") +
+      "; fi; "
+      "ss -ltnpH | grep \"pid=$p,\" ; done "
       "> " +
       dir.file("listening") + "; echo probed > " + dir.file("done") +
       "; "
@@ -135,13 +143,21 @@ TEST(DistributedTrainTest, ASingleNodeJobListensOnlyOnLoopback) {
       dir.path() + "'; exit 0; fi; sleep 0.2; done ) & ";
   auto r = run_command(probe + job, 180);
   ASSERT_EQ(run_command("cat " + dir.file("done"), 10).output, "probed\n") << r.output;
+  std::istringstream worker_lines(run_command("cat " + dir.file("workers"), 10).output);
+  std::set<std::string> workers;
+  for (std::string pid; std::getline(worker_lines, pid);) workers.insert(pid);
+  ASSERT_EQ(workers.size(), 2u) << "the probe found the job's two workers";
   std::string listening = run_command("cat " + dir.file("listening"), 10).output;
   std::istringstream lines(listening);
+  std::set<std::string> listeners;  // the workers seen listening
   for (std::string line; std::getline(lines, line);) {
     bool loopback =
         line.find(" 127.") != std::string::npos || line.find(" [::1]") != std::string::npos;
     EXPECT_TRUE(loopback) << "listens beyond loopback: " << line;
+    for (const auto& pid : workers)
+      if (line.find("pid=" + pid + ",") != std::string::npos) listeners.insert(pid);
   }
+  EXPECT_EQ(listeners, workers) << "each worker's own listener (Gloo's) was seen:\n" << listening;
   EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "' || true", 10).output, "");
 }
 

@@ -4,8 +4,10 @@
 // CUDA_VISIBLE_DEVICES= so libtorch sees no GPU wherever the test runs.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "support/support.h"
 
@@ -57,8 +59,23 @@ TEST(DoctorCliTest, ThisCpuHostPassesWithItsFacts) {
   ASSERT_TRUE(d.findings.is_array()) << d.output;
   EXPECT_EQ(d.exit_code, 0) << d.output;
   EXPECT_NE(d.get("torch", "libtorch"), nullptr) << d.output;
-  EXPECT_TRUE(d.get("torch", "libtorch")["value"].get<std::string>().find("2.") == 0) << d.output;
-  EXPECT_NE(d.get("cpu", "cores"), nullptr);
+  // The libtorch it names is the build's own (torch.__version__ of DDPX_PYTHON, without "+cpu").
+  auto version = test::run_python("import torch; print(torch.__version__.split('+')[0], end='')");
+  ASSERT_EQ(version.exit_code, 0) << version.output;
+  EXPECT_EQ(d.get("torch", "libtorch")["value"].get<std::string>().rfind(version.output + " (", 0),
+            0u)
+      << version.output << "\n"
+      << d.output;
+  // "N usable of M online": M is this host's online CPUs, N at most that.
+  ASSERT_NE(d.get("cpu", "cores"), nullptr) << d.output;
+  std::smatch cores;
+  const std::string cores_value = d.get("cpu", "cores")["value"].get<std::string>();
+  ASSERT_TRUE(
+      std::regex_match(cores_value, cores, std::regex(R"(([0-9]+) usable of ([0-9]+) online)")))
+      << cores_value;
+  EXPECT_EQ(std::stol(cores[2]), ::sysconf(_SC_NPROCESSORS_ONLN)) << cores_value;
+  EXPECT_GE(std::stol(cores[1]), 1) << cores_value;
+  EXPECT_LE(std::stol(cores[1]), std::stol(cores[2])) << cores_value;
   EXPECT_NE(d.get("memory", "/dev/shm"), nullptr);
   EXPECT_EQ(d.get("jobs", "reservations")["value"], "no other ddpx job on this host");
   auto text = run_command(test::ddpx_command("doctor"), 120);

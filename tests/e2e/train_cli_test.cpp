@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <regex>
+#include <sstream>
 
 #include "models/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
+#include "train/options.h"
 
 namespace ddpx {
 namespace {
@@ -124,22 +126,63 @@ INSTANTIATE_TEST_SUITE_P(
                                "/nonexistent-ddpx/w.pth"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
+// Splits a line into its whitespace-separated words.
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// The recommendations table's rows for the seed's two models hold the seed's values: ResNet-101
+// with its own command's settings (SGD, 0.002, batch 1024, images in [-1, 1]) and ResNet-18 as
+// its quick test.
 TEST(TrainCliTest, ShowRecommendationsListsTheSeedModels) {
   auto r = run_command(ddpx("train --show_recommendations"), 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("resnet18"), std::string::npos);
-  EXPECT_NE(r.output.find("resnet101"), std::string::npos);
+  auto header = lines_starting(r.output, "model ");
+  ASSERT_EQ(header.size(), 1u) << r.output;
+  EXPECT_EQ(words(header[0]), (std::vector<std::string>{"model", "optimizer", "lr", "batch", "wd",
+                                                        "normalize", "note"}));
+  const auto row = [&](const std::string& model) {
+    auto rows = lines_starting(r.output, model + " ");
+    EXPECT_EQ(rows.size(), 1u) << model << "\n" << r.output;
+    return rows.empty() ? std::vector<std::string>{} : words(rows[0]);
+  };
+  EXPECT_EQ(row("resnet101"),
+            (std::vector<std::string>{"resnet101", "sgd", "0.002", "1024", "0", "neg_one_one"}));
+  EXPECT_EQ(row("resnet18"), (std::vector<std::string>{"resnet18", "sgd", "0.001", "256", "0",
+                                                       "imagenet", "quick", "test"}));
+  EXPECT_NE(r.output.find("    ddpx run 2 -- train --model resnet101 --learning_rate 0.002 "
+                          "--optimizer sgd --batch_size 1024 --normalize neg_one_one"),
+            std::string::npos)
+      << "the seed-resnet101 recipe's command\n"
+      << r.output;
   auto options = run_command(ddpx("train --script_options"), 60);
   EXPECT_EQ(options.exit_code, 0);
   EXPECT_NE(options.output.find("run-ddp.sh 2 script_single_node"), std::string::npos);
 }
 
+// Each default the help shows is the default a run gets (train::TrainOptions).
 TEST(TrainCliTest, HelpShowsDefaults) {
   auto r = run_command(ddpx("train --help"), 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--learning_rate"), std::string::npos);
-  EXPECT_NE(r.output.find("resnet18"), std::string::npos) << "default model shown";
-  EXPECT_NE(r.output.find("fashion-mnist"), std::string::npos) << "default dataset shown";
+  const train::TrainOptions defaults;
+  const auto shown = [&](const std::string& flag) {
+    std::smatch m;
+    const std::regex re("\\n  " + flag + R"((,--\w+)? [A-Z]+(:\{[a-z0-9,]+\})?=(\S+))");
+    return std::regex_search(r.output, m, re) ? m[3].str() : "(no default shown for " + flag + ")";
+  };
+  EXPECT_EQ(shown("--model"), defaults.model);
+  EXPECT_EQ(shown("--dataset"), defaults.dataset);
+  EXPECT_EQ(shown("--optimizer"), defaults.optimizer);
+  EXPECT_EQ(shown("--normalize"), defaults.normalize);
+  EXPECT_EQ(std::stod(shown("--learning_rate")), defaults.learning_rate);
+  EXPECT_EQ(std::stod(shown("--weight_decay")), defaults.weight_decay);
+  EXPECT_EQ(std::stod(shown("--momentum")), defaults.momentum);
+  EXPECT_EQ(std::stoll(shown("--batch_size")), defaults.batch_size);
+  EXPECT_EQ(std::stoll(shown("--num_epochs")), defaults.num_epochs);
+  EXPECT_EQ(std::stoll(shown("--base_batch_size")), defaults.base_batch_size);
 }
 
 }  // namespace

@@ -13,13 +13,13 @@ using test::TempDir;
 
 // Runs run-ddp.sh with a clean launcher environment plus `env` (e.g. "NODE_RANK=1").
 test::CommandResult run_ddp(const std::string& ddpx_bin, const std::string& env,
-                            const std::string& args) {
+                            const std::string& args, int timeout_s = 30) {
   std::string script = shell_quote(test::source_dir() + "/run-ddp.sh");
   return run_command(
       "env -u NODE_RANK -u SLURM_NODEID -u SLURM_NNODES -u NNODES -u MASTER_PORT "
       "-u DDPX_RUN_ARGS DDPX_BIN=" +
           shell_quote(ddpx_bin) + " " + env + " " + script + " " + args,
-      30);
+      timeout_s);
 }
 
 class RunDdpShTest : public ::testing::Test {
@@ -87,6 +87,30 @@ TEST_F(RunDdpShTest, RealLauncherDryRunShowsTheWorkers) {
       << result.output;
   EXPECT_TRUE(contains(result.output, test::ddpx_binary() + " train --epochs 1\n"))
       << result.output;
+}
+
+// The seed's own command line (ResNet-101, SGD 0.002, images in [-1, 1]) through run-ddp.sh with
+// the real ddpx: two workers train on CPU with small limits and rank 0 prints the seed's lines
+// once, for a world of 2.
+TEST_F(RunDdpShTest, SeedCommandTrainsWithTwoRealWorkers) {
+  auto result =
+      run_ddp(test::ddpx_binary(), "DDPX_RUN_ARGS=" + shell_quote("--log_dir " + dir_.file("logs")),
+              "2 script_single_node \"--model resnet101 --learning_rate 0.002 --optimizer sgd "
+              "--batch_size 4 --normalize neg_one_one --num_epochs 1 --limit_train_batches 1 "
+              "--limit_test_batches 1 --threads 1 --no_progress\"",
+              300);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(contains(result.output, "world size 2")) << result.output;
+  EXPECT_TRUE(contains(result.output, "global batch 8")) << result.output;
+  const auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = result.output.find(what); at != std::string::npos;
+         at = result.output.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("loss_train - "), 1u) << "rank 0 prints the seed's lines once\n" << result.output;
+  EXPECT_EQ(count("Accuracy on test dataset - "), 1u) << result.output;
 }
 
 }  // namespace

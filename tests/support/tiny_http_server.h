@@ -1,0 +1,101 @@
+// A tiny HTTP/1.1 server on 127.0.0.1 for tests of downloads (never the internet): serves
+// in-memory files, a 404 for anything else, and can cut a file's connection mid-body.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace ddpx::test {
+
+// Serves `files` by path; a path listed in `truncated` announces its full length but sends
+// half and closes the connection (every time, or with cut_once only on its first request).
+// Anything else is a 404.
+class TinyHttpServer {
+ public:
+  TinyHttpServer(std::map<std::string, std::string> files, std::set<std::string> truncated = {},
+                 bool cut_once = false)
+      : files_(std::move(files)), truncated_(std::move(truncated)), cut_once_(cut_once) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    EXPECT_EQ(::listen(fd_, 8), 0);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TinyHttpServer() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}/", port_); }
+  // How many times `path` was asked for.
+  int requests(const std::string& path) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = requests_.find(path);
+    return it == requests_.end() ? 0 : it->second;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      int client = ::accept(fd_, nullptr, nullptr);
+      if (client < 0) return;
+      std::string request;
+      char buffer[4096];
+      while (request.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = ::recv(client, buffer, sizeof(buffer), 0);
+        if (n <= 0) break;
+        request.append(buffer, n);
+      }
+      std::string path = request.substr(4, request.find(' ', 4) - 4);  // "GET /path HTTP/1.1"
+      int earlier = 0;  // requests for this path before this one
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        earlier = requests_[path]++;
+      }
+      auto it = files_.find(path);
+      std::string response;
+      if (it == files_.end()) {
+        response = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      } else {
+        const std::string& body = it->second;
+        response = fmt::format("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                               body.size());
+        const bool cut = truncated_.count(path) && !(cut_once_ && earlier > 0);
+        response += cut ? body.substr(0, body.size() / 2) : body;
+      }
+      ::send(client, response.data(), response.size(), MSG_NOSIGNAL);
+      ::close(client);
+    }
+  }
+
+  std::map<std::string, std::string> files_;
+  std::set<std::string> truncated_;
+  bool cut_once_ = false;
+  mutable std::mutex mutex_;
+  std::map<std::string, int> requests_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace ddpx::test
