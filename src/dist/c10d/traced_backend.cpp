@@ -66,6 +66,12 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::traced(const char* op, c10d::OpTyp
   return c10::make_intrusive<TracedWork>(std::move(inner), trace_, failed_, seq, getRank(), type);
 }
 
+c10::intrusive_ptr<c10d::Work> TracedBackend::record(
+    const char* op, const std::vector<at::Tensor>& tensors,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+  return traced(op, c10d::OpType::UNKNOWN, tensors, start);
+}
+
 c10::intrusive_ptr<c10d::Work> TracedBackend::broadcast(std::vector<at::Tensor>& t,
                                                         const c10d::BroadcastOptions& o) {
   return traced("broadcast", c10d::OpType::BROADCAST, t, [&] { return inner_->broadcast(t, o); });
