@@ -120,6 +120,23 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
   return plan;
 }
 
+std::string oversubscription_note(const JobPlan& plan, const HostInfo& host) {
+  const int workers = static_cast<int>(plan.workers.size());
+  const int threads = workers * plan.threads_per_worker;
+  if (!plan.gpu_ids.empty() || workers == 0 || threads <= host.cpu_count) return "";
+  if (workers > host.cpu_count) {
+    return fmt::format(
+        "{} workers on {} usable core(s) and no GPU: they take turns on the cores and every "
+        "step waits for the slowest; start at most {} (`ddpx run {} ...`), or give the job more "
+        "cores",
+        workers, host.cpu_count, host.cpu_count, host.cpu_count);
+  }
+  return fmt::format(
+      "{} workers x {} threads on {} usable core(s) and no GPU: the threads take turns on the "
+      "cores; use --threads_per_worker {} (cores / workers) or leave it out",
+      workers, plan.threads_per_worker, host.cpu_count, std::max(1, host.cpu_count / workers));
+}
+
 void set_store_file(JobPlan& plan, const std::string& path) {
   set_env(plan, "DDPX_STORE_FILE", path);
 }

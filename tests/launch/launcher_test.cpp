@@ -55,6 +55,26 @@ TEST(LauncherTest, ThreadsPerWorkerFlagOverridesTheSplit) {
   EXPECT_EQ(read_env_file(dir.file("env.1"))["DDPX_THREADS"], "3");
 }
 
+// `ddpx run N` on fewer cores than N, without GPUs: one line says so and how to change it.
+TEST(LauncherTest, MoreWorkersThanCoresSaySoInOneLine) {
+  if (file_exists("/dev/nvidia0") || file_exists("/dev/kfd")) GTEST_SKIP() << "GPUs here";
+  TempDir dir;
+  auto over = run_command("cd " + test::shell_quote(dir.path()) + " && exec taskset -c 0 " +
+                              test::shell_quote(test::ddpx_binary()) + " run 2 -- true",
+                          30);
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("ddpx run: 2 workers on 1 usable core(s) and no GPU: they take "
+                             "turns on the cores and every step waits for the slowest; start "
+                             "at most 1 (`ddpx run 1 ...`), or give the job more cores\n"),
+            std::string::npos)
+      << over.output;
+  auto fits = run_command("cd " + test::shell_quote(dir.path()) + " && exec taskset -c 0 " +
+                              test::shell_quote(test::ddpx_binary()) + " run 1 -- true",
+                          30);
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_EQ(fits.output.find("usable core"), std::string::npos) << fits.output;
+}
+
 TEST(LauncherTest, ChosenPortIsFreeForRankZeroToBind) {
   TempDir dir;
   // Rank 0 listens on MASTER_PORT like TCPStore does; a port still held fails the bind.
