@@ -28,7 +28,7 @@ std::vector<std::string> host_addresses();
 
 // Tries to open a TCP connection to host:port (and closes it) until one succeeds or `deadline`
 // passes, with pauses growing from 50 ms to 1 s between tries. Returns nullopt once something
-// accepts, else the last failure ("Connection refused", "no answer within 1 s"). `waiting` is
+// accepts, else the last failure ("Connection refused", "no answer within 1000 ms"). `waiting` is
 // called with that failure after the first failed try and then at most every `report_every`.
 // Why: libtorch's TCPStore client retries on its own, printing a warning with a 10-frame C++
 // backtrace per retry, for as long as the timeout (30 minutes by default); a rank that finds
