@@ -39,6 +39,9 @@ struct JobPlan {
 
 struct HostInfo {
   int cpu_count = 1;
+  // OMP_NUM_THREADS of the launcher's own environment (0: unset or not a count): the workers'
+  // threads when --threads_per_worker does not say, as torchrun keeps a value the user set.
+  int inherited_threads = 0;
   GpuInfo gpus;
   std::string self_exe;  // the ddpx binary, run for PROGRAM words in self_subcommands
 };

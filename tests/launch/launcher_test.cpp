@@ -46,6 +46,15 @@ TEST(LauncherTest, EveryRankGetsTheEnvContract) {
   EXPECT_GT(std::stoi(*ports.begin()), 0);
 }
 
+TEST(LauncherTest, OmpNumThreadsOfTheLauncherIsKept) {
+  TempDir dir;
+  std::string script = write_script(dir, "env.sh", kEnvScript);
+  auto result = run_command("export OMP_NUM_THREADS=5; " + ddpx_run(dir, "2 -- " + script), 30);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(read_env_file(dir.file("env.1"))["OMP_NUM_THREADS"], "5");
+  EXPECT_EQ(read_env_file(dir.file("env.1"))["DDPX_THREADS"], "5");
+}
+
 TEST(LauncherTest, ThreadsPerWorkerFlagOverridesTheSplit) {
   TempDir dir;
   std::string script = write_script(dir, "env.sh", kEnvScript);

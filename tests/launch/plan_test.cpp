@@ -81,6 +81,11 @@ TEST(PlanTest, ThreadsSplitCoresAtLeastOneAndFlagOverrides) {
   o.threads_per_worker = 7;
   JobPlan plan = make_plan(o, cpu_host(2), 1);
   EXPECT_EQ(env_of(plan.workers[1])["OMP_NUM_THREADS"], "7");
+  // OMP_NUM_THREADS set where `ddpx run` starts is kept (as torchrun keeps it); the flag wins.
+  HostInfo inherited = cpu_host(16);
+  inherited.inherited_threads = 3;
+  EXPECT_EQ(make_plan(options_for(2, {"true"}), inherited, 1).threads_per_worker, 3);
+  EXPECT_EQ(make_plan(o, inherited, 1).threads_per_worker, 7);
 }
 
 // More threads than cores and no GPU: one line saying so and what to run instead.
