@@ -43,7 +43,7 @@ struct TrainBenchOptions {
   int64_t batch_size = 64;   // per rank
   int64_t steps = 30;        // measured steps (half synced, half no_sync when distributed)
   int64_t warmup = 5;
-  int threads = 0;         // 0: $DDPX_THREADS or all cores
+  int threads = 0;         // 0: default_threads() (train/threads.h)
   int workers = 1;         // loader threads per rank (--loop trainer; phases: one)
   bool augment = true;     // random crop (padding 4) + flip, as in the workload
   int64_t bucket_mb = 25;  // DDP bucket cap (--loop phases; the trainer's are ddpx train's)

@@ -27,7 +27,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   gemm->add_option("--warmup", g->warmup, "untimed multiplies first");
   add_choice(gemm, "--device", g->device, kDeviceNames,
              "auto (the GPU when one is visible) | cpu | cuda");
-  gemm->add_option("--threads", g->threads, "CPU intra-op threads (0: $DDPX_THREADS or all cores)");
+  gemm->add_option(
+      "--threads", g->threads,
+      "CPU intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
   gemm->callback([g, &exit_code] {
     const bench::GemmResult r = bench::run_gemm(*g);
     bench::print_gemm(*g, r);
@@ -81,7 +83,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_option("--batch_size", t->batch_size, "batch per rank");
   train->add_option("--steps", t->steps, "measured synchronised steps");
   train->add_option("--warmup", t->warmup, "untimed steps first");
-  train->add_option("--threads", t->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
+  train->add_option(
+      "--threads", t->threads,
+      "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
   train->add_flag("--augment,!--no_augment", t->augment, "random crop (padding 4) and flip");
   auto* bucket =
       train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB (--loop phases)");
@@ -116,7 +120,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   memory->add_option("--image_size", m->image_size, "input height = width (0: the model's)");
   memory->add_option("--batch_size", m->batch_size, "images in the step");
   memory->add_option("--num_classes", m->num_classes, "classifier outputs");
-  memory->add_option("--threads", m->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
+  memory->add_option(
+      "--threads", m->threads,
+      "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
   memory->callback([m, &exit_code] {
     bench::print_memory_bench(*m, bench::run_memory_bench(*m));
     exit_code = 0;

@@ -36,8 +36,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   run->add_option("--grace_s", options->grace_s,
                   "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
-  run->add_option("--threads_per_worker", options->threads_per_worker,
-                  "Intra-op threads per worker (default: usable cores / N, at least 1)");
+  run->add_option(
+      "--threads_per_worker", options->threads_per_worker,
+      "Intra-op threads per worker (default: $OMP_NUM_THREADS, else usable cores / N, at least 1)");
   run->add_option("--gpus", options->gpus,
                   "GPU ids, one per worker (e.g. 0,1), or none (default: the first N visible)");
   run->add_option("--max_restarts", options->max_restarts,

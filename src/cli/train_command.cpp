@@ -102,7 +102,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--cudnn_benchmark,!--no_cudnn_benchmark", o->cudnn_benchmark,
                 "let cuDNN pick the fastest convolution algorithms for the fixed shapes");
   // running
-  cmd->add_option("--threads", o->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
+  cmd->add_option("--threads", o->threads,
+                  "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
   cmd->add_option("--loader_workers", o->loader_workers, "data loader threads");
   cmd->add_option("--limit_train_batches", o->limit_train_batches, "batches per epoch (0: all)");
   cmd->add_option("--limit_test_batches", o->limit_test_batches, "test batches (0: all)");

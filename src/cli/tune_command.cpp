@@ -27,7 +27,9 @@ void add_tune_command(CLI::App& app, int& exit_code) {
   batch->add_option("--margin", b->margin, "GPU: share of memory kept free");
   batch->add_option("--memory_budget_gib", b->memory_budget_gib,
                     "CPU: peak resident memory allowed (0: half of MemAvailable)");
-  batch->add_option("--threads", b->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
+  batch->add_option(
+      "--threads", b->threads,
+      "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
   add_choice(batch, "--device", b->device, kDeviceNames, "auto | cpu | cuda");
   add_choice(batch, "--amp", b->amp, kAmpNames, "off | bf16 | fp16");
   batch->add_flag("--channels_last", b->channels_last, "NHWC weights and images");

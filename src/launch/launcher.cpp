@@ -460,6 +460,7 @@ int run_job(const LaunchOptions& options) {
   say(fmt::format(start, job_id, plan.workers.size(), options.node_rank, options.nnodes,
                   plan.world_size, plan.master_addr, plan.master_port, plan.threads_per_worker,
                   log_dir));
+  if (auto note = oversubscription_note(plan, host); !note.empty()) say(note);
   int exit_code = supervise(options, plan, log_dir, outputs, port_hold);
   if (reservation) reservation->finish(exit_code);
   return exit_code;

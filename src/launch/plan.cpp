@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -66,6 +67,11 @@ std::string shell_quote(const std::string& s) {
 HostInfo probe_host() {
   HostInfo host;
   host.cpu_count = usable_cpu_count();
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(omp, &end, 10);  // an OpenMP list ("4,2"): its first level counts
+    if (end != omp && (*end == '\0' || *end == ',') && n >= 1) host.inherited_threads = int(n);
+  }
   host.gpus = detect_gpus();
   host.self_exe = self_executable();
   return host;
@@ -84,8 +90,9 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
   plan.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
   plan.master_port = master_port;
   plan.world_size = o.nnodes * o.nproc_per_node;
-  plan.threads_per_worker = o.threads_per_worker > 0
-                                ? o.threads_per_worker
+  plan.threads_per_worker = o.threads_per_worker > 0 ? o.threads_per_worker
+                            : host.inherited_threads > 0
+                                ? host.inherited_threads
                                 : std::max(1, host.cpu_count / o.nproc_per_node);
   std::vector<std::string> gpu_ids = assign_gpus(o, host.gpus);
   for (const std::string& id : gpu_ids) {
@@ -118,6 +125,23 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
     plan.workers.push_back(std::move(w));
   }
   return plan;
+}
+
+std::string oversubscription_note(const JobPlan& plan, const HostInfo& host) {
+  const int workers = static_cast<int>(plan.workers.size());
+  const int threads = workers * plan.threads_per_worker;
+  if (!plan.gpu_ids.empty() || workers == 0 || threads <= host.cpu_count) return "";
+  if (workers > host.cpu_count) {
+    return fmt::format(
+        "{} workers on {} usable core(s) and no GPU: they take turns on the cores and every "
+        "step waits for the slowest; start at most {} (`ddpx run {} ...`), or give the job more "
+        "cores",
+        workers, host.cpu_count, host.cpu_count, host.cpu_count);
+  }
+  return fmt::format(
+      "{} workers x {} threads on {} usable core(s) and no GPU: the threads take turns on the "
+      "cores; use --threads_per_worker {} (cores / workers) or leave it out",
+      workers, plan.threads_per_worker, host.cpu_count, std::max(1, host.cpu_count / workers));
 }
 
 void set_store_file(JobPlan& plan, const std::string& path) {

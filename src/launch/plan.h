@@ -39,6 +39,9 @@ struct JobPlan {
 
 struct HostInfo {
   int cpu_count = 1;
+  // OMP_NUM_THREADS of the launcher's own environment (0: unset or not a count): the workers'
+  // threads when --threads_per_worker does not say, as torchrun keeps a value the user set.
+  int inherited_threads = 0;
   GpuInfo gpus;
   std::string self_exe;  // the ddpx binary, run for PROGRAM words in self_subcommands
 };
@@ -47,6 +50,11 @@ HostInfo probe_host();
 
 // Throws kUsage for a program that cannot be run or a GPU request that cannot be met.
 JobPlan make_plan(const LaunchOptions& options, const HostInfo& host, int master_port);
+
+// One line when this node's workers would run more threads than `host` has usable cores and
+// no GPU takes the work (every step then waits while the workers take turns on the cores),
+// saying how to change it; empty otherwise. `ddpx run` prints it before the workers start.
+std::string oversubscription_note(const JobPlan& plan, const HostInfo& host);
 
 // Sets DDPX_RESTART_COUNT for a restarted job.
 void set_restart_count(JobPlan& plan, int restart_count);

@@ -58,7 +58,7 @@ struct TrainOptions {
   bool cudnn_benchmark = true;  // let cuDNN time its algorithms once (fixed shapes)
 
   // running
-  int threads = 0;                  // intra-op threads; 0: $DDPX_THREADS or all cores
+  int threads = 0;                  // intra-op threads; 0: default_threads() (train/threads.h)
   int loader_workers = 1;           // background threads building batches
   int64_t limit_train_batches = 0;  // 0: all
   int64_t limit_test_batches = 0;

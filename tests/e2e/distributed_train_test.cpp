@@ -106,6 +106,17 @@ TEST(DistributedTrainTest, AStalledRankEndsTheJobWithinTheTimeout) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_LT(seconds, 120) << r.output;
   EXPECT_NE(r.output.find("rank(s) 1"), std::string::npos) << "names the rank behind\n" << r.output;
+  // The default CPU step (SGD split across the ranks, inside backward) is in the collective
+  // record like every other collective: rank 0's error carries the sequence number and the
+  // verdict, and the launcher prints the table of docs/distributed.md.
+  EXPECT_TRUE(
+      std::regex_search(r.output, std::regex(R"(gradient all-reduce \(seq [0-9]+\) failed: )")))
+      << r.output;
+  EXPECT_NE(r.output.find("ddpx run: collectives of every rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# rank  pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ddpx run: rank 1 is behind (process stopped)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("allreduce_sgd float["), std::string::npos) << r.output;
   auto left = run_command("pgrep -f -- '" + pattern + "' || true", 10);
   EXPECT_EQ(left.output, "") << "no worker survives the job";
 }

@@ -46,6 +46,15 @@ TEST(LauncherTest, EveryRankGetsTheEnvContract) {
   EXPECT_GT(std::stoi(*ports.begin()), 0);
 }
 
+TEST(LauncherTest, OmpNumThreadsOfTheLauncherIsKept) {
+  TempDir dir;
+  std::string script = write_script(dir, "env.sh", kEnvScript);
+  auto result = run_command("export OMP_NUM_THREADS=5; " + ddpx_run(dir, "2 -- " + script), 30);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(read_env_file(dir.file("env.1"))["OMP_NUM_THREADS"], "5");
+  EXPECT_EQ(read_env_file(dir.file("env.1"))["DDPX_THREADS"], "5");
+}
+
 TEST(LauncherTest, ThreadsPerWorkerFlagOverridesTheSplit) {
   TempDir dir;
   std::string script = write_script(dir, "env.sh", kEnvScript);
@@ -53,6 +62,26 @@ TEST(LauncherTest, ThreadsPerWorkerFlagOverridesTheSplit) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(read_env_file(dir.file("env.1"))["OMP_NUM_THREADS"], "3");
   EXPECT_EQ(read_env_file(dir.file("env.1"))["DDPX_THREADS"], "3");
+}
+
+// `ddpx run N` on fewer cores than N, without GPUs: one line says so and how to change it.
+TEST(LauncherTest, MoreWorkersThanCoresSaySoInOneLine) {
+  if (file_exists("/dev/nvidia0") || file_exists("/dev/kfd")) GTEST_SKIP() << "GPUs here";
+  TempDir dir;
+  auto over = run_command("cd " + test::shell_quote(dir.path()) + " && exec taskset -c 0 " +
+                              test::shell_quote(test::ddpx_binary()) + " run 2 -- true",
+                          30);
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("ddpx run: 2 workers on 1 usable core(s) and no GPU: they take "
+                             "turns on the cores and every step waits for the slowest; start "
+                             "at most 1 (`ddpx run 1 ...`), or give the job more cores\n"),
+            std::string::npos)
+      << over.output;
+  auto fits = run_command("cd " + test::shell_quote(dir.path()) + " && exec taskset -c 0 " +
+                              test::shell_quote(test::ddpx_binary()) + " run 1 -- true",
+                          30);
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_EQ(fits.output.find("usable core"), std::string::npos) << fits.output;
 }
 
 TEST(LauncherTest, ChosenPortIsFreeForRankZeroToBind) {

@@ -81,6 +81,34 @@ TEST(PlanTest, ThreadsSplitCoresAtLeastOneAndFlagOverrides) {
   o.threads_per_worker = 7;
   JobPlan plan = make_plan(o, cpu_host(2), 1);
   EXPECT_EQ(env_of(plan.workers[1])["OMP_NUM_THREADS"], "7");
+  // OMP_NUM_THREADS set where `ddpx run` starts is kept (as torchrun keeps it); the flag wins.
+  HostInfo inherited = cpu_host(16);
+  inherited.inherited_threads = 3;
+  EXPECT_EQ(make_plan(options_for(2, {"true"}), inherited, 1).threads_per_worker, 3);
+  EXPECT_EQ(make_plan(o, inherited, 1).threads_per_worker, 7);
+}
+
+// More threads than cores and no GPU: one line saying so and what to run instead.
+TEST(PlanTest, OversubscribedCoresGetANoteSayingWhatToChange) {
+  const std::string workers =
+      oversubscription_note(make_plan(options_for(8, {"true"}), cpu_host(2), 1), cpu_host(2));
+  EXPECT_NE(workers.find("8 workers on 2 usable core(s) and no GPU"), std::string::npos) << workers;
+  EXPECT_NE(workers.find("`ddpx run 2 ...`"), std::string::npos) << workers;
+  EXPECT_EQ(workers.find('\n'), std::string::npos) << "one line";
+  LaunchOptions o = options_for(2, {"true"});
+  o.threads_per_worker = 4;
+  const std::string threads = oversubscription_note(make_plan(o, cpu_host(2), 1), cpu_host(2));
+  EXPECT_NE(threads.find("--threads_per_worker 1"), std::string::npos) << threads;
+  // Within the cores, or GPUs doing the work: nothing to say.
+  EXPECT_EQ(oversubscription_note(make_plan(options_for(2, {"true"}), cpu_host(2), 1), cpu_host(2)),
+            "");
+  EXPECT_EQ(
+      oversubscription_note(make_plan(options_for(3, {"true"}), cpu_host(16), 1), cpu_host(16)),
+      "");
+  HostInfo gpus = cpu_host(2);
+  gpus.gpus.vendor = GpuVendor::kNvidia;
+  gpus.gpus.ids = {"0", "1", "2", "3"};
+  EXPECT_EQ(oversubscription_note(make_plan(options_for(4, {"true"}), gpus, 1), gpus), "");
 }
 
 TEST(PlanTest, MultiNodeGlobalRanksFollowNodeRank) {

@@ -1,9 +1,12 @@
 // ddpx-torch: every ddpx command, with libtorch loaded. Users run `ddpx` (front.cpp), which
 // hands every command but `run` to this binary with the same argv.
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/main/run_app.h"
@@ -14,6 +17,12 @@ int main(int argc, char** argv) {
   // First: a snapshot request held since `ddpx train` started is taken, not fatal.
   if (argc > 1 && !std::strcmp(argv[1], "train")) ddpx::train::install_snapshot_signals();
   ddpx::tune_malloc();  // before libtorch allocates anything that training frees and re-allocates
+  // libtorch's own warnings that quote an error (c10d's connection retries) would print its C++
+  // backtrace, frames of addresses no user can act on; ddpx's errors say what to do instead.
+  // TORCH_SHOW_CPP_STACKTRACES=1, PyTorch's switch for them, keeps them.
+  const char* show = std::getenv("TORCH_SHOW_CPP_STACKTRACES");
+  if (show == nullptr || std::string(show) != "1")
+    c10::SetStackTraceFetcher([] { return std::string(); });
   CLI::App app{"ddpx: distributed data-parallel deep-learning training in C++ (libtorch + c10d)"};
   app.set_version_flag("--version", "ddpx 0.1.0");
   app.require_subcommand(1);

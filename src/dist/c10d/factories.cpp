@@ -22,6 +22,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/c10d/net.h"
 #include "dist/shm/shm_backend.h"
 
@@ -61,6 +62,30 @@ std::shared_ptr<c10d::Store> make_tcp_store(const std::string& addr, int port, i
   options.timeout = timeout;
   // Rank 0 listens on MASTER_ADDR only, not on every interface (net.h).
   if (host) options.masterListenFd = listen_on(addr, port);
+  // The others wait until it does, quietly but for one line every kReportEvery (net.h: libtorch
+  // would print a C++ backtrace per retry), then connect with what is left of the timeout.
+  if (!host) {
+    constexpr auto kReportEvery = std::chrono::seconds(30);
+    const auto start = std::chrono::steady_clock::now();
+    auto failure =
+        wait_for_listener(addr, port, start + timeout, kReportEvery, [&](const std::string& why) {
+          auto gone = std::chrono::steady_clock::now() - start;
+          log::warn(
+              "the rendezvous at {}:{} does not answer ({}); "
+              "trying again for up to {} s more",
+              addr, port, why,
+              std::chrono::duration_cast<std::chrono::seconds>(timeout - gone).count());
+        });
+    DDPX_CHECK(!failure, ErrorKind::kDist,
+               "rank {} could not reach the rendezvous at {}:{} within {} ms ({}); check that "
+               "rank 0 is running, that MASTER_ADDR/MASTER_PORT point at it and that the port is "
+               "reachable from this host (`nc -z {} {}` tells) (WORLD_SIZE={})",
+               rank, addr, port, timeout.count(), failure.value_or(""), addr, port, world_size);
+    options.timeout =
+        std::max<std::chrono::milliseconds>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                start + timeout - std::chrono::steady_clock::now()),
+                                            std::chrono::milliseconds(100));
+  }
   try {
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(addr, options);
     return share(std::move(store));

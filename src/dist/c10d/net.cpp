@@ -1,15 +1,19 @@
 #include "dist/c10d/net.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "core/error.h"
 
@@ -50,7 +54,55 @@ const addrinfo* prefer_ipv4(const AddrInfo& list) {
   return list.get();
 }
 
+// One connection attempt, waiting at most `limit` for the answer: nullopt when it was accepted,
+// else why not.
+std::optional<std::string> try_connect(const addrinfo& a, std::chrono::milliseconds limit) {
+  int fd = ::socket(a.ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return std::string(std::strerror(errno));
+  int rc = ::connect(fd, a.ai_addr, a.ai_addrlen);
+  int error = rc == 0 ? 0 : errno;
+  if (error == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(limit.count(), 1)));
+    socklen_t len = sizeof(error);
+    if (ready <= 0) {
+      error = ETIMEDOUT;
+    } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) {
+      error = errno;
+    }
+  }
+  ::close(fd);
+  if (error == 0) return std::nullopt;
+  if (error == ETIMEDOUT) return fmt::format("no answer within {} ms", limit.count());
+  return std::string(std::strerror(error));
+}
+
 }  // namespace
+
+std::optional<std::string> wait_for_listener(
+    const std::string& host, int port, std::chrono::steady_clock::time_point deadline,
+    std::chrono::milliseconds report_every,
+    const std::function<void(const std::string&)>& waiting) {
+  using Clock = std::chrono::steady_clock;
+  using std::chrono::milliseconds;
+  AddrInfo list = resolve(host, port, SOCK_STREAM, 0);
+  const addrinfo* a = prefer_ipv4(list);
+  milliseconds pause(50);
+  std::optional<Clock::time_point> reported;
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    auto failure = try_connect(*a, std::clamp(left, milliseconds(1), milliseconds(1000)));
+    if (!failure) return std::nullopt;
+    const auto now = Clock::now();
+    if (now + pause >= deadline) return failure;
+    if (!reported || now - *reported >= report_every) {
+      waiting(*failure);
+      reported = now;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(1000));
+  }
+}
 
 std::vector<std::string> host_addresses() {
   std::vector<std::string> out;

@@ -7,6 +7,9 @@
 // Errors name MASTER_ADDR and what to set.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,5 +25,16 @@ int listen_on(const std::string& addr, int port);
 
 // This host's addresses, e.g. {"127.0.0.1", "10.231.7.1"}.
 std::vector<std::string> host_addresses();
+
+// Tries to open a TCP connection to host:port (and closes it) until one succeeds or `deadline`
+// passes, with pauses growing from 50 ms to 1 s between tries. Returns nullopt once something
+// accepts, else the last failure ("Connection refused", "no answer within 1000 ms"). `waiting` is
+// called with that failure after the first failed try and then at most every `report_every`.
+// Why: libtorch's TCPStore client retries on its own, printing a warning with a 10-frame C++
+// backtrace per retry, for as long as the timeout (30 minutes by default); a rank that finds
+// the port open first connects at once and prints nothing.
+std::optional<std::string> wait_for_listener(
+    const std::string& host, int port, std::chrono::steady_clock::time_point deadline,
+    std::chrono::milliseconds report_every, const std::function<void(const std::string&)>& waiting);
 
 }  // namespace ddpx::dist

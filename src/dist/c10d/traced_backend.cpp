@@ -132,6 +132,12 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::traced(const char* op, c10d::OpTyp
                                          device, getRank(), type);
 }
 
+c10::intrusive_ptr<c10d::Work> TracedBackend::record(
+    const char* op, const std::vector<at::Tensor>& tensors,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+  return traced(op, c10d::OpType::UNKNOWN, tensors, start);
+}
+
 c10::intrusive_ptr<c10d::Work> TracedBackend::broadcast(std::vector<at::Tensor>& t,
                                                         const c10d::BroadcastOptions& o) {
   return traced("broadcast", c10d::OpType::BROADCAST, t, [&] { return inner_->broadcast(t, o); });

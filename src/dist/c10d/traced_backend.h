@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -47,6 +48,14 @@ class TracedBackend : public ForwardingBackend {
   ~TracedBackend() override;
 
   const std::shared_ptr<trace::CollectiveTrace>& trace() const { return trace_; }
+
+  // Records a collective that the wrapped backend runs outside c10d's calls (ShmBackend::submit:
+  // the sharded SGD step's reduce-and-apply in backward, its barriers) as `op` with `tensors`'
+  // signature; `start` issues it. Without this a rank stopped in such a step left no trace of
+  // it, and the hang verdict had nothing to compare.
+  c10::intrusive_ptr<c10d::Work> record(
+      const char* op, const std::vector<at::Tensor>& tensors,
+      const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

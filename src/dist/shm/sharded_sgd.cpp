@@ -6,6 +6,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "dist/c10d/traced_backend.h"
 #include "dist/collectives.h"
 #include "dist/ddp.h"
 #include "dist/shm/shm_backend.h"
@@ -140,7 +141,11 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
 
 ShardedSgd::ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
                        ShmBackend& shm, std::vector<Held> held)
-    : sgd_(sgd), group_(std::move(group)), shm_(shm), held_(std::move(held)) {
+    : sgd_(sgd),
+      group_(std::move(group)),
+      shm_(shm),
+      traced_(dynamic_cast<TracedBackend*>(group_->getBackend(c10::DeviceType::CPU).get())),
+      held_(std::move(held)) {
   for (const auto& h : held_) {
     owners_.push_back(h.owner);
     data_.push_back(h.param.data_ptr());
@@ -183,7 +188,8 @@ bool ShardedSgd::step_in_backward(DistributedDataParallel& ddp) {
       pieces.push_back(Piece{index_of.at(bucket.params[k].unsafeGetTensorImpl()), bucket.offsets[k],
                              bucket.params[k].numel()});
     ++buckets_applied_;
-    return shm_.submit(
+    return submit(
+        "allreduce_sgd", bucket.buffer,
         [this, buffer = bucket.buffer, pieces = std::move(pieces)](ShmAllreduce& shm) mutable {
           shm.allreduce_apply(buffer,
                               [&](int64_t lo, int64_t n, const std::vector<const void*>& sources) {
@@ -228,8 +234,17 @@ void ShardedSgd::step() {
                "step() only after a synchronised backward");
     return;
   }
-  wait_work(shm_.submit([this](ShmAllreduce& shm) { step_on_comm_thread(shm); }),
+  wait_work(submit("sgd_step", {}, [this](ShmAllreduce& shm) { step_on_comm_thread(shm); }),
             "sharded optimizer step");
+}
+
+c10::intrusive_ptr<c10d::Work> ShardedSgd::submit(const char* name, const torch::Tensor& tensor,
+                                                  std::function<void(ShmAllreduce&)> op) {
+  auto start = [&] { return shm_.submit(std::move(op)); };
+  if (traced_ == nullptr) return start();
+  std::vector<at::Tensor> tensors;
+  if (tensor.defined()) tensors.push_back(tensor);
+  return traced_->record(name, tensors, start);
 }
 
 void ShardedSgd::step_on_comm_thread(ShmAllreduce& shm) {

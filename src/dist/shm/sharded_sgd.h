@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,13 +37,15 @@
 
 namespace c10d {
 class ProcessGroup;
-}
+class Work;
+}  // namespace c10d
 
 namespace ddpx::dist {
 
 class DistributedDataParallel;
 class ShmBackend;
 class ShmAllreduce;
+class TracedBackend;
 
 class ShardedSgd {
  public:
@@ -90,12 +93,17 @@ class ShardedSgd {
   void apply(const std::vector<Piece>& pieces, int64_t lo, int64_t n,
              const std::vector<const void*>& sources);
   void step_on_comm_thread(ShmAllreduce& shm);
+  // `op` on the transport's thread, recorded in the collective record as `name` with `tensor`'s
+  // signature (undefined: none) when the group has one, as its other collectives are.
+  c10::intrusive_ptr<c10d::Work> submit(const char* name, const torch::Tensor& tensor,
+                                        std::function<void(ShmAllreduce&)> op);
   void step_owned();  // the parameters this rank owns (the step after backward)
   optim::SgdHyper hyper(const Held& h) const;  // its group's settings now (the lr may have changed)
 
   torch::optim::SGD& sgd_;
   std::shared_ptr<c10d::ProcessGroup> group_;  // keeps `shm_` alive
   ShmBackend& shm_;
+  TracedBackend* traced_ = nullptr;  // the group's CPU backend when it records (owned by group_)
   std::vector<Held> held_;
   std::vector<int> owners_;
   std::vector<const void*> data_;  // where each param and momentum buffer was put
