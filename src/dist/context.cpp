@@ -230,8 +230,12 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   watch.stop();
   auto group = make_process_group(store, world.rank, world.world_size,
                                   traced(std::move(cpu), built.trace), std::move(cuda));
-  log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
-            world.master_port, built.backend, world.source);
+  if (world.world_size == 1) {
+    log::info("a process group of one rank, forced ({})", built.backend);
+  } else {
+    log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
+              world.master_port, built.backend, world.source);
+  }
   return std::make_shared<Context>(world, std::move(store), std::move(group), std::move(built));
 }
 

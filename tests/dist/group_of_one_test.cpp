@@ -1,7 +1,7 @@
 // A world of one with its process group forced (InitOptions::force_group, DDPX_FORCE_GROUP=1):
-// what lets a machine with one GPU run DDP's NCCL paths (tests/gpu). Here, on Gloo and on the
-// shared-memory transport: the reducer really runs (buckets, all-reduces in the collective
-// record) and a step ends where one process without DDP ends.
+// what lets a machine with one GPU run DDP's NCCL paths (tests/gpu). Here, on Gloo (also with
+// --transport auto: shared memory is for two ranks or more): the reducer really runs (buckets,
+// all-reduces in the collective record) and a step ends where one process without DDP ends.
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
@@ -78,7 +78,8 @@ TEST(GroupOfOneTest, AForcedGroupRunsTheReducerAndEndsWhereNoDdpEnds) {
     auto context = init_one(transport, /*force=*/true);
     ASSERT_TRUE(context->distributed());
     ASSERT_NE(context->process_group(), nullptr);
-    EXPECT_EQ(context->backend(), transport == Transport::kGloo ? "gloo" : "gloo+shm");
+    // The shared-memory transport is for two ranks or more: one rank reduces through Gloo.
+    EXPECT_EQ(context->backend(), "gloo");
     Net model = copy_of(init_weights);
     DdpOptions options;
     options.first_bucket_bytes = 64;  // several buckets: fc2.bias first, then the others

@@ -103,11 +103,10 @@ TEST(GpuPathsOnCpuTest, AForcedGroupOfOneTrainsAsARunWithoutDdp) {
   auto forced = run_command("DDPX_FORCE_GROUP=1 " + test::ddpx_command(train), 300);
   ASSERT_EQ(forced.exit_code, 0) << forced.output;
   EXPECT_NE(plain.output.find("world size 1 (none)"), std::string::npos) << plain.output;
-  EXPECT_NE(forced.output.find("world size 1 (gloo+shm"), std::string::npos)
+  // The group of one (Gloo: shared memory is for two ranks or more); GroupOfOneTest checks that
+  // DDP's reducer runs on it.
+  EXPECT_NE(forced.output.find("world size 1 (gloo)"), std::string::npos)
       << "no process group was built\n"
-      << forced.output;
-  EXPECT_NE(forced.output.find("SGD split across the ranks of this host"), std::string::npos)
-      << "DDP's reducer (and the step inside it) did not run\n"
       << forced.output;
   const std::string expected = results_of(plain.output);
   ASSERT_NE(expected, "") << plain.output;

@@ -43,7 +43,7 @@ TEST(NcclTest, TwoGpusAllReduceThroughTheTracedNcclBackend) {
   if (torch::cuda::device_count() < 2)
     GTEST_SKIP() << "needs 2 visible GPUs (NCCL refuses two ranks on one GPU; "
                     "WorldOfOneRunsDdpThroughNccl checks NCCL on one), this process sees "
-                 << torch::cuda::device_count();
+                 << static_cast<int>(torch::cuda::device_count());
   InitOptions options;
   options.backend = BackendChoice::kNccl;
   options.timeout = std::chrono::seconds(60);
