@@ -43,6 +43,12 @@ class Trainer {
   BatchTrial trial(int64_t batch) {
     BatchTrial t;
     t.batch = batch;
+    // The previous trial's blocks stay cached (reserved) after its tensors are freed; the peak
+    // of this one must count only what this batch needs.
+    if (device_.is_cuda()) {
+      synchronize();
+      at::accelerator::emptyCache();
+    }
     reset_peak();
     try {
       // x: (B, 3, S, S) random images, labels: (B)

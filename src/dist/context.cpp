@@ -25,18 +25,6 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-BackendChoice choose_backend(BackendChoice requested, const torch::Device& device) {
-  if (requested == BackendChoice::kAuto) {
-    return device.is_cuda() && nccl_available() ? BackendChoice::kNccl : BackendChoice::kGloo;
-  }
-  DDPX_CHECK(requested != BackendChoice::kNccl || device.is_cuda(), ErrorKind::kUsage,
-             "--backend nccl reduces GPU tensors, and this run trains on the CPU (--device cpu, "
-             "or no GPU visible); use --backend gloo (or auto), or --device cuda");
-  DDPX_CHECK(requested != BackendChoice::kNccl || nccl_available(), ErrorKind::kUsage,
-             "--backend nccl needs a CUDA build of ddpx with NCCL; use --backend gloo (or auto)");
-  return requested;
-}
-
 // A GPU that another job already fills: a clear line before this job fails or crawls.
 void check_gpu_is_free(const torch::Device& device, int rank) {
   auto memory = device_memory(device);
@@ -60,6 +48,25 @@ c10::intrusive_ptr<c10d::Backend> traced(c10::intrusive_ptr<c10d::Backend> backe
 
 }  // namespace
 
+BackendChoice choose_backend(BackendChoice requested, const torch::Device& device,
+                             bool nccl_available, bool shared_gpus) {
+  if (requested == BackendChoice::kAuto) {
+    return device.is_cuda() && nccl_available && !shared_gpus ? BackendChoice::kNccl
+                                                              : BackendChoice::kGloo;
+  }
+  if (requested != BackendChoice::kNccl) return requested;
+  DDPX_CHECK(device.is_cuda(), ErrorKind::kUsage,
+             "--backend nccl reduces GPU tensors, and this run trains on the CPU (--device cpu, "
+             "or no GPU visible); use --backend gloo (or auto), or --device cuda");
+  DDPX_CHECK(nccl_available, ErrorKind::kUsage,
+             "--backend nccl needs a CUDA build of ddpx with NCCL; use --backend gloo (or auto)");
+  DDPX_CHECK(!shared_gpus, ErrorKind::kUsage,
+             "--backend nccl: ranks of this job share a GPU (ddpx run --gpus lists one twice), "
+             "which NCCL refuses (\"Duplicate GPU detected\"); use --backend gloo (or auto), or "
+             "give each worker its own GPU");
+  return requested;
+}
+
 Context::Context(WorldInfo world, std::shared_ptr<c10d::Store> store,
                  std::shared_ptr<c10d::ProcessGroup> group, Built built)
     : world_(std::move(world)),
@@ -67,8 +74,17 @@ Context::Context(WorldInfo world, std::shared_ptr<c10d::Store> store,
       group_(std::move(group)),
       built_(std::move(built)) {}
 
-// The group goes before the store: Gloo's pairs may still talk to the store on shutdown.
+// The group goes before the store: Gloo's pairs may still talk to the store on shutdown. It is
+// shut down first, as destroy_process_group() does: NCCL releases its communicators there and
+// warns at exit about a group destroyed without it.
 Context::~Context() {
+  if (group_) {
+    try {
+      group_->shutdown();
+    } catch (const std::exception& e) {
+      log::warn("shutting down the process group: {}", e.what());
+    }
+  }
   group_.reset();
   store_.reset();
 }
@@ -135,17 +151,23 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   log::set_rank(world.rank);
   Built built;
   built.device = select_device(options.device, world);
-  const BackendChoice backend = choose_backend(options.backend, built.device);
+  // `ddpx run --gpus 0,0,1,1` tells every worker that GPUs are shared (launch/plan.h).
+  const BackendChoice backend = choose_backend(options.backend, built.device, nccl_available(),
+                                               env::get_or("DDPX_SHARED_GPUS", "0") == "1");
   check_gpu_is_free(built.device, world.rank);
-  if (world.world_size == 1) {
+  const bool force_group = options.force_group || env::get_or("DDPX_FORCE_GROUP", "0") == "1";
+  if (world.world_size == 1 && !force_group) {
     return std::make_shared<Context>(world, nullptr, nullptr, std::move(built));
   }
   // `ddpx run` on one node hands its workers a rendezvous file (no listening socket at all);
-  // torchrun-style jobs and multi-node jobs meet at MASTER_ADDR:MASTER_PORT.
+  // torchrun-style jobs and multi-node jobs meet at MASTER_ADDR:MASTER_PORT; a forced world of
+  // one keeps its store in memory.
   auto store_file = env::get("DDPX_STORE_FILE");
   const bool use_file = store_file && world.local_world_size == world.world_size;
   std::shared_ptr<c10d::Store> store;
-  if (use_file) {
+  if (world.world_size == 1 && !use_file) {
+    store = make_hash_store();
+  } else if (use_file) {
     store = make_file_store(*store_file, world.world_size, options.timeout);
     join_rendezvous(*store, world, options.timeout, "the file " + *store_file);
   } else {
@@ -215,8 +237,12 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   auto group =
       make_process_group(store, world.rank, world.world_size,
                          traced(std::move(cpu), built.trace, options.timeout), std::move(cuda));
-  log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
-            world.master_port, built.backend, world.source);
+  if (world.world_size == 1) {
+    log::info("a process group of one rank, forced ({})", built.backend);
+  } else {
+    log::info("joined {} ranks via {}:{} ({}, {})", world.world_size, world.master_addr,
+              world.master_port, built.backend, world.source);
+  }
   return std::make_shared<Context>(world, std::move(store), std::move(group), std::move(built));
 }
 

@@ -1,7 +1,9 @@
 // A joined job: the rendezvous store and the process group, what init() built (the shared-memory
 // transport, if any, and the collective record), plus the few collectives the trainer needs on
 // plain values. Created once per process by init(). With world size 1 there is no store and no
-// process group, and every collective is the identity.
+// process group, and every collective is the identity, unless the group is forced
+// (InitOptions::force_group, DDPX_FORCE_GROUP=1): then a world of one builds its group as a
+// larger world does, and DDP its reducer, so that one GPU runs every NCCL path of DDP.
 #pragma once
 
 #include <torch/types.h>
@@ -33,6 +35,10 @@ struct InitOptions {
   BackendChoice backend = BackendChoice::kAuto;  // kAuto: NCCL when training on a GPU
   std::chrono::milliseconds timeout = std::chrono::minutes(30);  // collectives and rendezvous
   Transport transport = Transport::kAuto;                        // for CPU tensors (choices.h)
+  // Build the process group (and so DDP's reducer) at world size 1 too; also set by the
+  // environment variable DDPX_FORCE_GROUP=1. A check of the distributed paths on one device,
+  // not a speed-up: a world of one has nothing to average.
+  bool force_group = false;
 };
 
 // What init() built besides the group.
@@ -53,7 +59,8 @@ class Context {
   const WorldInfo& world() const { return world_; }
   int rank() const { return world_.rank; }
   int world_size() const { return world_.world_size; }
-  bool distributed() const { return world_.world_size > 1; }
+  // Whether there is a process group: more than one rank, or a forced group of one.
+  bool distributed() const { return group_ != nullptr; }
   const std::string& backend() const { return built_.backend; }
   // The device this rank trains on, already made current.
   const torch::Device& device() const { return built_.device; }
@@ -65,7 +72,7 @@ class Context {
   // Where DDP should put its gradient buckets and whether the group averages them itself.
   BucketPolicy bucket_policy() const;
 
-  // The process group (null when world size is 1).
+  // The process group (null when world size is 1, unless forced).
   std::shared_ptr<c10d::ProcessGroup> process_group() const { return group_; }
 
   // Blocking collectives on CPU tensors, identity on one process. A failure or a timeout
@@ -82,6 +89,13 @@ class Context {
   std::shared_ptr<c10d::ProcessGroup> group_;
   Built built_;
 };
+
+// The backend for GPU tensors. kAuto: NCCL on a GPU where NCCL is available, unless ranks share
+// a GPU (`shared_gpus`: DDPX_SHARED_GPUS=1, set by `ddpx run --gpus 0,0,1,1`), which NCCL
+// refuses with "Duplicate GPU detected": then Gloo, which reduces CUDA tensors through host
+// memory. Throws ddpx::Error(kUsage) for an explicit kNccl that cannot work.
+BackendChoice choose_backend(BackendChoice requested, const torch::Device& device,
+                             bool nccl_available, bool shared_gpus);
 
 // Joins the job described by the environment (detect_world()). Rendezvous failures end in
 // ddpx::Error(kDist) within the timeout, naming the master address and what to check.

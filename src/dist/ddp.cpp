@@ -76,7 +76,9 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::AnyModule module,
   DDPX_CHECK(options_.first_bucket_bytes > 0 && options_.bucket_bytes > 0, ErrorKind::kUsage,
              "bucket caps must be positive (first {} bytes, then {} bytes)",
              options_.first_bucket_bytes, options_.bucket_bytes);
-  if (!group_ || group_->getSize() == 1) return;
+  // A group of one (Context's forced group) gets the reducer too: it runs every path of a
+  // larger world, its all-reduces averaging one rank's gradients.
+  if (!group_) return;
 
   const auto named = module_.ptr()->named_parameters(/*recurse=*/true);
   std::vector<std::pair<std::string, torch::Tensor>> all;
@@ -118,7 +120,7 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::AnyModule module,
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 void DistributedDataParallel::pre_forward() {
-  if (!group_ || group_->getSize() == 1) return;
+  if (!group_) return;
   if (options_.broadcast_buffers) {
     auto buffers = module_.ptr()->buffers(/*recurse=*/true);
     if (!buffers.empty()) broadcast_coalesced(*group_, buffers, /*root=*/0);

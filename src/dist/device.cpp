@@ -11,6 +11,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace ddpx::dist {
 namespace {
@@ -39,11 +40,30 @@ int device_index_for(int local_rank, int local_world_size, int visible_gpus) {
   return local_rank;
 }
 
+std::optional<std::string> assigned_gpu_unseen(int visible_gpus) {
+  if (visible_gpus > 0) return std::nullopt;
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}) {
+    auto value = env::get(name);
+    // Empty or -1: the user hid every GPU on purpose.
+    if (!value || value->empty() || value->rfind("-1", 0) == 0) continue;
+    return fmt::format(
+        "{}='{}' gives this process a GPU, but libtorch sees none (no driver, or a driver "
+        "older than the CUDA runtime of this torch): training on the CPU; `ddpx doctor` checks "
+        "the driver and the runtime",
+        name, *value);
+  }
+  return std::nullopt;
+}
+
 torch::Device select_device(DeviceChoice choice, const WorldInfo& world) {
   const int visible = static_cast<int>(torch::cuda::device_count());
-  if (choice == DeviceChoice::kCpu || (choice == DeviceChoice::kAuto && visible == 0)) {
+  if (choice == DeviceChoice::kAuto && visible == 0) {
+    // `ddpx run` assigned a GPU (or the user named one) that libtorch cannot open: say so
+    // rather than train on the CPU without a word.
+    if (auto unseen = assigned_gpu_unseen(visible)) log::warn("rank {}: {}", world.rank, *unseen);
     return torch::Device(torch::kCPU);
   }
+  if (choice == DeviceChoice::kCpu) return torch::Device(torch::kCPU);
 #ifndef DDPX_WITH_CUDA
   fail(ErrorKind::kUsage,
        "--device cuda: this ddpx was built without CUDA (DDPX_WITH_CUDA=OFF); rebuild against a "

@@ -23,9 +23,13 @@ namespace ddpx::dist {
 // rank's. Throws ddpx::Error(kUsage) when there are fewer GPUs than local ranks need.
 int device_index_for(int local_rank, int local_world_size, int visible_gpus);
 
+// With `visible_gpus` 0: the warning to print when a *_VISIBLE_DEVICES variable still names a
+// GPU for this process (`ddpx run` assigned one that libtorch cannot see); nullopt otherwise.
+std::optional<std::string> assigned_gpu_unseen(int visible_gpus);
+
 // The device this process trains on, made current (later CUDA work and NCCL use it). Throws
 // ddpx::Error(kUsage) for `--device cuda` where no GPU is visible, naming the visible-devices
-// variables.
+// variables; `--device auto` falls back to the CPU, with a warning when a GPU was assigned.
 torch::Device select_device(DeviceChoice choice, const WorldInfo& world);
 
 // For the start-up header: "cuda:0 NVIDIA H100 80GB HBM3, 79.1 GiB (0.5 GiB in use)" or "cpu".

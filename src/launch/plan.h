@@ -5,7 +5,8 @@
 // The contract, per worker:
 //   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK (the node rank),
 //   MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS and DDPX_THREADS (intra-op threads),
-//   DDPX_RESTART_COUNT, and CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES when there are GPUs.
+//   DDPX_RESTART_COUNT, and CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES when there are GPUs
+//   (with DDPX_SHARED_GPUS=1 on every worker when --gpus gives one GPU to several).
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -77,10 +78,12 @@ std::string message_of(const std::exception& e) {
 // The checksum is the guard in front of libtorch's archive reader: only bytes that ddpx wrote
 // (or that match their CRC-32) reach it. Past it, any libtorch error (a missing key, a value of
 // the wrong type) still becomes a kData error naming the file.
-// `device`: where the tensors land (a checkpoint written on a GPU loads on a CPU and the other
-// way round, as torch.load's map_location).
+// `device`: where the tensors land, as torch.load's map_location. Never the device each tensor
+// was saved from (libtorch's default): a GPU checkpoint would fail to load on a CPU-only host
+// (and `--resume auto` would skip it and start again), and every rank of a node would put it on
+// GPU 0. So the host unless the caller places them (load_checkpoint: the model's device).
 torch::serialize::InputArchive open_archive(const std::string& bytes, const std::string& name,
-                                            std::optional<torch::Device> device = std::nullopt) {
+                                            torch::Device device = torch::kCPU) {
   std::string payload = verified_payload(bytes, name);
   // libtorch's zip reader leaks when it rejects an archive; ddpx's own zip check
   // (models/torch_file.h) rejects first what it would reject in its constructor.
@@ -96,6 +99,11 @@ torch::serialize::InputArchive open_archive(const std::string& bytes, const std:
 
 torch::serialize::InputArchive open_archive(const std::string& path) {
   return open_archive(read_file(path), path);
+}
+
+torch::Device model_device(torch::nn::Module& model) {
+  const auto params = model.parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
 }
 
 [[noreturn]] void fail_undecodable(const std::string& name, const std::exception& e) {
@@ -180,6 +188,12 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
     std::lock_guard<std::mutex> lock(generator.mutex());
     archive.write("cpu_rng_state", generator.get_state());
   }
+  // The GPU's generator drives dropout and random augmentation on the device.
+  if (auto device = model_device(model); device.is_cuda()) {
+    auto generator = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    archive.write("cuda_rng_state", generator.get_state());
+  }
   std::ostringstream stream;
   archive.save_to(stream);
   std::string payload = stream.str();
@@ -199,9 +213,8 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                     const CheckpointMeta& meta, torch::nn::Module* ema) {
   // Each rank loads onto the device its model is on.
-  const auto params = model.parameters();
-  auto archive = open_archive(
-      bytes, name, params.empty() ? torch::Device(torch::kCPU) : params.front().device());
+  const torch::Device device = model_device(model);
+  auto archive = open_archive(bytes, name, device);
   TrainPosition position;
   try {
     c10::IValue value;
@@ -238,11 +251,19 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
       archive.read("loss_scale_growth", value);
       position.loss_scale_growth = value.toInt();
     }
+    // The archive's tensors are on the model's device; generator states are host tensors.
     torch::Tensor rng_state;
     archive.read("cpu_rng_state", rng_state);
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng_state);
+    generator.set_state(rng_state.cpu());
+    // A GPU run's device generator, restored where the run goes on on a GPU (a CPU run has none
+    // to restore; a GPU run from a CPU checkpoint keeps its seeded one).
+    if (device.is_cuda() && archive.try_read("cuda_rng_state", rng_state)) {
+      auto cuda_generator = at::globalContext().defaultGenerator(device);
+      std::lock_guard<std::mutex> cuda_lock(cuda_generator.mutex());
+      cuda_generator.set_state(rng_state.cpu());
+    }
   } catch (const std::exception& e) {
     fail_undecodable(name, e);
   }

@@ -1,10 +1,10 @@
 // Checkpoints that cannot be lost. A checkpoint file is
 //   "DDPXCKPT" | u32 format version | u64 payload bytes | u32 CRC-32 of payload | payload
 // where the payload is a torch::serialize archive holding the model, the optimizer, the
-// training position and the CPU RNG state. Files are written atomically (core/atomic_file.h),
-// so a crash mid-write leaves the previous checkpoint intact; on load a wrong magic, a short
-// file or a CRC mismatch is reported as corrupt, and `--resume auto` falls back to the newest
-// checkpoint that verifies.
+// training position and the RNG states (the CPU's, and the GPU's of a GPU run). Files are written
+// atomically (core/atomic_file.h), so a crash mid-write leaves the previous checkpoint intact; on
+// load a wrong magic, a short file or a CRC mismatch is reported as corrupt, and `--resume auto`
+// falls back to the newest checkpoint that verifies.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -50,14 +50,16 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
                      const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
 
 // Restores model, optimizer and RNG, the tensors on the device the model is on (a checkpoint
-// saved on a GPU resumes on a CPU and the other way round); throws ddpx::Error(kData) naming the
+// saved on a GPU resumes on a CPU and the other way round; on GPU k, not on the GPU it was
+// saved from); throws ddpx::Error(kData) naming the
 // file when it is corrupt or was written for another model. `ema` is loaded when the file has
 // one (position.ema_updates >= 0); otherwise it is left as it is.
 TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
                               torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
                               torch::nn::Module* ema = nullptr);
 
-// Throws kData when the file is not a complete, uncorrupted checkpoint.
+// Throws kData when the file is not a complete, uncorrupted checkpoint. Reads it on the host
+// (whatever device it was saved from), as do the meta and weights readers below.
 void verify_checkpoint(const std::string& path);
 
 // Checkpoint files in save_dir (snapshots included), newest (most epochs, then steps) first.

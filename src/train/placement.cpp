@@ -4,6 +4,10 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "core/timer.h"
 
 namespace ddpx::train {
@@ -11,6 +15,22 @@ namespace {
 
 torch::Tensor with_format(const torch::Tensor& t, bool channels_last) {
   return channels_last && t.dim() == 4 ? t.contiguous(torch::MemoryFormat::ChannelsLast) : t;
+}
+
+// One copy stream per device for the process: the caching allocator keeps freed blocks per
+// stream, so a new pool stream every epoch (DeviceFeeder lives one epoch) would leave the
+// previous epochs' batch blocks reserved and unused.
+c10::Stream copy_stream_for(const torch::Device& device) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, c10::Stream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::pair<int, int> key{static_cast<int>(device.type()), device.index()};
+  auto it = streams.find(key);
+  if (it == streams.end()) {
+    c10::impl::VirtualGuardImpl impl(device.type());
+    it = streams.emplace(key, impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false)).first;
+  }
+  return it->second;
 }
 
 }  // namespace
@@ -31,10 +51,7 @@ void place_model(torch::nn::Module& model, const torch::Device& device, bool cha
 DeviceFeeder::DeviceFeeder(data::DataLoader& loader, const torch::Device& device,
                            bool channels_last)
     : loader_(loader), device_(device), channels_last_(channels_last) {
-  if (!device_.is_cpu()) {
-    c10::impl::VirtualGuardImpl impl(device_.type());
-    copy_stream_ = impl.getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
-  }
+  if (!device_.is_cpu()) copy_stream_ = copy_stream_for(device_);
 }
 
 std::optional<DeviceFeeder::Staged> DeviceFeeder::stage() {

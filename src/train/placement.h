@@ -30,6 +30,8 @@ class DeviceFeeder {
 
   // Host seconds spent waiting for the loader so far (the data wait).
   double wait_seconds() const { return wait_seconds_; }
+  // The side stream of the copies (GPUs only): the same for every feeder of a device.
+  const std::optional<c10::Stream>& copy_stream() const { return copy_stream_; }
 
  private:
   struct Staged {

@@ -53,8 +53,10 @@ std::string load_pretrained(const std::string& path, torch::nn::Module& model) {
 
 void export_state_dict(torch::nn::Module& model, const std::string& path) {
   c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& p : model.named_parameters()) dict.insert(p.key(), p.value().detach());
-  for (const auto& b : model.named_buffers()) dict.insert(b.key(), b.value().detach());
+  // Host tensors: torch.load restores each tensor to the device recorded here, and a file that
+  // names cuda:0 fails on a host without a GPU unless the reader passes map_location.
+  for (const auto& p : model.named_parameters()) dict.insert(p.key(), p.value().detach().cpu());
+  for (const auto& b : model.named_buffers()) dict.insert(b.key(), b.value().detach().cpu());
   // torch::pickle_save's archive, but with the dict untagged: PyTorch >= 2.6 loads with
   // weights_only=True by default, which refuses the torch.jit type tag the default Pickler adds.
   std::vector<char> pickle;

@@ -6,8 +6,10 @@
 //   ddpx::allreduce bucket <i> (each bucket's all-reduce launch, dist/reducer.cpp),
 //   ddpx::allreduce_wait (waiting for them at the end of backward), ddpx::optimizer.
 // After the window, rank 0 prints a table of the phases: ms per step on every rank, the share of
-// the step, and the slowest rank. Stopping is collective (the table is all-reduced); every rank
-// runs the same number of steps, so all stop together.
+// the step, and the slowest rank. On a CPU a phase's time is its range's; on a GPU, where the
+// host only queues work, it is the GPU's time between CUDA events at the range's two ends. Stopping
+// is collective (the table is all-reduced); every rank runs the same number of steps, so all stop
+// together.
 #pragma once
 
 #include <torch/types.h>
@@ -42,6 +44,8 @@ struct PhaseTimes {
 };
 PhaseTimes phase_times(const torch::autograd::profiler::ProfilerResult& result, int64_t steps);
 
+class DeviceRangeTimer;
+
 class StepProfiler {
  public:
   StepProfiler(std::string dir, int64_t skip, int64_t steps, const torch::Device& device,
@@ -61,6 +65,7 @@ class StepProfiler {
   dist::Context& context_;
   int64_t seen_ = 0, recorded_ = 0;
   bool recording_ = false, done_ = false;
+  std::unique_ptr<DeviceRangeTimer> device_timer_;  // GPUs only, while recording
 };
 
 }  // namespace ddpx::train

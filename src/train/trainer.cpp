@@ -2,7 +2,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/record_function.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/utils.h>
 
 #include <cmath>
@@ -23,6 +22,7 @@
 #include "dist/device.h"
 #include "dist/sync_batch_norm.h"
 #include "models/registry.h"
+#include "optim/clip_grad.h"
 #include "optim/loss_scaler.h"
 #include "train/amp.h"
 #include "train/checkpoint.h"
@@ -467,8 +467,9 @@ class Run {
     }
     bool stepping = !scaler_ || optim::LossScaler::should_step(found_inf);
     if (stepping) {
+      // On the device: libtorch's clip_grad_norm_ would read the norm back every step.
       if (o_.clip_grad_norm > 0)
-        torch::nn::utils::clip_grad_norm_(model_.ptr()->parameters(), o_.clip_grad_norm);
+        optim::clip_grad_norm(model_.ptr()->parameters(), o_.clip_grad_norm);
       step_->step();
     } else {
       ++skipped_steps_;

@@ -67,6 +67,27 @@ TEST(ContextTest, NcclOnCpuBuildIsAUsageError) {
   }
 }
 
+// `ddpx run --gpus 0,0,1,1` (DDPX_SHARED_GPUS=1): auto takes Gloo, which reduces CUDA tensors
+// through host memory, instead of NCCL, which fails with "Duplicate GPU detected" outside
+// ddpx's error handling; an explicit --backend nccl is refused in one line.
+TEST(ContextTest, RanksSharingAGpuChooseGlooOrAreRefusedNccl) {
+  const torch::Device gpu(torch::kCUDA, 0);
+  EXPECT_EQ(choose_backend(BackendChoice::kAuto, gpu, /*nccl_available=*/true,
+                           /*shared_gpus=*/false),
+            BackendChoice::kNccl);
+  EXPECT_EQ(choose_backend(BackendChoice::kAuto, gpu, true, /*shared_gpus=*/true),
+            BackendChoice::kGloo);
+  EXPECT_EQ(choose_backend(BackendChoice::kGloo, gpu, true, true), BackendChoice::kGloo);
+  std::string message = test::usage_error(
+      [&] { choose_backend(BackendChoice::kNccl, gpu, true, /*shared_gpus=*/true); });
+  EXPECT_NE(message.find("--backend nccl: ranks of this job share a GPU"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("use --backend gloo"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_EQ(choose_backend(BackendChoice::kAuto, torch::Device(torch::kCPU), true, false),
+            BackendChoice::kGloo);
+}
+
 TEST(ContextTest, UnreachableMasterFailsNamingAddressWithinTimeout) {
   const int port = test::free_port();  // nobody listens here
   InitOptions options;

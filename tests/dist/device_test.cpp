@@ -41,6 +41,27 @@ TEST(DeviceTest, CpuIsChosenWhenAskedAndWhenNoGpuIsVisible) {
   EXPECT_TRUE(select_device(DeviceChoice::kAuto, world).is_cpu());
 }
 
+// `ddpx run` gave this worker a GPU (CUDA_VISIBLE_DEVICES) that libtorch cannot see: --device
+// auto still trains on the CPU, but says why and where to look; a GPU hidden on purpose
+// (empty, -1) or one that is seen says nothing.
+TEST(DeviceTest, AnAssignedGpuThatLibtorchCannotSeeIsNamed) {
+  ::setenv("CUDA_VISIBLE_DEVICES", "2", 1);
+  auto warning = assigned_gpu_unseen(0);
+  auto seen = assigned_gpu_unseen(1);
+  ::setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+  auto hidden = assigned_gpu_unseen(0);
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  auto empty = assigned_gpu_unseen(0);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("CUDA_VISIBLE_DEVICES='2'"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("training on the CPU"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("ddpx doctor"), std::string::npos) << *warning;
+  EXPECT_FALSE(seen.has_value());
+  EXPECT_FALSE(hidden.has_value());
+  EXPECT_FALSE(empty.has_value());
+}
+
 TEST(DeviceTest, CudaWithoutAGpuIsOneClearLine) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU";
   WorldInfo world;

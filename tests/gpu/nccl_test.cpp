@@ -1,7 +1,9 @@
-// The GPU paths of dist/: NCCL through the traced backend, and Gloo on CUDA tensors for ranks
-// that share one GPU (NCCL refuses two ranks on a device). Label `gpu`: each test skips with a
-// message where this process sees too few GPUs (CI has none), so here they only prove that the
-// CUDA and NCCL code compiles and links.
+// The GPU paths of dist/: NCCL through the traced backend, a world of one on NCCL with its
+// group forced (so that a machine with one GPU runs DDP's reducer, ncclAvg, broadcast, barrier
+// and the comm hooks through NCCL), and Gloo on CUDA tensors for ranks that share one GPU (NCCL
+// refuses two ranks on a device). Label `gpu`: each test skips with a message where this process
+// sees too few GPUs (CI has none), so here they only prove that the CUDA and NCCL code compiles
+// and links.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
@@ -39,7 +41,9 @@ void run_ranks(int world, const InitOptions& options,
 
 TEST(NcclTest, TwoGpusAllReduceThroughTheTracedNcclBackend) {
   if (torch::cuda::device_count() < 2)
-    GTEST_SKIP() << "needs 2 visible GPUs, this process sees " << torch::cuda::device_count();
+    GTEST_SKIP() << "needs 2 visible GPUs (NCCL refuses two ranks on one GPU; "
+                    "WorldOfOneRunsDdpThroughNccl checks NCCL on one), this process sees "
+                 << static_cast<int>(torch::cuda::device_count());
   InitOptions options;
   options.backend = BackendChoice::kNccl;
   options.timeout = std::chrono::seconds(60);
@@ -57,6 +61,58 @@ TEST(NcclTest, TwoGpusAllReduceThroughTheTracedNcclBackend) {
     EXPECT_TRUE(sums[r].eq(3.0f).all().item<bool>()) << "rank " << r;
     EXPECT_GE(recorded[r], 1u) << "the NCCL all-reduce is in the collective record";
   }
+}
+
+// One GPU, one rank, the group forced: every NCCL path of DDP runs, and the gradients are the
+// plain model's (a world of one averages one rank's gradients; fp16/bf16 compression rounds
+// them).
+TEST(NcclTest, WorldOfOneRunsDdpThroughNccl) {
+  if (torch::cuda::device_count() < 1)
+    GTEST_SKIP() << "needs a visible GPU, this process sees none";
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(5);
+  auto x = torch::randn({8, 16}).to(gpu), y = torch::randn({8, 4}).to(gpu);
+  torch::nn::Linear reference(16, 4);
+  reference->to(gpu);
+  (reference(x) - y).pow(2).mean().backward();
+  const auto expected = reference->weight.grad().cpu();
+
+  InitOptions options;
+  options.backend = BackendChoice::kNccl;
+  options.force_group = true;
+  options.timeout = std::chrono::seconds(60);
+  run_ranks(1, options, [&](int, Context& context) {
+    ASSERT_TRUE(context.distributed());
+    EXPECT_EQ(context.backend().rfind("nccl/", 0), 0u) << context.backend();
+    for (CommHook hook : {CommHook::kAllreduce, CommHook::kFp16Compress, CommHook::kBf16Compress}) {
+      SCOPED_TRACE(name(hook));
+      torch::nn::Linear model(16, 4);
+      {
+        torch::NoGradGuard no_grad;
+        model->weight.copy_(reference->weight.cpu());
+        model->bias.copy_(reference->bias.cpu());
+      }
+      model->to(gpu);
+      DdpOptions ddp_options;
+      ddp_options.comm_hook = hook;
+      ddp_options.first_bucket_bytes = 16;  // two buckets: bias, then weight
+      DistributedDataParallel ddp(torch::nn::AnyModule(model), context, ddp_options);
+      ASSERT_TRUE(ddp.distributed());
+      EXPECT_EQ(ddp.buckets().size(), 2u);
+      (ddp.forward(x) - y).pow(2).mean().backward();
+      const double tolerance = hook == CommHook::kAllreduce ? 1e-6 : 1e-2;
+      EXPECT_LE((model->weight.grad().cpu() - expected).abs().max().item<float>(), tolerance);
+    }
+    // The context's collectives on GPU tensors go through NCCL too.
+    auto t = torch::full({4}, 3.0f, gpu);
+    std::vector<torch::Tensor> tensors{t};
+    context.process_group()->allreduce(tensors)->wait();
+    context.broadcast(t);
+    context.barrier();
+    EXPECT_TRUE(t.cpu().eq(3.0f).all().item<bool>());
+    size_t recorded = context.trace()->snapshot().entries.size();
+    EXPECT_GE(recorded, 6u) << "the reducer's NCCL all-reduces are in the collective record";
+  });
 }
 
 // Two ranks on one GPU through Gloo (staging in host memory): DDP's gradients equal one

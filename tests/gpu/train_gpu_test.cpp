@@ -1,8 +1,9 @@
 // `ddpx train` and `ddpx bench` on a GPU, as a user runs them (label gpu; each test skips with a
 // message where this process sees no GPU, as in CI): bf16 and fp16 training with channels_last,
-// checkpoints that cross between GPU and CPU, two workers sharing one GPU through Gloo, a clear
-// out-of-memory line, the recipe options and the profiler, the batch-size finder, and the GEMM
-// benchmark against the peak table.
+// checkpoints that cross between GPU and CPU (and a GPU's checkpoint resumed and exported where
+// no GPU is visible), DDP through NCCL on one GPU (a world of one with its group forced), two
+// workers sharing one GPU through Gloo, a clear out-of-memory line, the recipe options and the
+// profiler's GPU times, the batch-size finder, and the GEMM benchmark against the peak table.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -65,11 +66,66 @@ TEST(TrainGpuTest, CheckpointsCrossBetweenGpuAndCpu) {
   }
 }
 
+// What a checkpoint of a GPU run gives on a host without a GPU (here: the GPU hidden): `--resume
+// auto` goes on from it, and `ddpx export` writes a file torch.load reads without map_location.
+TEST(TrainGpuTest, AGpuCheckpointResumesAndExportsWhereNoGpuIsVisible) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir temp;
+  const std::string dir = temp.file("ckpt");
+  const std::string common =
+      " --batch_size 64 --limit_train_batches 20 --limit_test_batches 2 --no_progress "
+      "--save_dir " +
+      dir;
+  auto a = run_command(ddpx_command("train --device cuda --num_epochs 1" + common), 600);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = run_command(
+      "CUDA_VISIBLE_DEVICES= " + ddpx_command("train --num_epochs 2 --resume auto" + common), 600);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("resumed from"), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("Epoch - 0/2"), std::string::npos) << b.output;
+  const std::string out = temp.file("w.pt");
+  auto e = run_command(
+      "CUDA_VISIBLE_DEVICES= " +
+          ddpx_command("export --checkpoint " + dir + "/checkpoint_epoch0001.ddpx --out " + out),
+      300);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  auto py = test::run_python(
+      "import os\nos.environ['CUDA_VISIBLE_DEVICES'] = ''\nimport torch\n"
+      "sd = torch.load('" +
+      out +
+      "')\n"
+      "assert all(t.device.type == 'cpu' for t in sd.values())\n");
+  EXPECT_EQ(py.exit_code, 0) << py.output;
+}
+
+// A world of one with its group forced (DDPX_FORCE_GROUP=1): on one GPU, DDP's buckets, ncclAvg,
+// the broadcasts, SyncBatchNorm's all-reduces, fp16's cross-rank inf check and a comm hook all
+// go through NCCL; the group is shut down at exit (NCCL warns about one that is not).
+TEST(TrainGpuTest, WorldOfOneTrainsThroughNcclOnOneGpu) {
+  SKIP_WITHOUT_GPU();
+  for (const char* hook : {"allreduce", "bf16"}) {
+    auto r = run_command(
+        "DDPX_FORCE_GROUP=1 " + ddpx_command(kShort +
+                                             " --device cuda --backend nccl --amp fp16 --sync_bn "
+                                             "--clip_grad_norm 5 --comm_hook " +
+                                             hook),
+        600);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("world size 1 (nccl/"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("statistics over 1 ranks"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("destroy_process_group"), std::string::npos)
+        << "the process group was not shut down\n"
+        << r.output;
+    EXPECT_GT(printed_test_accuracy(r.output), 0.7) << hook << "\n" << r.output;
+  }
+}
+
 TEST(TrainGpuTest, TwoWorkersShareOneGpuThroughGloo) {
   SKIP_WITHOUT_GPU();
-  auto r = run_command(
-      ddpx_command("run 2 --gpus 0,0 -- " + kShort + " --device cuda --backend gloo"), 600);
+  // --backend auto: the launcher tells the workers they share a GPU, and they take Gloo.
+  auto r = run_command(ddpx_command("run 2 --gpus 0,0 -- " + kShort + " --device cuda"), 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("world size 2 (gloo"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  rank 1: cuda:0 "), std::string::npos) << r.output;
   EXPECT_GT(printed_test_accuracy(r.output), 0.7) << r.output;
 }
@@ -98,6 +154,7 @@ TEST(TrainGpuTest, RecipeOptionsAndTheProfilerRunOnTheGpu) {
       "    assert any(e.get('cat') == 'kernel' for e in ev), 'no kernels'\n"
       "    assert any(e.get('name') == 'ddpx::backward' for e in ev)\n");
   EXPECT_EQ(py.exit_code, 0) << py.output;
+  EXPECT_NE(r.output.find("# GPU time: CUDA events"), std::string::npos) << r.output;
 }
 
 TEST(TrainGpuTest, BatchSizeFinderStopsAtTheGpusMemory) {
@@ -109,6 +166,28 @@ TEST(TrainGpuTest, BatchSizeFinderStopsAtTheGpusMemory) {
   EXPECT_NE(r.output.find("out of memory"), std::string::npos) << "doubling ran into the limit\n"
                                                                << r.output;
   EXPECT_NE(r.output.find("recommendation: --batch_size "), std::string::npos) << r.output;
+}
+
+// A trial's peak is its own: the cache of the trials before it is emptied first, so batch 256
+// peaks alike after 64 and 128 as alone.
+TEST(TrainGpuTest, BatchSizeFinderTrialsDoNotCountThePreviousTrialsCache) {
+  SKIP_WITHOUT_GPU();
+  auto peak_of_256 = [](const std::string& output) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(output, m, std::regex("\\n +256 +[0-9.]+ +([0-9.]+) ")))
+        << output;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  };
+  const std::string tune =
+      "tune batch_size --device cuda --model resnet50 --image_size 224 "
+      "--steps 1 --max_batch 256 --start_batch ";
+  auto alone = run_command(ddpx_command(tune + "256"), 600);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  auto after = run_command(ddpx_command(tune + "64"), 600);
+  ASSERT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_NEAR(peak_of_256(after.output), peak_of_256(alone.output),
+              0.05 * peak_of_256(alone.output))
+      << alone.output << after.output;
 }
 
 TEST(TrainGpuTest, OutOfMemoryNamesModelBatchAndGpu) {

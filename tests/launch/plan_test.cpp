@@ -175,6 +175,23 @@ TEST(PlanTest, GpusAreAssignedOnePerWorker) {
   EXPECT_EQ(env_of(plan.workers[0]).count("HIP_VISIBLE_DEVICES"), 0u);
 }
 
+// --gpus 0,0,1,1: NCCL refuses two ranks on one GPU, so every worker (those that share and
+// those that do not, which must pick the same backend) is told; one GPU each tells none.
+TEST(PlanTest, SharedGpusAreAnnouncedToEveryWorker) {
+  HostInfo host = cpu_host(8);
+  host.gpus = {GpuVendor::kNvidia, {"0", "1", "2"}};
+  LaunchOptions o = options_for(4, {"true"});
+  o.gpus = "0,0,1,2";
+  JobPlan plan = make_plan(o, host, 1);
+  for (const auto& w : plan.workers)
+    EXPECT_EQ(env_of(w)["DDPX_SHARED_GPUS"], "1") << "rank " << w.global_rank;
+  EXPECT_EQ(env_of(plan.workers[1])["CUDA_VISIBLE_DEVICES"], "0");
+
+  o = options_for(3, {"true"});
+  plan = make_plan(o, host, 1);
+  for (const auto& w : plan.workers) EXPECT_EQ(env_of(w).count("DDPX_SHARED_GPUS"), 0u);
+}
+
 TEST(PlanTest, GpuRequestWithoutGpusIsAUsageError) {
   LaunchOptions o = options_for(2, {"true"});
   o.gpus = "0,1";

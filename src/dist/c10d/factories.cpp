@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -132,6 +133,10 @@ std::shared_ptr<c10d::Store> make_file_store(const std::string& path, int world_
          "and is writable",
          path, first_line(e));
   }
+}
+
+std::shared_ptr<c10d::Store> make_hash_store() {
+  return share(c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>()));
 }
 
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const std::shared_ptr<c10d::Store>& store,

@@ -38,6 +38,9 @@ std::shared_ptr<c10d::Store> make_prefix_store(const std::string& prefix,
 std::shared_ptr<c10d::Store> make_file_store(const std::string& path, int world_size,
                                              std::chrono::milliseconds timeout);
 
+// An in-process store for a world of one (DDPX_FORCE_GROUP): no file, no socket.
+std::shared_ptr<c10d::Store> make_hash_store();
+
 // A Gloo backend over TCP. `bind_host` is the address this rank's Gloo device binds (127.0.0.1
 // for single-node loopback jobs; empty means the interface in GLOO_SOCKET_IFNAME, else this
 // host's resolved name).
