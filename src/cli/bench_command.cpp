@@ -7,6 +7,7 @@
 #include "bench/train_bench.h"
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "cli/help_format.h"
 
 namespace ddpx::cli {
 
@@ -68,7 +69,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_option("--steps", t->steps, "measured synchronised steps");
   train->add_option("--warmup", t->warmup, "untimed steps first");
   train->add_option("--threads", t->threads, "intra-op threads (0: $DDPX_THREADS or all cores)");
-  train->add_flag("--augment,!--no_augment", t->augment, "random crop (padding 4) and flip");
+  add_switch(train, "augment", t->augment, "random crop (padding 4) and flip");
   train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB");
   train->add_option("--first_bucket_mb", t->first_bucket_mb, "DDP first bucket cap in MiB");
   add_choice(train, "--comm_hook", t->comm_hook, kCommHookNames, "allreduce | fp16 | bf16");
