@@ -30,8 +30,9 @@ std::vector<std::string> listening_inodes(int port) {
       std::istringstream fields(line);
       std::string slot, local, remote, state, skip, inode;
       fields >> slot >> local >> remote >> state;
-      for (int i = 0; i < 5; ++i) fields >> skip;  // tx:rx queues, timer, retransmits, uid
-      fields >> skip >> inode;                     // timeout, inode
+      // tx_queue:rx_queue, tr:tm->when, retrnsmt, uid, timeout; then the inode.
+      for (int i = 0; i < 5; ++i) fields >> skip;
+      fields >> inode;
       size_t colon = local.rfind(':');
       if (state != "0A" || colon == std::string::npos || inode.empty()) continue;
       if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) inodes.push_back(inode);
