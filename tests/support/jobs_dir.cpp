@@ -34,7 +34,7 @@ class JobsDirPerTest : public ::testing::EmptyTestEventListener {
     saved_ = saved ? std::optional<std::string>(saved) : std::nullopt;
     dir_ = std::make_unique<TempDir>();
     ::setenv("DDPX_JOBS_DIR", dir_->file("jobs").c_str(), 1);
-    started_ = std::filesystem::file_time_type::clock::now() - std::chrono::seconds(1);
+    started_ = std::filesystem::file_time_type::clock::now();
   }
 
   void OnTestEnd(const ::testing::TestInfo&) override {
