@@ -151,6 +151,9 @@ void run_printed(const std::string& printed) {
         cd + ddpx_command("run --dry_run " + joined(launcher) + " -- train " + joined(train)), 60);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     train_tiny(dir, train, printed);
+  } else if (words[1] == "models") {
+    auto r = run_command(cd + ddpx_command(joined({words.begin() + 1, words.end()})), 60);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
   } else if (words[1] == "data" && words[2] == "download") {
     // No network here: a mirror that refuses the connection. The flags were accepted when the
     // error is the download's (exit 1), not the command line's (exit 2).
@@ -190,6 +193,21 @@ TEST(PrintedCommandsTest, EveryScriptOptionsCommandRunsAsPrinted) {
   auto commands = printed_commands(r.output);
   EXPECT_GE(commands.size(), 6u) << r.output;
   for (const std::string& c : commands) run_printed(c);
+}
+
+// The commands that errors tell a user to run: a missing dataset, an unknown model.
+TEST(PrintedCommandsTest, TheCommandsErrorsSuggestRunAsPrinted) {
+  test::TempDir dir;
+  for (const std::string& args :
+       {"train --dataset cifar10 --data_dir " + shell_quote(dir.file("none")),
+        "train --dataset mnist --data_dir " + shell_quote(dir.file("none")),
+        std::string("train --model no_such_model --dataset synthetic")}) {
+    auto r = run_command(ddpx_command(args), 60);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex("`(ddpx [^`]+)`"))) << r.output;
+    run_printed(m[1]);
+  }
 }
 
 TEST(PrintedCommandsTest, HelpShowsEachSwitchsRealDefault) {
