@@ -8,6 +8,7 @@
 #include "cli/choices.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "cli/help_format.h"
 
 namespace ddpx::cli {
 
@@ -86,7 +87,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   train->add_option(
       "--threads", t->threads,
       "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
-  train->add_flag("--augment,!--no_augment", t->augment, "random crop (padding 4) and flip");
+  add_switch(train, "augment", t->augment, "random crop (padding 4) and flip");
   auto* bucket =
       train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB (--loop phases)");
   auto* first_bucket = train->add_option("--first_bucket_mb", t->first_bucket_mb,

@@ -6,8 +6,10 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "models/registry.h"
@@ -55,19 +57,20 @@ void add_models_command(CLI::App& app, int& exit_code) {
     }
     log::out("# {} model{}; parameters at {} classes, {} stem", rows.size(),
              rows.size() == 1 ? "" : "s", config.num_classes, config.stem);
-    log::out("# {:<18} {:<9} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", "name", "family",
-             "params", "size", "optimizer", "lr", "batch", "wd", "normalize", "note");
+    std::vector<std::vector<std::string>> table = {{"name", "family", "params", "size", "optimizer",
+                                                    "lr", "batch", "wd", "normalize", "note"}};
     for (const models::ModelInfo* info : rows) {
       const models::Recommendation& r = info->recommendation;
       config.image_size = info->default_image_size;  // counts that depend on it (mlp)
-      std::string line =
-          fmt::format("  {:<18} {:<9} {:>12} {:>5} {:>9} {:>8} {:>6} {:>7} {:<11} {}", info->name,
-                      info->family, grouped(models::model_parameter_count(*info, config)),
-                      info->default_image_size, r.optimizer, fmt::format("{:g}", r.learning_rate),
-                      r.batch_size, fmt::format("{:g}", r.weight_decay), r.normalize, r.note);
-      line.erase(line.find_last_not_of(' ') + 1);
-      log::out("{}", line);
+      table.push_back({info->name, info->family,
+                       grouped(models::model_parameter_count(*info, config)),
+                       std::to_string(info->default_image_size), r.optimizer,
+                       fmt::format("{:g}", r.learning_rate), std::to_string(r.batch_size),
+                       fmt::format("{:g}", r.weight_decay), r.normalize, r.note});
     }
+    std::vector<std::string> lines =
+        align_columns(table, {false, false, true, true, true, true, true, true, false, false});
+    for (size_t i = 0; i < lines.size(); ++i) log::out("{}{}", i == 0 ? "# " : "  ", lines[i]);
     exit_code = 0;
   });
 }

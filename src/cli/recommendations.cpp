@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
+#include "cli/table.h"
 #include "models/registry.h"
 #include "train/recipes.h"
 
@@ -11,13 +14,17 @@ namespace ddpx::cli {
 
 void print_recommendations() {
   fmt::print("Recommended settings per model (from `ddpx models`):\n");
-  fmt::print("{:<24} {:>10} {:>9} {:>6} {:>10} {:<12} {}\n", "model", "optimizer", "lr", "batch",
-             "wd", "normalize", "note");
+  std::vector<std::vector<std::string>> table = {
+      {"model", "optimizer", "lr", "batch", "wd", "normalize", "note"}};
   for (const auto& m : models::model_table()) {
     const auto& r = m.recommendation;
-    fmt::print("{:<24} {:>10} {:>9g} {:>6} {:>10g} {:<12} {}\n", m.name, r.optimizer,
-               r.learning_rate, r.batch_size, r.weight_decay, r.normalize, r.note);
+    table.push_back({m.name, r.optimizer, fmt::format("{:g}", r.learning_rate),
+                     std::to_string(r.batch_size), fmt::format("{:g}", r.weight_decay), r.normalize,
+                     r.note});
   }
+  for (const std::string& line :
+       align_columns(table, {false, true, true, true, true, false, false}))
+    fmt::print("{}\n", line);
   fmt::print(
       "\nRecipes (`ddpx train --recipe NAME`; flags given beside it win; "
       "docs/recipes.md):\n");

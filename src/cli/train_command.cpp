@@ -3,6 +3,7 @@
 
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "cli/help_format.h"
 #include "cli/recommendations.h"
 #include "core/error.h"
 #include "train/options.h"
@@ -54,9 +55,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "fashion-mnist: Debian's dataset-fashion-mnist)");
   cmd->add_option("--image_size", o->image_size, "resize images to this square (0: native size)");
   cmd->add_option("--normalize", o->normalize, "imagenet | dataset | neg_one_one | none");
-  cmd->add_flag("--random_crop,!--no_random_crop", o->random_crop,
-                "random crop with 4-pixel padding");
-  cmd->add_flag("--flip,!--no_flip", o->horizontal_flip, "random horizontal flip");
+  add_switch(cmd, "random_crop", o->random_crop, "random crop with 4-pixel padding");
+  add_switch(cmd, "flip", o->horizontal_flip, "random horizontal flip");
   cmd->add_option("--random_erasing", o->random_erasing,
                   "random erasing probability per image (timm's --reprob; 0: off)");
   cmd->add_option("--synthetic_size", o->synthetic_size, "synthetic: training images");
@@ -73,6 +73,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch_size", o->batch_size, "batch size per process (as in the seed)");
   cmd->add_flag("--batch_size_scaled", o->batch_size_scaled,
                 "keep the global batch at --batch_size: each rank gets batch_size/world");
+  cmd->add_option("--eval_batch_size", o->eval_batch_size,
+                  "test-set batch size per process (whatever --batch_size is)");
   cmd->add_option("--accumulation_steps", o->accumulation_steps,
                   "micro-batches per optimizer step (gradient accumulation)");
   add_choice(cmd, "--lr_scale", o->lr_scale, kLrScaleNames,
@@ -99,8 +101,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
              "mixed precision: off | bf16 (also on CPU) | fp16 (GPU, with loss scaling)");
   cmd->add_flag("--channels_last", o->channels_last,
                 "NHWC memory format for convolution weights and images (faster on GPUs)");
-  cmd->add_flag("--cudnn_benchmark,!--no_cudnn_benchmark", o->cudnn_benchmark,
-                "let cuDNN pick the fastest convolution algorithms for the fixed shapes");
+  add_switch(cmd, "cudnn_benchmark", o->cudnn_benchmark,
+             "let cuDNN pick the fastest convolution algorithms for the fixed shapes");
   // running
   cmd->add_option("--threads", o->threads,
                   "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
@@ -113,13 +115,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
              "all-reduce transport: auto (shared memory when all ranks share this host), shm, "
              "gloo");
   cmd->add_option("--timeout", o->timeout_s, "collective and rendezvous timeout in seconds");
-  cmd->add_flag("--broadcast_buffers,!--no_broadcast_buffers", o->broadcast_buffers,
-                "DDP: broadcast buffers (BatchNorm statistics) from rank 0 before each forward");
+  add_switch(cmd, "broadcast_buffers", o->broadcast_buffers,
+             "DDP: broadcast buffers (BatchNorm statistics) from rank 0 before each forward");
   cmd->add_flag("--find_unused_parameters", o->find_unused_parameters,
                 "DDP: allow parameters that get no gradient");
   add_choice(cmd, "--comm_hook", o->comm_hook, kCommHookNames,
              "DDP gradient reduction: allreduce | fp16 | bf16");
-  cmd->add_flag("--progress,!--no_progress", o->progress, "progress bar on a terminal");
+  add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,
                   "write TensorBoard event files here (rank 0): loss, accuracy, lr, speed");

@@ -130,7 +130,8 @@ WorldInfo detect_world() {
   w.master_port = static_cast<int>(env::get_int_or("MASTER_PORT", 29500));
 
   if (env::get("RANK") || env::get("WORLD_SIZE")) {
-    w.source = "torchrun";
+    // `ddpx run` sets torchrun's variables too, and DDPX_RESTART_COUNT beside them.
+    w.source = env::get("DDPX_RESTART_COUNT") ? "ddpx" : "torchrun";
     w.rank = read_int("RANK");
     w.world_size = read_int("WORLD_SIZE");
     w.local_rank = static_cast<int>(env::get_int_or("LOCAL_RANK", w.rank));

@@ -16,7 +16,7 @@ struct WorldInfo {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string source = "none";  // "torchrun", "slurm", "mpi" or "none"
+  std::string source = "none";  // "ddpx" (`ddpx run`), "torchrun", "slurm", "mpi" or "none"
 };
 
 // Throws ddpx::Error(kUsage) naming the variable when the contract is inconsistent.

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -123,10 +125,34 @@ JobRecord signallable_job(const std::string& dir, const std::string& id, const c
 
 }  // namespace
 
+std::string snapshot_refusal(const std::vector<std::string>& command) {
+  auto word = command.begin();
+  // `ddpx run N -- /path/to/ddpx train ...` runs the same trainer as `-- train ...`.
+  if (word != command.end() && (std::filesystem::path(*word).filename() == "ddpx" ||
+                                std::filesystem::path(*word).filename() == "ddpx-torch"))
+    ++word;
+  if (word == command.end() || *word != "train")
+    return fmt::format(
+        "runs `{}`, not `ddpx train`: only `ddpx train --save_dir DIR` writes snapshots",
+        word == command.end() ? std::string() : *word);
+  bool save_dir = std::any_of(word, command.end(), [](const std::string& w) {
+    return w == "--save_dir" || (w.rfind("--save_dir=", 0) == 0 && w.size() > 11);
+  });
+  if (!save_dir)
+    return "runs `ddpx train` without --save_dir: it has nowhere to write a snapshot; start it "
+           "with --save_dir DIR";
+  return "";
+}
+
 void snapshot_job(const std::string& id, bool then_stop) {
   JobRecord job = signallable_job(jobs_dir(false), id, "snapshot");
   DDPX_CHECK(job.kind == "run", ErrorKind::kUsage,
              "job {} is a `ddpx shell`; snapshot the `ddpx run` job started inside it", id);
+  std::vector<std::string> words;
+  std::istringstream line(job.command);
+  for (std::string w; line >> w;) words.push_back(w);
+  std::string refusal = snapshot_refusal(words);
+  DDPX_CHECK(refusal.empty(), ErrorKind::kUsage, "job {} {}", id, refusal);
   int signal = then_stop ? SIGUSR2 : SIGUSR1;
   if (::kill(job.pid, signal) != 0)
     fail(ErrorKind::kIo, "cannot signal job {} (pid {}): {}", id, job.pid, std::strerror(errno));

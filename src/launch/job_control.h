@@ -26,7 +26,14 @@ int stop_job(const std::string& id, double timeout_s);
 // Asks a running job for a snapshot: SIGUSR1 to its launcher, which forwards it to the workers
 // (`ddpx train` writes a checkpoint into its --save_dir at its next step and goes on), or
 // SIGUSR2 with `then_stop` (it stops after the checkpoint). Refuses (kUsage) a job that is not
-// running, a shell, or another user's job unless run as root.
+// running, a shell, a job that cannot write one (snapshot_refusal), or another user's job unless
+// run as root.
 void snapshot_job(const std::string& id, bool then_stop);
+
+// Why a job running `command` (the words after `ddpx run N --`, or a service job's command with
+// the --save_dir the service adds) cannot write a snapshot, or empty when it can: only `ddpx
+// train` with --save_dir writes one; anything else would be signalled for nothing (or killed by
+// a SIGUSR1 it does not handle). `ddpx snapshot` refuses with it, the service answers 409.
+std::string snapshot_refusal(const std::vector<std::string>& command);
 
 }  // namespace ddpx::launch

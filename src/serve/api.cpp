@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "launch/job_control.h"
 #include "serve/auth.h"
 #include "serve/backup.h"
 #include "serve/host_metrics.h"
@@ -354,18 +355,22 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
                            {"state", job_state_name(job.state)},
                            {"epochs", epoch_metrics(log)}});
              }));
-  server.Post(R"(/api/v1/jobs/([^/]+)/snapshots)",
-              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
-                Job job = owned_job(store, u, job_id(req));
-                if (job.state != JobState::kRunning)
-                  refuse(409, "job " + std::to_string(job.id) + " is " + job_state_name(job.state) +
-                                  "; only a running job can take a snapshot");
-                if (!is_train_command(job.command))
-                  refuse(409, "job " + std::to_string(job.id) + " runs `" + job.command.front() +
-                                  "`, not `ddpx train`: only train jobs write snapshots");
-                scheduler.snapshot(job.id);
-                reply(res, {{"id", job.id}, {"requested", true}}, 202);
-              }));
+  server.Post(
+      R"(/api/v1/jobs/([^/]+)/snapshots)",
+      guarded(store, true, [&](const auto& req, auto& res, const User& u) {
+        Job job = owned_job(store, u, job_id(req));
+        if (job.state != JobState::kRunning)
+          refuse(409, "job " + std::to_string(job.id) + " is " + job_state_name(job.state) +
+                          "; only a running job can take a snapshot");
+        // The command as it runs: the service gives every train job its --save_dir.
+        std::vector<std::string> command = job.command;
+        if (is_train_command(command))
+          command.push_back("--save_dir=" + job_checkpoints_dir(scheduler.state_dir(), job.id));
+        std::string refusal = launch::snapshot_refusal(command);
+        if (!refusal.empty()) refuse(409, "job " + std::to_string(job.id) + " " + refusal);
+        scheduler.snapshot(job.id);
+        reply(res, {{"id", job.id}, {"requested", true}}, 202);
+      }));
   server.Get(R"(/api/v1/jobs/([^/]+)/snapshots)",
              guarded(store, true, [&](const auto& req, auto& res, const User& u) {
                Job job = owned_job(store, u, job_id(req));

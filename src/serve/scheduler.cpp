@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "launch/job_control.h"
 #include "launch/job_record.h"
 #include "serve/job_files.h"
 
@@ -145,9 +146,11 @@ void Scheduler::snapshot(int64_t id) {
   DDPX_CHECK(job.state == JobState::kRunning && (job.pid > 0 || !job.slurm_id.empty()),
              ErrorKind::kUsage, "job {} is {}; only a running job can take a snapshot", id,
              job_state_name(job.state));
-  DDPX_CHECK(is_train_command(job.command), ErrorKind::kUsage,
-             "job {} runs `{}`, not `ddpx train`: only train jobs write snapshots", id,
-             job.command.front());
+  std::vector<std::string> command = job.command;  // as it runs: with the service's --save_dir
+  if (is_train_command(command))
+    command.push_back("--save_dir=" + job_checkpoints_dir(options_.state_dir, id));
+  std::string refusal = launch::snapshot_refusal(command);
+  DDPX_CHECK(refusal.empty(), ErrorKind::kUsage, "job {} {}", id, refusal);
   if (!job.slurm_id.empty()) {
     slurm_cancel(job.slurm_id, "USR1");  // to every task (not the batch shell)
     return;

@@ -13,6 +13,7 @@
 #include "serve/api.h"
 #include "serve/auth.h"
 #include "serve/dashboard.h"
+#include "serve/exclusive.h"
 #include "serve/scheduler.h"
 #include "serve/store.h"
 
@@ -67,7 +68,9 @@ int run_service(const ServeOptions& o) {
              "--tls_cert and --tls_key, or --insecure to accept that",
              o.listen);
 
-  Store store(database_path(o.state_dir));
+  std::string database = database_path(o.state_dir);
+  StateLock lock(o.state_dir);  // before the scheduler adopts the folder's running jobs
+  Store store(database);
   SchedulerOptions so;
   so.state_dir = std::filesystem::absolute(o.state_dir).string();
   std::string self = launch::self_executable();
@@ -111,8 +114,15 @@ int run_service(const ServeOptions& o) {
   server->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
   add_routes(*server, store, scheduler);
   add_dashboard_routes(*server);
-  DDPX_CHECK(server->bind_to_port(host.c_str(), port), ErrorKind::kIo,
-             "--listen {}: cannot bind it (in use, or not an address of this host)", o.listen);
+  server->set_socket_options(exclusive_socket_options);
+  if (!server->bind_to_port(host.c_str(), port)) {
+    std::string holder = port_listener(port);
+    DDPX_CHECK(holder.empty(), ErrorKind::kUsage,
+               "--listen {}: port {} is already served by {}; stop it or give another port",
+               o.listen, port, holder);
+    fail(ErrorKind::kIo, "--listen {}: cannot bind it (in use, or not an address of this host)",
+         o.listen);
+  }
   std::string placement = so.slurm ? std::string("jobs go to Slurm")
                                    : fmt::format("{} {} slot(s)", scheduler.total_slots(),
                                                  so.gpus.empty() ? "CPU" : "GPU");

@@ -7,10 +7,11 @@ namespace ddpx::train {
 std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {
   std::vector<std::string> lines;
   lines.push_back(fmt::format(
-      "ddpx train: model {} ({:.2f}M parameters, stem {}) | dataset {} ({} train / {} test, "
+      "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} ({} train / {} test, "
       "{}x{}x{} -> 3x{}x{}, {} classes)",
-      o.model, f.parameters_millions, o.stem, o.dataset, f.train_size, f.test_size, f.height,
-      f.width, f.channels, f.image_size, f.image_size, f.num_classes));
+      o.model, f.parameters_millions, f.stem_choice ? ", stem " + o.stem : std::string(), o.dataset,
+      f.train_size, f.test_size, f.height, f.width, f.channels, f.image_size, f.image_size,
+      f.num_classes));
   const bool with_momentum = o.optimizer == "sgd" || o.optimizer == "lars";
   lines.push_back(
       fmt::format("optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
@@ -18,9 +19,10 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
                   o.optimizer, f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
                   name(o.lr_schedule), o.warmup_epochs, o.normalize, f.threads));
   lines.push_back(fmt::format(
-      "world size {} ({}) | batch size {} per process, global batch {} | accumulation "
-      "steps {} | learning rate {}{}",
-      f.world_size, f.backend, f.batch_size, f.global_batch, o.accumulation_steps, f.learning_rate,
+      "world size {} ({}) | batch size {} per process, global batch {}, test batch {} | "
+      "accumulation steps {} | learning rate {}{}",
+      f.world_size, f.backend, f.batch_size, f.global_batch, o.eval_batch_size,
+      o.accumulation_steps, f.learning_rate,
       o.lr_scale == LrScale::kNone
           ? std::string()
           : fmt::format(" (--learning_rate {} x ({} / {}), {} scaling)", o.learning_rate,

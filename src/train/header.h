@@ -14,6 +14,7 @@ namespace ddpx::train {
 // What the run decided, beside the options it was given.
 struct RunFacts {
   double parameters_millions = 0;
+  bool stem_choice = false;  // the model takes --stem (the resnet family); the header names it
   int64_t train_size = 0, test_size = 0;
   int64_t height = 0, width = 0, channels = 0, image_size = 0, num_classes = 0;
   int threads = 0;

@@ -16,6 +16,8 @@ bool one_of(const std::string& value, std::initializer_list<const char*> choices
 void validate(const TrainOptions& o) {
   auto usage = ErrorKind::kUsage;
   DDPX_CHECK(o.batch_size > 0, usage, "--batch_size must be positive, got {}", o.batch_size);
+  DDPX_CHECK(o.eval_batch_size > 0, usage, "--eval_batch_size must be positive, got {}",
+             o.eval_batch_size);
   DDPX_CHECK(o.num_epochs > 0, usage, "--num_epochs must be positive, got {}", o.num_epochs);
   DDPX_CHECK(o.learning_rate > 0, usage, "--learning_rate must be positive, got {}",
              o.learning_rate);

@@ -36,6 +36,7 @@ struct TrainOptions {
   Schedule lr_schedule = Schedule::kCosine;
   double warmup_epochs = 0.0;
   int64_t batch_size = 128;        // per process, as in the seed
+  int64_t eval_batch_size = 512;   // per process, for the test set (no gradients: larger is fine)
   bool batch_size_scaled = false;  // keep the global batch at batch_size: batch/world per rank
   int64_t accumulation_steps = 1;
   LrScale lr_scale = LrScale::kNone;  // learning rate times (global batch / base_batch_size)^p

@@ -96,6 +96,10 @@ std::string recipe_command(const Recipe& recipe) {
   std::string command;
   for (const auto& [flag, value] : recipe.flags) {
     if (!command.empty()) command += " ";
+    if (value == "false") {
+      command += "--no_" + flag.substr(2);  // the flags a recipe turns off all have a --no_ form
+      continue;
+    }
     command += flag;
     if (value != "true") command += " " + value;
   }

@@ -12,7 +12,8 @@ namespace ddpx::train {
 struct Recipe {
   std::string name;
   std::string summary;
-  // (flag, value) as typed after `ddpx train`; a flag without a value has "true".
+  // (flag, value) as typed after `ddpx train`; a flag without a value has "true", a flag turned
+  // off "false" (typed as its --no_ form).
   std::vector<std::pair<std::string, std::string>> flags;
   int workers = 1;     // the `ddpx run N` it was measured with
   std::string result;  // measured: accuracy, time, machine; or "not yet run: why"

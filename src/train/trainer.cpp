@@ -46,7 +46,6 @@
 namespace ddpx::train {
 namespace {
 
-constexpr int64_t kEvalBatchSize = 512;
 // On a GPU the metrics are read (a host synchronization) every this many steps and at the end
 // of an epoch; on a CPU every step.
 constexpr int64_t kGpuReadEvery = 50;
@@ -218,7 +217,7 @@ class Run {
   }
 
   data::LoaderOptions loader_options(bool train) const {
-    return train::loader_options(o_, splits_, train, train ? batch_size_ : kEvalBatchSize,
+    return train::loader_options(o_, splits_, train, train ? batch_size_ : o_.eval_batch_size,
                                  static_cast<uint64_t>(context_->rank()), device_.is_cuda());
   }
 
@@ -305,6 +304,7 @@ class Run {
     f.rank_devices = context_->gather_text(dist::describe_device(device_));
     const auto& d = splits_.train;
     f.parameters_millions = models::count_parameters(*model_.ptr()) / 1e6;
+    f.stem_choice = models::find_model(o_.model).has_cifar_stem;
     f.train_size = d.size();
     f.test_size = splits_.test.size();
     f.height = d.height();

@@ -139,6 +139,26 @@ TEST(SnapshotCliTest, SnapshotRefusesAJobThatIsNotRunning) {
   EXPECT_NE(r.output.find("no-such-job-"), std::string::npos) << r.output;
 }
 
+// A train job without --save_dir has nowhere to write a snapshot: asking is an error at once
+// (not an exit 0 and a warning in the job's log), and the job goes on untouched.
+TEST(SnapshotCliTest, SnapshotRefusesAJobWithoutSaveDirNamingTheFlag) {
+  test::TempDir dir;
+  std::string name = job_name("nosave");
+  std::string log = dir.file("out.log");
+  std::string train = kTrain.substr(0, kTrain.find(" --save_dir"));
+  pid_t pid = start_in_background(ddpx_run(dir, "1 --job_name " + name + " " + train), log);
+  ASSERT_TRUE(wait_for_text(log, "Epoch - 0/4", 120)) << slurp(log);
+  auto r = test::run_command(test::ddpx_command("snapshot " + name), 30);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("ddpx: error: job " + name +
+                          " runs `ddpx train` without --save_dir: it has nowhere to write a "
+                          "snapshot; start it with --save_dir DIR"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(wait_exit_code(pid, 120), 0) << slurp(log);
+  EXPECT_EQ(slurp(log).find("a snapshot was asked for"), std::string::npos) << slurp(log);
+}
+
 TEST(SnapshotCliTest, StopAfterTheSnapshotAndResumeAutoEndsWhereAnUninterruptedRunDoes) {
   test::TempDir reference, dir;
   auto full = test::run_command(ddpx_run(reference, "2 " + kTrain), 300);

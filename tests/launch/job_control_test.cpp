@@ -122,6 +122,26 @@ TEST_F(JobControlTest, LogsPrintsARanksLogAndFollowsItUntilTheJobEnds) {
   EXPECT_TRUE(contains(unknown.output, "no job 'nosuch' on this host")) << unknown.output;
 }
 
+// Only `ddpx train --save_dir` writes a snapshot: asking another program is refused, naming
+// --save_dir, and the job goes on (SIGUSR1 would have ended the ticker script).
+TEST_F(JobControlTest, SnapshotRefusesAJobThatCannotWriteOne) {
+  pid_t launcher = start_job("a", 1, 600);
+  auto list = wait_for_jobs(1);
+  ASSERT_EQ(list.size(), 1u);
+  std::string id = list[0]["id"];
+  auto snapshot = run_command(ddpx("snapshot " + id), 30);
+  EXPECT_EQ(snapshot.exit_code, 2) << snapshot.output;
+  EXPECT_TRUE(contains(snapshot.output, "ddpx: error: job " + id + " runs `" +
+                                            dir_.file("ticker.sh") +
+                                            "`, not `ddpx train`: only `ddpx train --save_dir "
+                                            "DIR` writes snapshots"))
+      << snapshot.output;
+  ::usleep(300 * 1000);
+  EXPECT_EQ(jobs().size(), 1u) << "the job still runs";
+  run_command(ddpx("stop " + id), 60);
+  EXPECT_EQ(wait_exit_code(launcher, 10), 143);
+}
+
 TEST_F(JobControlTest, StopRefusesAnotherUsersJob) {
   if (::getuid() != 0 || run_command("command -v runuser", 10).exit_code != 0)
     GTEST_SKIP() << "needs root and runuser to act as a second user";

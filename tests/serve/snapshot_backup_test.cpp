@@ -136,7 +136,11 @@ TEST(ServeSnapshotTest, SnapshotRequestsTheServiceCannotHonourGetA4xx) {
   r = s.client().Post(path_of(sleeper, "/snapshots"), auth(alice));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 409);
-  EXPECT_NE(r->body.find("not `ddpx train`"), std::string::npos) << r->body;
+  // The reason `ddpx snapshot` gives for a local job that cannot write one.
+  EXPECT_NE(r->body.find("runs `sleep`, not `ddpx train`: only `ddpx train --save_dir DIR` writes "
+                         "snapshots"),
+            std::string::npos)
+      << r->body;
   s.client().Post(path_of(sleeper, "/stop"), auth(alice));
   wait_ended(s, alice, sleeper["id"]);
 }

@@ -13,18 +13,36 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <stdexcept>
 
 #include "core/error.h"
 
 namespace ddpx::test {
+namespace {
+
+std::vector<std::string>& temp_dir_list() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
+std::mutex& temp_dirs_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace
 
 TempDir::TempDir() {
   std::string tmpl = "/tmp/ddpx_test_XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
+  std::lock_guard<std::mutex> lock(temp_dirs_mutex());
+  temp_dir_list().push_back(path_);
 }
+
+const std::vector<std::string>& temp_dirs() { return temp_dir_list(); }
 
 TempDir::~TempDir() {
   std::error_code ec;

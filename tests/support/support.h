@@ -47,6 +47,8 @@ std::string source_dir();         // the repository root
 std::string fashion_mnist_dir();  // Debian's dataset-fashion-mnist folder
 std::string shell_quote(const std::string& s);
 int free_port();  // a TCP port free on 127.0.0.1 right now
+// Every TempDir this process made (jobs_dir.cpp tells this test's job records by them).
+const std::vector<std::string>& temp_dirs();
 void write_bytes(const std::string& path, const std::string& bytes);
 
 }  // namespace ddpx::test

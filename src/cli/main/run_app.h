@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "cli/help_format.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -21,6 +22,7 @@ inline int run_app(CLI::App& app, int argc, char** argv, const int& exit_code,
     return log::rank() > 0 ? "ddpx: error [rank " + std::to_string(log::rank()) + "]: "
                            : std::string("ddpx: error: ");
   };
+  use_help_formatter(app);
   if (argc <= 1) {
     std::fputs(app.help().c_str(), stdout);
     return 2;
