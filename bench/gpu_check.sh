@@ -174,13 +174,17 @@ step_bench() {
   for dtype in fp32 tf32 bf16 fp16; do
     run_timed "gemm_$dtype" 60 "$ddpx" bench gemm --device cuda --size 8192 --dtype "$dtype"
   done
+  local sizes="-b 1024 -e 268435456"
   if ((gpus > 1)); then
-    run_timed allreduce_nccl 120 "$ddpx" run "$gpus" -- bench allreduce --device cuda -b 1024 -e 268435456
+    run_timed allreduce_nccl 120 "$ddpx" run "$gpus" -- bench allreduce --device cuda \
+      --backend nccl $sizes
   else
-    # One GPU: a world of one on NCCL, and two ranks sharing the GPU through Gloo.
-    run_timed allreduce_nccl1 120 "$ddpx" run 1 -- bench allreduce --device cuda -b 1024 -e 268435456
+    # One GPU: a world of one on NCCL, and two ranks sharing the GPU through Gloo (slower: up to
+    # 64 MiB).
+    run_timed allreduce_nccl1 120 "$ddpx" run 1 -- bench allreduce --device cuda --backend nccl \
+      $sizes
     run_timed allreduce_gloo2 180 "$ddpx" run 2 --gpus 0,0 -- bench allreduce --device cuda \
-      --transport gloo -b 1024 -e 67108864
+      --backend gloo -b 1024 -e 67108864
   fi
   # World size 1 against no DDP: the same workload twice each, interleaved.
   for round in 1 2; do
@@ -191,7 +195,8 @@ step_bench() {
 }
 
 step_peer() {
-  TAIL_LINES=10 run_timed compare 560 "DEVICE=cuda DDPX_PYTHON=$python DDPX_BIN=$ddpx bench/compare_train.sh 50"
+  TAIL_LINES=10 run_timed compare 560 \
+    "DEVICE=cuda DDPX_PYTHON=$python DDPX_BIN=$ddpx bench/compare_train.sh 50"
 }
 
 step_recipes() {
@@ -214,9 +219,11 @@ step_recipes() {
 # What the build needs, said before anything starts.
 preflight() {
   local ok=1
-  for tool in cmake ninja c++ "$python"; do
+  for tool in cmake ninja "$python"; do
     command -v "$tool" >/dev/null || { echo "gpu_check: $tool is not on PATH" >&2; ok=0; }
   done
+  command -v c++ >/dev/null || command -v g++ >/dev/null ||
+    { echo "gpu_check: no C++ compiler (c++, g++) on PATH" >&2; ok=0; }
   "$python" -c 'import torch' 2>/dev/null ||
     { echo "gpu_check: $python cannot import torch; set DDPX_PYTHON" >&2; ok=0; }
   if [[ ! -d "$kit" ]]; then

@@ -44,8 +44,10 @@ endfunction()
 find_package(ZLIB QUIET)
 if(NOT ZLIB_FOUND)
   set(ZLIB_ROOT ${DDPX_KIT})
-  ddpx_kit_headers(ddpx_kit_zlib zlib.h)  # only its message and check: FindZLIB makes the target
+  ddpx_kit_headers(ddpx_kit_zlib zlib.h)  # only its check: FindZLIB makes the target
   find_package(ZLIB REQUIRED)
+elseif(ZLIB_INCLUDE_DIRS MATCHES "^${DDPX_KIT}/")  # the kit's, cached by an earlier configure
+  message(STATUS "ddpx: zlib.h from the kit ${DDPX_KIT}")
 endif()
 find_package(nlohmann_json QUIET)
 if(NOT nlohmann_json_FOUND)

@@ -34,8 +34,8 @@ expect "ctest -L gpu"
 for dtype in fp32 tf32 bf16 fp16; do
   expect "bench gemm --device cuda --size 8192 --dtype $dtype"
 done
-expect "run 1 -- bench allreduce --device cuda"               # a world of one on NCCL
-expect "run 2 --gpus 0,0 -- bench allreduce --device cuda --transport gloo"
+expect "run 1 -- bench allreduce --device cuda --backend nccl"  # a world of one on NCCL
+expect "run 2 --gpus 0,0 -- bench allreduce --device cuda --backend gloo"
 expect "src/ddpx bench train --device cuda --amp bf16"        # no DDP ...
 expect "run 1 -- bench train --device cuda --amp bf16"        # ... against world size 1
 expect "train --device cuda --amp bf16 --channels_last --num_epochs 1"
