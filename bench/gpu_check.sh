@@ -164,7 +164,7 @@ step_build() {
 }
 
 step_tests() {
-  TAIL_LINES=60 run_timed ctest 570 "cd $build && ctest -L gpu --output-on-failure --timeout 300"
+  TAIL_LINES=60 run_timed ctest 570 "cd $build && ctest -L gpu --output-on-failure"
 }
 
 step_bench() {

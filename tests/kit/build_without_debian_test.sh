@@ -7,14 +7,16 @@
 # job service's stand-in and the launcher (nlohmann-json), the objects that include CLI11, Gloo's
 # headers and zlib, and GoogleTest from the kit's sources (`ddpx` itself waits for ddpx-torch, the
 # whole build: too long for CI on 2 cores). DDPX_KIT_TEST_FULL=1 builds everything the GPU check
-# runs (ddpx, ddpx-torch, test_gpu: 140 steps) and checks that `ddpx serve` and `ddpx submit` of
-# that build say they are not in it.
-# The build folder build-kit-test/ stays for the next run (ccache and ninja reuse it).
+# runs (ddpx, ddpx-torch, test_gpu: 140 steps) and checks that those binaries need none of the
+# service's or the download's libraries and that `ddpx serve` and `ddpx submit` say they are not
+# in that build.
+# The build folder build-kit-test/ ($DDPX_KIT_TEST_BUILD) stays for the next run (ccache and ninja
+# reuse it).
 # Usage: tests/kit/build_without_debian_test.sh PYTHON   (the Python whose torch is built against)
 set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 python="${1:?usage: build_without_debian_test.sh PYTHON}"
-build="$src/build-kit-test"
+build="${DDPX_KIT_TEST_BUILD:-$src/build-kit-test}"
 kit="$build/kit"
 fail() {
   echo "FAIL: $*" >&2
@@ -64,6 +66,13 @@ if [[ "${DDPX_KIT_TEST_FULL:-0}" != 1 ]]; then
   echo "PASS: configured and built ${targets[*]} from the kit with the Debian -dev packages hidden"
   exit 0
 fi
+# The binaries need no library of the service or the download (libtorch, CUDA, glibc alone).
+for bin in ddpx ddpx-torch; do
+  needed=$(readelf -d "$build/b/src/$bin" | grep NEEDED || true)
+  if grep -Eq 'libcurl|libarchive|libsqlite3|libssl|libcrypto|httplib|libz\.so' <<<"$needed"; then
+    fail "$bin needs a library the GPU-check build leaves out: $needed"
+  fi
+done
 # The commands left out say so, in one line, with a usage exit code.
 for cmd in "serve --state $build/state" "submit --server http://127.0.0.1:1 -- train"; do
   set +e
