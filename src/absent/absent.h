@@ -7,11 +7,11 @@
 
 namespace ddpx::absent {
 
-// `what` is not in this build: a usage error naming the build option and the way out.
+// `what` is not in this build: a usage error naming the build option and the way out (`instead`).
 [[noreturn]] inline void not_built(const char* what, const char* instead) {
   fail(ErrorKind::kUsage,
        "{} is not in this build (configured with -DDDPX_GPU_CHECK=ON, which leaves out the "
-       "libraries it needs); {}, or use a full build (scripts/build)",
+       "libraries it needs); {}",
        what, instead);
 }
 

@@ -8,7 +8,7 @@ namespace {
 
 constexpr const char* kWhat = "`ddpx data download` (libcurl)";
 constexpr const char* kInstead =
-    "download on a machine with a full build and copy the files into --data_dir";
+    "download with a full build (scripts/build) and copy the files into --data_dir";
 
 }  // namespace
 
