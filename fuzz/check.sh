@@ -4,19 +4,23 @@
 # found a bug (fuzz/regressions/) once each, then fuzzes each target from its seeds for a fixed
 # time, as many at a time as there are cores. Any crash, sanitizer report, leak, timeout or
 # out-of-memory fails the stage and names the input that caused it.
-#   Usage: fuzz/check.sh [seconds per target=60]     (0: build and replay only)
+#   Usage: fuzz/check.sh [seconds per target=60 [TARGET...]]   (0: build and replay only;
+#          the targets default to every fuzz/fuzz_*.cpp, e.g. `fuzz/check.sh 60 pickle idx`)
 # $DDPX_PYTHON names the torch to build against (scripts/test sets it); $DDPX_JOBS the cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
+shift $(($# > 0 ? 1 : 0))
 jobs="${DDPX_JOBS:-$(nproc)}"
 build=build-fuzz
 start=$(date +%s)
-targets=()
-for f in fuzz/fuzz_*.cpp; do
-  t=$(basename "$f" .cpp)
-  targets+=("${t#fuzz_}")
-done
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  for f in fuzz/fuzz_*.cpp; do
+    t=$(basename "$f" .cpp)
+    targets+=("${t#fuzz_}")
+  done
+fi
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   ${DDPX_PYTHON:+-DDDPX_PYTHON="$DDPX_PYTHON"} -DDDPX_BUILD_FUZZERS=ON -DDDPX_SANITIZE=ON \
@@ -42,7 +46,7 @@ for t in "${targets[@]}"; do
     >"$log" 2>&1; then
     echo "fuzz replay $t: ${#inputs[@]} inputs, no finding"
   else
-    grep -E -A 12 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" | head -40 || true
+    grep -E -A 30 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" | head -50 || true
     input=$(sed -n 's/^Running: //p' "$log" | tail -n 1)
     echo "fuzz replay $t: FAILED on ${input:-?} (log: $log; reproduce:" \
       "source cmake/sanitizer.env; ${frame[*]} $build/fuzz/fuzz_$t $input)" >&2

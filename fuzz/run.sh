@@ -25,7 +25,7 @@ echo "$target: exit $status; last status: $last"
 grep -E 'stat::number_of_executed_units|stat::peak_rss_mb' "$log" || true
 if [ "$status" -ne 0 ]; then
   # The report itself (sanitizer stack, libFuzzer's reason), then the input that caused it.
-  grep -E -A 12 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" | head -40 || true
+  grep -E -A 30 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" | head -50 || true
   input=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
   echo "$target: FINDING after ${seconds}s budget; input: ${input:-none written, see $log}" >&2
   echo "$target: reproduce with: source cmake/sanitizer.env; $build/fuzz/fuzz_$target ${input:-}" >&2
