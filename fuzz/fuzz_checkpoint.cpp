@@ -12,6 +12,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
+#include <torch/version.h>
 #include <zlib.h>
 
 #include <cstddef>
@@ -61,7 +62,10 @@ void write_seeds(const std::string& dir) {
       loss.backward();
       f.optimizer.step();
     }
-    std::string path = dir + "/linear_step" + std::to_string(steps) + ".ddpx";
+    // Named after the libtorch that wrote them: checkpoints of older builds stay seeds too.
+    std::string path = dir + "/linear_torch" + std::to_string(TORCH_VERSION_MAJOR) + "." +
+                       std::to_string(TORCH_VERSION_MINOR) + "_step" + std::to_string(steps) +
+                       ".ddpx";
     ddpx::train::save_checkpoint(path, *f.model, f.optimizer, {steps, 10 * steps}, f.meta);
     // The same checkpoint as a bare payload, for the framed path.
     ddpx::write_file_atomic(path + ".payload", ddpx::read_file(path).substr(kHeaderBytes));
@@ -86,8 +90,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bytes =
       whole || !frame ? std::string(reinterpret_cast<const char*>(data), size) : framed(data, size);
   try {
-    ddpx::models::read_torch_zip(
-        whole ? bytes.substr(kHeaderBytes < size ? kHeaderBytes : size) : bytes, "fuzz", "");
+    // The payload alone: a framed input's header is not part of the archive.
+    ddpx::models::read_torch_zip(whole ? bytes.substr(kHeaderBytes < size ? kHeaderBytes : size)
+                                       : std::string(reinterpret_cast<const char*>(data), size),
+                                 "fuzz", "");
   } catch (const ddpx::Error& e) {
     if (verbose) std::printf("zip rejected: %s\n", e.what());
   }

@@ -1,5 +1,18 @@
-# Seeds for fuzz_state_dict, written by Python's torch.save (Debian's python3-torch 1.13).
-import collections, torch
+# Seeds for fuzz_state_dict, written by Python's torch.save into the current folder. Each name
+# ends in the writer's torch version (torch 2.x adds byteorder, .format_version and
+# .data/serialization_id records); the names without one were written by Debian's torch 1.13.
+#   Usage: cd fuzz/corpus/state_dict && python ../../make_state_dict_seeds.py
+import collections, os, torch
+
+_save = torch.save
+_suffix = "_torch" + ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+def save(obj, name):
+    _save(obj, os.path.splitext(name)[0] + _suffix + ".pth")
+
+
+torch.save = save
 torch.manual_seed(0)
 lin = torch.nn.Linear(3, 2)
 torch.save(lin.state_dict(), "linear_ordereddict.pth")          # OrderedDict with _metadata
@@ -14,4 +27,4 @@ torch.save(collections.OrderedDict([("h", torch.ones(2, dtype=torch.float16)),
                                     ("u", torch.tensor([3], dtype=torch.uint8)),
                                     ("s", torch.tensor(1.5))]), "dtypes_ordereddict.pth")
 torch.save({"w": torch.zeros(0, 3), "b": torch.zeros(3)}, "empty_tensor.pth")
-torch.save({"w": torch.ones(2)}, "single_entry_dict.pth")  # SETITEM: libtorch 1.13 rejects it
+torch.save({"w": torch.ones(2)}, "single_entry_dict.pth")  # SETITEM: libtorch 1.13 rejected it

@@ -20,6 +20,9 @@ constexpr uint64_t kDeflate = 8;
 constexpr uint32_t kZip64Locator = 0x07064b50, kZip64End = 0x06064b50;
 constexpr size_t kLocatorBytes = 20, kZip64EndBytes = 56;
 constexpr uint64_t kZip64Extra = 0x0001;
+// General-purpose flags libtorch's miniz refuses when it reads a record (encrypted, patched,
+// strongly encrypted, masked directory): its zip reader then leaks. torch.save sets 0x808.
+constexpr uint64_t kUnreadableFlags = 0x0001 | 0x0020 | 0x0040 | 0x2000;
 
 // The storage types of plain tensors. Quantized ones (QInt8Storage, ...) are left out: libtorch
 // rebuilds them without a quantizer, and the first operation on one fails an internal assert.
@@ -79,6 +82,7 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const s
   for (uint64_t i = 0; i < entries; ++i) {
     if (at + kCentralBytes > directory + directory_size) bad("central directory truncated");
     if (le(bytes, at, 4) != kCentralEntry) bad("bad central directory entry");
+    if (le(bytes, at + 8, 2) & kUnreadableFlags) bad("encrypted or patched record");
     const uint64_t method = le(bytes, at + 10, 2);
     uint64_t packed = le(bytes, at + 20, 4), size = le(bytes, at + 24, 4);
     const uint64_t name_len = le(bytes, at + 28, 2), extra_len = le(bytes, at + 30, 2),
