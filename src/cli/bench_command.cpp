@@ -7,8 +7,8 @@
 #include "bench/train_bench.h"
 #include "cli/choices.h"
 #include "cli/commands.h"
-#include "core/error.h"
 #include "cli/help_format.h"
+#include "core/error.h"
 
 namespace ddpx::cli {
 
