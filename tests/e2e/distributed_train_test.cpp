@@ -108,9 +108,10 @@ TEST(DistributedTrainTest, AStalledRankEndsTheJobWithinTheTimeout) {
   EXPECT_NE(r.output.find("rank(s) 1"), std::string::npos) << "names the rank behind\n" << r.output;
   // The default CPU step (SGD split across the ranks, inside backward) is in the collective
   // record like every other collective: rank 0's error carries the sequence number and the
-  // verdict, and the launcher prints the table of docs/distributed.md.
-  EXPECT_TRUE(
-      std::regex_search(r.output, std::regex(R"(gradient all-reduce \(seq [0-9]+\) failed: )")))
+  // verdict, and the launcher prints the table of docs/distributed.md. Which collective the
+  // stop lands in is a race (the gradients' reduce-and-step, or the step's metric sum), so the
+  // error is checked for its sequence number, not for one collective's name.
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(ddpx: error: .* \(seq [0-9]+\) failed: )")))
       << r.output;
   EXPECT_NE(r.output.find("ddpx run: collectives of every rank"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("# rank  pid"), std::string::npos) << r.output;
