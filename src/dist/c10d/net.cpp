@@ -88,14 +88,16 @@ std::optional<std::string> wait_for_listener(
   AddrInfo list = resolve(host, port, SOCK_STREAM, 0);
   const addrinfo* a = prefer_ipv4(list);
   milliseconds pause(50);
-  std::optional<Clock::time_point> reported;
+  // The first line only once it has waited report_every: ranks that start before rank 0
+  // listens (srun, torchrun) meet a refused port for a moment at every start.
+  Clock::time_point reported = Clock::now();
   while (true) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     auto failure = try_connect(*a, std::clamp(left, milliseconds(1), milliseconds(1000)));
     if (!failure) return std::nullopt;
     const auto now = Clock::now();
     if (now + pause >= deadline) return failure;
-    if (!reported || now - *reported >= report_every) {
+    if (now - reported >= report_every) {
       waiting(*failure);
       reported = now;
     }

@@ -29,7 +29,8 @@ std::vector<std::string> host_addresses();
 // Tries to open a TCP connection to host:port (and closes it) until one succeeds or `deadline`
 // passes, with pauses growing from 50 ms to 1 s between tries. Returns nullopt once something
 // accepts, else the last failure ("Connection refused", "no answer within 1000 ms"). `waiting` is
-// called with that failure after the first failed try and then at most every `report_every`.
+// called with that failure once it has waited `report_every`, and then at most that often (a
+// port refused for a moment, while rank 0 starts, says nothing).
 // Why: libtorch's TCPStore client retries on its own, printing a warning with a 10-frame C++
 // backtrace per retry, for as long as the timeout (30 minutes by default); a rank that finds
 // the port open first connects at once and prints nothing.
