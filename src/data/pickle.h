@@ -69,6 +69,7 @@ struct Limits {
   int64_t max_values = 1 << 22;   // values created, guards memory on hostile input
   int64_t max_mark_depth = 1000;  // nested MARKs
   int64_t max_memo = 1 << 22;     // memo slots
+  int64_t max_links = 1 << 23;    // slots in lists and dicts: BUILD can double a dict per opcode
 };
 
 class Pickle {

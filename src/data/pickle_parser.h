@@ -108,12 +108,20 @@ class Parser {
     if (it == memo_.end()) bad(fmt::format("memo entry {} was never stored", index));
     return it->second;
   }
+  // Counts slots added to lists and dicts: a few bytes of BUILD on a memoized dict double it.
+  void link(size_t n) {
+    links_ += static_cast<int64_t>(n);
+    if (links_ > limits_.max_links)
+      bad(fmt::format("more than {} list and dict items", limits_.max_links));
+  }
   void set_item(Value* dict, Value* key, Value* value) {
     expect(dict, Kind::kDict, "the target of SETITEM");
+    link(1);
     dict->entries.emplace_back(key, value);
   }
   void append(Value* list, Value* item) {
     if (list->kind != Kind::kList) bad(fmt::format("APPEND to a {}", kind_name(list->kind)));
+    link(1);
     list->items.push_back(item);
   }
   Value* make_global(std::string module, std::string name) {
@@ -137,6 +145,7 @@ class Parser {
   std::vector<Value*> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Value*> memo_;
+  int64_t links_ = 0;
   Pickle out_;
 };
 

@@ -129,6 +129,7 @@ void Parser::build(Value* obj, Value* state) {
   } else if (obj->kind == Kind::kObject) {
     obj->state = state;
   } else if (obj->kind == Kind::kDict && state->kind == Kind::kDict) {
+    link(state->entries.size());
     auto entries = state->entries;  // a copy: the state may be the dict itself (memo)
     obj->entries.insert(obj->entries.end(), entries.begin(), entries.end());
   } else {

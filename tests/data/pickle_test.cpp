@@ -260,5 +260,26 @@ TEST(PickleTest, SelfReferencesAreKeptWithoutLoopingOrLeaking) {
   EXPECT_EQ(dict.root()->entries.size(), 2u);
 }
 
+TEST(PickleTest, SelfBuildDoublingStopsAtTheItemLimit) {
+  // d = {1: 1}; then d.__setstate__(d) forty times: two bytes an opcode, 2^40 entries unchecked
+  // (the fuzzer's out-of-memory finding, fuzz/regressions/pickle/oom-build-doubling).
+  using namespace std::string_literals;
+  std::string bytes = "\x80\x02}q\x00K\x01K\x01s"s;
+  for (int i = 0; i < 40; ++i) bytes += "h\x00" "b"s;
+  bytes += ".";
+  try {
+    parse(bytes, "doubling.pkl");
+    FAIL() << "a dict doubled 40 times was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::strstr(e.what(), "doubling.pkl"), nullptr) << e.what();
+    EXPECT_NE(std::strstr(e.what(), "list and dict items"), nullptr) << e.what();
+  }
+  Limits limits;
+  limits.max_links = 1 << 10;
+  std::string ten = "\x80\x02}q\x00K\x01K\x01s"s;
+  for (int i = 0; i < 9; ++i) ten += "h\x00" "b"s;
+  EXPECT_EQ(parse(ten + ".", "ok.pkl", limits).root()->entries.size(), 512u);
+}
+
 }  // namespace
 }  // namespace ddpx::data::pickle
