@@ -7,8 +7,8 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "dist/context.h"
-#include "dist/ddp.h"
+#include "distributed/context.h"
+#include "parallel/data/ddp.h"
 
 // x: (B, 16) -> (B, 1)
 struct MlpImpl : torch::nn::Module {
@@ -36,7 +36,7 @@ int main() try {
 
   torch::manual_seed(100 + rank);  // different inits on purpose: DDP copies rank 0's weights
   Mlp model;
-  ddpx::dist::DistributedDataParallel ddp(torch::nn::AnyModule(model), *context);
+  ddpx::parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), *context);
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
 
   const int64_t batch = 32;

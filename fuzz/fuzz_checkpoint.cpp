@@ -25,7 +25,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "models/torch_file.h"
+#include "io/torch_file.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -91,9 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       whole || !frame ? std::string(reinterpret_cast<const char*>(data), size) : framed(data, size);
   try {
     // The payload alone: a framed input's header is not part of the archive.
-    ddpx::models::read_torch_zip(whole ? bytes.substr(kHeaderBytes < size ? kHeaderBytes : size)
-                                       : std::string(reinterpret_cast<const char*>(data), size),
-                                 "fuzz", "");
+    ddpx::io::read_torch_zip(whole ? bytes.substr(kHeaderBytes < size ? kHeaderBytes : size)
+                                   : std::string(reinterpret_cast<const char*>(data), size),
+                             "fuzz", "");
   } catch (const ddpx::Error& e) {
     if (verbose) std::printf("zip rejected: %s\n", e.what());
   }

@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/gzip.h"
 #include "data/idx.h"
+#include "io/gzip.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const ddpx::Error&) {
   }
   try {
-    if (ddpx::data::is_gzip(bytes)) ddpx::data::gunzip(bytes, "fuzz", 1 << 24);
+    if (ddpx::io::is_gzip(bytes)) ddpx::io::gunzip(bytes, "fuzz", 1 << 24);
   } catch (const ddpx::Error&) {
   }
   return 0;

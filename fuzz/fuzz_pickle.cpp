@@ -6,14 +6,14 @@
 
 #include "core/error.h"
 #include "data/cifar.h"
-#include "data/pickle.h"
+#include "io/pickle.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  ddpx::data::pickle::Limits limits;
+  ddpx::io::pickle::Limits limits;
   limits.max_values = 1 << 16;  // keeps each run fast; the logic is the same as the default
   try {
-    ddpx::data::pickle::parse(bytes, "fuzz", limits);
+    ddpx::io::pickle::parse(bytes, "fuzz", limits);
   } catch (const ddpx::Error&) {
   }
   try {

@@ -1,5 +1,5 @@
 // Unpacking CIFAR's tar.gz in a -DDDPX_GPU_CHECK=ON build (see absent.h): no libarchive here.
-#include "data/archive.h"
+#include "io/archive.h"
 
 #include "absent/absent.h"
 

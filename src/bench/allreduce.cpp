@@ -8,9 +8,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "dist/collectives.h"
-#include "dist/context.h"
-#include "dist/shm/shm_backend.h"
+#include "distributed/collectives.h"
+#include "distributed/context.h"
+#include "distributed/shm/shm_backend.h"
 
 namespace ddpx::bench {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dist/choices.h"
+#include "distributed/choices.h"
 
 namespace ddpx::bench {
 

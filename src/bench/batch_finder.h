@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/choices.h"
+#include "distributed/choices.h"
 #include "train/amp.h"
 
 namespace ddpx::bench {

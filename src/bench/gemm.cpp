@@ -17,8 +17,8 @@
 #include "bench/peaks.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "dist/device.h"
-#include "dist/world.h"
+#include "distributed/device.h"
+#include "distributed/world.h"
 #include "train/threads.h"
 
 namespace ddpx::bench {

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "dist/choices.h"
+#include "distributed/choices.h"
 
 namespace ddpx::bench {
 

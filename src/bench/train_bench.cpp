@@ -20,11 +20,11 @@
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/sampler.h"
-#include "dist/context.h"
-#include "dist/ddp.h"
-#include "dist/device.h"
+#include "distributed/context.h"
+#include "distributed/device.h"
 #include "models/flops.h"
 #include "models/registry.h"
+#include "parallel/data/ddp.h"
 #include "train/placement.h"
 #include "train/step_strategy.h"
 #include "train/threads.h"
@@ -105,13 +105,13 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   const double forward_flops =
       models::count_forward_flops(model, torch::zeros({1, 3, o.image_size, o.image_size}));
   train::place_model(*model.ptr(), device, o.channels_last);
-  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
   if (context->distributed()) {
-    dist::DdpOptions d;
+    parallel::DdpOptions d;
     d.bucket_bytes = o.bucket_mb << 20;
     d.first_bucket_bytes = o.first_bucket_mb << 20;
     d.comm_hook = o.comm_hook;
-    ddp = std::make_unique<dist::DistributedDataParallel>(model, *context, d);
+    ddp = std::make_unique<parallel::DistributedDataParallel>(model, *context, d);
   }
   torch::optim::SGD optimizer(model.ptr()->parameters(),
                               torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));

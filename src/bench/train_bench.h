@@ -25,7 +25,7 @@
 #include <optional>
 #include <string>
 
-#include "dist/choices.h"
+#include "distributed/choices.h"
 #include "train/amp.h"
 
 namespace ddpx::bench {

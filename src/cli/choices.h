@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/choices.h"
+#include "distributed/choices.h"
 #include "train/amp.h"
 #include "train/optim.h"
 

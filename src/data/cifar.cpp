@@ -6,10 +6,12 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "data/archive.h"
-#include "data/pickle.h"
+#include "io/archive.h"
+#include "io/pickle.h"
 
 namespace ddpx::data {
+
+namespace pickle = io::pickle;
 namespace {
 
 namespace fs = std::filesystem;
@@ -167,7 +169,7 @@ fs::path find_folder(const std::string& name, const fs::path& dir, bool cifar100
   for (size_t i = 0; i < layout.archives.size(); ++i) {
     fs::path archive = dir / layout.archives[i];
     if (!fs::is_regular_file(archive)) continue;
-    extract_archive(archive.string(), dir.string());
+    io::extract_archive(archive.string(), dir.string());
     DDPX_CHECK(fs::is_directory(dir / layout.folders[i]), ErrorKind::kData,
                "{} did not contain {}/; delete it and run `ddpx data download {} --data_dir {}`",
                archive.string(), layout.folders[i], name, dir.string());

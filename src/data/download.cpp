@@ -12,7 +12,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/archive.h"
+#include "io/archive.h"
 
 namespace ddpx::data {
 namespace {
@@ -150,7 +150,7 @@ void fetch_file(const RemoteFile& file, const std::string& data_dir,
   }
   if (file.unpack) {
     if (options.progress) log::info("unpacking {}", target);
-    extract_archive(target, data_dir);
+    io::extract_archive(target, data_dir);
   }
 }
 

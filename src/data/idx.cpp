@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/gzip.h"
+#include "io/gzip.h"
 
 namespace ddpx::data {
 namespace {
@@ -100,8 +100,8 @@ Dataset load_split(const std::string& name, const std::string& dir, const std::s
   Dataset split;
   split.name = name;
   split.num_classes = 10;
-  split.images = parse_idx_images(read_maybe_gzip(images_path), images_path);
-  split.labels = parse_idx_labels(read_maybe_gzip(labels_path), labels_path, split.num_classes);
+  split.images = parse_idx_images(io::read_maybe_gzip(images_path), images_path);
+  split.labels = parse_idx_labels(io::read_maybe_gzip(labels_path), labels_path, split.num_classes);
   DDPX_CHECK(split.images.size(0) == split.labels.size(0), ErrorKind::kData,
              "{} has {} images but {} has {} labels; the files are from different sets",
              images_path, split.images.size(0), labels_path, split.labels.size(0));

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/torch_file.h"
+#include "io/torch_file.h"
 
 namespace ddpx::models {
 namespace {
@@ -155,13 +155,13 @@ std::map<std::string, torch::Tensor> read_state_dict_from(std::string_view bytes
                                                           const std::string& path) {
   const std::string hint =
       "save it from Python with torch.save(model.state_dict(), path) (torch >= 1.6)";
-  TorchZip zip = read_torch_zip(bytes, path, hint);
+  io::TorchZip zip = io::read_torch_zip(bytes, path, hint);
   auto data_pkl = zip.records.find("data.pkl");
   DDPX_CHECK(data_pkl != zip.records.end(), ErrorKind::kData,
              "weights file '{}' has a compressed data.pkl; {}", path, hint);
   std::string pickle(data_pkl->second);
   const bool placeholder = rewrite_ordered_dict(pickle);
-  check_state_dict_pickle(pickle, path);
+  io::check_state_dict_pickle(pickle, path);
   RecordSizes record_sizes;
   torch::IValue value;
   try {

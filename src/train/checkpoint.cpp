@@ -15,7 +15,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "models/torch_file.h"
+#include "io/torch_file.h"
 
 namespace ddpx::train {
 namespace {
@@ -87,7 +87,7 @@ torch::serialize::InputArchive open_archive(const std::string& bytes, const std:
   std::string payload = verified_payload(bytes, name);
   // libtorch's zip reader leaks when it rejects an archive; ddpx's own zip check
   // (models/torch_file.h) rejects first what it would reject in its constructor.
-  models::read_torch_zip(payload, name, "the checkpoint is damaged; use an older one");
+  io::read_torch_zip(payload, name, "the checkpoint is damaged; use an older one");
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(payload.data(), payload.size(), device);

@@ -6,7 +6,7 @@
 #include <torch/types.h>
 
 #include "data/loader.h"
-#include "dist/context.h"
+#include "distributed/context.h"
 #include "train/amp.h"
 
 namespace ddpx::train {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "dist/context.h"
+#include "distributed/context.h"
 
 namespace ddpx::train {
 

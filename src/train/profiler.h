@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/context.h"
+#include "distributed/context.h"
 
 namespace torch::autograd::profiler {
 struct ProfilerResult;

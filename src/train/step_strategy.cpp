@@ -3,21 +3,21 @@
 
 #include <torch/optim/sgd.h>
 
-#include "dist/context.h"
-#include "dist/ddp.h"
-#include "dist/shm/sharded_sgd.h"
+#include "distributed/context.h"
 #include "optim/foreach_sgd.h"
 #include "optim/sgd_kernel.h"
+#include "parallel/data/ddp.h"
+#include "parallel/data/sharded_sgd.h"
 #include "train/optim.h"
 
 namespace ddpx::train {
 
 StepStrategy::StepStrategy(torch::optim::Optimizer& optimizer, const dist::Context& context,
-                           dist::DistributedDataParallel* ddp, StepOptions options)
+                           parallel::DistributedDataParallel* ddp, StepOptions options)
     : optimizer_(optimizer) {
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
   if (sgd != nullptr && ddp != nullptr && ddp->distributed() && options.split) {
-    sharded_ = dist::ShardedSgd::create(*sgd, context.process_group(), context.shm());
+    sharded_ = parallel::ShardedSgd::create(*sgd, context.process_group(), context.shm());
   }
   if (sharded_) {
     kind_ = options.inside_backward && sharded_->step_in_backward(*ddp) ? Kind::kSplitInBackward

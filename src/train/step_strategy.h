@@ -20,9 +20,11 @@
 
 namespace ddpx::dist {
 class Context;
+}  // namespace ddpx::dist
+namespace ddpx::parallel {
 class DistributedDataParallel;
 class ShardedSgd;
-}  // namespace ddpx::dist
+}  // namespace ddpx::parallel
 
 namespace ddpx::train {
 
@@ -39,7 +41,7 @@ class StepStrategy {
   // Collective when `ddp` is distributed (all ranks construct it together, after DDP wraps the
   // model and any checkpoint is loaded). `optimizer` and `ddp` must outlive this object.
   StepStrategy(torch::optim::Optimizer& optimizer, const dist::Context& context,
-               dist::DistributedDataParallel* ddp, StepOptions options = {});
+               parallel::DistributedDataParallel* ddp, StepOptions options = {});
   ~StepStrategy();
 
   Kind kind() const { return kind_; }
@@ -54,7 +56,7 @@ class StepStrategy {
 
  private:
   torch::optim::Optimizer& optimizer_;
-  std::unique_ptr<dist::ShardedSgd> sharded_;
+  std::unique_ptr<parallel::ShardedSgd> sharded_;
   Kind kind_ = Kind::kPlain;
 };
 

@@ -11,7 +11,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "dist/world.h"
+#include "distributed/world.h"
 
 namespace ddpx {
 namespace {

@@ -17,13 +17,13 @@
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "data/transforms.h"
-#include "dist/context.h"
-#include "dist/ddp.h"
-#include "dist/device.h"
-#include "dist/sync_batch_norm.h"
+#include "distributed/context.h"
+#include "distributed/device.h"
 #include "models/registry.h"
 #include "optim/clip_grad.h"
 #include "optim/loss_scaler.h"
+#include "parallel/data/ddp.h"
+#include "parallel/data/sync_batch_norm.h"
 #include "train/amp.h"
 #include "train/checkpoint.h"
 #include "train/curves.h"
@@ -146,7 +146,7 @@ class Run {
     if (!o_.pretrained.empty()) pretrained_note_ = load_pretrained(o_.pretrained, *model_.ptr());
     place_model(*model_.ptr(), device_, o_.channels_last);
     if (o_.sync_bn) {
-      sync_bn_layers_ = dist::convert_sync_batch_norm(*model_.ptr(), *context_);
+      sync_bn_layers_ = parallel::convert_sync_batch_norm(*model_.ptr(), *context_);
       DDPX_CHECK(sync_bn_layers_ > 0, ErrorKind::kUsage,
                  "--sync_bn: --model {} has no BatchNorm layers to synchronize; drop --sync_bn",
                  o_.model);
@@ -184,11 +184,11 @@ class Run {
     // DDP last: it registers its gradient hooks on the parameters as loaded (a checkpoint load
     // replaces their storage) and broadcasts rank 0's weights, pretrained or resumed.
     if (context_->distributed()) {
-      dist::DdpOptions ddp;
+      parallel::DdpOptions ddp;
       ddp.broadcast_buffers = o_.broadcast_buffers;
       ddp.find_unused_parameters = o_.find_unused_parameters;
       ddp.comm_hook = o_.comm_hook;
-      ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, *context_, ddp);
+      ddp_ = std::make_unique<parallel::DistributedDataParallel>(model_, *context_, ddp);
     }
     // After the checkpoint is loaded (it moves the parameters and momentum buffers) and DDP.
     // Without loss scaling or clipping nothing reads the averaged gradients between backward and
@@ -520,7 +520,7 @@ class Run {
   int sync_bn_layers_ = 0;
   int64_t global_batch_ = 0;
   double learning_rate_ = 0;  // after --lr_scale
-  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<data::DistributedSampler> sampler_;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

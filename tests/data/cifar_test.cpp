@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/archive.h"
 #include "data/dataset.h"
+#include "io/archive.h"
 #include "support/support.h"
 
 namespace ddpx::data {
@@ -146,14 +146,14 @@ TEST(CifarTest, ArchiveCannotWriteOutsideTheDestination) {
     run(std::string("import io\nwith tarfile.open('") + dir.file("evil.tar.gz") +
         "', 'w:gz') as t:\n    i = tarfile.TarInfo('" + evil +
         "'); i.size = 4; t.addfile(i, io.BytesIO(b'evil'))\n");
-    EXPECT_THROW(extract_archive(dir.file("evil.tar.gz"), dir.file("dest")), Error) << evil;
+    EXPECT_THROW(io::extract_archive(dir.file("evil.tar.gz"), dir.file("dest")), Error) << evil;
     EXPECT_FALSE(fs::exists(dir.file("evil.txt")));
     EXPECT_FALSE(fs::exists("/tmp/ddpx-evil-abs.txt"));
   }
   run(std::string("with tarfile.open('") + dir.file("link.tar.gz") + "', 'w:gz') as t:\n" +
       "    i = tarfile.TarInfo('link'); i.type = tarfile.SYMTYPE; i.linkname = '/etc/passwd'\n" +
       "    t.addfile(i)\n");
-  EXPECT_THROW(extract_archive(dir.file("link.tar.gz"), dir.file("dest")), Error);
+  EXPECT_THROW(io::extract_archive(dir.file("link.tar.gz"), dir.file("dest")), Error);
   EXPECT_FALSE(fs::exists(dir.file("dest/link")));
   EXPECT_TRUE(fs::is_empty(dir.file("dest")));  // no staging folder left behind
 }

@@ -10,9 +10,9 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "dist/context.h"
-#include "dist/ddp.h"
-#include "dist/ranks.h"
+#include "distributed/context.h"
+#include "distributed/ranks.h"
+#include "parallel/data/ddp.h"
 #include "support/support.h"
 #include "trace/collective_trace.h"
 
@@ -93,10 +93,10 @@ TEST(NcclTest, WorldOfOneRunsDdpThroughNccl) {
         model->bias.copy_(reference->bias.cpu());
       }
       model->to(gpu);
-      DdpOptions ddp_options;
+      parallel::DdpOptions ddp_options;
       ddp_options.comm_hook = hook;
       ddp_options.first_bucket_bytes = 16;  // two buckets: bias, then weight
-      DistributedDataParallel ddp(torch::nn::AnyModule(model), context, ddp_options);
+      parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), context, ddp_options);
       ASSERT_TRUE(ddp.distributed());
       EXPECT_EQ(ddp.buckets().size(), 2u);
       (ddp.forward(x) - y).pow(2).mean().backward();
@@ -137,7 +137,7 @@ TEST(GlooCudaTest, TwoRanksSharingOneGpuMatchOneProcess) {
     model->weight.copy_(reference->weight.cpu());
     model->bias.copy_(reference->bias.cpu());
     model->to(gpu);
-    DistributedDataParallel ddp(torch::nn::AnyModule(model), context);
+    parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), context);
     torch::AutoGradMode grad(true);
     auto xs = x.narrow(0, rank * 4, 4), ys = y.narrow(0, rank * 4, 4);
     (ddp.forward(xs) - ys).pow(2).mean().backward();

@@ -53,7 +53,7 @@ else
   targets=(ddpx_serve ddpx_launch gtest_main
            src/CMakeFiles/ddpx_torch.dir/cli/main/main.cpp.o
            src/CMakeFiles/ddpx_cli.dir/cli/jobs_command.cpp.o
-           src/CMakeFiles/ddpx_dist.dir/dist/c10d/factories.cpp.o
+           src/CMakeFiles/ddpx_distributed.dir/distributed/c10d/factories.cpp.o
            src/CMakeFiles/ddpx_data.dir/data/gzip.cpp.o
            src/CMakeFiles/ddpx_train.dir/train/checkpoint.cpp.o)
 fi

@@ -1,0 +1,116 @@
+// Blocking collective helpers (see collectives.h).
+#include "distributed/collectives.h"
+
+#include <map>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "distributed/c10d/traced_backend.h"
+#include "trace/collective_report.h"
+
+namespace ddpx::dist {
+
+std::string explain_failure(trace::CollectiveTrace& trace) {
+  trace.exchange();  // multi-node: the other nodes' records join this node's (trace_exchange.h)
+  std::vector<trace::Snapshot> ranks;
+  if (!trace.dir().empty()) ranks = trace::read_traces(trace.dir(), trace.world_size());
+  if (ranks.empty()) {
+    // Only this rank's ring: say where this rank waits and how to see the others next time.
+    trace::Snapshot self = trace.snapshot();
+    const trace::Entry* waiting = nullptr;
+    for (const auto& e : self.entries) {
+      if (e.state != trace::State::kDone) {
+        waiting = &e;
+        break;
+      }
+    }
+    return fmt::format(
+        "rank {} waited in {}; no record of the other ranks (under `ddpx run` "
+        "they are compared; else set DDPX_TRACE_DIR to a folder the ranks of a "
+        "host share)",
+        trace.rank(),
+        waiting ? fmt::format("seq {} ({})", waiting->seq, waiting->sig.text())
+                : std::string("no collective"));
+  }
+  auto report = trace::make_report(std::move(ranks), trace.world_size(), trace::realtime_ns());
+  // Under `ddpx run` the launcher prints the table once for the whole job.
+  if (env::get_or("DDPX_TRACE_TABLE", "1") != "0" && trace.claim_report()) {
+    std::string text = fmt::format("[rank {}] collectives at the failure (newest last):\n{}  {}",
+                                   trace.rank(), report.table, report.verdict);
+    log::write_line(stderr, text);
+  }
+  return report.verdict;
+}
+
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    message = message.substr(0, message.find('\n'));
+    if (auto* traced = dynamic_cast<TracedWork*>(work.get())) {
+      std::string verdict;
+      try {
+        verdict = explain_failure(const_cast<trace::CollectiveTrace&>(traced->trace()));
+      } catch (const std::exception& inner) {
+        verdict = std::string("no collective record: ") + inner.what();
+      }
+      fail(ErrorKind::kDist, "{} (seq {}) failed: {}; {}", what, traced->seq(), message, verdict);
+    }
+    fail(ErrorKind::kDist,
+         "{} failed: {}; a rank may have died, timed out, or run a different model or step", what,
+         message);
+  }
+}
+
+void all_reduce_sum(c10d::ProcessGroup& group, torch::Tensor& tensor, const std::string& what) {
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  wait_work(group.allreduce(tensors, options), what);
+}
+
+void broadcast_coalesced(c10d::ProcessGroup& group, const std::vector<torch::Tensor>& tensors,
+                         int root, int64_t cap_bytes) {
+  torch::NoGradGuard no_grad;
+  // Group by dtype, keeping the order, then cut each group into chunks of at most cap_bytes.
+  std::map<int, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& t : tensors) {
+    if (t.numel() > 0) by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
+  }
+  for (auto& [dtype, group_tensors] : by_dtype) {
+    size_t begin = 0;
+    while (begin < group_tensors.size()) {
+      size_t end = begin;
+      int64_t bytes = 0;
+      std::vector<torch::Tensor> flat_parts;
+      while (end < group_tensors.size() && (end == begin || bytes < cap_bytes)) {
+        bytes += group_tensors[end].numel() * group_tensors[end].element_size();
+        flat_parts.push_back(group_tensors[end].detach().reshape({-1}));
+        ++end;
+      }
+      std::vector<torch::Tensor> flat{torch::cat(flat_parts)};
+      c10d::BroadcastOptions options;
+      options.rootRank = root;
+      wait_work(group.broadcast(flat, options), "broadcast from rank " + std::to_string(root));
+      int64_t offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        auto& t = group_tensors[i];
+        t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+      begin = end;
+    }
+  }
+}
+
+std::vector<torch::Tensor> all_gather(c10d::ProcessGroup& group, const torch::Tensor& tensor) {
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < group.getSize(); ++r) outputs[0].push_back(torch::empty_like(tensor));
+  std::vector<torch::Tensor> inputs{tensor.contiguous()};
+  wait_work(group.allgather(outputs, inputs), "all-gather");
+  return outputs[0];
+}
+
+}  // namespace ddpx::dist

@@ -1,0 +1,97 @@
+// The shared-memory CPU backend (see shm_backend.h).
+#include "distributed/shm/shm_backend.h"
+
+namespace ddpx::dist {
+
+class ShmBackend::ShmWork : public c10d::Work {
+ public:
+  ShmWork(int rank, c10d::OpType type, std::function<void(ShmAllreduce&)> op,
+          at::Tensor tensor = {})
+      : c10d::Work(rank, type), op_(std::move(op)), tensor_(std::move(tensor)) {}
+  void run(ShmAllreduce& shm) {
+    std::exception_ptr error;
+    try {
+      op_(shm);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(error);
+  }
+  std::vector<at::Tensor> result() override {
+    if (tensor_.defined()) return {tensor_};
+    return {};
+  }
+
+ private:
+  std::function<void(ShmAllreduce&)> op_;
+  at::Tensor tensor_;
+};
+
+ShmBackend::ShmBackend(c10::intrusive_ptr<c10d::Backend> gloo, std::unique_ptr<ShmAllreduce> shm)
+    : ForwardingBackend(std::move(gloo)), shm_(std::move(shm)), thread_([this] { run(); }) {}
+
+ShmBackend::~ShmBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ShmBackend::run() {
+  while (true) {
+    c10::intrusive_ptr<ShmWork> work;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      work = queue_.front();
+      queue_.pop_front();
+    }
+    work->run(*shm_);
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::enqueue(c10::intrusive_ptr<ShmWork> work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(work);
+  }
+  cv_.notify_one();
+  return work;
+}
+
+torch::Tensor ShmBackend::allocate_bucket(int64_t numel, c10::ScalarType dtype) const {
+  if (!arena() || !averages(dtype)) return {};
+  return arena()->allocate(numel, dtype);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::submit(std::function<void(ShmAllreduce&)> op) {
+  return enqueue(c10::make_intrusive<ShmWork>(getRank(), c10d::OpType::UNKNOWN, std::move(op)));
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceOptions& opts) {
+  const bool average = opts.reduceOp == c10d::ReduceOp::AVG;
+  if (tensors.size() != 1 || (opts.reduceOp != c10d::ReduceOp::SUM && !average) ||
+      !ShmAllreduce::supports(tensors[0]))
+    return inner_->allreduce(tensors, opts);
+  return enqueue(c10::make_intrusive<ShmWork>(
+      getRank(), c10d::OpType::ALLREDUCE,
+      [tensor = tensors[0], average](ShmAllreduce& shm) mutable { shm.allreduce(tensor, average); },
+      tensors[0]));
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                     const c10d::BroadcastOptions& opts) {
+  if (tensors.size() != 1 || opts.rootTensor != 0 || !ShmAllreduce::supports_broadcast(tensors[0]))
+    return inner_->broadcast(tensors, opts);
+  return enqueue(c10::make_intrusive<ShmWork>(
+      getRank(), c10d::OpType::BROADCAST,
+      [tensor = tensors[0], root = static_cast<int>(opts.rootRank)](ShmAllreduce& shm) mutable {
+        shm.broadcast(tensor, root);
+      },
+      tensors[0]));
+}
+}  // namespace ddpx::dist

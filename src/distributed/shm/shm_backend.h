@@ -1,0 +1,69 @@
+// ddpx's shared-memory transport as a c10d Backend for CPU tensors on one host: all-reduce (sum
+// or average) of contiguous CPU float tensors and broadcast of contiguous CPU tensors go through
+// shared memory (ShmAllreduce), all-reduces in place for tensors allocated in its arena();
+// every other collective is handed to the wrapped Gloo backend (ForwardingBackend). A job's
+// ProcessGroup holds it for CPU tensors, beside NCCL for CUDA ones where there is a GPU, as
+// PyTorch's "cpu:gloo,cuda:nccl" does.
+//
+// Work is asynchronous like Gloo's: allreduce() queues the tensor for this backend's
+// communication thread and returns a Work that wait()s for it.
+//
+// Ordering: each rank issues the same sequence of collectives; the shared-memory queue and the
+// Gloo backend each keep that order, so the two channels never cross.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "distributed/c10d/forwarding_backend.h"
+#include "distributed/shm/shm_allreduce.h"
+
+namespace ddpx::dist {
+
+class ShmBackend : public ForwardingBackend {
+ public:
+  ShmBackend(c10::intrusive_ptr<c10d::Backend> gloo, std::unique_ptr<ShmAllreduce> shm);
+  ~ShmBackend() override;
+
+  const std::string getBackendName() const override { return "gloo+shm"; }
+  // Memory that this backend all-reduces without copying (ShmArena); null when there is none.
+  const std::shared_ptr<ShmArena>& arena() const { return shm_->arena(); }
+  // Rank r's arena memory at `offset` (ShmAllreduce::peer_tensor).
+  torch::Tensor peer_tensor(int rank, size_t offset, int64_t numel, c10::ScalarType dtype) const {
+    return shm_->peer_tensor(rank, offset, numel, dtype);
+  }
+  // Whether all-reduces of `dtype` honour ReduceOp::AVG, averaging in the pass that sums.
+  static bool averages(c10::ScalarType dtype) {
+    return dtype == c10::kFloat || dtype == c10::kDouble;
+  }
+  // A zero-filled 1-d tensor in this rank's arena that all-reduces in place, or undefined when
+  // /dev/shm is full or `dtype` is not one averages() takes.
+  torch::Tensor allocate_bucket(int64_t numel, c10::ScalarType dtype) const;
+
+  // Runs `op` on this backend's communication thread, in order with the all-reduces queued
+  // before it; every rank must submit the same ops in the same order (they are collective).
+  c10::intrusive_ptr<c10d::Work> submit(std::function<void(ShmAllreduce&)> op);
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+
+ private:
+  class ShmWork;
+  void run();
+  c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<ShmWork> work);
+
+  std::unique_ptr<ShmAllreduce> shm_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<ShmWork>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ddpx::dist

@@ -1,0 +1,102 @@
+#include "io/archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "core/error.h"
+
+namespace ddpx::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A relative path with no `..`, or empty when the entry must be refused.
+fs::path safe_relative(const char* name) {
+  if (name == nullptr || *name == '\0') return {};
+  fs::path path = fs::path(name).lexically_normal();
+  if (path.is_absolute() || path.has_root_name()) return {};
+  for (const auto& part : path)
+    if (part == "..") return {};
+  if (path == "." || path.empty()) return {};
+  return path;
+}
+
+}  // namespace
+
+void extract_archive(const std::string& archive_path, const std::string& dest_dir) {
+  std::unique_ptr<struct archive, int (*)(struct archive*)> reader(archive_read_new(),
+                                                                   archive_read_free);
+  archive_read_support_filter_all(reader.get());
+  archive_read_support_format_all(reader.get());
+  if (archive_read_open_filename(reader.get(), archive_path.c_str(), 1 << 16) != ARCHIVE_OK)
+    fail(ErrorKind::kData, "cannot open archive {}: {}", archive_path,
+         archive_error_string(reader.get()));
+
+  fs::create_directories(dest_dir);
+  fs::path staging = fs::path(dest_dir) / fmt::format(".extract-{}", ::getpid());
+  fs::remove_all(staging);
+  fs::create_directories(staging);
+  std::set<fs::path> top_level;
+  try {
+    struct archive_entry* entry = nullptr;
+    while (true) {
+      int rc = archive_read_next_header(reader.get(), &entry);
+      if (rc == ARCHIVE_EOF) break;
+      if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
+        fail(ErrorKind::kData, "{}: corrupt archive ({}); delete it and download it again",
+             archive_path, archive_error_string(reader.get()));
+      const char* name = archive_entry_pathname(entry);
+      if (name && fs::path(name).lexically_normal() == ".") continue;  // a "./" entry
+      fs::path rel = safe_relative(name);
+      DDPX_CHECK(!rel.empty(), ErrorKind::kData,
+                 "{}: refusing entry '{}' (absolute or `..` path); the archive is not an official "
+                 "dataset archive",
+                 archive_path, name ? name : "");
+      auto type = archive_entry_filetype(entry);
+      fs::path target = staging / rel;
+      top_level.insert(*rel.begin());
+      if (type == AE_IFDIR) {
+        fs::create_directories(target);
+        continue;
+      }
+      DDPX_CHECK(type == AE_IFREG, ErrorKind::kData,
+                 "{}: refusing entry '{}' (a link or special file); the archive is not an "
+                 "official dataset archive",
+                 archive_path, name);
+      fs::create_directories(target.parent_path());
+      std::ofstream out(target, std::ios::binary | std::ios::trunc);
+      DDPX_CHECK(out.good(), ErrorKind::kIo, "cannot write {}", target.string());
+      char buffer[1 << 16];
+      while (true) {
+        la_ssize_t n = archive_read_data(reader.get(), buffer, sizeof(buffer));
+        if (n == 0) break;
+        if (n < 0)
+          fail(ErrorKind::kData,
+               "{}: corrupt archive while reading '{}' ({}); delete it and "
+               "download it again",
+               archive_path, name, archive_error_string(reader.get()));
+        out.write(buffer, n);
+      }
+      out.close();
+      DDPX_CHECK(out.good(), ErrorKind::kIo, "writing {} failed (disk full?)", target.string());
+    }
+    for (const fs::path& entry : top_level) {
+      fs::path final_path = fs::path(dest_dir) / entry;
+      fs::remove_all(final_path);
+      fs::rename(staging / entry, final_path);
+    }
+    fs::remove_all(staging);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+    throw;
+  }
+}
+
+}  // namespace ddpx::io

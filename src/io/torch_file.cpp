@@ -1,0 +1,314 @@
+#include "io/torch_file.h"
+
+#include <caffe2/serialize/versions.h>
+
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ddpx::io {
+namespace {
+
+constexpr uint32_t kEndOfCentralDirectory = 0x06054b50;
+constexpr uint32_t kCentralEntry = 0x02014b50;
+constexpr uint32_t kLocalEntry = 0x04034b50;
+constexpr size_t kEndBytes = 22, kCentralBytes = 46, kLocalBytes = 30;
+constexpr size_t kMaxComment = 0xffff;
+constexpr uint64_t kDeflate = 8;
+constexpr uint32_t kZip64Locator = 0x07064b50, kZip64End = 0x06064b50;
+constexpr size_t kLocatorBytes = 20, kZip64EndBytes = 56;
+constexpr uint64_t kZip64Extra = 0x0001;
+// General-purpose flags libtorch's miniz refuses when it reads a record (encrypted, patched,
+// strongly encrypted, masked directory): its zip reader then leaks. torch.save sets 0x808.
+constexpr uint64_t kUnreadableFlags = 0x0001 | 0x0020 | 0x0040 | 0x2000;
+
+// The storage types of plain tensors. Quantized ones (QInt8Storage, ...) are left out: libtorch
+// rebuilds them without a quantizer, and the first operation on one fails an internal assert.
+const std::set<std::string> kStorages = {
+    "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
+    "IntStorage",   "ShortStorage",  "CharStorage", "ByteStorage",     "BoolStorage"};
+
+uint64_t le(std::string_view b, size_t at, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= uint64_t(uint8_t(b[at + i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const std::string& hint) {
+  auto bad = [&](const char* what) {
+    fail(ErrorKind::kData, "'{}' is not a torch zip archive ({}); {}", path, what, hint);
+  };
+  if (bytes.size() < kEndBytes) bad("too short");
+  size_t end = std::string::npos;
+  const size_t lowest =
+      bytes.size() - kEndBytes > kMaxComment ? bytes.size() - kEndBytes - kMaxComment : 0;
+  for (size_t at = bytes.size() - kEndBytes + 1; at-- > lowest;) {
+    if (le(bytes, at, 4) == kEndOfCentralDirectory &&
+        at + kEndBytes + le(bytes, at + 20, 2) == bytes.size()) {
+      end = at;
+      break;
+    }
+  }
+  if (end == std::string::npos) bad("no end of central directory");
+  uint64_t entries = le(bytes, end + 10, 2);
+  uint64_t directory_size = le(bytes, end + 12, 4);
+  uint64_t directory = le(bytes, end + 16, 4);
+  // Files past 4 GB (big checkpoints) keep these in the zip64 end record, found through the
+  // locator right before the end record; torch writes both always.
+  uint64_t limit = end;
+  if (end >= kLocatorBytes && le(bytes, end - kLocatorBytes, 4) == kZip64Locator) {
+    const uint64_t record = le(bytes, end - kLocatorBytes + 8, 8);
+    if (record > end - kLocatorBytes || end - kLocatorBytes - record < kZip64EndBytes ||
+        le(bytes, record, 4) != kZip64End) {
+      bad("bad zip64 end record");
+    }
+    if (entries == 0xffff || directory_size == 0xffffffff || directory == 0xffffffff) {
+      entries = le(bytes, record + 32, 8);
+      directory_size = le(bytes, record + 40, 8);
+      directory = le(bytes, record + 48, 8);
+    }
+    limit = record;
+  }
+  if (directory > limit || directory_size > limit - directory)
+    bad("central directory out of range");
+
+  TorchZip zip;
+  std::string folder;
+  size_t at = directory;
+  for (uint64_t i = 0; i < entries; ++i) {
+    if (at + kCentralBytes > directory + directory_size) bad("central directory truncated");
+    if (le(bytes, at, 4) != kCentralEntry) bad("bad central directory entry");
+    if (le(bytes, at + 8, 2) & kUnreadableFlags) bad("encrypted or patched record");
+    const uint64_t method = le(bytes, at + 10, 2);
+    uint64_t packed = le(bytes, at + 20, 4), size = le(bytes, at + 24, 4);
+    const uint64_t name_len = le(bytes, at + 28, 2), extra_len = le(bytes, at + 30, 2),
+                   comment_len = le(bytes, at + 32, 2);
+    uint64_t local = le(bytes, at + 42, 4);
+    const size_t next = at + kCentralBytes + name_len + extra_len + comment_len;
+    if (next > directory + directory_size) bad("central directory truncated");
+    // Saturated fields continue in the zip64 extra field (id 1), in this order.
+    if (size == 0xffffffff || packed == 0xffffffff || local == 0xffffffff) {
+      std::string_view extra = bytes.substr(at + kCentralBytes + name_len, extra_len);
+      size_t field = 0;
+      while (field + 4 <= extra.size() && le(extra, field, 2) != kZip64Extra) {
+        field += 4 + le(extra, field + 2, 2);
+      }
+      if (field + 4 > extra.size()) bad("no zip64 extra field");
+      std::string_view values = extra.substr(field + 4, le(extra, field + 2, 2));
+      size_t v = 0;
+      for (uint64_t* value : {&size, &packed, &local}) {
+        if (*value != 0xffffffff) continue;
+        if (v + 8 > values.size()) bad("short zip64 extra field");
+        *value = le(values, v, 8);
+        v += 8;
+      }
+    }
+    std::string name(bytes.substr(at + kCentralBytes, name_len));
+    if (!(method == 0 && packed == size) && method != kDeflate) bad("unsupported record method");
+    if (local > directory || directory - local < kLocalBytes ||
+        le(bytes, local, 4) != kLocalEntry) {
+      bad("bad local header");
+    }
+    const uint64_t data = local + kLocalBytes + le(bytes, local + 26, 2) + le(bytes, local + 28, 2);
+    if (data > directory || packed > directory - data) bad("record out of range");
+    // torch.save puts every record in one folder named after the file: "archive/data.pkl".
+    const size_t slash = name.find('/');
+    if (slash == std::string::npos || slash == 0) bad("record outside the archive folder");
+    if (folder.empty()) folder = name.substr(0, slash);
+    if (name.compare(0, slash, folder) != 0) bad("records in more than one folder");
+    std::string key = name.substr(slash + 1);
+    const bool fresh = method == kDeflate
+                           ? zip.compressed.insert(key).second
+                           : zip.records.emplace(key, bytes.substr(data, size)).second;
+    if (!fresh || zip.records.count(key) + zip.compressed.count(key) > 1) bad("duplicate record");
+    at = next;
+  }
+  auto version = zip.records.find("version");
+  if (version == zip.records.end()) version = zip.records.find(".data/version");
+  if (version == zip.records.end()) bad("no stored version record");
+  if (zip.records.count("data.pkl") + zip.compressed.count("data.pkl") == 0) bad("no data.pkl");
+  std::string digits(version->second);
+  while (!digits.empty() && (digits.back() == '\n' || digits.back() == '\r')) digits.pop_back();
+  if (digits.empty() || digits.size() > 4 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    bad("unreadable version record");
+  }
+  zip.version = std::stoull(digits);
+  if (zip.version < caffe2::serialize::kMinSupportedFileFormatVersion ||
+      zip.version > caffe2::serialize::kMaxSupportedFileFormatVersion) {
+    bad("a format version this libtorch does not read");
+  }
+  return zip;
+}
+
+void check_state_dict_pickle(std::string_view p, const std::string& path) {
+  size_t pos = 0;
+  auto bad = [&](const std::string& what) {
+    fail(ErrorKind::kData,
+         "weights file '{}' has a malformed or unsupported data.pkl ({} at byte {}); save it "
+         "with torch.save(model.state_dict(), path)",
+         path, what, pos);
+  };
+  auto take = [&](size_t n) {
+    if (n > p.size() - pos) bad("truncated");
+    std::string_view s = p.substr(pos, n);
+    pos += n;
+    return s;
+  };
+  auto line = [&] {
+    size_t nl = p.find('\n', pos);
+    if (nl == std::string_view::npos) bad("truncated");
+    std::string s(p.substr(pos, nl - pos));
+    pos = nl + 1;
+    return s;
+  };
+  // The stack is tracked by depth only; marks hold the depth at MARK. No opcode may pop below
+  // the newest mark, and those that pop to a mark need one.
+  int64_t depth = 0;
+  std::vector<int64_t> marks;
+  std::set<uint64_t> memo;
+  auto pop = [&](int64_t n) {
+    int64_t floor = marks.empty() ? 0 : marks.back();
+    if (depth - n < floor) bad("stack underflow");
+    depth -= n;
+  };
+  auto pop_mark = [&] {
+    if (marks.empty()) bad("no MARK");
+    int64_t items = depth - marks.back();
+    depth = marks.back();
+    marks.pop_back();
+    return items;
+  };
+  constexpr int64_t kMaxMarks = 1000;
+  while (true) {
+    const size_t op_at = pos;
+    const char op = take(1)[0];
+    switch (op) {
+      case '\x80':
+        take(1);
+        break;     // PROTO
+      case 'c': {  // GLOBAL module\nname\n
+        std::string module = line(), name = line();
+        bool known = (module == "collections" && name == "OrderedDict") ||
+                     (module == "torch._utils" &&
+                      (name == "_rebuild_tensor_v2" || name == "_rebuild_parameter")) ||
+                     (module == "torch" && kStorages.count(name) == 1);
+        if (!known) bad("global " + module + "." + name);
+        ++depth;
+        break;
+      }
+      case 'q':    // BINPUT
+      case 'r': {  // LONG_BINPUT
+        pop(1);
+        ++depth;
+        // Python numbers memo slots in order; libtorch sizes its memo table by the largest.
+        uint64_t slot = op == 'q' ? le(take(1), 0, 1) : le(take(4), 0, 4);
+        if (slot > memo.size()) bad("memo slot out of order");
+        memo.insert(slot);
+        break;
+      }
+      case 'h':    // BINGET
+      case 'j': {  // LONG_BINGET
+        uint64_t slot = op == 'h' ? le(take(1), 0, 1) : le(take(4), 0, 4);
+        if (memo.count(slot) == 0) bad("memo slot never written");
+        ++depth;
+        break;
+      }
+      case ')':
+      case '}':
+      case ']':
+      case 'N':
+      case '\x88':
+      case '\x89':
+        ++depth;
+        break;
+      case 'K':
+        take(1);
+        ++depth;
+        break;  // BININT1
+      case 'M':
+        take(2);
+        ++depth;
+        break;  // BININT2
+      case 'J':
+        take(4);
+        ++depth;
+        break;  // BININT
+      case 'G':
+        take(8);
+        ++depth;
+        break;        // BINFLOAT
+      case '\x8a': {  // LONG1
+        uint64_t n = le(take(1), 0, 1);
+        if (n > 8) bad("integer wider than 64 bits");
+        take(n);
+        ++depth;
+        break;
+      }
+      case 'X':
+        take(le(take(4), 0, 4));
+        ++depth;
+        break;   // BINUNICODE
+      case '(':  // MARK
+        if (static_cast<int64_t>(marks.size()) >= kMaxMarks) bad("MARKs nested too deep");
+        marks.push_back(depth);
+        break;
+      case 't':
+        pop_mark();
+        ++depth;
+        break;  // TUPLE
+      case '\x85':
+        pop(1);
+        ++depth;
+        break;  // TUPLE1
+      case '\x86':
+        pop(2);
+        ++depth;
+        break;  // TUPLE2
+      case '\x87':
+        pop(3);
+        ++depth;
+        break;  // TUPLE3
+      case 'R':
+        pop(2);
+        ++depth;
+        break;  // REDUCE
+      case 'b':
+        pop(2);
+        ++depth;
+        break;  // BUILD
+      case 's':
+        pop(3);
+        ++depth;
+        break;  // SETITEM
+      case 'a':
+        pop(2);
+        ++depth;
+        break;  // APPEND
+      case 'Q':
+        pop(1);
+        ++depth;
+        break;     // BINPERSID
+      case 'u':    // SETITEMS
+      case 'e': {  // APPENDS
+        int64_t items = pop_mark();
+        if (op == 'u' && items % 2 != 0) bad("odd SETITEMS");
+        pop(1);  // the dict or list they go into
+        ++depth;
+        break;
+      }
+      case '.':  // STOP
+        if (depth != 1 || !marks.empty()) bad("STOP with a stack of " + std::to_string(depth));
+        return;
+      default:
+        pos = op_at;
+        bad(fmt::format("opcode 0x{:02x}", static_cast<unsigned>(static_cast<uint8_t>(op))));
+    }
+  }
+}
+
+}  // namespace ddpx::io

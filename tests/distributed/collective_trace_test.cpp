@@ -1,0 +1,210 @@
+// The collective record: the ring and its file, the verdicts, and a real Gloo job's group
+// recording what it did.
+#include "trace/collective_trace.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "distributed/c10d/factories.h"
+#include "distributed/c10d/traced_backend.h"
+#include "queued_backend.h"
+#include "ranks.h"
+#include "trace/collective_report.h"
+
+namespace ddpx::trace {
+namespace {
+
+using test::error_text;
+
+void record(CollectiveTrace& t, const char* op, int64_t n, bool finish = true) {
+  uint64_t seq = t.begin(op, "float", &n, 1, 1);
+  if (finish) t.end(seq, true);
+}
+
+TEST(CollectiveTraceTest, TheRingKeepsTheNewestRecordsInOrder) {
+  CollectiveTrace t("", /*rank=*/0, /*world_size=*/1);
+  for (int i = 1; i <= kRing + 10; ++i) record(t, "allreduce", i, /*finish=*/i != kRing + 10);
+  Snapshot s = t.snapshot();
+  ASSERT_EQ(s.entries.size(), static_cast<size_t>(kRing));
+  EXPECT_EQ(s.entries.front().seq, 11u);
+  EXPECT_EQ(s.entries.back().seq, static_cast<uint64_t>(kRing + 10));
+  EXPECT_EQ(s.entries.back().state, State::kPending);
+  EXPECT_EQ(s.entries.front().sig.text(), "allreduce float[11]");
+  EXPECT_EQ(s.entries.front().state, State::kDone);
+}
+
+TEST(CollectiveTraceTest, AFileRingIsReadableByOthersDuringAndAfterTheRank) {
+  test::TempDir dir;
+  {
+    CollectiveTrace t(dir.path(), /*rank=*/1, /*world_size=*/2);
+    record(t, "broadcast", 10);
+    record(t, "allreduce", 1024, /*finish=*/false);
+    auto live = read_trace(dir.path(), 1);
+    ASSERT_TRUE(live.has_value());
+    ASSERT_EQ(live->entries.size(), 2u);
+    EXPECT_EQ(live->entries[1].state, State::kPending);
+    EXPECT_EQ(live->pid, ::getpid());
+  }
+  auto after = read_traces(dir.path());
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].rank, 1);
+  EXPECT_EQ(after[0].entries[0].sig.text(), "broadcast float[10]");
+  test::write_bytes(dir.file("rank0.trace"), "not a trace");
+  EXPECT_FALSE(read_trace(dir.path(), 0).has_value());
+}
+
+Snapshot rank_with(int rank, std::vector<std::pair<std::string, int64_t>> ops, size_t done) {
+  Snapshot s;
+  s.rank = rank;
+  s.pid = ::getpid();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Entry e;
+    e.seq = i + 1;
+    e.sig = Signature{ops[i].first, "float", {ops[i].second}, 1};
+    e.state = i < done ? State::kDone : State::kPending;
+    s.entries.push_back(e);
+  }
+  return s;
+}
+
+TEST(CollectiveReportTest, VerdictNamesTheRankBehindAndWhereOthersWait) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}, {"broadcast", 10}}, 2);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 2);
+  auto r2 = rank_with(2, {{"allreduce", 8}, {"allreduce", 8}, {"broadcast", 10}}, 2);
+  EXPECT_EQ(verdict({r0, r1, r2}, 3),
+            "rank 1 is behind: last completed seq 2 (allreduce float[8]), others wait in seq 3 "
+            "(broadcast float[10])");
+}
+
+TEST(CollectiveReportTest, VerdictNamesTheFirstMismatchedSequence) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 1024}}, 1);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"broadcast", 10}}, 1);
+  EXPECT_EQ(verdict({r0, r1}, 2),
+            "mismatched collectives at seq 2: rank 0 allreduce float[1024], rank 1 broadcast "
+            "float[10]");
+}
+
+TEST(CollectiveReportTest, RanksWithoutARecordAndEvenRanksAreSaidSo) {
+  auto r0 = rank_with(0, {{"allreduce", 8}}, 0);
+  EXPECT_EQ(verdict({r0}, 2),
+            "rank(s) 1 are behind: no record of them, the others wait in seq 1 (allreduce "
+            "float[8])");
+  auto r1 = rank_with(1, {{"allreduce", 8}}, 0);
+  EXPECT_NE(verdict({r0, r1}, 2)
+                .find("no rank is behind by the record: every rank waits in "
+                      "seq 1 (allreduce float[8])"),
+            std::string::npos);
+}
+
+TEST(CollectiveReportTest, ARankThatGaveUpWaitingIsNotTheOneBehind) {
+  // Rank 0 timed out in seq 2 and exited; rank 1 (a process that is gone too, pid 0) never
+  // finished seq 2: rank 1 is behind, not rank 0.
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  r0.entries[1].state = State::kFailed;
+  r0.pid = 0;
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  r1.pid = 0;
+  EXPECT_EQ(verdict({r0, r1}, 2),
+            "rank 1 is behind (process gone) inside seq 2 (allreduce float[8]); the others wait "
+            "in it");
+}
+
+// Node 0 of a two-node job: its ranks all wait in seq 2 while a rank of the other node died.
+// The record here cannot say who is behind, and the verdict says where to look.
+TEST(CollectiveReportTest, OnOneNodeOfManyTheVerdictPointsAtTheOtherNodes) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 1);
+  r0.pid = r1.pid = static_cast<int>(::getpid());  // running
+  EXPECT_EQ(verdict({r0, r1}, 0, /*this_node_only=*/true),
+            "every rank of this node waits in seq 2 (allreduce float[8]); the job's other ranks "
+            "run on other nodes and have no record here: the rank named as failed (or its "
+            "node's log) is the likely cause");
+}
+
+TEST(CollectiveReportTest, TheTableHasARowPerRecentCollectiveOfEveryRank) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 8}, {"broadcast", 10}}, 2);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allreduce", 8}}, 2);
+  auto report = make_report({r1, r0}, 2, realtime_ns(), /*rows_per_rank=*/2);
+  EXPECT_EQ(std::count(report.table.begin(), report.table.end(), '\n'), 5) << report.table;
+  EXPECT_EQ(report.table.rfind("# rank  pid", 0), 0u) << report.table;
+  EXPECT_NE(report.table.find("broadcast float[10]"), std::string::npos) << report.table;
+  EXPECT_NE(report.table.find("WAITING"), std::string::npos) << report.table;
+  EXPECT_EQ(process_state(::getpid()), "running");
+  EXPECT_EQ(process_state(0), "gone");
+}
+
+TEST(CollectiveTraceTest, AGlooJobRecordsEveryCollectiveOfItsGroup) {
+  std::vector<Snapshot> seen(2);
+  auto errors = test::run_ranks(2, [&](int rank, dist::Context& context) {
+    auto t = torch::ones({3, 4});
+    context.all_reduce_sum(t);
+    auto b = torch::zeros({5}, torch::kLong);
+    context.broadcast(b, 0);
+    context.barrier();
+    ASSERT_NE(context.trace(), nullptr) << "the job's group is traced";
+    seen[rank] = context.trace()->snapshot();
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(seen[rank].entries.size(), 3u) << "rank " << rank;
+    EXPECT_EQ(seen[rank].entries[0].sig.text(), "allreduce float[3,4]");
+    EXPECT_EQ(seen[rank].entries[1].sig.text(), "broadcast long[5]");
+    EXPECT_EQ(seen[rank].entries[2].sig.op, "barrier");
+    for (const auto& e : seen[rank].entries) {
+      EXPECT_EQ(e.state, State::kDone) << e.sig.text();
+      EXPECT_GE(e.end_ns, e.start_ns);
+    }
+  }
+}
+
+// A collective whose wait() returns before it has run (NCCL's, here Gloo's through
+// queued_backend.h) is pending in the record until it has run, then done: the record no
+// longer calls a queued collective done, and a hung one shows as waiting.
+TEST(CollectiveTraceTest, AQueuedCollectiveIsPendingUntilItHasRun) {
+  using namespace std::chrono_literals;
+  const int port = test::free_port();
+  std::vector<std::string> errors(2);
+  std::atomic<bool> late{false};
+  State after_wait = State::kEmpty, after_run = State::kEmpty;
+  float sum = 0;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto store = dist::make_tcp_store("127.0.0.1", port, rank, 2, rank == 0, 20s);
+        auto trace = std::make_shared<CollectiveTrace>("", rank, 2);
+        auto group = test::queued_group(store, rank, 2, 20s, trace,
+                                        [&](const dist::CompletionWatch::Late&) { late = true; });
+        if (rank == 1) std::this_thread::sleep_for(500ms);  // joins the all-reduce late
+        std::vector<at::Tensor> tensors{torch::ones({8})};
+        auto work = group->allreduce(tensors);
+        work->wait();
+        if (rank == 0) after_wait = trace->snapshot().entries.back().state;
+        // The host waiting for the device, then for the watch's next poll.
+        const auto deadline = std::chrono::steady_clock::now() + 20s;
+        while (trace->snapshot().entries.back().state == State::kPending &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(5ms);
+        }
+        if (rank == 0) {
+          after_run = trace->snapshot().entries.back().state;
+          sum = tensors[0][0].item<float>();
+        }
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
+  EXPECT_EQ(after_wait, State::kPending) << "wait() returned, the all-reduce had not run";
+  EXPECT_EQ(after_run, State::kDone);
+  EXPECT_EQ(sum, 2.0f);
+  EXPECT_FALSE(late.load()) << "completed well within the timeout";
+}
+
+}  // namespace
+}  // namespace ddpx::trace
