@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "launch/job_control.h"
 #include "launch/shell.h"
@@ -17,8 +18,14 @@ namespace ddpx::cli {
 namespace {
 
 // --server URL and --token T: the same verb, answered by a `ddpx serve` instead of this host.
+// $DDPX_SERVER gives the URL once for a shell, as $DDPX_TOKEN gives the token; `--server local`
+// then means this host again.
 void add_server_flags(CLI::App* cmd, serve::ClientOptions& o) {
-  cmd->add_option("--server", o.server, "A job service (ddpx serve), e.g. http://node7:8470");
+  o.server = env::get_or("DDPX_SERVER", "");
+  cmd->add_option_function<std::string>(
+      "--server", [&o](const std::string& url) { o.server = url == "local" ? "" : url; },
+      "A job service (ddpx serve), e.g. http://node7:8470 (default: $DDPX_SERVER; `local`: this "
+      "host)");
   cmd->add_option("--token", o.token, "Its token (default: $DDPX_TOKEN)");
 }
 
@@ -156,7 +163,7 @@ void add_backup(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   backup->callback([server, id, out, snapshots, &exit_code] {
     DDPX_CHECK(!server->server.empty(), ErrorKind::kUsage,
-               "ddpx backup: give --server URL (the job service, `ddpx serve`)");
+               "ddpx backup: give --server URL or set DDPX_SERVER (the job service, `ddpx serve`)");
     long long job = service_job_id(*id);
     std::string path = out->empty() ? "ddpx-job-" + *id + ".tar.gz" : *out;
     serve::client_backup(*server, job, *snapshots, path);
@@ -173,8 +180,9 @@ void add_backup(CLI::App& app, int& exit_code) {
   restore->add_option("FILE", *file, "The backup (.tar.gz)")->required();
   add_server_flags(restore, *restore_server);
   restore->callback([restore_server, file, &exit_code] {
-    DDPX_CHECK(!restore_server->server.empty(), ErrorKind::kUsage,
-               "ddpx restore: give --server URL (the job service, `ddpx serve`)");
+    DDPX_CHECK(
+        !restore_server->server.empty(), ErrorKind::kUsage,
+        "ddpx restore: give --server URL or set DDPX_SERVER (the job service, `ddpx serve`)");
     std::printf("%lld\n", serve::client_import(*restore_server, *file));
     exit_code = 0;
   });
@@ -202,7 +210,7 @@ void add_submit(CLI::App& app, int& exit_code) {
       ->required();
   submit->callback([server, workers, ports, nodes, command, &exit_code] {
     DDPX_CHECK(!server->server.empty(), ErrorKind::kUsage,
-               "ddpx submit: give --server URL (the job service, `ddpx serve`)");
+               "ddpx submit: give --server URL or set DDPX_SERVER (the job service, `ddpx serve`)");
     std::printf("%lld\n", serve::client_submit(*server, *command, *workers, *ports, *nodes));
     exit_code = 0;
   });
