@@ -13,7 +13,6 @@
 #include <sstream>
 #include <thread>
 
-#include "core/subprocess.h"
 #include "serve/store.h"
 
 namespace ddpx::serve {
@@ -35,45 +34,7 @@ CpuTimes read_cpu() {
   return t;
 }
 
-std::vector<GpuReading> read_gpus() {
-  ProgramOutput smi = run_program(
-      {"nvidia-smi",
-       "--query-gpu=index,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw",
-       "--format=csv,noheader,nounits"},
-      10);
-  if (smi.exit_code != 0) return {};  // no NVIDIA GPU (or no driver): no GPU figures
-  return parse_nvidia_smi_gpus(smi.output);
-}
-
 }  // namespace
-
-std::vector<GpuReading> parse_nvidia_smi_gpus(const std::string& csv) {
-  std::vector<GpuReading> out;
-  std::istringstream lines(csv);
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream fields(line);
-    std::vector<std::string> values;
-    for (std::string f; std::getline(fields, f, ',');) values.push_back(f);
-    auto number = [&](size_t i, double& into) {
-      if (i >= values.size()) return false;
-      char* end = nullptr;
-      double v = std::strtod(values[i].c_str(), &end);
-      if (end == values[i].c_str()) return false;  // [N/A], [Not Supported]
-      into = v;
-      return true;
-    };
-    GpuReading g;
-    double index = 0;
-    if (!(number(0, index) && number(1, g.utilization_pct) && number(2, g.memory_used_mib) &&
-          number(3, g.memory_total_mib)))
-      continue;
-    g.index = static_cast<int>(index);
-    number(4, g.temperature_c);
-    number(5, g.power_w);
-    out.push_back(g);
-  }
-  return out;
-}
 
 HostReading read_host() {
   using Clock = std::chrono::steady_clock;
@@ -125,7 +86,10 @@ nlohmann::json host_json(const HostReading& h) {
                     {"memory_used_mib", g.memory_used_mib},
                     {"memory_total_mib", g.memory_total_mib},
                     {"temperature_c", g.temperature_c},
-                    {"power_w", g.power_w}});
+                    {"power_w", g.power_w},
+                    {"vendor", g.vendor},
+                    {"compute_partition", g.compute_partition},
+                    {"memory_partition", g.memory_partition}});
   }
   return {{"cpu_pct", h.cpu_pct},
           {"cores", h.cores},

@@ -44,7 +44,8 @@ export class HostHistory {
       `memory ${host.memory_used_gib.toFixed(1)} of ${host.memory_total_gib.toFixed(1)} GiB`,
     ];
     for (const g of host.gpus) {
-      parts.push(`GPU ${g.index}: ${g.utilization_pct.toFixed(0)}%, ` +
+      const modes = g.compute_partition ? ` (${g.compute_partition}/${g.memory_partition})` : "";
+      parts.push(`GPU ${g.index}${modes}: ${g.utilization_pct.toFixed(0)}%, ` +
                  `${(g.memory_used_mib / 1024).toFixed(1)} of ` +
                  `${(g.memory_total_mib / 1024).toFixed(1)} GiB, ` +
                  `${g.temperature_c.toFixed(0)} °C, ${g.power_w.toFixed(0)} W`);
