@@ -233,7 +233,7 @@ void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler) {
   server.Get("/api/v1/health", [&scheduler](const httplib::Request&, httplib::Response& res) {
     reply(res, {{"status", "ok"},
                 {"slots", scheduler.total_slots()},
-                {"scheduler", scheduler.uses_slurm() ? "slurm" : "local"}});
+                {"scheduler", scheduler.placement_name()}});
   });
   server.Get("/api/v1/openapi.json", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(openapi_json(), "application/json");
