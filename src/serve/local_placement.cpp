@@ -84,6 +84,8 @@ void LocalPlacement::refresh_running() {
   std::vector<launch::JobRecord> records = launch::read_jobs(options_.state_dir + "/jobs");
   for (JobState state : {JobState::kRunning, JobState::kStopping}) {
     for (Job& job : store_.jobs_in(state)) {
+      // Slurm's (a service with --scheduler slurm on this folder before): not this host's.
+      if (!job.slurm_id.empty()) continue;
       auto record = std::find_if(records.begin(), records.end(), [&](const launch::JobRecord& r) {
         return r.id == job_name(job.id);
       });
