@@ -18,6 +18,7 @@ class Store;
 inline constexpr size_t kMaxBodyBytes = 1 << 20;            // a JSON request
 inline constexpr size_t kMaxBackupBytes = size_t{1} << 30;  // POST /api/v1/backups
 
+// Every route of the API and /metrics, one routes_*.cpp per resource (routes.h).
 void add_routes(httplib::Server& server, Store& store, Scheduler& scheduler);
 
 const std::string& openapi_json();  // openapi.cpp

@@ -1,4 +1,5 @@
-// The Scheduler's Slurm half (`ddpx serve --scheduler slurm`, slurm_jobs.h): submit, follow.
+#include "serve/slurm_placement.h"
+
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -6,7 +7,7 @@
 #include "core/error.h"
 #include "core/subprocess.h"
 #include "serve/job_files.h"
-#include "serve/scheduler.h"
+#include "serve/slurm_jobs.h"
 
 namespace ddpx::serve {
 namespace {
@@ -15,8 +16,11 @@ constexpr auto kSlurmPoll = std::chrono::seconds(1);  // slurmctld is shared: as
 
 }  // namespace
 
-launch::SbatchOptions Scheduler::slurm_script(const std::vector<std::string>& command, int workers,
-                                              int nodes, int64_t id) const {
+SlurmPlacement::SlurmPlacement(Store& store, SchedulerOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+launch::SbatchOptions SlurmPlacement::slurm_script(const std::vector<std::string>& command,
+                                                   int workers, int nodes, int64_t id) const {
   const SlurmSettings& slurm = *options_.slurm;
   launch::SbatchOptions s;
   s.nodes = nodes;
@@ -38,10 +42,17 @@ launch::SbatchOptions Scheduler::slurm_script(const std::vector<std::string>& co
   return s;
 }
 
-void Scheduler::check_with_slurm(const std::vector<std::string>& command, int workers,
-                                 int nodes) const {
+void SlurmPlacement::check(const std::vector<std::string>& command, int workers, int nodes,
+                           int extra_ports) {
+  DDPX_CHECK(workers % nodes == 0, ErrorKind::kUsage,
+             "workers: {} do not spread evenly over {} nodes; give a multiple of nodes", workers,
+             nodes);
+  DDPX_CHECK(extra_ports == 0, ErrorKind::kUsage,
+             "ports: extra ports cannot be given with --scheduler slurm (the job runs on a node "
+             "Slurm picks); give 0");
+  // Slurm's reason (400) before the job is kept.
   launch::SbatchOptions s = slurm_script(command, workers, nodes, 0);
-  s.script = options_.state_dir + "/slurm/.check.sbatch";  // callers hold mutex_
+  s.script = options_.state_dir + "/slurm/.check.sbatch";  // one at a time: see placement.h
   s.task_log_dir.clear();
   std::filesystem::create_directories(options_.state_dir + "/slurm");
   launch::write_sbatch_script(s);
@@ -60,7 +71,12 @@ void Scheduler::check_with_slurm(const std::vector<std::string>& command, int wo
        workers, nodes, why);
 }
 
-void Scheduler::submit_to_slurm(Job& job) {
+bool SlurmPlacement::start(Job& job) {
+  submit_to_slurm(job);
+  return true;
+}
+
+void SlurmPlacement::submit_to_slurm(Job& job) {
   try {
     std::string script =
         launch::write_sbatch_script(slurm_script(job.command, job.workers, job.nodes, job.id));
@@ -78,7 +94,7 @@ void Scheduler::submit_to_slurm(Job& job) {
   store_.update_job(job);
 }
 
-void Scheduler::refresh_slurm() {
+void SlurmPlacement::refresh() {
   auto now = std::chrono::steady_clock::now();
   if (now - last_slurm_poll_ < kSlurmPoll) return;
   std::vector<Job> active;
@@ -129,6 +145,14 @@ void Scheduler::refresh_slurm() {
     }
     if (job.state != before.state || job.slurm_state != before.slurm_state) store_.update_job(job);
   }
+}
+
+void SlurmPlacement::stop(const Job& job) {
+  slurm_cancel(job.slurm_id);  // Slurm ends it (143, as SIGTERM); refresh() sees it
+}
+
+void SlurmPlacement::snapshot(const Job& job) {
+  slurm_cancel(job.slurm_id, "USR1");  // to every task (not the batch shell)
 }
 
 }  // namespace ddpx::serve
