@@ -44,7 +44,7 @@ void check_runtime_sees(Report& r, const char* tool, size_t listed, const char* 
 }
 
 void check_nvidia(Report& r) {
-  auto table = run_tool("nvidia-smi", "");
+  auto table = run_tool("nvidia-smi", {});
   if (!table) return;
   NvidiaSmi smi = parse_nvidia_smi(*table);
   if (smi.gpus.empty()) return;
@@ -61,7 +61,7 @@ void check_nvidia(Report& r) {
           busy ? Verdict::kWarn : Verdict::kOk,
           "in use by another process (nvidia-smi shows it); pick other GPUs with --gpus or wait");
   }
-  if (auto topo = run_tool("nvidia-smi", "topo -m")) {
+  if (auto topo = run_tool("nvidia-smi", {"topo", "-m"})) {
     Topology t = parse_nvidia_topology(*topo);
     if (t.gpus.size() >= 2) {
       r.add("gpu", "topology", t.summary(), t.all_nvlink() ? Verdict::kOk : Verdict::kWarn,
@@ -87,7 +87,7 @@ void check_partitions(Report& r, const std::vector<GpuRow>& rows, const char* to
 
 void check_amd(Report& r) {
   size_t listed = 0;
-  if (auto table = run_tool("rocm-smi", "")) {
+  if (auto table = run_tool("rocm-smi", {})) {
     std::vector<GpuRow> rows = parse_rocm_smi(*table);
     for (const GpuRow& g : rows) {
       bool busy = g.utilization_pct > kBusyUtilizationPct;
@@ -100,7 +100,7 @@ void check_amd(Report& r) {
     check_partitions(r, rows, "rocm-smi");
     listed = rows.size();
   }
-  if (auto text = run_tool("amd-smi", "static --partition")) {
+  if (auto text = run_tool("amd-smi", {"static", "--partition"})) {
     std::vector<GpuRow> rows = parse_amd_smi_partitions(*text);
     if (listed == 0) check_partitions(r, rows, "amd-smi");
     listed = std::max(listed, rows.size());

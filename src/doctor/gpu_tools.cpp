@@ -1,13 +1,13 @@
 #include "doctor/gpu_tools.h"
 
 #include <fmt/format.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "core/subprocess.h"
 #include "launch/host.h"
 
 namespace ddpx::doctor {
@@ -176,22 +176,19 @@ std::vector<GpuRow> parse_amd_smi_partitions(const std::string& text) {
   return rows;
 }
 
-std::optional<std::string> run_tool(const std::string& program, const std::string& args) {
+std::optional<std::string> run_tool(const std::string& program,
+                                    const std::vector<std::string>& args) {
   std::string path;
   try {
     path = launch::find_program(program);
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  FILE* pipe = ::popen(("'" + path + "' " + args + " 2>/dev/null").c_str(), "r");
-  if (!pipe) return std::nullopt;
-  std::string out;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  int status = ::pclose(pipe);
-  if (status != 0 && out.empty()) return std::nullopt;
-  return out;
+  std::vector<std::string> argv = {path};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProgramOutput run = run_program(argv, 30, ProgramStderr::kDropped);
+  if (run.exit_code != 0 && run.output.empty()) return std::nullopt;
+  return run.output;
 }
 
 }  // namespace ddpx::doctor

@@ -54,7 +54,9 @@ std::vector<GpuRow> parse_rocm_smi(const std::string& table);
 // `amd-smi static` / `amd-smi partition` text: per GPU, the compute and memory partition.
 std::vector<GpuRow> parse_amd_smi_partitions(const std::string& text);
 
-// Runs `program args` when program is on PATH; nullopt when it is not or fails.
-std::optional<std::string> run_tool(const std::string& program, const std::string& args);
+// Runs `program args` when program is on PATH and returns its stdout (stderr is dropped; a
+// tool still running after 30 s is killed); nullopt when it is not on PATH, or fails silently.
+std::optional<std::string> run_tool(const std::string& program,
+                                    const std::vector<std::string>& args);
 
 }  // namespace ddpx::doctor

@@ -16,6 +16,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/subprocess.h"
 
 namespace ddpx::launch {
 namespace fs = std::filesystem;
@@ -57,14 +58,11 @@ int count_nvidia_smi_gpus() {
   } catch (const Error&) {
     return 0;
   }
-  std::FILE* pipe = ::popen((smi + " -L 2>/dev/null").c_str(), "r");
-  if (pipe == nullptr) return 0;
+  ProgramOutput listing = run_program({smi, "-L"}, 30, ProgramStderr::kDropped);
   int count = 0;
-  char line[512];
-  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    if (std::string(line).rfind("GPU ", 0) == 0) ++count;
+  for (const std::string& line : split(listing.output, '\n')) {
+    if (line.rfind("GPU ", 0) == 0) ++count;
   }
-  ::pclose(pipe);
   return count;
 }
 

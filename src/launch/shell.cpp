@@ -2,14 +2,11 @@
 
 #include <fmt/ranges.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/subprocess.h"
 #include "launch/host.h"
 #include "launch/port.h"
 #include "launch/reservation.h"
@@ -98,27 +95,28 @@ int run_shell(const ShellOptions& o) {
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGINT, &ignore, &old_int);
   ::sigaction(SIGQUIT, &ignore, &old_quit);
-  pid_t pid = ::fork();
-  if (pid == 0) {
+  SpawnSpec spec;
+  spec.program = program;
+  spec.argv = command;
+  spec.env = env;
+  spec.stdin_null = false;
+  spec.close_other_fds = false;
+  // The shell gets SIGINT and SIGQUIT as this process had them, unless they were ignored.
+  if (old_int.sa_handler != SIG_IGN) spec.default_signals.push_back(SIGINT);
+  if (old_quit.sa_handler != SIG_IGN) spec.default_signals.push_back(SIGQUIT);
+  auto restore = [&] {
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGQUIT, &old_quit, nullptr);
-    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    for (std::string& word : command) argv.push_back(word.data());
-    argv.push_back(nullptr);
-    ::execv(program.c_str(), argv.data());
-    std::string message =
-        fmt::format("ddpx shell: cannot execute {}: {}\n", program, std::strerror(errno));
-    write_all(STDERR_FILENO, message);
-    ::_exit(127);
-  }
-  DDPX_CHECK(pid > 0, ErrorKind::kIo, "fork failed: {}", std::strerror(errno));
+  };
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  try {
+    status = wait_child(spawn(spec).pid);
+  } catch (...) {
+    restore();
+    throw;
   }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGQUIT, &old_quit, nullptr);
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  restore();
+  int code = exit_code_of(status);
   held.finish(code);
   return code;
 }

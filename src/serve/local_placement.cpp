@@ -1,8 +1,6 @@
 #include "serve/local_placement.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,10 +10,9 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "core/subprocess.h"
 #include "launch/job_record.h"
 #include "serve/job_files.h"
-
-extern char** environ;
 
 namespace ddpx::serve {
 namespace {
@@ -155,63 +152,28 @@ void LocalPlacement::launch(Job& job) {
   std::string extra;
   for (size_t i = 1; i < job.ports.size(); ++i)
     extra += (extra.empty() ? "" : ",") + std::to_string(job.ports[i]);
-  std::string console = fmt::format("{}/logs/svc{}.console", options_.state_dir, job.id);
 
-  // Everything the child needs is made here: the service has many threads, and after fork()
-  // only async-signal-safe calls are safe (a malloc could wait forever on a lock that another
-  // thread held at the fork, with the job holding the service's sockets).
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    if (kv.rfind("DDPX_JOBS_DIR=", 0) != 0 && kv.rfind("DDPX_JOB_PORTS=", 0) != 0)
-      env_strings.push_back(kv);
+  // The job outlives the service in a session of its own, with none of the service's
+  // descriptors (its listening socket, clients' connections, the database) and none of its
+  // signal handlers. Snapshot requests that come before the launcher installs its handlers are
+  // dropped, not fatal (their default action).
+  SpawnSpec spec;
+  spec.argv = std::move(argv);
+  spec.env = {{"DDPX_JOBS_DIR", options_.state_dir + "/jobs"},
+              {"DDPX_JOB_PORTS", extra}};  // the job's own services bind these
+  spec.stdout_to = ChildOutput::kFile;
+  spec.stderr_to = ChildOutput::kStdout;
+  spec.output_file = fmt::format("{}/logs/svc{}.console", options_.state_dir, job.id);
+  spec.group = ChildGroup::kNewSession;
+  spec.all_signals_default = true;
+  spec.ignored_signals = {SIGUSR1, SIGUSR2};
+  spec.blocked_signals = std::vector<int>{};
+  pid_t pid = -1;
+  try {
+    pid = spawn(spec).pid;
+  } catch (const Error& e) {
+    fail(e.kind(), "starting job {}: {}", job.id, e.what());
   }
-  env_strings.push_back("DDPX_JOBS_DIR=" + options_.state_dir + "/jobs");
-  env_strings.push_back("DDPX_JOB_PORTS=" + extra);  // the job's own services bind these
-  std::vector<char*> args, envp;
-  for (std::string& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int out = ::open(console.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  DDPX_CHECK(out >= 0 && in >= 0, ErrorKind::kIo, "cannot open {}: {}", console,
-             std::strerror(errno));
-
-  // Every signal is blocked across the fork: the child must never run the service's handlers
-  // (a stop that reached it before its exec would be swallowed by them, and the job would run
-  // on). It resets them, then unblocks: a SIGTERM that came meanwhile ends it, as it would end
-  // the launcher.
-  sigset_t all, saved;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setsid();  // the job outlives the service
-    for (int signal = 1; signal < SIGRTMIN; ++signal) {
-      if (signal != SIGKILL && signal != SIGSTOP) ::signal(signal, SIG_DFL);
-    }
-    // Snapshot requests that come before the launcher installs its handlers are dropped, not
-    // fatal (their default action); exec keeps an ignored signal ignored.
-    ::signal(SIGUSR1, SIG_IGN);
-    ::signal(SIGUSR2, SIG_IGN);
-    ::dup2(out, STDOUT_FILENO);  // dup2 clears close-on-exec on the copies
-    ::dup2(out, STDERR_FILENO);
-    ::dup2(in, STDIN_FILENO);
-    // No descriptor of the service (its listening socket, clients' connections, the
-    // database) may live on in the job.
-    ::syscall(SYS_close_range, 3U, ~0U, 0U);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(args[0], args.data(), envp.data());
-    ::_exit(127);
-  }
-  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  ::close(out);
-  ::close(in);
-  DDPX_CHECK(pid > 0, ErrorKind::kIo, "fork failed starting job {}: {}", job.id,
-             std::strerror(errno));
   children_.insert(pid);
   job.pid = pid;
   job.state = JobState::kRunning;
