@@ -149,7 +149,8 @@ TEST_P(SpawnTest, AProgramThatCannotStartIsAnErrorNamingIt) {
 
 TEST_P(SpawnTest, SignalDispositionsAndMaskAreTheSpecs) {
   // The caller ignores SIGTERM: exec would keep that; all_signals_default undoes it.
-  struct sigaction ignore {}, old{};
+  struct sigaction ignore {
+  }, old{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGTERM, &ignore, &old);
   SpawnSpec spec = shell("kill -TERM $$; echo survived");
@@ -162,7 +163,7 @@ TEST_P(SpawnTest, SignalDispositionsAndMaskAreTheSpecs) {
   EXPECT_EQ(run(spec), "");
   ::sigaction(SIGTERM, &old, nullptr);
   // The child's mask at exec: SIGUSR1 (bit 10) held pending, nothing else.
-  SpawnSpec mask = shell("grep SigBlk /proc/$$/status");
+  SpawnSpec mask = shell("exec grep SigBlk /proc/self/status");
   mask.blocked_signals = std::vector<int>{SIGUSR1};
   EXPECT_EQ(run(mask), "SigBlk:\t0000000000000200\n");
 }
@@ -203,8 +204,8 @@ TEST(RunProgramTest, CapturesOrDropsStderrAndReportsTheExitCode) {
   ProgramOutput both = run_program({"sh", "-c", "echo out; echo err >&2; exit 4"});
   EXPECT_EQ(both.output, "out\nerr");
   EXPECT_EQ(both.exit_code, 4);
-  ProgramOutput out = run_program({"sh", "-c", "echo out; echo err >&2"}, 30,
-                                  ProgramStderr::kDropped);
+  ProgramOutput out =
+      run_program({"sh", "-c", "echo out; echo err >&2"}, 30, ProgramStderr::kDropped);
   EXPECT_EQ(out.output, "out");
 }
 
