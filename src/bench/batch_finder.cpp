@@ -13,10 +13,10 @@
 #include "core/proc_memory.h"
 #include "core/timer.h"
 #include "distributed/device.h"
+#include "distributed/threads.h"
 #include "distributed/world.h"
 #include "models/registry.h"
-#include "train/placement.h"
-#include "train/threads.h"
+#include "parallel/placement.h"
 
 namespace ddpx::bench {
 namespace {
@@ -34,7 +34,7 @@ class Trainer {
     config.image_size = o.image_size;
     config.stem = o.stem;
     model_ = models::create_model(o.model, config);
-    train::place_model(*model_.ptr(), device, o.channels_last);
+    parallel::place_model(*model_.ptr(), device, o.channels_last);
     model_.ptr()->train();
     optimizer_ = std::make_unique<torch::optim::SGD>(model_.ptr()->parameters(),
                                                      torch::optim::SGDOptions(0.01).momentum(0.9));
@@ -84,7 +84,7 @@ class Trainer {
     optimizer_->zero_grad();
     torch::Tensor loss;
     {
-      train::AutocastGuard autocast(o_.amp, device_);
+      optim::AutocastGuard autocast(o_.amp, device_);
       loss = torch::nn::functional::cross_entropy(model_.forward(x), labels);
     }
     loss.backward();
@@ -125,9 +125,9 @@ BatchFinderResult find_batch_size(const BatchFinderOptions& o) {
              "--steps and --image_size must be positive");
   DDPX_CHECK(o.margin >= 0 && o.margin < 1, ErrorKind::kUsage,
              "--margin is the share of GPU memory kept free: in [0, 1), got {}", o.margin);
-  set_threads(o.threads > 0 ? o.threads : default_threads());
+  dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());
   const torch::Device device = dist::select_device(o.device, dist::detect_world());
-  train::check_amp(o.amp, device);
+  optim::check_amp(o.amp, device);
 
   BatchFinderResult r;
   r.device =

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "distributed/choices.h"
-#include "train/amp.h"
+#include "optim/amp.h"
 
 namespace ddpx::bench {
 
@@ -31,7 +31,7 @@ struct BatchFinderOptions {
   double memory_budget_gib = 0;  // CPU: 0 = half of MemAvailable
   int threads = 0;
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;
-  train::Amp amp = train::Amp::kOff;
+  optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
 };
 

@@ -18,8 +18,8 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "distributed/device.h"
+#include "distributed/threads.h"
 #include "distributed/world.h"
-#include "train/threads.h"
 
 namespace ddpx::bench {
 namespace {
@@ -122,7 +122,7 @@ GemmResult run_gemm(const GemmOptions& o) {
   if (device.is_cpu()) {
     DDPX_CHECK(dtype.name != "tf32", ErrorKind::kUsage,
                "--dtype tf32 is a GPU tensor-core format; on CPU use fp32, bf16 or fp64");
-    set_threads(o.threads > 0 ? o.threads : default_threads());
+    dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());
   } else {
     // fp32 means IEEE fp32 (CUDA cores); tf32 lets cuBLAS use tensor cores on fp32 data.
     at::globalContext().setAllowTF32CuBLAS(dtype.name == "tf32");

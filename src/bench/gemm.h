@@ -21,7 +21,7 @@ struct GemmOptions {
   int64_t iterations = 20;
   int64_t warmup = 3;
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;  // auto: the GPU when one is visible
-  int threads = 0;  // CPU: 0 = default_threads() (train/threads.h)
+  int threads = 0;  // CPU: 0 = default_threads() (distributed/threads.h)
 };
 
 struct GemmResult {

@@ -9,8 +9,8 @@
 #include "core/error.h"
 #include "core/proc_memory.h"
 #include "core/timer.h"
+#include "distributed/threads.h"
 #include "models/registry.h"
-#include "train/threads.h"
 
 namespace ddpx::bench {
 namespace {
@@ -25,7 +25,7 @@ MemoryBenchResult run_memory_bench(const MemoryBenchOptions& o) {
              o.batch_size);
   DDPX_CHECK(o.image_size >= 0, ErrorKind::kUsage,
              "--image_size must be >= 0 (0: the model's default), got {}", o.image_size);
-  set_threads(o.threads > 0 ? o.threads : default_threads());
+  dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());
   const models::ModelInfo& info = models::find_model(o.model);
 
   MemoryBenchResult r;

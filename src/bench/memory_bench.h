@@ -15,7 +15,7 @@ struct MemoryBenchOptions {
   int64_t image_size = 0;  // 0: the model's default (registry) size
   int64_t batch_size = 2;
   int64_t num_classes = 1000;
-  int threads = 0;  // 0: default_threads() (train/threads.h)
+  int threads = 0;  // 0: default_threads() (distributed/threads.h)
 };
 
 struct MemoryBenchResult {

@@ -22,12 +22,12 @@
 #include "data/sampler.h"
 #include "distributed/context.h"
 #include "distributed/device.h"
+#include "distributed/threads.h"
 #include "models/flops.h"
 #include "models/registry.h"
 #include "parallel/data/ddp.h"
-#include "train/placement.h"
+#include "parallel/placement.h"
 #include "train/step_strategy.h"
-#include "train/threads.h"
 
 namespace ddpx::bench {
 namespace {
@@ -72,15 +72,15 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   DDPX_CHECK(o.batch_size > 0 && o.steps > 0 && o.warmup >= 0, ErrorKind::kUsage,
              "--batch_size and --steps must be positive");
   if (o.loop == BenchLoop::kTrainer) return run_train_loop_bench(o);
-  int threads = o.threads > 0 ? o.threads : default_threads();
-  set_threads(threads);
+  int threads = o.threads > 0 ? o.threads : dist::default_threads();
+  dist::set_threads(threads);
   dist::InitOptions init;
   init.transport = o.transport;
   init.device = o.device;
   auto context = dist::init(init);
   log::set_rank(context->rank());
   const torch::Device device = context->device();
-  train::check_amp(o.amp, device);
+  optim::check_amp(o.amp, device);
   if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
   auto synchronize = [&] {
     if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
@@ -104,7 +104,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   // FLOPs of one image's forward, counted on the CPU before the model moves.
   const double forward_flops =
       models::count_forward_flops(model, torch::zeros({1, 3, o.image_size, o.image_size}));
-  train::place_model(*model.ptr(), device, o.channels_last);
+  parallel::place_model(*model.ptr(), device, o.channels_last);
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   if (context->distributed()) {
     parallel::DdpOptions d;
@@ -165,7 +165,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     auto run = [&] {
       torch::Tensor loss;
       {
-        train::AutocastGuard autocast(o.amp, device);
+        optim::AutocastGuard autocast(o.amp, device);
         torch::Tensor logits = ddp ? ddp->forward(images) : model.forward(images);
         loss = torch::nn::functional::cross_entropy(logits, labels);
       }
@@ -241,8 +241,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
             .peak /
         1073741824.0;
-    const char* compute = o.amp == train::Amp::kBf16             ? "bf16"
-                          : o.amp == train::Amp::kFp16           ? "fp16"
+    const char* compute = o.amp == optim::Amp::kBf16             ? "bf16"
+                          : o.amp == optim::Amp::kFp16           ? "fp16"
                           : at::globalContext().allowTF32CuDNN() ? "tf32"
                                                                  : "fp32";
     if (auto peak = gpu_peak(dist::device_name(device), compute)) {

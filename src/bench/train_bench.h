@@ -26,7 +26,7 @@
 #include <string>
 
 #include "distributed/choices.h"
-#include "train/amp.h"
+#include "optim/amp.h"
 
 namespace ddpx::bench {
 
@@ -43,7 +43,7 @@ struct TrainBenchOptions {
   int64_t batch_size = 64;   // per rank
   int64_t steps = 30;        // measured steps (half synced, half no_sync when distributed)
   int64_t warmup = 5;
-  int threads = 0;         // 0: default_threads() (train/threads.h)
+  int threads = 0;         // 0: default_threads() (distributed/threads.h)
   int workers = 1;         // loader threads per rank (--loop trainer; phases: one)
   bool augment = true;     // random crop (padding 4) + flip, as in the workload
   int64_t bucket_mb = 25;  // DDP bucket cap (--loop phases; the trainer's are ddpx train's)
@@ -53,7 +53,7 @@ struct TrainBenchOptions {
   bool fused_step = true;  // false: torch::optim::SGD::step, no split (--optimizer_step libtorch)
   std::string json;        // append a JSON line with the figures (rank 0)
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;
-  train::Amp amp = train::Amp::kOff;
+  optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
 };
 

@@ -117,8 +117,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
             .peak /
         1073741824.0;
-    const char* compute = b.amp == train::Amp::kBf16             ? "bf16"
-                          : b.amp == train::Amp::kFp16           ? "fp16"
+    const char* compute = b.amp == optim::Amp::kBf16             ? "bf16"
+                          : b.amp == optim::Amp::kFp16           ? "fp16"
                           : at::globalContext().allowTF32CuDNN() ? "tf32"
                                                                  : "fp32";
     if (auto peak = gpu_peak(dist::device_name(device), compute)) {

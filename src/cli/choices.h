@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "distributed/choices.h"
-#include "train/amp.h"
+#include "optim/amp.h"
 #include "train/optim.h"
 
 namespace ddpx::cli {
@@ -23,8 +23,8 @@ inline const std::map<std::string, dist::DeviceChoice> kDeviceNames{
     {"cpu", dist::DeviceChoice::kCpu},
     {"cuda", dist::DeviceChoice::kCuda}};
 
-inline const std::map<std::string, train::Amp> kAmpNames{
-    {"off", train::Amp::kOff}, {"bf16", train::Amp::kBf16}, {"fp16", train::Amp::kFp16}};
+inline const std::map<std::string, optim::Amp> kAmpNames{
+    {"off", optim::Amp::kOff}, {"bf16", optim::Amp::kBf16}, {"fp16", optim::Amp::kFp16}};
 
 inline const std::map<std::string, dist::Transport> kTransportNames{
     {"auto", dist::Transport::kAuto},

@@ -1,8 +1,8 @@
 #include "train/evaluate.h"
 
 #include "data/sampler.h"
+#include "parallel/placement.h"
 #include "train/metrics.h"
-#include "train/placement.h"
 
 namespace ddpx::train {
 
@@ -11,10 +11,10 @@ double evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64_t t
   torch::NoGradGuard no_grad;
   model.ptr()->eval();
   loader.start_epoch(data::eval_indices(test_size, context.rank(), context.world_size()), 0);
-  DeviceFeeder feeder(loader, setup.device, setup.channels_last);
+  parallel::DeviceFeeder feeder(loader, setup.device, setup.channels_last);
   DeviceSums sums(setup.device);
   while (auto batch = feeder.next()) {
-    AutocastGuard autocast(setup.amp, setup.device);
+    optim::AutocastGuard autocast(setup.amp, setup.device);
     torch::Tensor logits = model.forward(batch->images);
     sums.add(torch::zeros({}, logits.options().dtype(torch::kFloat32)), logits, batch->labels);
   }

@@ -7,13 +7,13 @@
 
 #include "data/loader.h"
 #include "distributed/context.h"
-#include "train/amp.h"
+#include "optim/amp.h"
 
 namespace ddpx::train {
 
 struct EvalSetup {
   torch::Device device = torch::kCPU;
-  Amp amp = Amp::kOff;
+  optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
 };
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "distributed/choices.h"
-#include "train/amp.h"
+#include "optim/amp.h"
 #include "train/optim.h"
 
 namespace ddpx::train {
@@ -53,14 +53,14 @@ struct TrainOptions {
   uint64_t seed = 0;
 
   // device
-  dist::DeviceChoice device = dist::DeviceChoice::kAuto;  // dist/device.h
-  Amp amp = Amp::kOff;          // autocast dtype (train/amp.h); fp16 adds loss scaling
-  bool channels_last = false;   // NHWC convolution weights and images
-  bool cudnn_benchmark = true;  // let cuDNN time its algorithms once (fixed shapes)
+  dist::DeviceChoice device = dist::DeviceChoice::kAuto;  // distributed/device.h
+  optim::Amp amp = optim::Amp::kOff;  // autocast dtype (optim/amp.h); fp16 adds loss scaling
+  bool channels_last = false;         // NHWC convolution weights and images
+  bool cudnn_benchmark = true;        // let cuDNN time its algorithms once (fixed shapes)
 
   // running
-  int threads = 0;                  // intra-op threads; 0: default_threads() (train/threads.h)
-  int loader_workers = 1;           // background threads building batches
+  int threads = 0;         // intra-op threads; 0: default_threads() (distributed/threads.h)
+  int loader_workers = 1;  // background threads building batches
   int64_t limit_train_batches = 0;  // 0: all
   int64_t limit_test_batches = 0;
   int64_t log_every = 1;  // test accuracy every N epochs (and after the last)

@@ -19,12 +19,14 @@
 #include "data/transforms.h"
 #include "distributed/context.h"
 #include "distributed/device.h"
+#include "distributed/threads.h"
 #include "models/registry.h"
+#include "optim/amp.h"
 #include "optim/clip_grad.h"
 #include "optim/loss_scaler.h"
 #include "parallel/data/ddp.h"
 #include "parallel/data/sync_batch_norm.h"
-#include "train/amp.h"
+#include "parallel/placement.h"
 #include "train/checkpoint.h"
 #include "train/curves.h"
 #include "train/data_setup.h"
@@ -35,13 +37,11 @@
 #include "train/metrics.h"
 #include "train/mixing.h"
 #include "train/optim.h"
-#include "train/placement.h"
 #include "train/pretrained.h"
 #include "train/profiler.h"
 #include "train/progress.h"
 #include "train/snapshot_request.h"
 #include "train/step_strategy.h"
-#include "train/threads.h"
 
 namespace ddpx::train {
 namespace {
@@ -54,7 +54,9 @@ constexpr int64_t kCpuCurveEvery = 10;
 // The ranks agree on snapshot requests (SIGUSR1/SIGUSR2) every this many optimizer steps.
 constexpr int64_t kCpuSnapshotCheckEvery = 5;
 
-int choose_threads(const TrainOptions& o) { return o.threads > 0 ? o.threads : default_threads(); }
+int choose_threads(const TrainOptions& o) {
+  return o.threads > 0 ? o.threads : dist::default_threads();
+}
 
 int64_t per_rank_batch(const TrainOptions& o, int world_size) {
   if (!o.batch_size_scaled) return o.batch_size;
@@ -119,7 +121,7 @@ class Run {
   void setup() {
     install_snapshot_signals();  // first: a request that comes early must not end the process
     validate(o_);
-    set_threads(choose_threads(o_));
+    dist::set_threads(choose_threads(o_));
     dist::InitOptions init;
     init.device = o_.device;
     init.backend = o_.backend;
@@ -128,7 +130,7 @@ class Run {
     context_ = dist::init(init);
     log::set_rank(context_->rank());
     device_ = context_->device();
-    check_amp(o_.amp, device_);
+    optim::check_amp(o_.amp, device_);
     if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(o_.cudnn_benchmark);
     batch_size_ = per_rank_batch(o_, context_->world_size());
 
@@ -144,7 +146,7 @@ class Run {
     config.stem = o_.stem;
     model_ = models::create_model(o_.model, config);
     if (!o_.pretrained.empty()) pretrained_note_ = load_pretrained(o_.pretrained, *model_.ptr());
-    place_model(*model_.ptr(), device_, o_.channels_last);
+    parallel::place_model(*model_.ptr(), device_, o_.channels_last);
     if (o_.sync_bn) {
       sync_bn_layers_ = parallel::convert_sync_batch_norm(*model_.ptr(), *context_);
       DDPX_CHECK(sync_bn_layers_ > 0, ErrorKind::kUsage,
@@ -175,7 +177,7 @@ class Run {
         scaled_learning_rate(o_.learning_rate, o_.lr_scale, global_batch_, o_.base_batch_size);
     OptimizerConfig oc{o_.optimizer, learning_rate_, o_.weight_decay, o_.momentum};
     optimizer_ = make_optimizer(model_.ptr()->parameters(), oc);
-    if (o_.amp == Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);
+    if (o_.amp == optim::Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);
     schedule_ = std::make_unique<LrSchedule>(
         o_.lr_schedule, learning_rate_, updates_per_epoch * o_.num_epochs,
         static_cast<int64_t>(std::llround(o_.warmup_epochs * updates_per_epoch)));
@@ -333,7 +335,7 @@ class Run {
     model_.ptr()->train();
     const int64_t skip = epoch == start_epoch_ ? resume_epoch_step_ : 0;
     train_loader_->start_epoch(sampler_->indices(epoch), epoch, skip);
-    DeviceFeeder feeder(*train_loader_, device_, o_.channels_last);
+    parallel::DeviceFeeder feeder(*train_loader_, device_, o_.channels_last);
     ProgressBar bar(o_.progress && log::enabled(), steps_per_epoch_);
     DeviceSums device_sums(device_);
     MetricSums sums, at_last_point;
@@ -424,7 +426,7 @@ class Run {
     auto backward = [&] {
       {
         RECORD_USER_SCOPE(kRangeForward);
-        AutocastGuard autocast(o_.amp, device_);
+        optim::AutocastGuard autocast(o_.amp, device_);
         if (mixer_->enabled()) {
           auto mixed = mixer_->mix(batch.images, batch.labels);
           logits = forward(mixed.images);

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <regex>
 
+#include "distributed/threads.h"
 #include "support/support.h"
-#include "train/threads.h"
 
 namespace ddpx {
 namespace {
@@ -30,7 +30,7 @@ TEST(OutsideLauncherTest, TorchrunWorkersTakeTheOneThreadTorchrunSets) {
   const std::string torchrun =
       (std::filesystem::path(test::python_binary()).parent_path() / "torchrun").string();
   if (!std::filesystem::exists(torchrun)) GTEST_SKIP() << "no torchrun beside " << torchrun;
-  if (usable_cores() < 2) GTEST_SKIP() << "one core: every choice gives one thread";
+  if (dist::usable_cores() < 2) GTEST_SKIP() << "one core: every choice gives one thread";
   auto r = run_command("unset OMP_NUM_THREADS DDPX_THREADS; " + torchrun +
                            " --nproc_per_node 2 --no-python --master_port " +
                            std::to_string(test::free_port()) + " " + test::ddpx_binary() + kTrain,
@@ -42,7 +42,7 @@ TEST(OutsideLauncherTest, TorchrunWorkersTakeTheOneThreadTorchrunSets) {
 // Ranks started by hand with nothing saying how many threads: the cores are shared among the
 // ranks of the host (LOCAL_WORLD_SIZE), not taken whole by each.
 TEST(OutsideLauncherTest, RanksStartedByHandShareTheCores) {
-  const int cores = usable_cores();
+  const int cores = dist::usable_cores();
   if (cores < 2) GTEST_SKIP() << "one core: every choice gives one thread";
   const std::string env =
       "unset OMP_NUM_THREADS DDPX_THREADS SLURM_CPUS_PER_TASK; "

@@ -16,9 +16,9 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "optim/clip_grad.h"
+#include "parallel/placement.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
-#include "train/placement.h"
 
 namespace ddpx::train {
 namespace {
@@ -53,7 +53,7 @@ TEST(PlacementGpuTest, EveryEpochsFeederCopiesOnOneStream) {
   std::vector<int64_t> reserved;
   for (int64_t epoch = 0; epoch < 4; ++epoch) {
     loader.start_epoch(indices, epoch);
-    DeviceFeeder feeder(loader, gpu, /*channels_last=*/false);
+    parallel::DeviceFeeder feeder(loader, gpu, /*channels_last=*/false);
     while (auto batch = feeder.next()) batch->images.sum();
     ASSERT_TRUE(feeder.copy_stream().has_value());
     if (!first_stream) first_stream = feeder.copy_stream();

@@ -1,5 +1,5 @@
 // Model and batch placement (see placement.h).
-#include "train/placement.h"
+#include "parallel/placement.h"
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -10,7 +10,7 @@
 
 #include "core/timer.h"
 
-namespace ddpx::train {
+namespace ddpx::parallel {
 namespace {
 
 torch::Tensor with_format(const torch::Tensor& t, bool channels_last) {
@@ -92,4 +92,4 @@ std::optional<data::Batch> DeviceFeeder::next() {
   return std::move(current.batch);
 }
 
-}  // namespace ddpx::train
+}  // namespace ddpx::parallel

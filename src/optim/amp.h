@@ -7,7 +7,7 @@
 
 #include <optional>
 
-namespace ddpx::train {
+namespace ddpx::optim {
 
 enum class Amp { kOff, kBf16, kFp16 };
 
@@ -36,4 +36,4 @@ class AutocastGuard {
   c10::ScalarType previous_dtype_ = c10::ScalarType::Undefined;
 };
 
-}  // namespace ddpx::train
+}  // namespace ddpx::optim

@@ -1,4 +1,4 @@
-#include "train/threads.h"
+#include "distributed/threads.h"
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "distributed/world.h"
 
-namespace ddpx {
+namespace ddpx::dist {
 namespace {
 
 // A thread count from the environment. OMP_NUM_THREADS may be an OpenMP list ("4,2": 4 at the
@@ -35,7 +35,7 @@ std::optional<int> threads_from(const char* name) {
 // reject with its own message).
 int local_ranks() {
   try {
-    return std::max(dist::detect_world().local_world_size, 1);
+    return std::max(detect_world().local_world_size, 1);
   } catch (const std::exception&) {
     return 1;
   }
@@ -69,4 +69,4 @@ void set_threads(int threads) {
     openblas(threads);
 }
 
-}  // namespace ddpx
+}  // namespace ddpx::dist

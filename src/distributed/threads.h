@@ -9,7 +9,7 @@
 
 #include <string>
 
-namespace ddpx {
+namespace ddpx::dist {
 
 int usable_cores();
 int default_threads();
@@ -22,4 +22,4 @@ std::string default_threads_source();
 // BLAS call on every core and oversubscribe the machine).
 void set_threads(int threads);
 
-}  // namespace ddpx
+}  // namespace ddpx::dist

@@ -13,7 +13,7 @@
 
 #include "data/loader.h"
 
-namespace ddpx::train {
+namespace ddpx::parallel {
 
 // Moves every parameter and buffer to `device`; with `channels_last`, 4-d ones (convolution
 // weights) also take the NHWC memory format, which cuDNN's fastest kernels use.
@@ -49,4 +49,4 @@ class DeviceFeeder {
   double wait_seconds_ = 0;
 };
 
-}  // namespace ddpx::train
+}  // namespace ddpx::parallel

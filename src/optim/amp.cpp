@@ -1,11 +1,11 @@
 // Mixed precision (see amp.h).
-#include "train/amp.h"
+#include "optim/amp.h"
 
 #include <ATen/autocast_mode.h>
 
 #include "core/error.h"
 
-namespace ddpx::train {
+namespace ddpx::optim {
 
 const char* name(Amp amp) {
   switch (amp) {
@@ -57,4 +57,4 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::set_autocast_dtype(type_, previous_dtype_);
 }
 
-}  // namespace ddpx::train
+}  // namespace ddpx::optim
