@@ -198,7 +198,7 @@ void print_batch_finder(const BatchFinderOptions& o, const BatchFinderResult& r)
       "# tune batch_size: model {}{} image {}x{} amp {} on {}, at least {} timed steps "
       "and 1 s per size",
       o.model, models::find_model(o.model).has_cifar_stem ? " stem " + o.stem : std::string(),
-      o.image_size, o.image_size, train::name(o.amp), r.device, o.steps);
+      o.image_size, o.image_size, optim::name(o.amp), r.device, o.steps);
   log::out("# memory limit {:.1f} GiB ({})", r.memory_limit_gib,
            r.device == "cpu" ? "CPU budget: --memory_budget_gib, default half of MemAvailable"
                              : fmt::format("GPU memory, {:.0f}% kept free", 100 * o.margin));

@@ -271,7 +271,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
       "amp {}, channels_last {}",
       o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
       context->world_size(), context->backend(), o.data, threads, o.first_bucket_mb, o.bucket_mb,
-      dist::name(o.comm_hook), dist::describe_device(device), train::name(o.amp),
+      dist::name(o.comm_hook), dist::describe_device(device), optim::name(o.amp),
       o.channels_last ? "on" : "off");
   log::out(
       "images/s (all ranks): {:.1f} | loop: phases (a copy of the step, split) | sync: {} | "
@@ -308,7 +308,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
                            {"backend", context->backend()},
                            {"loader_images_per_sec", loader_images_per_sec},
                            {"device", dist::device_name(device)},
-                           {"amp", train::name(o.amp)},
+                           {"amp", optim::name(o.amp)},
                            {"channels_last", o.channels_last},
                            {"forward_gflop", r.forward_gflop}};
     if (r.mfu) line["mfu"] = *r.mfu;

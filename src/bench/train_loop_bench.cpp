@@ -149,7 +149,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
                            {"startup_s", r.startup_s},
                            {"backend", backend},
                            {"device", dist::device_name(device)},
-                           {"amp", train::name(b.amp)},
+                           {"amp", optim::name(b.amp)},
                            {"channels_last", b.channels_last},
                            {"forward_gflop", r.forward_gflop}};
     if (r.mfu) line["mfu"] = *r.mfu;
