@@ -1,0 +1,45 @@
+// The control block at the start of the shared-memory segment and the one-word description of a
+// call that the ranks compare before they touch each other's bytes. Private to
+// distributed/shm/: shm_setup.cpp lays the segment out, shm_sync.cpp waits and compares,
+// shm_allreduce.cpp runs the collectives.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "distributed/shm/shm_allreduce.h"
+
+namespace ddpx::dist {
+
+namespace shm_layout {
+
+constexpr size_t kControlBytes = 8192;
+constexpr uint64_t kNowhere = ~uint64_t{0};  // Control::places: the tensor is not in an arena
+
+// One call in one word: op << 58 | type << 56 | root << 48 | count, where op is 0 sum,
+// 1 average, 2 broadcast, 3 reduce-and-apply; type 1 float32, 2 float64, 3 bytes (broadcast); count
+// elements or bytes.
+enum : uint64_t { kSum = 0, kAverage = 1, kBroadcast = 2, kApply = 3 };
+inline uint64_t signature(uint64_t op, uint64_t type, int root, int64_t count) {
+  return (op << 58) | (type << 56) | (static_cast<uint64_t>(root) << 48) |
+         static_cast<uint64_t>(count);
+}
+
+}  // namespace shm_layout
+
+struct ShmAllreduce::Control {
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+  alignas(64) std::atomic<uint64_t> passes[kMaxRanks];  // barriers entered, per rank
+  // What each rank's current call reduces (signature()), compared after the first barrier:
+  // ranks that disagree would otherwise sum unrelated bytes and return without an error.
+  alignas(64) std::atomic<uint64_t> calls[kMaxRanks];
+  // Where each rank's tensor of the current call lies in its arena, or kNowhere.
+  alignas(64) std::atomic<uint64_t> places[kMaxRanks];
+};
+static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free);
+static_assert(sizeof(ShmAllreduce::kChunkBytes) == 8);
+
+}  // namespace ddpx::dist
