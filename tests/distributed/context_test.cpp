@@ -124,8 +124,9 @@ void wait_until_listening(int port) {
 
 // Starts `ranks` (rank, world size) on threads against one port; each rank's error text.
 // `others_after_rank0`: the other ranks start once rank 0's store listens. Without it, a rank
-// that tries before (easy on a loaded machine) meets libtorch 1.13's connect back-off of about
-// a second, which a 1.5 s timeout may not survive: it then fails as "could not reach".
+// that tries before (easy on a loaded machine) meets the store client's connect back-off (about
+// a second on libtorch 1.13), which a 1.5 s timeout may not survive: it then fails as "could not
+// reach".
 std::vector<std::string> join_all(const std::vector<std::pair<int, int>>& ranks, int port,
                                   std::chrono::milliseconds timeout,
                                   std::chrono::milliseconds rank1_delay = {},
@@ -158,7 +159,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 // The flaky version of this test looked for "3" anywhere in the message. Under load rank 1 could
-// try the store before rank 0 listened, back off for about a second (libtorch 1.13's client),
+// try the store before rank 0 listened, back off for about a second (libtorch 1.13's client, then),
 // and fail to reach it within the 1.5 s timeout; its message then did not name the world size,
 // and the "3" came from the port number or not at all. Every rendezvous message now says
 // WORLD_SIZE=N, rank 0 names the ranks that never came, and rank 1 starts once rank 0 listens.
@@ -221,9 +222,9 @@ class ForeignListener {
 
 TEST(ContextTest, APortTakenByAnotherProgramFailsEveryRankWithinTheTimeout) {
   // Accepts connections (the kernel does) and never answers. Kept open for the life of this
-  // test process: rank 1's abandoned TCPStore client stays connected to it, and libtorch 1.13
-  // ends the process (std::terminate from its own thread) when such a connection is reset.
-  // A real rank exits with its error long before.
+  // test process: rank 1's abandoned TCPStore client stays connected to it, and libtorch (1.13
+  // at least) ends the process (std::terminate from its own thread) when such a connection is
+  // reset. A real rank exits with its error long before.
   static ForeignListener* const kept = new ForeignListener;  // reachable: not a leak to LSan
   auto& other = *kept;
   const auto start = std::chrono::steady_clock::now();

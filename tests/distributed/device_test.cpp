@@ -1,5 +1,5 @@
-// Device selection (dist/device.h): which GPU a local rank takes, the refusals where there is
-// none, the busy-GPU verdict, and the backend that follows the device.
+// Device selection (distributed/device.h): which GPU a local rank takes, the refusals where there
+// is none, the busy-GPU verdict, and the backend that follows the device.
 #include "distributed/device.h"
 
 #include <gtest/gtest.h>
