@@ -27,10 +27,11 @@ void join_rendezvous(c10d::Store& store, const WorldInfo& world, std::chrono::mi
                      const std::string& where);
 
 // make_store() then join_rendezvous() with what is left of `timeout`, on a helper thread that
-// is abandoned after timeout + kDeadlineMargin. Why: libtorch 1.13's TCPStore client waits for
-// each answer without a deadline, so a program on MASTER_PORT that accepts connections and
-// never answers (another service, a hung job) would block the rank forever. The abandoned
-// thread stays blocked until that program closes the connection; the error ends the process.
+// is abandoned after timeout + kDeadlineMargin. Why: a TCPStore client may wait for an
+// answer without a deadline (libtorch 1.13's did; the guard stays on 2.11), so a program on
+// MASTER_PORT that accepts connections and never answers (another service, a hung job) would block
+// the rank forever. The abandoned thread stays blocked until that program closes the connection;
+// the error ends the process.
 constexpr auto kDeadlineMargin = std::chrono::seconds(2);
 std::shared_ptr<c10d::Store> rendezvous_with_deadline(
     const std::function<std::shared_ptr<c10d::Store>()>& make_store, const WorldInfo& world,

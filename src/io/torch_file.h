@@ -1,8 +1,9 @@
 // The byte-level guard in front of libtorch's unpickler for files written by Python's
-// torch.save: libtorch 1.13's zip reader leaks when it rejects a file, and its unpickler trusts
-// lengths, stack depths and tensor extents from the file (a fuzzed pickle makes it allocate
-// gigabytes or read past a storage). So ddpx reads the zip itself and scans the pickle before
-// libtorch sees it; only what a well-formed state_dict can hold gets through.
+// torch.save. Fuzzing libtorch 1.13 found its zip reader leaking when it rejected a file and its
+// unpickler trusting lengths, stack depths and tensor extents from the file (a fuzzed pickle made
+// it allocate gigabytes or read past a storage; docs/reliability.md); the guard stays on 2.11. So
+// ddpx reads the zip itself and scans the pickle before libtorch sees it; only what a well-formed
+// state_dict can hold gets through.
 //
 // Everything here throws ddpx::Error(kData) naming `path` on malformed input.
 #pragma once

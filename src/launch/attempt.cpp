@@ -197,7 +197,7 @@ class Attempt {
   void report_collectives() {
     if (trace_dir_.empty()) return;
     // Every rank of the job: this node's files, and the other nodes' that the workers received
-    // on the failure (rank<K>.remote, dist/trace_exchange.h); the rest are named as missing.
+    // on the failure (rank<K>.remote, distributed/trace_exchange.h); the rest are named as missing.
     auto ranks = trace::read_traces(trace_dir_, world_size_);
     bool waiting = false;
     for (const auto& s : ranks) {

@@ -125,7 +125,7 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
     plan.workers.push_back(std::move(w));
   }
   // Workers that share a GPU cannot form an NCCL group ("Duplicate GPU detected"): every worker
-  // learns it, so all choose the same backend (dist/context.h, choose_backend).
+  // learns it, so all choose the same backend (distributed/context.h, choose_backend).
   if (plan.gpu_ids.size() < gpu_ids.size()) set_env(plan, "DDPX_SHARED_GPUS", "1");
   return plan;
 }

@@ -61,7 +61,7 @@ std::string oversubscription_note(const JobPlan& plan, const HostInfo& host);
 void set_restart_count(JobPlan& plan, int restart_count);
 
 // Single-node jobs meet through a file store (DDPX_STORE_FILE) rather than a TCPStore, whose
-// server in libtorch 1.13 listens on every interface: nothing of a local job is reachable
+// server listens on every interface: nothing of a local job is reachable
 // from the network. One fresh file per attempt, so a restart never sees stale keys.
 void set_store_file(JobPlan& plan, const std::string& path);
 

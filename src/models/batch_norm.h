@@ -1,8 +1,8 @@
 // The BatchNorm2d every ddpx model uses: libtorch's BatchNorm2d (same parameters, buffers and
 // state-dict names, so torchvision weights load unchanged) that can also compute its training
 // statistics over the batches of all ranks, as torch.nn.SyncBatchNorm does. A model is switched
-// to synchronized statistics with dist/sync_batch_norm.h's convert_sync_batch_norm(); until
-// then, and always in evaluation mode, forward is libtorch's.
+// to synchronized statistics with parallel/data/sync_batch_norm.h's convert_sync_batch_norm();
+// until then, and always in evaluation mode, forward is libtorch's.
 #pragma once
 
 #include <torch/nn/modules/batchnorm.h>

@@ -21,7 +21,7 @@ constexpr double kPosEmbeddingStd = 0.02;  // "from BERT", as torchvision says
 constexpr double kMlpBiasStd = 1e-6;
 
 // torch.nn.init.trunc_normal_(t, std=std) with torchvision's absolute bounds [-2, 2]: inverse
-// CDF sampling, as PyTorch does (libtorch 1.13 has no trunc_normal_).
+// CDF sampling, as PyTorch does (libtorch's C++ API has no trunc_normal_).
 void trunc_normal_(torch::Tensor& t, double std, double a = -2.0, double b = 2.0) {
   auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
   const double low = cdf(a / std), high = cdf(b / std);

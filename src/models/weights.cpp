@@ -86,9 +86,10 @@ void load_named_tensors(torch::nn::Module& module,
 
 namespace {
 
-// torch.save(model.state_dict()) pickles a collections.OrderedDict, which libtorch 1.13's
-// unpickler turns into None (it expects OrderedDict only as a tensor's unused backward hooks),
-// and it lacks the POP and SETITEM opcodes. Two edits make such a pickle loadable:
+// torch.save(model.state_dict()) pickles a collections.OrderedDict, which libtorch's
+// unpickler turned into None on 1.13, where this was written (it expects OrderedDict only as a
+// tensor's unused backward hooks), and 1.13's lacked the POP and SETITEM opcodes. Two edits make
+// such a pickle loadable:
 // - the opening  GLOBAL 'collections OrderedDict', BINPUT 0, EMPTY_TUPLE, REDUCE  becomes
 //   EMPTY_DICT, MARK, GLOBAL ..., BINPUT 0, NONE, SETITEMS: a plain dict whose placeholder entry
 //   {0: None} swallows the global's index (memo 0 still holds it for the tensors' hooks);
@@ -120,8 +121,9 @@ bool rewrite_ordered_dict(std::string& pickle) {
 // bytes the file really had for it (libtorch sizes a storage by the count in the pickle).
 using RecordSizes = std::map<const void*, size_t>;
 
-// A tensor must lie inside its storage and the storage inside its record: libtorch 1.13 sets
-// sizes, strides and offset from the pickle unchecked, so reading a bad one reads past memory.
+// A tensor must lie inside its storage and the storage inside its record: libtorch (1.13,
+// where this was found) sets sizes, strides and offset from the pickle unchecked, so reading a bad
+// one reads past memory.
 void check_extent(const torch::Tensor& t, const RecordSizes& records, const std::string& path,
                   const std::string& name) {
   auto bad = [&](const char* what) {

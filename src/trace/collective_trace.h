@@ -10,7 +10,8 @@
 //
 // Threads: begin() and end() may be called from any thread; readers in other processes may see
 // a record being rewritten and skip it (each record is checked by its sequence number before
-// and after the copy). Lives in core/ because both dist/ (writes) and launch/ (reads) use it.
+// and after the copy). Lives in trace/, torch-free, because both distributed/ (writes) and launch/
+// (reads) use it.
 #pragma once
 
 #include <atomic>
@@ -87,7 +88,8 @@ class CollectiveTrace {
   std::string bytes() const;
 
   // Multi-node jobs: a function that sends this rank's bytes to the other nodes' ranks and
-  // writes theirs into dir() as rank<K>.remote (set by dist/context). exchange() runs it once.
+  // writes theirs into dir() as rank<K>.remote (set by distributed/context). exchange() runs it
+  // once.
   using Exchange = std::function<void(const std::string& mine)>;
   void set_exchange(Exchange exchange) { exchange_ = std::move(exchange); }
   void exchange();

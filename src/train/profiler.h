@@ -3,7 +3,7 @@
 // DIR/rank<R>.trace.json, holding the operators (and GPU kernels on a GPU) and ddpx's own step
 // phases as user ranges:
 //   ddpx::step, ddpx::data_wait, ddpx::forward (with the loss), ddpx::backward,
-//   ddpx::allreduce bucket <i> (each bucket's all-reduce launch, dist/reducer.cpp),
+//   ddpx::allreduce bucket <i> (each bucket's all-reduce launch, parallel/data/reducer.cpp),
 //   ddpx::allreduce_wait (waiting for them at the end of backward), ddpx::optimizer.
 // After the window, rank 0 prints a table of the phases: ms per step on every rank, the share of
 // the step, and the slowest rank. On a CPU a phase's time is its range's; on a GPU, where the

@@ -1,4 +1,4 @@
-// The GPU paths of dist/: NCCL through the traced backend, a world of one on NCCL with its
+// The GPU paths of distributed/: NCCL through the traced backend, a world of one on NCCL with its
 // group forced (so that a machine with one GPU runs DDP's reducer, ncclAvg, broadcast, barrier
 // and the comm hooks through NCCL), and Gloo on CUDA tensors for ranks that share one GPU (NCCL
 // refuses two ranks on a device). Label `gpu`: each test skips with a message where this process

@@ -7,7 +7,7 @@
 // Contract: collective and blocking. Every rank of the group calls allreduce_sum with a tensor
 // of the same dtype and element count, in the same order; ranks that do not all throw
 // ddpx::Error(kDist) naming each rank's call. One call at a time per object (the
-// owner, ProcessGroupShm, serialises them on its own thread). A rank that does not arrive
+// owner, ShmBackend, serialises them on its communication thread). A rank that does not arrive
 // within `timeout` makes the others throw ddpx::Error(kTimeout) naming the ranks that are
 // behind. The segment is unlinked as soon as every rank has mapped it, so nothing is left in
 // /dev/shm even when a job is killed.
