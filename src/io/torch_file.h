@@ -1,8 +1,9 @@
 // The byte-level guard in front of libtorch's unpickler for files written by Python's
 // torch.save: libtorch 1.13's zip reader leaks when it rejects a file, and its unpickler trusts
 // lengths, stack depths and tensor extents from the file (a fuzzed pickle makes it allocate
-// gigabytes or read past a storage). So ddpx reads the zip itself and scans the pickle before
-// libtorch sees it; only what a well-formed state_dict can hold gets through.
+// gigabytes or read past a storage). So ddpx reads the zip itself and parses the pickle with its
+// own pickle machine (io/pickle.h) before libtorch sees it; only what a well-formed state_dict
+// can hold gets through.
 //
 // Everything here throws ddpx::Error(kData) naming `path` on malformed input.
 #pragma once
@@ -26,9 +27,10 @@ struct TorchZip {
 };
 TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const std::string& hint);
 
-// Checks the pickle's opcode stream: only the opcodes a state_dict needs, every length within
-// the data, no stack or mark underflow, memo reads only of written slots, and only the globals
-// of tensors, plain (not quantized) storages and OrderedDict.
+// Runs the pickle through io/pickle with what a state_dict needs and no more: only the opcodes
+// torch.save writes, every length within the data, no stack or mark underflow, memo slots
+// written in order and read only once written, and only the globals of tensors, plain (not
+// quantized) storages and OrderedDict.
 void check_state_dict_pickle(std::string_view pickle, const std::string& path);
 
 }  // namespace ddpx::io
