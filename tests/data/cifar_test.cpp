@@ -1,5 +1,6 @@
 // CIFAR readers on small folders written by Python with the official files' structure (fewer
-// rows) and the official archives' layout (archive safety: tests/io/archive_test.cpp).
+// rows) and the official archives' layout (the byte parsers: tests/io/cifar_test.cpp; archive
+// safety: tests/io/archive_test.cpp).
 #include "data/cifar.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +9,6 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
-#include "io/archive.h"
 #include "support/support.h"
 
 namespace ddpx::data {
@@ -137,6 +137,19 @@ TEST(CifarTest, UnpacksTheOfficialArchiveWhenTheFolderIsMissing) {
       "    t.add('" + staging.path() + "/cifar-10-batches-py', arcname='cifar-10-batches-py')\n");
   expect_cifar10(load_dataset({"cifar10", dir.path()}));
   EXPECT_TRUE(fs::is_regular_file(dir.file("cifar-10-batches-py/data_batch_5")));
+}
+
+TEST(CifarTest, MissingEverythingNamesTheDirAndTheDownloadCommand) {
+  test::TempDir dir;
+  try {
+    load_dataset({"cifar10", dir.path()});
+    FAIL();
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find(dir.path()), std::string::npos) << what;
+    EXPECT_NE(what.find("ddpx data download cifar10 --data_dir " + dir.path()), std::string::npos)
+        << what;
+  }
 }
 
 }  // namespace
