@@ -27,6 +27,13 @@ fs::path safe_relative(const char* name) {
   return path;
 }
 
+// libarchive's last error; it can be NULL (an archive it cannot open and has no words for),
+// which fmt would refuse with an exception of its own.
+const char* why(struct archive* reader) {
+  const char* text = archive_error_string(reader);
+  return text != nullptr ? text : "no reason given";
+}
+
 using Reader = std::unique_ptr<struct archive, int (*)(struct archive*)>;
 
 Reader new_reader() {
@@ -52,7 +59,7 @@ void extract_from(struct archive* reader, const std::string& archive_path,
       if (rc == ARCHIVE_EOF) break;
       if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
         fail(ErrorKind::kData, "{}: corrupt archive ({}); delete it and download it again",
-             archive_path, archive_error_string(reader));
+             archive_path, why(reader));
       const char* name = archive_entry_pathname(entry);
       if (name && fs::path(name).lexically_normal() == ".") continue;  // a "./" entry
       fs::path rel = safe_relative(name);
@@ -82,7 +89,7 @@ void extract_from(struct archive* reader, const std::string& archive_path,
           fail(ErrorKind::kData,
                "{}: corrupt archive while reading '{}' ({}); delete it and "
                "download it again",
-               archive_path, name, archive_error_string(reader));
+               archive_path, name, why(reader));
         written += n;
         DDPX_CHECK(written <= max_bytes, ErrorKind::kData,
                    "{}: unpacks to more than {} bytes; the archive is not an official dataset "
@@ -111,8 +118,7 @@ void extract_from(struct archive* reader, const std::string& archive_path,
 void extract_archive(const std::string& archive_path, const std::string& dest_dir) {
   Reader reader = new_reader();
   if (archive_read_open_filename(reader.get(), archive_path.c_str(), 1 << 16) != ARCHIVE_OK)
-    fail(ErrorKind::kData, "cannot open archive {}: {}", archive_path,
-         archive_error_string(reader.get()));
+    fail(ErrorKind::kData, "cannot open archive {}: {}", archive_path, why(reader.get()));
   extract_from(reader.get(), archive_path, dest_dir, kMaxExtractedBytes);
 }
 
@@ -120,8 +126,7 @@ void extract_archive_bytes(std::string_view bytes, const std::string& source,
                            const std::string& dest_dir, int64_t max_bytes) {
   Reader reader = new_reader();
   if (archive_read_open_memory(reader.get(), bytes.data(), bytes.size()) != ARCHIVE_OK)
-    fail(ErrorKind::kData, "cannot open archive {}: {}", source,
-         archive_error_string(reader.get()));
+    fail(ErrorKind::kData, "cannot open archive {}: {}", source, why(reader.get()));
   extract_from(reader.get(), source, dest_dir, max_bytes);
 }
 
