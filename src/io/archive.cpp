@@ -44,8 +44,8 @@ Reader new_reader() {
 }
 
 // Reads every entry of an opened archive into dest_dir; `archive_path` names it in errors.
-void extract_from(struct archive* reader, const std::string& archive_path,
-                  const std::string& dest_dir, int64_t max_bytes) {
+void unpack(struct archive* reader, const std::string& archive_path, const std::string& dest_dir,
+            int64_t max_bytes) {
   int64_t written = 0;
   fs::create_directories(dest_dir);
   fs::path staging = fs::path(dest_dir) / fmt::format(".extract-{}", ::getpid());
@@ -110,6 +110,20 @@ void extract_from(struct archive* reader, const std::string& archive_path,
     std::error_code ignored;
     fs::remove_all(staging, ignored);
     throw;
+  }
+}
+
+// unpack, with the file system's refusals (a name too long, a file where the archive wants a
+// folder, a destination not writable) as one ddpx error instead of std::filesystem's.
+void extract_from(struct archive* reader, const std::string& archive_path,
+                  const std::string& dest_dir, int64_t max_bytes) {
+  try {
+    unpack(reader, archive_path, dest_dir, max_bytes);
+  } catch (const fs::filesystem_error& e) {
+    fail(ErrorKind::kData,
+         "{}: cannot unpack it into {} ({}); delete the archive and download it again, or check "
+         "that {} is writable",
+         archive_path, dest_dir, e.code().message(), dest_dir);
   }
 }
 
