@@ -5,13 +5,13 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/cifar.h"
+#include "io/cifar.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
   for (bool cifar100 : {false, true}) {
     try {
-      ddpx::data::parse_cifar_binary(bytes, "fuzz", cifar100);
+      ddpx::io::parse_cifar_binary(bytes, "fuzz", cifar100);
     } catch (const ddpx::Error&) {
     }
   }

@@ -5,17 +5,17 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/idx.h"
 #include "io/gzip.h"
+#include "io/idx.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
   try {
-    ddpx::data::parse_idx_images(bytes, "fuzz");
+    ddpx::io::parse_idx_images(bytes, "fuzz");
   } catch (const ddpx::Error&) {
   }
   try {
-    ddpx::data::parse_idx_labels(bytes, "fuzz", 10);
+    ddpx::io::parse_idx_labels(bytes, "fuzz", 10);
   } catch (const ddpx::Error&) {
   }
   try {

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/cifar.h"
+#include "io/cifar.h"
 #include "io/pickle.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const ddpx::Error&) {
   }
   try {
-    ddpx::data::parse_cifar_python(bytes, "fuzz", size % 2 == 0);
+    ddpx::io::parse_cifar_python(bytes, "fuzz", size % 2 == 0);
   } catch (const ddpx::Error&) {
   }
   return 0;

@@ -3,7 +3,7 @@
 
 #include "absent/absent.h"
 
-namespace ddpx::data {
+namespace ddpx::io {
 
 void extract_archive(const std::string& archive_path, const std::string& dest_dir) {
   fail(ErrorKind::kUsage,
@@ -12,4 +12,10 @@ void extract_archive(const std::string& archive_path, const std::string& dest_di
        archive_path, archive_path, dest_dir);
 }
 
-}  // namespace ddpx::data
+void extract_archive_bytes(std::string_view, const std::string& source, const std::string&,
+                           int64_t) {
+  fail(ErrorKind::kUsage, "cannot unpack {}: this build (-DDDPX_GPU_CHECK=ON) has no libarchive",
+       source);
+}
+
+}  // namespace ddpx::io

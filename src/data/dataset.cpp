@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "data/cifar.h"
-#include "data/idx.h"
+#include "data/idx_dataset.h"
 
 namespace ddpx::data {
 namespace {

@@ -67,6 +67,9 @@ Pickle Parser::run() {
   while (true) {
     op_pos_ = pos_;
     uint8_t op = u8();
+    if (!limits_.opcodes.empty() &&
+        limits_.opcodes.find(static_cast<char>(op)) == std::string::npos)
+      bad(fmt::format("unsupported opcode 0x{:02x}", op));
     switch (op) {
       case 0x80: {  // PROTO
         uint8_t proto = u8();
@@ -123,7 +126,7 @@ Pickle Parser::run() {
       case 0x86:
       case 0x87: {  // TUPLE1..3
         size_t n = op - 0x84;
-        if (stack_.size() < mark_floor() + n) bad("TUPLE with too few items");
+        if (stack_.size() < mark_floor() + n) bad("stack underflow: TUPLE with too few items");
         Value* v = make(Kind::kTuple);
         v->items.assign(stack_.end() - n, stack_.end());
         stack_.resize(stack_.size() - n);

@@ -1,9 +1,11 @@
-// A small, bounds-checked reader for Python pickles (protocols 2 to 5), enough for CIFAR's
-// "python version" batches (dicts of numpy arrays and lists) and, later, torch state_dict
-// files. It never executes anything: a GLOBAL becomes a named reference, and REDUCE/NEWOBJ
-// on an unknown callable becomes an opaque Object keeping its arguments. The few callables
-// that build data (numpy arrays and dtypes, _codecs.encode for bytes under protocol 2,
-// collections.OrderedDict) are interpreted.
+// A small, bounds-checked reader for Python pickles (protocols 2 to 5), the one pickle machine
+// of ddpx: it reads CIFAR's "python version" batches (dicts of numpy arrays and lists) and checks
+// the data.pkl of torch.save files (io/torch_file.h) before libtorch's unpickler sees them. It
+// never executes anything: a GLOBAL becomes a named reference, and REDUCE/NEWOBJ on an unknown
+// callable becomes an opaque Object keeping its arguments. The few callables that build data (numpy
+// arrays and dtypes, _codecs.encode for bytes under protocol 2, collections.OrderedDict) are
+// interpreted; a persistent id (BINPERSID, torch's storages) is an Object of module "persistent_id"
+// holding the id.
 //
 // Values live in an arena owned by the returned Pickle; pointers stay valid while it lives.
 // Memo references may share (or even cycle) values, as in Python. Malformed input throws
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -70,6 +73,16 @@ struct Limits {
   int64_t max_mark_depth = 1000;  // nested MARKs
   int64_t max_memo = 1 << 22;     // memo slots
   int64_t max_links = 1 << 23;    // slots in lists and dicts: BUILD can double a dict per opcode
+
+  // For a pickle that goes on to a less careful unpickler (libtorch's reads torch.save's
+  // data.pkl): only these opcodes (their bytes; empty: every one this parser reads) and these
+  // globals ("module.name"; empty: any), and memo slots written in order (libtorch sizes its
+  // memo table by the largest slot).
+  std::string opcodes;
+  std::set<std::string> globals;
+  bool memo_in_order = false;
+  // Ends every error: what the user should do about a bad file.
+  std::string advice = "the file is corrupt or not a pickle; delete it and download it again";
 };
 
 class Pickle {

@@ -22,14 +22,12 @@ class Parser {
 
  private:
   [[noreturn]] void bad(const std::string& what) const {
-    fail(ErrorKind::kData,
-         "{}: malformed pickle at byte {}: {} (the file is corrupt or not a "
-         "pickle; delete it and download it again)",
-         source_, op_pos_, what);
+    fail(ErrorKind::kData, "{}: malformed pickle at byte {}: {} ({})", source_, op_pos_, what,
+         limits_.advice);
   }
   void need(uint64_t n) const {
     if (n > in_.size() - pos_)
-      bad(fmt::format("needs {} more bytes, {} left", n, in_.size() - pos_));
+      bad(fmt::format("truncated: needs {} more bytes, {} left", n, in_.size() - pos_));
   }
   uint8_t u8() {
     need(1);
@@ -75,13 +73,13 @@ class Parser {
   }
   void push(Value* v) { stack_.push_back(v); }
   Value* pop() {
-    if (stack_.size() <= mark_floor()) bad("pop from an empty stack");
+    if (stack_.size() <= mark_floor()) bad("stack underflow: pop from an empty stack");
     Value* v = stack_.back();
     stack_.pop_back();
     return v;
   }
   Value* top() {
-    if (stack_.size() <= mark_floor()) bad("the stack is empty");
+    if (stack_.size() <= mark_floor()) bad("stack underflow: the stack is empty");
     return stack_.back();
   }
   size_t mark_floor() const { return marks_.empty() ? 0 : marks_.back(); }
@@ -101,6 +99,8 @@ class Parser {
   void memo_put(uint64_t index) {
     if (static_cast<int64_t>(memo_.size()) >= limits_.max_memo && !memo_.count(index))
       bad(fmt::format("more than {} memo entries", limits_.max_memo));
+    if (limits_.memo_in_order && index > memo_.size())
+      bad(fmt::format("memo slot {} written out of order", index));
     memo_[index] = top();
   }
   Value* memo_get(uint64_t index) {
@@ -125,6 +125,8 @@ class Parser {
     list->items.push_back(item);
   }
   Value* make_global(std::string module, std::string name) {
+    if (!limits_.globals.empty() && limits_.globals.count(module + "." + name) == 0)
+      bad(fmt::format("global {}.{} is not one this file may hold", module, name));
     Value* v = make(Kind::kGlobal);
     v->module = std::move(module);
     v->name = std::move(name);

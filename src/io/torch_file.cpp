@@ -2,11 +2,8 @@
 
 #include <caffe2/serialize/versions.h>
 
-#include <cstring>
-#include <set>
-#include <vector>
-
 #include "core/error.h"
+#include "io/pickle.h"
 
 namespace ddpx::io {
 namespace {
@@ -26,7 +23,7 @@ constexpr uint64_t kUnreadableFlags = 0x0001 | 0x0020 | 0x0040 | 0x2000;
 
 // The storage types of plain tensors. Quantized ones (QInt8Storage, ...) are left out: libtorch
 // rebuilds them without a quantizer, and the first operation on one fails an internal assert.
-const std::set<std::string> kStorages = {
+constexpr const char* kStorages[] = {
     "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
     "IntStorage",   "ShortStorage",  "CharStorage", "ByteStorage",     "BoolStorage"};
 
@@ -145,170 +142,23 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const s
   return zip;
 }
 
-void check_state_dict_pickle(std::string_view p, const std::string& path) {
-  size_t pos = 0;
-  auto bad = [&](const std::string& what) {
-    fail(ErrorKind::kData,
-         "weights file '{}' has a malformed or unsupported data.pkl ({} at byte {}); save it "
-         "with torch.save(model.state_dict(), path)",
-         path, what, pos);
-  };
-  auto take = [&](size_t n) {
-    if (n > p.size() - pos) bad("truncated");
-    std::string_view s = p.substr(pos, n);
-    pos += n;
-    return s;
-  };
-  auto line = [&] {
-    size_t nl = p.find('\n', pos);
-    if (nl == std::string_view::npos) bad("truncated");
-    std::string s(p.substr(pos, nl - pos));
-    pos = nl + 1;
-    return s;
-  };
-  // The stack is tracked by depth only; marks hold the depth at MARK. No opcode may pop below
-  // the newest mark, and those that pop to a mark need one.
-  int64_t depth = 0;
-  std::vector<int64_t> marks;
-  std::set<uint64_t> memo;
-  auto pop = [&](int64_t n) {
-    int64_t floor = marks.empty() ? 0 : marks.back();
-    if (depth - n < floor) bad("stack underflow");
-    depth -= n;
-  };
-  auto pop_mark = [&] {
-    if (marks.empty()) bad("no MARK");
-    int64_t items = depth - marks.back();
-    depth = marks.back();
-    marks.pop_back();
-    return items;
-  };
-  constexpr int64_t kMaxMarks = 1000;
-  while (true) {
-    const size_t op_at = pos;
-    const char op = take(1)[0];
-    switch (op) {
-      case '\x80':
-        take(1);
-        break;     // PROTO
-      case 'c': {  // GLOBAL module\nname\n
-        std::string module = line(), name = line();
-        bool known = (module == "collections" && name == "OrderedDict") ||
-                     (module == "torch._utils" &&
-                      (name == "_rebuild_tensor_v2" || name == "_rebuild_parameter")) ||
-                     (module == "torch" && kStorages.count(name) == 1);
-        if (!known) bad("global " + module + "." + name);
-        ++depth;
-        break;
-      }
-      case 'q':    // BINPUT
-      case 'r': {  // LONG_BINPUT
-        pop(1);
-        ++depth;
-        // Python numbers memo slots in order; libtorch sizes its memo table by the largest.
-        uint64_t slot = op == 'q' ? le(take(1), 0, 1) : le(take(4), 0, 4);
-        if (slot > memo.size()) bad("memo slot out of order");
-        memo.insert(slot);
-        break;
-      }
-      case 'h':    // BINGET
-      case 'j': {  // LONG_BINGET
-        uint64_t slot = op == 'h' ? le(take(1), 0, 1) : le(take(4), 0, 4);
-        if (memo.count(slot) == 0) bad("memo slot never written");
-        ++depth;
-        break;
-      }
-      case ')':
-      case '}':
-      case ']':
-      case 'N':
-      case '\x88':
-      case '\x89':
-        ++depth;
-        break;
-      case 'K':
-        take(1);
-        ++depth;
-        break;  // BININT1
-      case 'M':
-        take(2);
-        ++depth;
-        break;  // BININT2
-      case 'J':
-        take(4);
-        ++depth;
-        break;  // BININT
-      case 'G':
-        take(8);
-        ++depth;
-        break;        // BINFLOAT
-      case '\x8a': {  // LONG1
-        uint64_t n = le(take(1), 0, 1);
-        if (n > 8) bad("integer wider than 64 bits");
-        take(n);
-        ++depth;
-        break;
-      }
-      case 'X':
-        take(le(take(4), 0, 4));
-        ++depth;
-        break;   // BINUNICODE
-      case '(':  // MARK
-        if (static_cast<int64_t>(marks.size()) >= kMaxMarks) bad("MARKs nested too deep");
-        marks.push_back(depth);
-        break;
-      case 't':
-        pop_mark();
-        ++depth;
-        break;  // TUPLE
-      case '\x85':
-        pop(1);
-        ++depth;
-        break;  // TUPLE1
-      case '\x86':
-        pop(2);
-        ++depth;
-        break;  // TUPLE2
-      case '\x87':
-        pop(3);
-        ++depth;
-        break;  // TUPLE3
-      case 'R':
-        pop(2);
-        ++depth;
-        break;  // REDUCE
-      case 'b':
-        pop(2);
-        ++depth;
-        break;  // BUILD
-      case 's':
-        pop(3);
-        ++depth;
-        break;  // SETITEM
-      case 'a':
-        pop(2);
-        ++depth;
-        break;  // APPEND
-      case 'Q':
-        pop(1);
-        ++depth;
-        break;     // BINPERSID
-      case 'u':    // SETITEMS
-      case 'e': {  // APPENDS
-        int64_t items = pop_mark();
-        if (op == 'u' && items % 2 != 0) bad("odd SETITEMS");
-        pop(1);  // the dict or list they go into
-        ++depth;
-        break;
-      }
-      case '.':  // STOP
-        if (depth != 1 || !marks.empty()) bad("STOP with a stack of " + std::to_string(depth));
-        return;
-      default:
-        pos = op_at;
-        bad(fmt::format("opcode 0x{:02x}", static_cast<unsigned>(static_cast<uint8_t>(op))));
-    }
-  }
+void check_state_dict_pickle(std::string_view pickle, const std::string& path) {
+  pickle::Limits limits;
+  // The opcodes torch.save's protocol 2 writes for a state_dict, and no others: libtorch's
+  // unpickler lacks some that io/pickle reads (FRAME, STACK_GLOBAL, ...).
+  limits.opcodes = std::string(
+      "\x80"
+      "cqrhj)}]N\x88\x89KMJG\x8aX(t\x85\x86\x87RbsaQue.");
+  limits.globals = {"collections.OrderedDict", "torch._utils._rebuild_tensor_v2",
+                    "torch._utils._rebuild_parameter"};
+  for (const char* storage : kStorages) limits.globals.insert(std::string("torch.") + storage);
+  limits.memo_in_order = true;
+  // A state_dict's pickle is a few values per tensor; these bound a hostile one's memory.
+  limits.max_values = 1 << 20;
+  limits.max_memo = 1 << 20;
+  limits.max_links = 1 << 21;
+  limits.advice = "save it with torch.save(model.state_dict(), path)";
+  pickle::parse(pickle, fmt::format("weights file '{}', data.pkl", path), limits);
 }
 
 }  // namespace ddpx::io

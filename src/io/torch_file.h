@@ -2,8 +2,8 @@
 // torch.save. Fuzzing libtorch 1.13 found its zip reader leaking when it rejected a file and its
 // unpickler trusting lengths, stack depths and tensor extents from the file (a fuzzed pickle made
 // it allocate gigabytes or read past a storage; docs/reliability.md); the guard stays on 2.11. So
-// ddpx reads the zip itself and scans the pickle before libtorch sees it; only what a well-formed
-// state_dict can hold gets through.
+// ddpx reads the zip itself and parses the pickle with its own pickle machine (io/pickle.h) before
+// libtorch sees it; only what a well-formed state_dict can hold gets through.
 //
 // Everything here throws ddpx::Error(kData) naming `path` on malformed input.
 #pragma once
@@ -27,9 +27,10 @@ struct TorchZip {
 };
 TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const std::string& hint);
 
-// Checks the pickle's opcode stream: only the opcodes a state_dict needs, every length within
-// the data, no stack or mark underflow, memo reads only of written slots, and only the globals
-// of tensors, plain (not quantized) storages and OrderedDict.
+// Runs the pickle through io/pickle with what a state_dict needs and no more: only the opcodes
+// torch.save writes, every length within the data, no stack or mark underflow, memo slots
+// written in order and read only once written, and only the globals of tensors, plain (not
+// quantized) storages and OrderedDict.
 void check_state_dict_pickle(std::string_view pickle, const std::string& path);
 
 }  // namespace ddpx::io

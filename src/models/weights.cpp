@@ -1,5 +1,5 @@
 // Name-based copy of tensors into modules, and reading torch.save files: ddpx's own zip reader
-// and pickle check (models/torch_file.h) in front of libtorch's unpickler.
+// and pickle check (io/torch_file.h, io/pickle.h) in front of libtorch's unpickler.
 #include "models/weights.h"
 
 #include <c10/core/CPUAllocator.h>
@@ -152,7 +152,7 @@ void check_extent(const torch::Tensor& t, const RecordSizes& records, const std:
 }
 
 // Reads the dict from the bytes of a torch.save file; `path` labels errors. The zip and the
-// pickle pass ddpx's own checks (models/torch_file.h) before libtorch's unpickler sees them.
+// pickle pass ddpx's own checks (io/torch_file.h) before libtorch's unpickler sees them.
 std::map<std::string, torch::Tensor> read_state_dict_from(std::string_view bytes,
                                                           const std::string& path) {
   const std::string hint =

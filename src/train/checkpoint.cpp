@@ -86,7 +86,7 @@ torch::serialize::InputArchive open_archive(const std::string& bytes, const std:
                                             torch::Device device = torch::kCPU) {
   std::string payload = verified_payload(bytes, name);
   // libtorch's zip reader leaks when it rejects an archive; ddpx's own zip check
-  // (models/torch_file.h) rejects first what it would reject in its constructor.
+  // (io/torch_file.h) rejects first what it would reject in its constructor.
   io::read_torch_zip(payload, name, "the checkpoint is damaged; use an older one");
   torch::serialize::InputArchive archive;
   try {

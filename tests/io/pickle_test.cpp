@@ -244,6 +244,47 @@ TEST(PickleTest, LimitsStopHostileInput) {
   EXPECT_THROW(parse(deep, "deep.pkl"), Error);
 }
 
+// A pickle handed on to libtorch's unpickler (io/torch_file.h) goes through a subset: each
+// rule refuses what the full parser would read.
+TEST(PickleTest, SubsetRefusesOtherOpcodesGlobalsAndMemoOrder) {
+  Limits subset;
+  subset.opcodes = std::string(
+      "\x80"
+      "cqhN)0.");
+  subset.globals = {"collections.OrderedDict"};
+  subset.memo_in_order = true;
+  subset.advice = "save it again";
+  auto refusal = [&](const std::string& bytes) {
+    EXPECT_NO_THROW(parse(bytes, "full.pkl")) << "the full parser reads it";
+    try {
+      parse(bytes, "sub.pkl", subset);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("(save it again)"), std::string::npos) << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "the subset let it through";
+    return std::string();
+  };
+  EXPECT_EQ(parse("\x80\x02"
+                  "ccollections\nOrderedDict\n.",
+                  "ok.pkl", subset)
+                .root()
+                ->name,
+            "OrderedDict");
+  EXPECT_NE(refusal("\x80\x02K\x01.").find("unsupported opcode 0x4b"), std::string::npos);
+  EXPECT_NE(refusal("\x80\x02"
+                    "cos\nsystem\n.")
+                .find("global os.system"),
+            std::string::npos);
+  EXPECT_NE(refusal(std::string("\x80\x02Nq\x05.", 6)).find("memo slot 5 written out of order"),
+            std::string::npos);
+  const std::string memo_in_order(
+      "\x80\x02Nq\x00h\x00"
+      "0.",
+      9);  // memo 0, read it, POP
+  EXPECT_EQ(parse(memo_in_order, "ok.pkl", subset).root()->kind, Kind::kNone);
+}
+
 TEST(PickleTest, SelfReferencesAreKeptWithoutLoopingOrLeaking) {
   // l = []; l.append(l)  and  d = {}; d.__setstate__(d), both through the memo.
   using namespace std::string_literals;  // the bytes hold NULs

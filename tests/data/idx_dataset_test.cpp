@@ -1,6 +1,7 @@
-// IDX reader: files written by numpy (raw and gzip), Debian's real Fashion-MNIST, and the
-// errors a user sees for corrupt or missing files.
-#include "data/idx.h"
+// MNIST and Fashion-MNIST data sets: IDX files written by numpy (raw and gzip), Debian's real
+// Fashion-MNIST, and the errors a user sees for corrupt or missing files (the byte parser's own
+// tests are tests/io/idx_test.cpp).
+#include "data/idx_dataset.h"
 
 #include <gtest/gtest.h>
 
@@ -47,13 +48,13 @@ void expect_numpy_pattern(const DatasetSplits& splits) {
   for (int n = 0; n < 5; ++n) EXPECT_EQ(splits.test.labels[n].item<int64_t>(), (3 * n + 1) % 10);
 }
 
-TEST(IdxTest, ReadsRawFilesWrittenByNumpy) {
+TEST(IdxDatasetTest, ReadsRawFilesWrittenByNumpy) {
   test::TempDir dir;
   write_idx_with_numpy(dir.path(), false);
   expect_numpy_pattern(load_dataset({"mnist", dir.path()}));
 }
 
-TEST(IdxTest, ReadsGzipFilesWrittenByNumpy) {
+TEST(IdxDatasetTest, ReadsGzipFilesWrittenByNumpy) {
   test::TempDir dir;
   write_idx_with_numpy(dir.path(), true);
   auto splits = load_dataset({"fashion-mnist", dir.path()});
@@ -61,7 +62,7 @@ TEST(IdxTest, ReadsGzipFilesWrittenByNumpy) {
   EXPECT_EQ(splits.train.class_names.at(9), "Ankle boot");
 }
 
-TEST(IdxTest, RealFashionMnistMatchesPython) {
+TEST(IdxDatasetTest, RealFashionMnistMatchesPython) {
   if (!std::filesystem::exists(test::fashion_mnist_dir() + "/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   auto splits = load_dataset(DatasetSpec{});  // fashion-mnist from its default folder
@@ -109,25 +110,7 @@ void expect_data_error(const std::function<void()>& fn, const std::string& needl
   }
 }
 
-TEST(IdxTest, RejectsWrongMagic) {
-  auto bytes = idx_bytes(0x801, {2, 2, 2}, 8, 0);
-  expect_data_error([&] { parse_idx_images(bytes, "imgs.idx"); }, "magic");
-}
-
-TEST(IdxTest, TruncatedFileNamesTheFile) {
-  auto bytes = idx_bytes(0x803, {3, 28, 28}, 3 * 784 - 10, 0);
-  expect_data_error([&] { parse_idx_images(bytes, "/x/train-images-idx3-ubyte"); },
-                    "/x/train-images-idx3-ubyte");
-  expect_data_error([&] { parse_idx_images(bytes, "f"); }, "truncated");
-  expect_data_error([&] { parse_idx_images(bytes.substr(0, 10), "f"); }, "truncated");
-}
-
-TEST(IdxTest, RejectsLabelOutOfRange) {
-  auto bytes = idx_bytes(0x801, {4}, 4, 10);
-  expect_data_error([&] { parse_idx_labels(bytes, "labels", 10); }, "out of range");
-}
-
-TEST(IdxTest, RejectsTruncatedGzip) {
+TEST(IdxDatasetTest, RejectsTruncatedGzip) {
   test::TempDir dir;
   write_idx_with_numpy(dir.path(), true);
   std::string path = dir.file("train-images-idx3-ubyte.gz");
@@ -136,14 +119,14 @@ TEST(IdxTest, RejectsTruncatedGzip) {
   expect_data_error([&] { load_dataset({"mnist", dir.path()}); }, path);
 }
 
-TEST(IdxTest, RejectsCountMismatch) {
+TEST(IdxDatasetTest, RejectsCountMismatch) {
   test::TempDir dir;
   write_idx_with_numpy(dir.path(), false);
   test::write_bytes(dir.file("t10k-labels-idx1-ubyte"), idx_bytes(0x801, {4}, 4, 1));
   expect_data_error([&] { load_dataset({"mnist", dir.path()}); }, "labels");
 }
 
-TEST(IdxTest, MissingDirectoryNamesItAndTheDownloadCommand) {
+TEST(IdxDatasetTest, MissingDirectoryNamesItAndTheDownloadCommand) {
   expect_data_error(
       [&] {
         load_dataset({"mnist", "/nonexistent/ddpx-data"});
