@@ -56,7 +56,7 @@ TEST(IdxTest, ReadsRawFilesWrittenByNumpy) {
 TEST(IdxTest, ReadsGzipFilesWrittenByNumpy) {
   test::TempDir dir;
   write_idx_with_numpy(dir.path(), true);
-  auto splits = load_dataset({"fashion-mnist", dir.path()});
+  auto splits = load_dataset({DatasetId::kFashionMnist, dir.path()});
   expect_numpy_pattern(splits);
   EXPECT_EQ(splits.train.class_names.at(9), "Ankle boot");
 }
@@ -158,7 +158,7 @@ TEST(IdxTest, MissingDirectoryNamesItAndTheDownloadCommand) {
 
 TEST(DatasetTest, SyntheticIsDeterministicAndShaped) {
   DatasetSpec spec;
-  spec.name = "synthetic";
+  spec.dataset = DatasetId::kSynthetic;
   spec.synthetic_train_size = 64;
   spec.synthetic_test_size = 16;
   spec.synthetic_height = 8;
