@@ -27,10 +27,6 @@ double run_allreduce(const AllreduceOptions& o) {
   DDPX_CHECK(o.min_bytes > 0 && o.max_bytes >= o.min_bytes && o.step_factor >= 2, ErrorKind::kUsage,
              "--min_bytes, --max_bytes, --step_factor: need 0 < min <= max "
              "and a factor of at least 2");
-  DDPX_CHECK(o.dtype == "float32" || o.dtype == "float64", ErrorKind::kUsage,
-             "--dtype '{}' is not one of float32, float64", o.dtype);
-  DDPX_CHECK(o.buffer == "ordinary" || o.buffer == "shared", ErrorKind::kUsage,
-             "--buffer '{}' is not one of ordinary, shared", o.buffer);
   dist::InitOptions init;
   init.device = o.device;
   init.backend = o.backend;
@@ -42,8 +38,8 @@ double run_allreduce(const AllreduceOptions& o) {
              "bench allreduce needs at least 2 ranks: run it as `ddpx run 2 -- bench allreduce`");
   auto& group = *context->process_group();
   int n = context->world_size();
-  auto dtype = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
-  int64_t element = o.dtype == "float64" ? 8 : 4;
+  auto dtype = o.dtype == ReduceDtype::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  int64_t element = o.dtype == ReduceDtype::kFloat64 ? 8 : 4;
   const double expected = n * (n + 1) / 2.0;
   const torch::Device device = context->device();
   // A GPU collective returns once queued: time it to completion, as nccl-tests does.
@@ -52,7 +48,7 @@ double run_allreduce(const AllreduceOptions& o) {
   };
 
   log::out("# ddpx bench allreduce: {} ranks, backend {}, {}, sum, in place, {} buffer on {}", n,
-           context->backend(), o.dtype, o.buffer, device.str());
+           context->backend(), name(o.dtype), name(o.buffer), device.str());
   log::out("#");
   log::out("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>8} {:>8} {:>7}", "size", "count", "type", "redop",
            "time", "algbw", "busbw", "#wrong");
@@ -63,7 +59,7 @@ double run_allreduce(const AllreduceOptions& o) {
   int64_t total_wrong = 0;
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
     int64_t count = std::max<int64_t>(bytes / element, 1);
-    torch::Tensor buffer = o.buffer != "shared"
+    torch::Tensor buffer = o.buffer != ReduceBuffer::kShared
                                ? torch::empty({count}, torch::dtype(dtype).device(device))
                            : context->shm() ? context->shm()->allocate_bucket(count, dtype)
                                             : torch::Tensor();
@@ -95,8 +91,8 @@ double run_allreduce(const AllreduceOptions& o) {
     busbw_sum += busbw;
     ++sizes;
     log::out("  {:>12} {:>12} {:>8} {:>6} {:>10.1f} {:>8.3f} {:>8.3f} {:>7}", count * element,
-             count, o.dtype == "float64" ? "double" : "float", "sum", seconds * 1e6, algbw, busbw,
-             wrong);
+             count, o.dtype == ReduceDtype::kFloat64 ? "double" : "float", "sum", seconds * 1e6,
+             algbw, busbw, wrong);
   }
   double average = busbw_sum / std::max(sizes, 1);
   log::out("# Out of bounds values : {} {}", total_wrong, total_wrong == 0 ? "OK" : "FAILED");

@@ -6,9 +6,23 @@
 #include <cstdint>
 #include <string>
 
+#include "core/names.h"
 #include "distributed/choices.h"
 
 namespace ddpx::bench {
+
+enum class ReduceDtype { kFloat32, kFloat64 };
+inline constexpr NameTable<ReduceDtype, 2> kReduceDtypeNames{
+    {{ReduceDtype::kFloat32, "float32"}, {ReduceDtype::kFloat64, "float64"}}};
+inline const char* name(ReduceDtype dtype) { return name_of(kReduceDtypeNames, dtype); }
+
+// ordinary: a plain tensor (what a user's all-reduce passes). shared: allocated where DDP puts
+// its gradient buckets (the group's shared memory with --transport shm), reduced in place
+// without copies.
+enum class ReduceBuffer { kOrdinary, kShared };
+inline constexpr NameTable<ReduceBuffer, 2> kReduceBufferNames{
+    {{ReduceBuffer::kOrdinary, "ordinary"}, {ReduceBuffer::kShared, "shared"}}};
+inline const char* name(ReduceBuffer buffer) { return name_of(kReduceBufferNames, buffer); }
 
 struct AllreduceOptions {
   int64_t min_bytes = int64_t{1} << 10;
@@ -16,13 +30,10 @@ struct AllreduceOptions {
   int64_t step_factor = 2;
   int64_t iterations = 0;  // 0: chosen per size (more for small sizes)
   int64_t warmup = 2;
-  std::string dtype = "float32";  // float32 | float64
+  ReduceDtype dtype = ReduceDtype::kFloat32;
   dist::BackendChoice backend = dist::BackendChoice::kAuto;
   dist::Transport transport = dist::Transport::kAuto;
-  // ordinary: a plain tensor (what a user's all-reduce passes). shared: allocated where DDP
-  // puts its gradient buckets (the group's shared memory with --transport shm), reduced in
-  // place without copies.
-  std::string buffer = "ordinary";
+  ReduceBuffer buffer = ReduceBuffer::kOrdinary;
   double timeout_s = 300;
   // Where the buffers live: auto is the GPU when one is visible (then NCCL, as nccl-tests).
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;

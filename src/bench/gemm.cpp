@@ -29,13 +29,20 @@ struct Dtype {
   torch::ScalarType type;
 };
 
-Dtype parse_dtype(const std::string& name) {
-  if (name == "fp32" || name == "float32") return {"fp32", torch::kFloat32};
-  if (name == "tf32") return {"tf32", torch::kFloat32};
-  if (name == "bf16" || name == "bfloat16") return {"bf16", torch::kBFloat16};
-  if (name == "fp16" || name == "float16") return {"fp16", torch::kHalf};
-  if (name == "fp64" || name == "float64") return {"fp64", torch::kFloat64};
-  fail(ErrorKind::kUsage, "--dtype '{}' is not one of fp32, tf32, bf16, fp16, fp64", name);
+Dtype dtype_of(GemmDtype dtype) {
+  switch (dtype) {
+    case GemmDtype::kTf32:
+      return {"tf32", torch::kFloat32};
+    case GemmDtype::kBf16:
+      return {"bf16", torch::kBFloat16};
+    case GemmDtype::kFp16:
+      return {"fp16", torch::kHalf};
+    case GemmDtype::kFp64:
+      return {"fp64", torch::kFloat64};
+    case GemmDtype::kFp32:
+      break;
+  }
+  return {"fp32", torch::kFloat32};
 }
 
 // Peak FLOP/s of this CPU: cores x clock x FLOPs per cycle per core, from /proc/cpuinfo's
@@ -111,7 +118,7 @@ GemmResult run_gemm(const GemmOptions& o) {
              ErrorKind::kUsage,
              "--size, --m, --n, --k and --iterations must be positive (0 for m/n/k: --size), "
              "--warmup >= 0");
-  const Dtype dtype = parse_dtype(o.dtype);
+  const Dtype dtype = dtype_of(o.dtype);
   const torch::Device device = dist::select_device(o.device, dist::detect_world());
   GemmResult r;
   r.m = o.m > 0 ? o.m : o.size;

@@ -10,14 +10,28 @@
 #include <optional>
 #include <string>
 
+#include "core/names.h"
 #include "distributed/choices.h"
 
 namespace ddpx::bench {
 
+// The multiply's dtype: tf32 is fp32 storage on GPU tensor cores. The long names are aliases
+// (the first name of a value is the one printed).
+enum class GemmDtype { kFp32, kTf32, kBf16, kFp16, kFp64 };
+inline constexpr NameTable<GemmDtype, 8> kGemmDtypeNames{{{GemmDtype::kFp32, "fp32"},
+                                                          {GemmDtype::kTf32, "tf32"},
+                                                          {GemmDtype::kBf16, "bf16"},
+                                                          {GemmDtype::kFp16, "fp16"},
+                                                          {GemmDtype::kFp64, "fp64"},
+                                                          {GemmDtype::kFp32, "float32"},
+                                                          {GemmDtype::kBf16, "bfloat16"},
+                                                          {GemmDtype::kFp16, "float16"}}};
+inline const char* name(GemmDtype dtype) { return name_of(kGemmDtypeNames, dtype); }
+
 struct GemmOptions {
   int64_t size = 2048;          // m = n = k unless given
   int64_t m = 0, n = 0, k = 0;  // 0: size
-  std::string dtype = "fp32";   // fp32 | tf32 | bf16 | fp16 | fp64 (float32, bfloat16... too)
+  GemmDtype dtype = GemmDtype::kFp32;
   int64_t iterations = 20;
   int64_t warmup = 3;
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;  // auto: the GPU when one is visible

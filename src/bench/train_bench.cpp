@@ -87,7 +87,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   };
 
   data::DatasetSpec spec;
-  spec.name = o.data;
+  spec.dataset = o.data;
   spec.data_dir = o.data_dir;
   spec.synthetic_train_size = o.batch_size * 8;
   spec.synthetic_test_size = o.batch_size;
@@ -270,8 +270,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
       "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}, device {}, "
       "amp {}, channels_last {}",
       o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
-      context->world_size(), context->backend(), o.data, threads, o.first_bucket_mb, o.bucket_mb,
-      dist::name(o.comm_hook), dist::describe_device(device), optim::name(o.amp),
+      context->world_size(), context->backend(), data::name(o.data), threads, o.first_bucket_mb,
+      o.bucket_mb, dist::name(o.comm_hook), dist::describe_device(device), optim::name(o.amp),
       o.channels_last ? "on" : "off");
   log::out(
       "images/s (all ranks): {:.1f} | loop: phases (a copy of the step, split) | sync: {} | "

@@ -25,18 +25,22 @@
 #include <optional>
 #include <string>
 
+#include "core/names.h"
+#include "data/dataset.h"
 #include "distributed/choices.h"
 #include "optim/amp.h"
 
 namespace ddpx::bench {
 
 enum class BenchLoop { kTrainer, kPhases };
+inline constexpr NameTable<BenchLoop, 2> kBenchLoopNames{
+    {{BenchLoop::kTrainer, "trainer"}, {BenchLoop::kPhases, "phases"}}};
 
 struct TrainBenchOptions {
   BenchLoop loop = BenchLoop::kTrainer;
   std::string model = "resnet18";
   std::string stem = "imagenet";
-  std::string data = "synthetic";  // synthetic | fashion-mnist | mnist | cifar10 | cifar100
+  data::DatasetId data = data::DatasetId::kSynthetic;
   std::string data_dir;
   int64_t image_size = 32;
   int64_t num_classes = 10;  // synthetic only; datasets bring their own

@@ -32,12 +32,12 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.stem = b.stem;
   o.dataset = b.data;
   o.data_dir = b.data_dir;
-  o.image_size = b.data == "synthetic" ? 0 : b.image_size;
+  o.image_size = b.data == data::DatasetId::kSynthetic ? 0 : b.image_size;
   o.synthetic_image = b.image_size;
   o.synthetic_classes = b.num_classes;
   o.synthetic_size = b.batch_size * dist::detect_world().world_size * (steps_in_run + 1);
   o.random_crop = o.horizontal_flip = b.augment;
-  o.optimizer = "sgd";
+  o.optimizer = train::Optimizer::kSgd;
   o.learning_rate = 0.01;
   o.momentum = 0.9;
   o.weight_decay = 5e-4;
@@ -129,8 +129,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   log::out(
       "# ddpx bench train: {} ({} stem), {}x{} input, batch {} per rank, {} rank(s) over {}, data "
       "{}, loop: ddpx train's (train/trainer.cpp), {} steps timed after {}",
-      b.model, b.stem, b.image_size, b.image_size, b.batch_size, world_size, backend, b.data,
-      b.steps, first);
+      b.model, b.stem, b.image_size, b.image_size, b.batch_size, world_size, backend,
+      data::name(b.data), b.steps, first);
   log::out("images/s (all ranks): {:.1f} | sync: {} | loader: {} worker thread(s) per rank",
            r.images_per_sec, r.sync, b.workers);
   log::out("per step: {:.1f} ms | model: {:.2f} GFLOP forward per image{}", r.step_ms,

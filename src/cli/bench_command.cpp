@@ -8,6 +8,7 @@
 #include "cli/choices.h"
 #include "cli/commands.h"
 #include "cli/help_format.h"
+#include "cli/model_data_flags.h"
 #include "core/error.h"
 
 namespace ddpx::cli {
@@ -23,10 +24,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   gemm->add_option("--m", g->m, "rows of A and C (0: --size)");
   gemm->add_option("--n", g->n, "columns of B and C (0: --size)");
   gemm->add_option("--k", g->k, "columns of A, rows of B (0: --size)");
-  gemm->add_option("--dtype", g->dtype, "fp32 | tf32 (GPU tensor cores) | bf16 | fp16 | fp64");
+  add_choice(gemm, "--dtype", g->dtype, bench::kGemmDtypeNames,
+             "fp32 | tf32 (GPU tensor cores) | bf16 | fp16 | fp64");
   gemm->add_option("--iterations", g->iterations, "timed multiplies");
   gemm->add_option("--warmup", g->warmup, "untimed multiplies first");
-  add_choice(gemm, "--device", g->device, kDeviceNames,
+  add_choice(gemm, "--device", g->device, dist::kDeviceNames,
              "auto (the GPU when one is visible) | cpu | cuda");
   gemm->add_option(
       "--threads", g->threads,
@@ -51,13 +53,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--step_factor,-f", a->step_factor, "multiply the size by this each row");
   allreduce->add_option("--iterations,-n", a->iterations, "timed iterations (0: per size)");
   allreduce->add_option("--warmup,-w", a->warmup, "untimed iterations per size");
-  allreduce->add_option("--dtype", a->dtype, "float32 | float64");
-  add_choice(allreduce, "--backend", a->backend, kBackendNames, "auto | gloo | nccl");
-  add_choice(allreduce, "--transport", a->transport, kTransportNames, "auto | shm | gloo");
-  add_choice(allreduce, "--device", a->device, kDeviceNames,
+  add_choice(allreduce, "--dtype", a->dtype, bench::kReduceDtypeNames, "float32 | float64");
+  add_choice(allreduce, "--backend", a->backend, dist::kBackendNames, "auto | gloo | nccl");
+  add_choice(allreduce, "--transport", a->transport, dist::kTransportNames, "auto | shm | gloo");
+  add_choice(allreduce, "--device", a->device, dist::kDeviceNames,
              "auto (GPU buffers and NCCL when a GPU is visible) | cpu | cuda");
-  allreduce->add_option("--buffer", a->buffer,
-                        "ordinary | shared (where DDP puts gradient buckets: reduced in place)");
+  add_choice(allreduce, "--buffer", a->buffer, bench::kReduceBufferNames,
+             "ordinary | shared (where DDP puts gradient buckets: reduced in place)");
   allreduce->add_option("--timeout", a->timeout_s, "collective timeout in seconds");
   allreduce->callback([a, &exit_code] {
     bench::run_allreduce(*a);
@@ -68,19 +70,21 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "train", "steady-state training images/s of ddpx train's loop; `ddpx run N -- bench train`");
   train->option_defaults()->always_capture_default();
   auto t = std::make_shared<bench::TrainBenchOptions>();
-  static const std::map<std::string, bench::BenchLoop> kLoopNames{
-      {"trainer", bench::BenchLoop::kTrainer}, {"phases", bench::BenchLoop::kPhases}};
-  add_choice(train, "--loop", t->loop, kLoopNames,
+  add_choice(train, "--loop", t->loop, bench::kBenchLoopNames,
              "trainer (ddpx train's loop, synchronized at the window's ends, as the PyTorch "
              "peer) | phases (a step split into data, forward+backward, exposed communication, "
              "optimizer; syncs every phase)");
   train->add_option("--workers", t->workers, "loader threads per rank (--loop trainer)");
-  train->add_option("--model", t->model, "model name");
-  train->add_option("--stem", t->stem, "imagenet | cifar");
-  train->add_option("--data", t->data, "synthetic | fashion-mnist | mnist | cifar10 | cifar100");
-  train->add_option("--data_dir", t->data_dir, "dataset folder (default: the dataset's own)");
-  train->add_option("--image_size", t->image_size, "input height = width");
-  train->add_option("--num_classes", t->num_classes, "classes (synthetic data)");
+  // The model and data flags of `ddpx train`; the bench resizes to 32x32 unless told.
+  auto md = std::make_shared<ModelDataOptions>();
+  md->dataset = t->data;
+  md->image_size = t->image_size;
+  md->synthetic_image = t->image_size;
+  md->synthetic_classes = t->num_classes;
+  add_model_data_flags(train, *md);
+  add_choice(train, "--data", md->dataset, data::kDatasetNames, "the same as --dataset")
+      ->group("");  // the bench's older name, hidden
+  train->add_option("--num_classes", md->synthetic_classes, "classes (synthetic data)");
   train->add_option("--batch_size", t->batch_size, "batch per rank");
   train->add_option("--steps", t->steps, "measured synchronised steps");
   train->add_option("--warmup", t->warmup, "untimed steps first");
@@ -92,17 +96,24 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB (--loop phases)");
   auto* first_bucket = train->add_option("--first_bucket_mb", t->first_bucket_mb,
                                          "DDP first bucket cap in MiB (--loop phases)");
-  add_choice(train, "--comm_hook", t->comm_hook, kCommHookNames, "allreduce | fp16 | bf16");
-  add_choice(train, "--transport", t->transport, kTransportNames, "auto | shm | gloo");
-  static const std::map<std::string, bool> kStepNames{{"fused", true}, {"libtorch", false}};
+  add_choice(train, "--comm_hook", t->comm_hook, dist::kCommHookNames, "allreduce | fp16 | bf16");
+  add_choice(train, "--transport", t->transport, dist::kTransportNames, "auto | shm | gloo");
+  static constexpr NameTable<bool, 2> kStepNames{{{true, "fused"}, {false, "libtorch"}}};
   add_choice(train, "--optimizer_step", t->fused_step, kStepNames,
              "fused (as ddpx train: split or one pass) | libtorch (torch::optim::SGD::step; "
              "--loop phases)");
-  add_choice(train, "--device", t->device, kDeviceNames, "auto | cpu | cuda");
-  add_choice(train, "--amp", t->amp, kAmpNames, "off | bf16 | fp16 (autocast, as ddpx train)");
+  add_choice(train, "--device", t->device, dist::kDeviceNames, "auto | cpu | cuda");
+  add_choice(train, "--amp", t->amp, optim::kAmpNames,
+             "off | bf16 | fp16 (autocast, as ddpx train)");
   train->add_flag("--channels_last", t->channels_last, "NHWC weights and images");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
-  train->callback([t, bucket, first_bucket, &exit_code] {
+  train->callback([t, md, bucket, first_bucket, &exit_code] {
+    t->model = md->model;
+    t->stem = md->stem;
+    t->data = md->dataset;
+    t->data_dir = md->data_dir;
+    t->image_size = md->input_size();
+    t->num_classes = data::dataset_shape(md->dataset_spec()).num_classes;
     // ddpx train's loop uses ddpx train's buckets: a cap given for it would be ignored.
     for (auto* option : {bucket, first_bucket}) {
       DDPX_CHECK(t->loop == bench::BenchLoop::kPhases || option->count() == 0, ErrorKind::kUsage,

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 
+#include "cli/choices.h"
 #include "cli/commands.h"
 #include "core/log.h"
 #include "data/dataset.h"
@@ -18,6 +19,7 @@ void add_data_command(CLI::App& app, int& exit_code) {
 
   struct Args {
     std::string name;
+    data::DatasetId dataset = data::DatasetId::kFashionMnist;
     std::string data_dir;
     std::string mirror;
     std::string checksums;
@@ -45,19 +47,20 @@ void add_data_command(CLI::App& app, int& exit_code) {
   });
 
   auto* info = data->add_subcommand("info", "Load a dataset and print its sizes and statistics");
-  info->add_option("name", args->name, "mnist, fashion-mnist, cifar10, cifar100 or synthetic")
+  add_choice(info, "name", args->dataset, data::kDatasetNames,
+             "mnist, fashion-mnist, cifar10, cifar100 or synthetic")
       ->required();
   info->add_option("--data_dir", args->data_dir,
                    "Folder holding the files (default: ./data/NAME; fashion-mnist: "
                    "/usr/share/datasets/fashion-mnist when installed)");
   info->callback([args, &exit_code] {
     data::DatasetSpec spec;
-    spec.name = args->name;
+    spec.dataset = args->dataset;
     spec.data_dir = args->data_dir;
     data::DatasetSplits splits = data::load_dataset(spec);
     const auto& t = splits.train;
-    log::out("{}: train {} test {} images of {}x{}x{}, {} classes", args->name, t.size(),
-             splits.test.size(), t.height(), t.width(), t.channels(), t.num_classes);
+    log::out("{}: train {} test {} images of {}x{}x{}, {} classes", data::name(args->dataset),
+             t.size(), splits.test.size(), t.height(), t.width(), t.channels(), t.num_classes);
     log::out("mean {} std {}", fmt::join(splits.mean, " "), fmt::join(splits.std, " "));
     exit_code = 0;
   });

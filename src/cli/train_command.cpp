@@ -4,6 +4,7 @@
 #include "cli/choices.h"
 #include "cli/commands.h"
 #include "cli/help_format.h"
+#include "cli/model_data_flags.h"
 #include "cli/recommendations.h"
 #include "core/error.h"
 #include "train/options.h"
@@ -43,31 +44,31 @@ void add_train_command(CLI::App& app, int& exit_code) {
   auto script_options = std::make_shared<bool>(false);
   auto recipe = std::make_shared<std::string>();
 
-  // model and data
-  cmd->add_option("--model", o->model, "model name (`ddpx models` lists them)");
+  // model and data: the group `bench train` and `tune batch_size` take too
+  auto md = std::make_shared<ModelDataOptions>();
+  md->model = o->model;
+  md->stem = o->stem;
+  md->dataset = o->dataset;
+  md->image_size = o->image_size;
+  md->synthetic_image = o->synthetic_image;
+  md->synthetic_classes = o->synthetic_classes;
+  add_model_data_flags(cmd, *md);
   cmd->add_option("--pretrained", o->pretrained,
                   "start from a state_dict saved in Python (torch.save(model.state_dict(), PATH))");
-  cmd->add_option("--stem", o->stem, "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
-  cmd->add_option("--dataset", o->dataset,
-                  "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
-  cmd->add_option("--data_dir", o->data_dir,
-                  "dataset folder (default: the dataset's own; "
-                  "fashion-mnist: Debian's dataset-fashion-mnist)");
-  cmd->add_option("--image_size", o->image_size, "resize images to this square (0: native size)");
-  cmd->add_option("--normalize", o->normalize, "imagenet | dataset | neg_one_one | none");
+  add_choice(cmd, "--normalize", o->normalize, data::kNormalizeNames,
+             "imagenet | dataset | neg_one_one | none");
   add_switch(cmd, "random_crop", o->random_crop, "random crop with 4-pixel padding");
   add_switch(cmd, "flip", o->horizontal_flip, "random horizontal flip");
   cmd->add_option("--random_erasing", o->random_erasing,
                   "random erasing probability per image (timm's --reprob; 0: off)");
   cmd->add_option("--synthetic_size", o->synthetic_size, "synthetic: training images");
-  cmd->add_option("--synthetic_image", o->synthetic_image, "synthetic: image height = width");
-  cmd->add_option("--synthetic_classes", o->synthetic_classes, "synthetic: classes");
   // optimisation
-  cmd->add_option("--optimizer", o->optimizer, "sgd | adam | adamw | lars | lamb");
+  add_choice(cmd, "--optimizer", o->optimizer, train::kOptimizerNames,
+             "sgd | adam | adamw | lars | lamb");
   cmd->add_option("--learning_rate,--lr", o->learning_rate, "peak learning rate");
   cmd->add_option("--weight_decay", o->weight_decay, "weight decay");
   cmd->add_option("--momentum", o->momentum, "SGD momentum");
-  add_choice(cmd, "--lr_schedule", o->lr_schedule, kScheduleNames,
+  add_choice(cmd, "--lr_schedule", o->lr_schedule, train::kScheduleNames,
              "constant | step | cosine (per step)");
   cmd->add_option("--warmup_epochs", o->warmup_epochs, "linear warmup length in epochs");
   cmd->add_option("--batch_size", o->batch_size, "batch size per process (as in the seed)");
@@ -77,7 +78,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "test-set batch size per process (whatever --batch_size is)");
   cmd->add_option("--accumulation_steps", o->accumulation_steps,
                   "micro-batches per optimizer step (gradient accumulation)");
-  add_choice(cmd, "--lr_scale", o->lr_scale, kLrScaleNames,
+  add_choice(cmd, "--lr_scale", o->lr_scale, train::kLrScaleNames,
              "none | linear | sqrt: scale --learning_rate by (global batch / --base_batch_size)");
   cmd->add_option("--base_batch_size", o->base_batch_size,
                   "the global batch --learning_rate is meant for (with --lr_scale)");
@@ -95,9 +96,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--num_epochs", o->num_epochs, "epochs to train");
   cmd->add_option("--seed", o->seed, "random seed (model init, shuffling, augmentation)");
   // device
-  add_choice(cmd, "--device", o->device, kDeviceNames,
+  add_choice(cmd, "--device", o->device, dist::kDeviceNames,
              "auto (the GPU of LOCAL_RANK when one is visible) | cpu | cuda (also ROCm GPUs)");
-  add_choice(cmd, "--amp", o->amp, kAmpNames,
+  add_choice(cmd, "--amp", o->amp, optim::kAmpNames,
              "mixed precision: off | bf16 (also on CPU) | fp16 (GPU, with loss scaling)");
   cmd->add_flag("--channels_last", o->channels_last,
                 "NHWC memory format for convolution weights and images (faster on GPUs)");
@@ -110,8 +111,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--limit_train_batches", o->limit_train_batches, "batches per epoch (0: all)");
   cmd->add_option("--limit_test_batches", o->limit_test_batches, "test batches (0: all)");
   cmd->add_option("--log_every", o->log_every, "report test accuracy every N epochs");
-  add_choice(cmd, "--backend", o->backend, kBackendNames, "auto | gloo | nccl");
-  add_choice(cmd, "--transport", o->transport, kTransportNames,
+  add_choice(cmd, "--backend", o->backend, dist::kBackendNames, "auto | gloo | nccl");
+  add_choice(cmd, "--transport", o->transport, dist::kTransportNames,
              "all-reduce transport: auto (shared memory when all ranks share this host), shm, "
              "gloo");
   cmd->add_option("--timeout", o->timeout_s, "collective and rendezvous timeout in seconds");
@@ -119,7 +120,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
              "DDP: broadcast buffers (BatchNorm statistics) from rank 0 before each forward");
   cmd->add_flag("--find_unused_parameters", o->find_unused_parameters,
                 "DDP: allow parameters that get no gradient");
-  add_choice(cmd, "--comm_hook", o->comm_hook, kCommHookNames,
+  add_choice(cmd, "--comm_hook", o->comm_hook, dist::kCommHookNames,
              "DDP gradient reduction: allreduce | fp16 | bf16");
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
@@ -143,7 +144,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
                 "print recommended settings per model and exit");
   cmd->add_flag("--script_options", *script_options, "print example commands and exit");
 
-  cmd->callback([cmd, o, recipe, show_recommendations, script_options, &exit_code] {
+  cmd->callback([cmd, o, md, recipe, show_recommendations, script_options, &exit_code] {
     if (*show_recommendations) {
       print_recommendations();
       return;
@@ -153,6 +154,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
       return;
     }
     if (!recipe->empty()) apply_recipe(*cmd, *recipe);
+    o->model = md->model;
+    o->stem = md->stem;
+    o->dataset = md->dataset;
+    o->data_dir = md->data_dir;
+    o->image_size = md->image_size;
+    o->synthetic_image = md->synthetic_image;
+    o->synthetic_classes = md->synthetic_classes;
     train::run_training(*o);
     exit_code = 0;
   });

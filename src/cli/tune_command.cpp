@@ -4,6 +4,7 @@
 #include "bench/batch_finder.h"
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "cli/model_data_flags.h"
 
 namespace ddpx::cli {
 
@@ -16,10 +17,13 @@ void add_tune_command(CLI::App& app, int& exit_code) {
       "knee of images/s on a CPU");
   batch->option_defaults()->always_capture_default();
   auto b = std::make_shared<bench::BatchFinderOptions>();
-  batch->add_option("--model", b->model, "model name (`ddpx models` lists them)");
-  batch->add_option("--stem", b->stem, "imagenet | cifar");
-  batch->add_option("--image_size", b->image_size, "input height = width");
-  batch->add_option("--num_classes", b->num_classes, "classifier outputs");
+  // The model and data flags of `ddpx train`: the images are random, in the dataset's shape.
+  auto md = std::make_shared<ModelDataOptions>();
+  md->dataset = data::DatasetId::kSynthetic;
+  md->synthetic_image = b->image_size;
+  md->synthetic_classes = b->num_classes;
+  add_model_data_flags(batch, *md);
+  batch->add_option("--num_classes", md->synthetic_classes, "classifier outputs (synthetic)");
   batch->add_option("--start_batch", b->start_batch, "first batch size tried");
   batch->add_option("--max_batch", b->max_batch, "largest batch size tried");
   batch->add_option("--steps", b->steps,
@@ -30,10 +34,14 @@ void add_tune_command(CLI::App& app, int& exit_code) {
   batch->add_option(
       "--threads", b->threads,
       "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
-  add_choice(batch, "--device", b->device, kDeviceNames, "auto | cpu | cuda");
-  add_choice(batch, "--amp", b->amp, kAmpNames, "off | bf16 | fp16");
+  add_choice(batch, "--device", b->device, dist::kDeviceNames, "auto | cpu | cuda");
+  add_choice(batch, "--amp", b->amp, optim::kAmpNames, "off | bf16 | fp16");
   batch->add_flag("--channels_last", b->channels_last, "NHWC weights and images");
-  batch->callback([b, &exit_code] {
+  batch->callback([b, md, &exit_code] {
+    b->model = md->model;
+    b->stem = md->stem;
+    b->image_size = md->input_size();
+    b->num_classes = data::dataset_shape(md->dataset_spec()).num_classes;
     bench::print_batch_finder(*b, bench::find_batch_size(*b));
     exit_code = 0;
   });

@@ -52,11 +52,8 @@ Dataset make_synthetic(const DatasetSpec& spec, int64_t n, uint64_t stream) {
 
 }  // namespace
 
-std::vector<std::string> dataset_names() {
-  return {"mnist", "fashion-mnist", "cifar10", "cifar100", "synthetic"};
-}
-
-std::string default_data_dir(const std::string& name) {
+std::string default_data_dir(DatasetId dataset) {
+  const std::string name = data::name(dataset);
   // Debian's dataset-fashion-mnist package; without it, where `ddpx data download` puts files.
   constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
   if (name == "fashion-mnist" && std::filesystem::is_directory(kDebianFashionMnist))
@@ -65,23 +62,37 @@ std::string default_data_dir(const std::string& name) {
 }
 
 DatasetSplits load_dataset(const DatasetSpec& spec) {
-  std::string dir = spec.data_dir.empty() ? default_data_dir(spec.name) : spec.data_dir;
+  std::string dir = spec.data_dir.empty() ? default_data_dir(spec.dataset) : spec.data_dir;
   DatasetSplits splits;
-  if (spec.name == "mnist" || spec.name == "fashion-mnist") {
-    splits = load_idx_dataset(spec.name, dir);
-  } else if (spec.name == "cifar10" || spec.name == "cifar100") {
-    splits = load_cifar_dataset(spec.name, dir);
-  } else if (spec.name == "synthetic") {
-    splits.train = make_synthetic(spec, spec.synthetic_train_size, 0);
-    splits.test = make_synthetic(spec, spec.synthetic_test_size, 1);
-    channel_stats(splits.train.images, splits.mean, splits.std);
-  } else {
-    fail(ErrorKind::kUsage,
-         "unknown dataset '{}'; expected one of mnist, fashion-mnist, "
-         "cifar10, cifar100, synthetic",
-         spec.name);
+  switch (spec.dataset) {
+    case DatasetId::kMnist:
+    case DatasetId::kFashionMnist:
+      return load_idx_dataset(name(spec.dataset), dir);
+    case DatasetId::kCifar10:
+    case DatasetId::kCifar100:
+      return load_cifar_dataset(name(spec.dataset), dir);
+    case DatasetId::kSynthetic:
+      break;
   }
+  splits.train = make_synthetic(spec, spec.synthetic_train_size, 0);
+  splits.test = make_synthetic(spec, spec.synthetic_test_size, 1);
+  channel_stats(splits.train.images, splits.mean, splits.std);
   return splits;
+}
+
+DatasetShape dataset_shape(const DatasetSpec& spec) {
+  switch (spec.dataset) {
+    case DatasetId::kMnist:
+    case DatasetId::kFashionMnist:
+      return {28, 1, 10};
+    case DatasetId::kCifar10:
+      return {32, 3, 10};
+    case DatasetId::kCifar100:
+      return {32, 3, 100};
+    case DatasetId::kSynthetic:
+      break;
+  }
+  return {spec.synthetic_height, spec.synthetic_channels, spec.synthetic_classes};
 }
 
 void channel_stats(const torch::Tensor& images, std::vector<float>& mean, std::vector<float>& std) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/names.h"
+
 namespace ddpx::data {
 
 struct Dataset {
@@ -31,11 +33,21 @@ struct DatasetSplits {
   std::vector<float> std;   // per channel, of the training split
 };
 
+// The datasets ddpx reads (`--dataset`); a folder of files is one of these formats, named by
+// --data_dir.
+enum class DatasetId { kFashionMnist, kMnist, kCifar10, kCifar100, kSynthetic };
+inline constexpr NameTable<DatasetId, 5> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
+                                                        {DatasetId::kMnist, "mnist"},
+                                                        {DatasetId::kCifar10, "cifar10"},
+                                                        {DatasetId::kCifar100, "cifar100"},
+                                                        {DatasetId::kSynthetic, "synthetic"}}};
+inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
+
 // What to load. data_dir empty means the dataset's default folder: ./data/NAME, except
 // fashion-mnist, which uses Debian's dataset-fashion-mnist files under
 // /usr/share/datasets/fashion-mnist when that package is installed.
 struct DatasetSpec {
-  std::string name = "fashion-mnist";
+  DatasetId dataset = DatasetId::kFashionMnist;
   std::string data_dir;
   // synthetic only
   int64_t synthetic_train_size = 2048;
@@ -51,8 +63,16 @@ struct DatasetSpec {
 // when something is missing or corrupt.
 DatasetSplits load_dataset(const DatasetSpec& spec);
 
-std::vector<std::string> dataset_names();  // mnist, fashion-mnist, cifar10, cifar100, synthetic
-std::string default_data_dir(const std::string& name);
+std::string default_data_dir(DatasetId dataset);
+
+// What a model sees of `spec`'s dataset without loading it: the native image height (= width)
+// and the number of classes (the synthetic ones from the spec).
+struct DatasetShape {
+  int64_t image_size = 0;
+  int64_t channels = 0;
+  int64_t num_classes = 0;
+};
+DatasetShape dataset_shape(const DatasetSpec& spec);
 
 // Per-channel mean and std of a uint8 (N, H, W, C) tensor, scaled to [0, 1].
 void channel_stats(const torch::Tensor& images, std::vector<float>& mean, std::vector<float>& std);

@@ -54,31 +54,6 @@ torch::Tensor erase(torch::Tensor x, const TransformOptions& options, std::mt199
 
 }  // namespace
 
-Normalize parse_normalize(const std::string& name) {
-  if (name == "imagenet") return Normalize::kImagenet;
-  if (name == "dataset") return Normalize::kDataset;
-  if (name == "neg_one_one") return Normalize::kNegOneOne;
-  if (name == "none") return Normalize::kNone;
-  fail(ErrorKind::kUsage,
-       "unknown normalization '{}'; expected imagenet, dataset, neg_one_one "
-       "or none",
-       name);
-}
-
-std::string normalize_name(Normalize n) {
-  switch (n) {
-    case Normalize::kImagenet:
-      return "imagenet";
-    case Normalize::kDataset:
-      return "dataset";
-    case Normalize::kNegOneOne:
-      return "neg_one_one";
-    case Normalize::kNone:
-      return "none";
-  }
-  return "?";
-}
-
 torch::Tensor transform_batch(const torch::Tensor& images, const TransformOptions& options,
                               std::mt19937_64& rng) {
   DDPX_CHECK(images.dim() == 4 && images.scalar_type() == torch::kUInt8, ErrorKind::kInternal,

@@ -11,13 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "core/names.h"
 #include "data/random_erasing.h"
 
 namespace ddpx::data {
 
+// `--normalize`: ImageNet's mean and std, the training split's own, to [-1, 1], or none.
 enum class Normalize { kImagenet, kDataset, kNegOneOne, kNone };
-Normalize parse_normalize(const std::string& name);  // throws kUsage listing the choices
-std::string normalize_name(Normalize n);
+inline constexpr NameTable<Normalize, 4> kNormalizeNames{{{Normalize::kImagenet, "imagenet"},
+                                                          {Normalize::kDataset, "dataset"},
+                                                          {Normalize::kNegOneOne, "neg_one_one"},
+                                                          {Normalize::kNone, "none"}}};
+inline const char* name(Normalize n) { return name_of(kNormalizeNames, n); }
 
 struct TransformOptions {
   bool random_crop = false;  // random crop back to the input size after zero padding

@@ -7,18 +7,6 @@
 
 namespace ddpx::optim {
 
-const char* name(Amp amp) {
-  switch (amp) {
-    case Amp::kBf16:
-      return "bf16";
-    case Amp::kFp16:
-      return "fp16";
-    case Amp::kOff:
-      break;
-  }
-  return "off";
-}
-
 std::optional<torch::ScalarType> amp_dtype(Amp amp) {
   switch (amp) {
     case Amp::kBf16:

@@ -7,11 +7,14 @@
 
 #include <optional>
 
+#include "core/names.h"
+
 namespace ddpx::optim {
 
 enum class Amp { kOff, kBf16, kFp16 };
-
-const char* name(Amp amp);
+inline constexpr NameTable<Amp, 3> kAmpNames{
+    {{Amp::kOff, "off"}, {Amp::kBf16, "bf16"}, {Amp::kFp16, "fp16"}}};
+inline const char* name(Amp amp) { return name_of(kAmpNames, amp); }
 
 // The dtype autocast computes in (none for kOff).
 std::optional<torch::ScalarType> amp_dtype(Amp amp);

@@ -8,7 +8,7 @@ namespace ddpx::train {
 
 data::DatasetSpec dataset_spec(const TrainOptions& o) {
   data::DatasetSpec spec;
-  spec.name = o.dataset;
+  spec.dataset = o.dataset;
   spec.data_dir = o.data_dir;
   spec.synthetic_train_size = o.synthetic_size;
   spec.synthetic_test_size = std::max<int64_t>(o.synthetic_size / 4, 1);
@@ -31,7 +31,7 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   l.transform.horizontal_flip = train && o.horizontal_flip;
   l.transform.image_size = o.image_size;
   l.transform.out_channels = 3;
-  l.transform.normalize = data::parse_normalize(o.normalize);
+  l.transform.normalize = o.normalize;
   l.transform.dataset_mean = splits.mean;
   l.transform.dataset_std = splits.std;
   l.transform.random_erasing.probability = train ? o.random_erasing : 0.0;

@@ -9,15 +9,15 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
   lines.push_back(fmt::format(
       "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} ({} train / {} test, "
       "{}x{}x{} -> 3x{}x{}, {} classes)",
-      o.model, f.parameters_millions, f.stem_choice ? ", stem " + o.stem : std::string(), o.dataset,
-      f.train_size, f.test_size, f.height, f.width, f.channels, f.image_size, f.image_size,
-      f.num_classes));
-  const bool with_momentum = o.optimizer == "sgd" || o.optimizer == "lars";
-  lines.push_back(
-      fmt::format("optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
-                  "normalize {} | threads {}",
-                  o.optimizer, f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
-                  name(o.lr_schedule), o.warmup_epochs, o.normalize, f.threads));
+      o.model, f.parameters_millions, f.stem_choice ? ", stem " + o.stem : std::string(),
+      data::name(o.dataset), f.train_size, f.test_size, f.height, f.width, f.channels, f.image_size,
+      f.image_size, f.num_classes));
+  const bool with_momentum = o.optimizer == Optimizer::kSgd || o.optimizer == Optimizer::kLars;
+  lines.push_back(fmt::format(
+      "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
+      "normalize {} | threads {}",
+      name(o.optimizer), f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
+      name(o.lr_schedule), o.warmup_epochs, data::name(o.normalize), f.threads));
   lines.push_back(fmt::format(
       "world size {} ({}) | batch size {} per process, global batch {}, test batch {} | "
       "accumulation steps {} | learning rate {}{}",

@@ -14,44 +14,32 @@ namespace ddpx::train {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters,
                                                         const OptimizerConfig& c) {
-  if (c.name == "sgd") {
+  if (c.name == Optimizer::kSgd) {
     return std::make_unique<torch::optim::SGD>(std::move(parameters),
                                                torch::optim::SGDOptions(c.learning_rate)
                                                    .momentum(c.momentum)
                                                    .weight_decay(c.weight_decay));
   }
-  if (c.name == "adam") {
+  if (c.name == Optimizer::kAdam) {
     return std::make_unique<torch::optim::Adam>(
         std::move(parameters),
         torch::optim::AdamOptions(c.learning_rate).weight_decay(c.weight_decay));
   }
-  if (c.name == "adamw") {
+  if (c.name == Optimizer::kAdamw) {
     return std::make_unique<torch::optim::AdamW>(
         std::move(parameters),
         torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
   }
-  if (c.name == "lars") {
+  if (c.name == Optimizer::kLars) {
     return std::make_unique<optim::Lars>(
         std::move(parameters),
         optim::LarsOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
   }
-  if (c.name == "lamb") {
+  if (c.name == Optimizer::kLamb) {
     return std::make_unique<optim::Lamb>(
         std::move(parameters), optim::LambOptions(c.learning_rate).weight_decay(c.weight_decay));
   }
-  fail(ErrorKind::kUsage, "--optimizer '{}' is not one of sgd, adam, adamw, lars, lamb", c.name);
-}
-
-const char* name(LrScale scale) {
-  switch (scale) {
-    case LrScale::kLinear:
-      return "linear";
-    case LrScale::kSqrt:
-      return "sqrt";
-    case LrScale::kNone:
-      break;
-  }
-  return "none";
+  fail(ErrorKind::kInternal, "optimizer {} has no factory", static_cast<int>(c.name));
 }
 
 double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
@@ -66,18 +54,6 @@ double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
       break;
   }
   return base_lr;
-}
-
-const char* name(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::kConstant:
-      return "constant";
-    case Schedule::kStep:
-      return "step";
-    case Schedule::kCosine:
-      break;
-  }
-  return "cosine";
 }
 
 LrSchedule::LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps)

@@ -10,10 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "core/names.h"
+
 namespace ddpx::train {
 
+// `--optimizer`: SGD with momentum, Adam, AdamW, LARS or LAMB (optim/).
+enum class Optimizer { kSgd, kAdam, kAdamw, kLars, kLamb };
+inline constexpr NameTable<Optimizer, 5> kOptimizerNames{{{Optimizer::kSgd, "sgd"},
+                                                          {Optimizer::kAdam, "adam"},
+                                                          {Optimizer::kAdamw, "adamw"},
+                                                          {Optimizer::kLars, "lars"},
+                                                          {Optimizer::kLamb, "lamb"}}};
+inline const char* name(Optimizer optimizer) { return name_of(kOptimizerNames, optimizer); }
+
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | adam | adamw | lars | lamb
+  Optimizer name = Optimizer::kSgd;
   double learning_rate = 0.05;
   double weight_decay = 0.0;
   double momentum = 0.9;  // sgd and lars
@@ -23,7 +34,9 @@ struct OptimizerConfig {
 // root rule of Krizhevsky 2014 and LAMB): lr = base_lr * (global / base_batch)^p with p = 1, 1/2
 // or 0.
 enum class LrScale { kNone, kLinear, kSqrt };
-const char* name(LrScale scale);
+inline constexpr NameTable<LrScale, 3> kLrScaleNames{
+    {{LrScale::kNone, "none"}, {LrScale::kLinear, "linear"}, {LrScale::kSqrt, "sqrt"}}};
+inline const char* name(LrScale scale) { return name_of(kLrScaleNames, scale); }
 double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
                             int64_t base_batch);
 
@@ -33,7 +46,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
 // The shape of the learning rate after warmup: constant, step (x0.1 at 1/2 and 3/4 of training,
 // as in the classic ImageNet recipe scaled to the run) or cosine to zero.
 enum class Schedule { kConstant, kStep, kCosine };
-const char* name(Schedule schedule);
+inline constexpr NameTable<Schedule, 3> kScheduleNames{
+    {{Schedule::kConstant, "constant"}, {Schedule::kStep, "step"}, {Schedule::kCosine, "cosine"}}};
+inline const char* name(Schedule schedule) { return name_of(kScheduleNames, schedule); }
 
 // Linear warmup from ~0 to base_lr over warmup_steps, then the schedule.
 class LrSchedule {

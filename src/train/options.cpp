@@ -35,8 +35,6 @@ void validate(const TrainOptions& o) {
   DDPX_CHECK(o.loader_workers >= 1, usage, "--loader_workers must be at least 1");
   DDPX_CHECK(o.timeout_s > 0, usage, "--timeout must be positive seconds");
   DDPX_CHECK(o.keep_checkpoints >= 1, usage, "--keep_checkpoints must be at least 1");
-  DDPX_CHECK(one_of(o.optimizer, {"sgd", "adam", "adamw", "lars", "lamb"}), usage,
-             "--optimizer '{}' is not one of sgd, adam, adamw, lars, lamb", o.optimizer);
   DDPX_CHECK(o.base_batch_size > 0, usage, "--base_batch_size must be positive, got {}",
              o.base_batch_size);
   DDPX_CHECK(o.clip_grad_norm >= 0, usage, "--clip_grad_norm must be >= 0 (0: off), got {}",

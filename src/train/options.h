@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "data/dataset.h"
+#include "data/transforms.h"
 #include "distributed/choices.h"
 #include "optim/amp.h"
 #include "train/optim.h"
@@ -17,11 +19,11 @@ struct TrainOptions {
   std::string model = "resnet18";
   std::string stem = "imagenet";  // imagenet | cifar
   std::string pretrained;         // a torch.save'd state_dict to start from
-  std::string dataset = "fashion-mnist";
-  std::string data_dir;               // empty: the dataset's default folder
-  int64_t image_size = 0;             // 0: the dataset's native size
-  std::string normalize = "dataset";  // imagenet | dataset | neg_one_one | none
-  bool random_crop = false;           // random crop with 4-pixel zero padding
+  data::DatasetId dataset = data::DatasetId::kFashionMnist;
+  std::string data_dir;    // empty: the dataset's default folder
+  int64_t image_size = 0;  // 0: the dataset's native size
+  data::Normalize normalize = data::Normalize::kDataset;
+  bool random_crop = false;  // random crop with 4-pixel zero padding
   bool horizontal_flip = true;
   double random_erasing = 0.0;    // probability per image (timm's --reprob); 0: off
   int64_t synthetic_size = 2048;  // --dataset synthetic: training images
@@ -29,8 +31,8 @@ struct TrainOptions {
   int64_t synthetic_classes = 10;
 
   // optimisation
-  std::string optimizer = "sgd";  // sgd | adam | adamw | lars | lamb
-  double learning_rate = 0.05;    // at --base_batch_size when --lr_scale is not none
+  Optimizer optimizer = Optimizer::kSgd;
+  double learning_rate = 0.05;  // at --base_batch_size when --lr_scale is not none
   double weight_decay = 5e-4;
   double momentum = 0.9;
   Schedule lr_schedule = Schedule::kCosine;

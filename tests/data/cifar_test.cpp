@@ -72,7 +72,7 @@ def cifar10_py(root, protocol):
 TEST(CifarTest, Cifar10PythonVersionProtocol2) {
   test::TempDir dir;
   run(std::string(kWriteCifar10Python) + "cifar10_py('" + dir.path() + "', 2)\n");
-  auto s = load_dataset({"cifar10", dir.path()});
+  auto s = load_dataset({DatasetId::kCifar10, dir.path()});
   expect_cifar10(s);
   ASSERT_EQ(s.train.class_names.size(), 10u);
   EXPECT_EQ(s.train.class_names[9], "truck");
@@ -81,7 +81,7 @@ TEST(CifarTest, Cifar10PythonVersionProtocol2) {
 TEST(CifarTest, Cifar10PythonVersionProtocol4) {
   test::TempDir dir;
   run(std::string(kWriteCifar10Python) + "cifar10_py('" + dir.path() + "', 4)\n");
-  expect_cifar10(load_dataset({"cifar10", dir.path()}));
+  expect_cifar10(load_dataset({DatasetId::kCifar10, dir.path()}));
 }
 
 TEST(CifarTest, Cifar10BinaryVersion) {
@@ -96,7 +96,7 @@ open(os.path.join(d, 'test_batch.bin'), 'wb').write(rec(99, 2))
 names = '\n'.join('c%d' % i for i in range(10)) + '\n\n'
 open(os.path.join(d, 'batches.meta.txt'), 'w').write(names)
 )");
-  auto s = load_dataset({"cifar10", dir.path()});
+  auto s = load_dataset({DatasetId::kCifar10, dir.path()});
   expect_cifar10(s);
   EXPECT_EQ(s.test.class_names.at(3), "c3");
 }
@@ -121,13 +121,13 @@ open(os.path.join(d, 'train.bin'), 'wb').write(rec(95, 4))
 open(os.path.join(d, 'test.bin'), 'wb').write(rec(3, 2))
 )");
   for (const auto& root : {py.path(), bin.path()}) {
-    auto s = load_dataset({"cifar100", root});
+    auto s = load_dataset({DatasetId::kCifar100, root});
     ASSERT_EQ(s.train.size(), 4);
     EXPECT_EQ(s.train.num_classes, 100);
     expect_row(s.train, 3, 95, 3, 100);  // label 98: fine, not coarse
     expect_row(s.test, 0, 3, 0, 100);
   }
-  EXPECT_EQ(load_dataset({"cifar100", py.path()}).train.class_names.at(42), "n42");
+  EXPECT_EQ(load_dataset({DatasetId::kCifar100, py.path()}).train.class_names.at(42), "n42");
 }
 
 TEST(CifarTest, UnpacksTheOfficialArchiveWhenTheFolderIsMissing) {
@@ -135,14 +135,14 @@ TEST(CifarTest, UnpacksTheOfficialArchiveWhenTheFolderIsMissing) {
   run(std::string(kWriteCifar10Python) + "cifar10_py('" + staging.path() + "', 2)\n" +
       "with tarfile.open('" + dir.file("cifar-10-python.tar.gz") + "', 'w:gz') as t:\n" +
       "    t.add('" + staging.path() + "/cifar-10-batches-py', arcname='cifar-10-batches-py')\n");
-  expect_cifar10(load_dataset({"cifar10", dir.path()}));
+  expect_cifar10(load_dataset({DatasetId::kCifar10, dir.path()}));
   EXPECT_TRUE(fs::is_regular_file(dir.file("cifar-10-batches-py/data_batch_5")));
 }
 
 TEST(CifarTest, MissingEverythingNamesTheDirAndTheDownloadCommand) {
   test::TempDir dir;
   try {
-    load_dataset({"cifar10", dir.path()});
+    load_dataset({DatasetId::kCifar10, dir.path()});
     FAIL();
   } catch (const Error& e) {
     std::string what = e.what();

@@ -87,8 +87,11 @@ TEST(TransformsTest, NormalizeValues) {
   EXPECT_NEAR(transform_batch(input, o, rng)[0][1][0][0].item<float>(), (x - 0.2f) / 0.25f, 1e-5);
   o.normalize = Normalize::kNone;
   EXPECT_NEAR(transform_batch(input, o, rng)[0][0][0][0].item<float>(), x, 1e-7);
-  EXPECT_EQ(parse_normalize("neg_one_one"), Normalize::kNegOneOne);
-  EXPECT_THROW(parse_normalize("zscore"), Error);
+  EXPECT_EQ(parse_name(kNormalizeNames, "neg_one_one"), Normalize::kNegOneOne);
+  EXPECT_EQ(parse_name(kNormalizeNames, "zscore"), std::nullopt);
+  for (Normalize n :
+       {Normalize::kImagenet, Normalize::kDataset, Normalize::kNegOneOne, Normalize::kNone})
+    EXPECT_EQ(parse_name(kNormalizeNames, name(n)), n) << name(n);
 }
 
 TEST(TransformsTest, GrayToThreeChannelsAndResize) {

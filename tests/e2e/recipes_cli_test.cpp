@@ -243,7 +243,7 @@ TEST(RecipeOptionsTest, IncompatibleOrOutOfRangeOptionsAreOneLineErrors) {
       {"train --random_erasing 2", "--random_erasing is a probability"},
       {"train --label_smoothing 1", "--label_smoothing must be in [0, 1)"},
       {"train --clip_grad_norm -1", "--clip_grad_norm must be >= 0"},
-      {"train --optimizer lion", "--optimizer 'lion' is not one of"},
+      {"train --optimizer lion", "--optimizer: lion not in {adam,adamw,lamb,lars,sgd}"},
       {"train --recipe fastest", "--recipe 'fastest' is not one of"},
       {"train --lr_scale cubic", "--lr_scale"},
       {"train --model mlp --sync_bn" + quick, "--sync_bn: --model mlp has no BatchNorm layers"},

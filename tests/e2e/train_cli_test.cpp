@@ -170,13 +170,13 @@ TEST(TrainCliTest, HelpShowsDefaults) {
   const train::TrainOptions defaults;
   const auto shown = [&](const std::string& flag) {
     std::smatch m;
-    const std::regex re("\\n  " + flag + R"((,--\w+)? [A-Z]+(:\{[a-z0-9,]+\})?=(\S+))");
+    const std::regex re("\\n  " + flag + R"((,--\w+)? [A-Z]+(:\{[a-z0-9_,-]+\})?=(\S+))");
     return std::regex_search(r.output, m, re) ? m[3].str() : "(no default shown for " + flag + ")";
   };
   EXPECT_EQ(shown("--model"), defaults.model);
-  EXPECT_EQ(shown("--dataset"), defaults.dataset);
-  EXPECT_EQ(shown("--optimizer"), defaults.optimizer);
-  EXPECT_EQ(shown("--normalize"), defaults.normalize);
+  EXPECT_EQ(shown("--dataset"), data::name(defaults.dataset));
+  EXPECT_EQ(shown("--optimizer"), train::name(defaults.optimizer));
+  EXPECT_EQ(shown("--normalize"), data::name(defaults.normalize));
   EXPECT_EQ(std::stod(shown("--learning_rate")), defaults.learning_rate);
   EXPECT_EQ(std::stod(shown("--weight_decay")), defaults.weight_decay);
   EXPECT_EQ(std::stod(shown("--momentum")), defaults.momentum);

@@ -39,7 +39,7 @@ TEST(PlacementGpuTest, EveryEpochsFeederCopiesOnOneStream) {
   SKIP_WITHOUT_GPU();
   const torch::Device gpu(torch::kCUDA, 0);
   data::DatasetSpec spec;
-  spec.name = "synthetic";
+  spec.dataset = data::DatasetId::kSynthetic;
   spec.synthetic_train_size = 512;
   spec.synthetic_height = spec.synthetic_width = 64;
   auto splits = data::load_dataset(spec);

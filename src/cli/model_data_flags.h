@@ -1,0 +1,33 @@
+// The model and data flags that `train`, `bench train` and `tune batch_size` share, added by one
+// function so that a train command becomes a bench or tune command by changing the verb: the same
+// names, the same meanings, one parse.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "data/dataset.h"
+
+namespace ddpx::cli {
+
+struct ModelDataOptions {
+  std::string model = "resnet18";
+  std::string stem = "imagenet";  // imagenet | cifar
+  data::DatasetId dataset = data::DatasetId::kFashionMnist;
+  std::string data_dir;          // empty: the dataset's default folder
+  int64_t image_size = 0;        // 0: the dataset's native size; otherwise resized to it
+  int64_t synthetic_image = 32;  // --dataset synthetic: height = width
+  int64_t synthetic_classes = 10;
+
+  // The dataset to load (or whose shape to take), synthetic sizes included.
+  data::DatasetSpec dataset_spec() const;
+  // The square side the model sees: --image_size, else the dataset's native size.
+  int64_t input_size() const;
+};
+
+// Adds --model, --stem, --dataset, --data_dir, --image_size, --synthetic_image and
+// --synthetic_classes to `cmd`, parsed into `options`, whose values --help shows as defaults.
+void add_model_data_flags(CLI::App* cmd, ModelDataOptions& options);
+
+}  // namespace ddpx::cli

@@ -1,0 +1,64 @@
+// The model and data flags are one group (cli/model_data_flags.h): a train command becomes a
+// tune or bench command by changing the verb, and tune and bench take the dataset's shape.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/support.h"
+
+namespace ddpx {
+namespace {
+
+using test::ddpx_command;
+using test::run_command;
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// `--dataset fashion-mnist` gives tune the dataset's 28x28 images (random ones: no files are
+// read), where the default synthetic data is 32x32.
+TEST(ModelDataFlagsTest, TuneTakesTheDatasetsShape) {
+  auto r = run_command(ddpx_command("tune batch_size --model mlp --dataset fashion-mnist "
+                                    "--start_batch 8 --max_batch 16 --steps 1 --threads 2"),
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "image 28x28")) << r.output;
+  EXPECT_TRUE(has(r.output, "recommendation: --batch_size")) << r.output;
+}
+
+// The same model and data flags, typed after each verb, run and set the input the command uses.
+TEST(ModelDataFlagsTest, TrainBenchAndTuneTakeTheSameModelAndDataFlags) {
+  test::TempDir dir;
+  const std::string flags = " --model mlp --stem imagenet --dataset synthetic --data_dir " +
+                            dir.path() +
+                            " --image_size 16 --synthetic_image 16 --synthetic_classes 4";
+  struct Case {
+    std::string command, budget, expect;
+  };
+  const Case cases[] = {
+      {"train", " --num_epochs 1 --synthetic_size 64 --batch_size 16 --threads 2 --no_progress",
+       "3x16x16, 4 classes"},
+      {"bench train", " --batch_size 8 --steps 2 --warmup 1 --threads 2", "16x16 input"},
+      {"tune batch_size", " --start_batch 8 --max_batch 8 --steps 1 --threads 2", "image 16x16"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_command(ddpx_command(c.command + flags + c.budget), 300);
+    EXPECT_EQ(r.exit_code, 0) << c.command << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, c.expect)) << c.command << "\n" << r.output;
+  }
+}
+
+// An unknown dataset is refused by the parser the same way after every verb, naming the valid
+// ones.
+TEST(ModelDataFlagsTest, UnknownDatasetIsRefusedByEveryVerb) {
+  for (const char* verb : {"train", "bench train", "tune batch_size"}) {
+    auto r = run_command(ddpx_command(std::string(verb) + " --dataset imagenet22k"), 60);
+    EXPECT_EQ(r.exit_code, 2) << verb << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, "--dataset")) << verb << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, "fashion-mnist")) << verb << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace ddpx
