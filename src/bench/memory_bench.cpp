@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/proc_memory.h"
 #include "core/timer.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "train/threads.h"
 
 namespace ddpx::bench {

@@ -19,7 +19,7 @@
 #include "data/transforms.h"
 #include "distributed/context.h"
 #include "distributed/device.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "optim/clip_grad.h"
 #include "optim/loss_scaler.h"
 #include "parallel/data/ddp.h"
@@ -141,7 +141,7 @@ class Run {
     models::ModelConfig config;
     config.num_classes = splits_.train.num_classes;
     config.image_size = image_size_;
-    config.stem = o_.stem;
+    config.stem = models::stem_from_name(o_.stem, "--stem");  // until options hold the enum
     model_ = models::create_model(o_.model, config);
     if (!o_.pretrained.empty()) pretrained_note_ = load_pretrained(o_.pretrained, *model_.ptr());
     place_model(*model_.ptr(), device_, o_.channels_last);

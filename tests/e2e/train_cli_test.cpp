@@ -6,7 +6,7 @@
 #include <regex>
 #include <sstream>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
 #include "train/options.h"
