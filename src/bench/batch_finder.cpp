@@ -15,7 +15,7 @@
 #include "distributed/device.h"
 #include "distributed/threads.h"
 #include "distributed/world.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "parallel/placement.h"
 
 namespace ddpx::bench {
@@ -32,7 +32,7 @@ class Trainer {
     models::ModelConfig config;
     config.num_classes = o.num_classes;
     config.image_size = o.image_size;
-    config.stem = o.stem;
+    config.stem = models::stem_from_name(o.stem, "--stem");
     model_ = models::create_model(o.model, config);
     parallel::place_model(*model_.ptr(), device, o.channels_last);
     model_.ptr()->train();

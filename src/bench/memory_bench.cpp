@@ -10,7 +10,7 @@
 #include "core/proc_memory.h"
 #include "core/timer.h"
 #include "distributed/threads.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::bench {
 namespace {

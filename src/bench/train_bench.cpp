@@ -24,7 +24,7 @@
 #include "distributed/device.h"
 #include "distributed/threads.h"
 #include "models/flops.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "parallel/data/ddp.h"
 #include "parallel/placement.h"
 #include "train/step_strategy.h"
@@ -99,7 +99,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   models::ModelConfig config;
   config.num_classes = splits.train.num_classes;
   config.image_size = o.image_size;
-  config.stem = o.stem;
+  config.stem = models::stem_from_name(o.stem, "--stem");
   auto model = models::create_model(o.model, config);
   // FLOPs of one image's forward, counted on the CPU before the model moves.
   const double forward_flops =

@@ -16,7 +16,7 @@
 #include "distributed/device.h"
 #include "distributed/world.h"
 #include "models/flops.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "train/trainer.h"
 
 namespace ddpx::bench {
@@ -106,7 +106,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   models::ModelConfig config;
   config.num_classes = b.num_classes;
   config.image_size = b.image_size;
-  config.stem = b.stem;
+  config.stem = models::stem_from_name(b.stem, "--stem");
   auto model = models::create_model(b.model, config);
   r.forward_gflop =
       models::count_forward_flops(model, torch::zeros({1, 3, b.image_size, b.image_size})) / 1e9;

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/log.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "train/checkpoint.h"
 #include "train/pretrained.h"
 
@@ -20,7 +20,7 @@ void add_export_command(CLI::App& app, int& exit_code) {
     train::CheckpointMeta meta = train::read_checkpoint_meta(*checkpoint);
     models::ModelConfig config;
     config.num_classes = meta.num_classes;
-    config.stem = meta.stem;
+    config.stem = models::stem_from_name(meta.stem, *checkpoint + ": stem");
     if (meta.image_size > 0) config.image_size = meta.image_size;
     auto model = models::create_model(meta.model, config);
     train::load_checkpoint_weights(*checkpoint, *model.ptr());

@@ -12,7 +12,7 @@
 #include "cli/table.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::cli {
 namespace {
@@ -47,7 +47,7 @@ void add_models_command(CLI::App& app, int& exit_code) {
   models->callback([args, &exit_code] {
     models::ModelConfig config;
     config.num_classes = args->num_classes;
-    config.stem = args->stem;
+    config.stem = models::stem_from_name(args->stem, "--stem");
     models::validate_config(config);
     std::vector<const models::ModelInfo*> rows;
     if (args->name.empty()) {
@@ -56,7 +56,7 @@ void add_models_command(CLI::App& app, int& exit_code) {
       rows.push_back(&models::find_model(args->name));  // unknown -> usage error with the list
     }
     log::out("# {} model{}; parameters at {} classes, {} stem", rows.size(),
-             rows.size() == 1 ? "" : "s", config.num_classes, config.stem);
+             rows.size() == 1 ? "" : "s", config.num_classes, models::name(config.stem));
     std::vector<std::vector<std::string>> table = {{"name", "family", "params", "size", "optimizer",
                                                     "lr", "batch", "wd", "normalize", "note"}};
     for (const models::ModelInfo* info : rows) {

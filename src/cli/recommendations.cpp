@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli/table.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "train/recipes.h"
 
 namespace ddpx::cli {

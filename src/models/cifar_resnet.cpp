@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "models/init.h"
 #include "models/resnet.h"
 
 namespace ddpx::models {
@@ -16,7 +17,8 @@ CifarResNetImpl::CifarResNetImpl(const CifarResNetOptions& options) : options_(o
   layer2 = register_module("layer2", make_stage(32, 2));
   layer3 = register_module("layer3", make_stage(64, 2));
   fc = register_module("fc", nn::Linear(64, options.num_classes));
-  init_resnet_weights(*this);
+  // torchvision ResNet's rules (the He et al. models have no torchvision source of their own).
+  init_torchvision_weights(*this, {ConvFan::kOut, LinearInit::kKeep});
 }
 
 nn::Sequential CifarResNetImpl::make_stage(int64_t planes, int64_t stride) {
@@ -42,29 +44,6 @@ torch::Tensor CifarResNetImpl::forward(torch::Tensor x) {
   x = layer3->forward(x);          // (B, 64, H/4, W/4)
   x = x.mean({2, 3});              // (B, 64)
   return fc(x);                    // (B, num_classes)
-}
-
-void register_cifar_resnet_models(std::vector<ModelInfo>& table) {
-  for (int64_t depth : {20, 32, 44, 56}) {
-    ModelInfo info;
-    info.name = "resnet" + std::to_string(depth);
-    info.family = "cifar_resnet";
-    info.default_image_size = 32;
-    // He et al.: SGD 0.1, momentum 0.9, weight decay 1e-4, batch 128.
-    info.recommendation.optimizer = "sgd";
-    info.recommendation.learning_rate = 0.1;
-    info.recommendation.batch_size = 128;
-    info.recommendation.weight_decay = 1e-4;
-    info.recommendation.normalize = "dataset";
-    info.recommendation.note = "He et al. 2016 CIFAR ResNet, 28-32 px";
-    info.build = [depth](const ModelConfig& config) {
-      CifarResNetOptions options;
-      options.blocks_per_stage = (depth - 2) / 6;
-      options.num_classes = config.num_classes;
-      return torch::nn::AnyModule(CifarResNet(options));
-    };
-    table.push_back(std::move(info));
-  }
 }
 
 }  // namespace ddpx::models

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "models/batch_norm.h"
-#include "models/registry.h"
 
 namespace ddpx::models {
 
@@ -42,7 +41,5 @@ class CifarResNetImpl : public torch::nn::Module {
   int64_t inplanes_ = 16;
 };
 TORCH_MODULE(CifarResNet);
-
-void register_cifar_resnet_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/init.h"
 
 namespace ddpx::models {
 namespace {
@@ -98,19 +99,7 @@ DenseNetImpl::DenseNetImpl(const DenseNetOptions& options) {
   features = register_module("features", layers);
   classifier = register_module("classifier", nn::Linear(channels, options.num_classes));
 
-  // torchvision: kaiming_normal_ (fan_in, gain sqrt(2)) for convolutions, BN 1/0, and the
-  // Linear keeps PyTorch's default weight init with a zero bias.
-  torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false)) {
-    if (auto* conv = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    } else if (auto* linear = module->as<nn::Linear>()) {
-      nn::init::zeros_(linear->bias);
-    }
-  }
+  init_torchvision_weights(*this, {ConvFan::kIn, LinearInit::kZeroBias});
 }
 
 torch::Tensor DenseNetImpl::forward(torch::Tensor x) {
@@ -141,46 +130,6 @@ int64_t densenet_parameter_count(const DenseNetOptions& o) {
     }
   }
   return total + 2 * channels + (channels + 1) * o.num_classes;  // norm5, classifier
-}
-
-void register_densenet_models(std::vector<ModelInfo>& table) {
-  struct Variant {
-    const char* name;
-    int64_t growth_rate;
-    std::vector<int64_t> block_config;
-    int64_t num_init_features;
-  };
-  const Variant variants[] = {{"densenet121", 32, {6, 12, 24, 16}, 64},
-                              {"densenet161", 48, {6, 12, 36, 24}, 96},
-                              {"densenet169", 32, {6, 12, 32, 32}, 64},
-                              {"densenet201", 32, {6, 12, 48, 32}, 64}};
-  for (const Variant& variant : variants) {
-    ModelInfo info;
-    info.name = variant.name;
-    info.family = "densenet";
-    info.default_image_size = 224;
-    // The DenseNet paper's ImageNet recipe (torchvision ported those weights): SGD with
-    // momentum, lr 0.1 for batch 256, weight decay 1e-4.
-    info.recommendation.optimizer = "sgd";
-    info.recommendation.learning_rate = 0.1;
-    info.recommendation.batch_size = 256;
-    info.recommendation.weight_decay = 1e-4;
-    DenseNetOptions base;
-    base.growth_rate = variant.growth_rate;
-    base.block_config = variant.block_config;
-    base.num_init_features = variant.num_init_features;
-    info.build = [base](const ModelConfig& config) {
-      DenseNetOptions options = base;
-      options.num_classes = config.num_classes;
-      return torch::nn::AnyModule(DenseNet(options));
-    };
-    info.parameter_count = [base](const ModelConfig& config) {
-      DenseNetOptions options = base;
-      options.num_classes = config.num_classes;
-      return densenet_parameter_count(options);
-    };
-    table.push_back(std::move(info));
-  }
 }
 
 }  // namespace ddpx::models

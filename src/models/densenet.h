@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "models/batch_norm.h"
-#include "models/registry.h"
 
 namespace ddpx::models {
 
@@ -88,8 +87,5 @@ TORCH_MODULE(DenseNet);
 
 // Parameter count without building (densenet161 holds 29M parameters).
 int64_t densenet_parameter_count(const DenseNetOptions& options);
-
-// Adds densenet121, densenet161, densenet169 and densenet201 to the zoo.
-void register_densenet_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/init.h"
 
 namespace ddpx::models {
 namespace {
@@ -178,22 +179,7 @@ EfficientNetImpl::EfficientNetImpl(const EfficientNetOptions& options) {
   classifier = register_module("classifier", nn::Sequential(nn::Dropout(options.dropout),
                                                             nn::Linear(last, options.num_classes)));
 
-  // torchvision: kaiming_normal_(fan_out) for convolutions (bias 0), BatchNorm 1/0, Linear
-  // uniform within 1/sqrt(out_features) and bias 0.
-  torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false)) {
-    if (auto* c = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(c->weight, /*a=*/0, torch::kFanOut);
-      if (c->bias.defined()) nn::init::zeros_(c->bias);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    } else if (auto* linear = module->as<nn::Linear>()) {
-      const double range = 1.0 / std::sqrt(static_cast<double>(linear->weight.size(0)));
-      nn::init::uniform_(linear->weight, -range, range);
-      nn::init::zeros_(linear->bias);
-    }
-  }
+  init_torchvision_weights(*this, {ConvFan::kOut, LinearInit::kUniform});
 }
 
 torch::Tensor EfficientNetImpl::forward(torch::Tensor x) {
@@ -241,33 +227,6 @@ int64_t efficientnet_parameter_count(const EfficientNetOptions& options) {
   const int64_t last_in = stages.back().back().out;
   total += conv_bn(last_in, 4 * last_in, 1, 1);
   return total + (4 * last_in + 1) * options.num_classes;
-}
-
-void register_efficientnet_models(std::vector<ModelInfo>& table) {
-  for (int variant = 0; variant < kVariants; ++variant) {
-    ModelInfo info;
-    info.name = "efficientnet_b" + std::to_string(variant);
-    info.family = "efficientnet";
-    info.default_image_size = efficientnet_image_size(variant);
-    // The seed tool's setting for efficientnet_b0, kept for the family: AdamW, lr 1e-3 for
-    // batch 256, weight decay 1e-5.
-    info.recommendation.optimizer = "adamw";
-    info.recommendation.learning_rate = 0.001;
-    info.recommendation.batch_size = 256;
-    info.recommendation.weight_decay = 1e-5;
-    const EfficientNetOptions base = efficientnet_options(variant);
-    info.build = [base](const ModelConfig& config) {
-      EfficientNetOptions options = base;
-      options.num_classes = config.num_classes;
-      return torch::nn::AnyModule(EfficientNet(options));
-    };
-    info.parameter_count = [base](const ModelConfig& config) {
-      EfficientNetOptions options = base;
-      options.num_classes = config.num_classes;
-      return efficientnet_parameter_count(options);
-    };
-    table.push_back(std::move(info));
-  }
 }
 
 }  // namespace ddpx::models

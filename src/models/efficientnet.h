@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "models/batch_norm.h"
-#include "models/registry.h"
 
 namespace ddpx::models {
 
@@ -111,8 +110,5 @@ int64_t efficientnet_image_size(int variant);
 
 // The parameter count of an EfficientNet built with `options`, without allocating it.
 int64_t efficientnet_parameter_count(const EfficientNetOptions& options);
-
-// Adds efficientnet_b0 .. efficientnet_b7 to the zoo.
-void register_efficientnet_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

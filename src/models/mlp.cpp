@@ -23,24 +23,4 @@ torch::Tensor MlpImpl::forward(torch::Tensor x) {
   return fc3->forward(x);            // (B, num_classes)
 }
 
-void register_mlp_models(std::vector<ModelInfo>& table) {
-  ModelInfo info;
-  info.name = "mlp";
-  info.family = "mlp";
-  info.default_image_size = 28;
-  info.recommendation.optimizer = "adam";
-  info.recommendation.learning_rate = 1e-3;
-  info.recommendation.batch_size = 128;
-  info.recommendation.weight_decay = 0;
-  info.recommendation.normalize = "dataset";
-  info.recommendation.note = "smoke test, no BatchNorm";
-  info.build = [](const ModelConfig& config) {
-    MlpOptions options;
-    options.in_features = 3 * config.image_size * config.image_size;
-    options.num_classes = config.num_classes;
-    return torch::nn::AnyModule(Mlp(options));
-  };
-  table.push_back(std::move(info));
-}
-
 }  // namespace ddpx::models

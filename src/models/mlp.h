@@ -11,8 +11,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/registry.h"
-
 namespace ddpx::models {
 
 struct MlpOptions {
@@ -31,8 +29,5 @@ class MlpImpl : public torch::nn::Module {
   int64_t in_features;
 };
 TORCH_MODULE(Mlp);
-
-// Adds "mlp" to the zoo.
-void register_mlp_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/init.h"
 
 namespace ddpx::models {
 namespace {
@@ -76,19 +77,7 @@ MobileNetV2Impl::MobileNetV2Impl(int64_t num_classes, double dropout) {
   classifier = register_module(
       "classifier", nn::Sequential(nn::Dropout(dropout), nn::Linear(kLastChannels, num_classes)));
 
-  // torchvision: kaiming_normal_(fan_out) for convolutions, BN 1/0, Linear N(0, 0.01) and 0.
-  torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false)) {
-    if (auto* c = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(c->weight, /*a=*/0, torch::kFanOut);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    } else if (auto* linear = module->as<nn::Linear>()) {
-      nn::init::normal_(linear->weight, 0, 0.01);
-      nn::init::zeros_(linear->bias);
-    }
-  }
+  init_torchvision_weights(*this, {ConvFan::kOut, LinearInit::kNormal});
 }
 
 torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
@@ -99,22 +88,6 @@ torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
   x = features->forward(x);                                      // (B, 1280, H/32, W/32)
   x = torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);  // (B, 1280)
   return classifier->forward(x);                                 // (B, num_classes)
-}
-
-void register_mobilenet_models(std::vector<ModelInfo>& table) {
-  ModelInfo info;
-  info.name = "mobilenet_v2";
-  info.family = "mobilenet";
-  info.default_image_size = 224;
-  // torchvision's reference recipe: SGD lr 0.045 for batch 256, weight decay 4e-5.
-  info.recommendation.optimizer = "sgd";
-  info.recommendation.learning_rate = 0.045;
-  info.recommendation.batch_size = 256;
-  info.recommendation.weight_decay = 4e-5;
-  info.build = [](const ModelConfig& config) {
-    return torch::nn::AnyModule(MobileNetV2(config.num_classes));
-  };
-  table.push_back(std::move(info));  // 3.5M parameters: counting by building is fast
 }
 
 }  // namespace ddpx::models

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "models/batch_norm.h"
-#include "models/registry.h"
 
 namespace ddpx::models {
 
@@ -55,8 +54,5 @@ class MobileNetV2Impl : public torch::nn::Module {
   torch::nn::Sequential features{nullptr}, classifier{nullptr};
 };
 TORCH_MODULE(MobileNetV2);
-
-// Adds mobilenet_v2 to the zoo.
-void register_mobilenet_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/init.h"
 
 namespace ddpx::models {
 namespace {
@@ -128,21 +129,7 @@ MobileNetV3Impl::MobileNetV3Impl(const MobileNetV3Options& options) {
       nn::Sequential(nn::Linear(last_out, hidden), nn::Functional(hardswish),
                      nn::Dropout(options.dropout), nn::Linear(hidden, options.num_classes)));
 
-  // torchvision: kaiming_normal_(fan_out) and zero bias for convolutions, BN 1/0, Linear
-  // N(0, 0.01) and zero bias.
-  torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false)) {
-    if (auto* conv = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut);
-      if (conv->bias.defined()) nn::init::zeros_(conv->bias);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    } else if (auto* linear = module->as<nn::Linear>()) {
-      nn::init::normal_(linear->weight, 0, 0.01);
-      nn::init::zeros_(linear->bias);
-    }
-  }
+  init_torchvision_weights(*this, {ConvFan::kOut, LinearInit::kNormal});
 }
 
 torch::Tensor MobileNetV3Impl::forward(torch::Tensor x) {
@@ -175,35 +162,6 @@ int64_t mobilenet_v3_parameter_count(const MobileNetV3Options& options) {
   const int64_t hidden = last_channel(options.large);
   return total + conv_bn(last_in, last_out, 1, 1) + (last_out + 1) * hidden +
          (hidden + 1) * options.num_classes;
-}
-
-void register_mobilenet_v3_models(std::vector<ModelInfo>& table) {
-  for (bool large : {false, true}) {
-    ModelInfo info;
-    info.name = large ? "mobilenet_v3_large" : "mobilenet_v3_small";
-    info.family = "mobilenet";
-    info.default_image_size = 224;
-    // torchvision trained these with RMSprop (lr 0.064, batch 1024, wd 1e-5), which ddpx does
-    // not offer; MobileNetV2's SGD recipe is the closest supported setting.
-    info.recommendation.optimizer = "sgd";
-    info.recommendation.learning_rate = 0.045;
-    info.recommendation.batch_size = 256;
-    info.recommendation.weight_decay = 4e-5;
-    info.recommendation.note = "tv: rmsprop";
-    MobileNetV3Options base;
-    base.large = large;
-    info.build = [base](const ModelConfig& config) {
-      MobileNetV3Options options = base;
-      options.num_classes = config.num_classes;
-      return torch::nn::AnyModule(MobileNetV3(options));
-    };
-    info.parameter_count = [base](const ModelConfig& config) {
-      MobileNetV3Options options = base;
-      options.num_classes = config.num_classes;
-      return mobilenet_v3_parameter_count(options);
-    };
-    table.push_back(std::move(info));
-  }
 }
 
 }  // namespace ddpx::models

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "models/batch_norm.h"
-#include "models/registry.h"
 
 namespace ddpx::models {
 
@@ -89,8 +88,5 @@ TORCH_MODULE(MobileNetV3);
 
 // Parameter count from the block table, without building.
 int64_t mobilenet_v3_parameter_count(const MobileNetV3Options& options);
-
-// Adds mobilenet_v3_small and mobilenet_v3_large to the zoo.
-void register_mobilenet_v3_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

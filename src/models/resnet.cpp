@@ -6,6 +6,7 @@
 #include <torch/nn/init.h>
 
 #include "core/error.h"
+#include "models/init.h"
 
 namespace ddpx::models {
 namespace {
@@ -75,20 +76,6 @@ torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
   return relu(out);
 }
 
-void init_resnet_weights(nn::Module& model) {
-  // torchvision: kaiming_normal_(fan_out, relu) for convolutions, BN weight 1 bias 0; Linear
-  // keeps PyTorch's default (which libtorch's Linear already applied).
-  torch::NoGradGuard no_grad;
-  for (auto& module : model.modules(/*include_self=*/false)) {
-    if (auto* conv = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    }
-  }
-}
-
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   DDPX_CHECK(options.layers.size() == 4, ErrorKind::kInternal,
              "ResNet needs 4 stage depths, got {}", options.layers.size());
@@ -97,7 +84,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   DDPX_CHECK(options.block == BlockKind::kBottleneck ||
                  (options.groups == 1 && options.width_per_group == 64),
              ErrorKind::kInternal, "BasicBlock only supports groups=1 and width_per_group=64");
-  if (options.cifar_stem) {
+  if (options.stem == Stem::kCifar) {
     conv1 = register_module("conv1", conv3x3(3, inplanes_));
   } else {
     conv1 = register_module(
@@ -114,7 +101,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   avgpool = register_module("avgpool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1})));
   fc = register_module("fc", nn::Linear(512 * expansion(options.block), options.num_classes));
 
-  init_resnet_weights(*this);
+  init_torchvision_weights(*this, {ConvFan::kOut, LinearInit::kKeep});
   torch::NoGradGuard no_grad;
   if (options.zero_init_residual) {
     for (auto& module : modules(/*include_self=*/false)) {
@@ -152,7 +139,7 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
              "channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
   x = relu(bn1(conv1(x)));  // (B, 64, H/2, W/2), or (B, 64, H, W) with the cifar stem
-  if (!options_.cifar_stem) x = maxpool(x);
+  if (options_.stem == Stem::kImagenet) x = maxpool(x);
   // Sequential's call operator cannot deduce a return type; forward() defaults to Tensor.
   for (auto* stage : {&layer1, &layer2, &layer3, &layer4}) x = (*stage)->forward(x);
   // x: (B, 512 * expansion, H/32, W/32)
@@ -166,7 +153,7 @@ int64_t resnet_parameter_count(const ResNetOptions& options) {
     return out * (in / groups) * k * k;
   };
   auto bn = [](int64_t channels) { return 2 * channels; };
-  int64_t total = conv(3, 64, options.cifar_stem ? 3 : 7, 1) + bn(64);
+  int64_t total = conv(3, 64, options.stem == Stem::kCifar ? 3 : 7, 1) + bn(64);
   int64_t inplanes = 64;
   const int64_t planes_per_stage[4] = {64, 128, 256, 512};
   const int64_t exp = expansion(options.block);
@@ -189,66 +176,6 @@ int64_t resnet_parameter_count(const ResNetOptions& options) {
     }
   }
   return total + inplanes * options.num_classes + options.num_classes;
-}
-
-namespace {
-
-ModelInfo resnet_entry(const std::string& name, ResNetOptions base, Recommendation recommendation) {
-  ModelInfo info;
-  info.name = name;
-  info.family = "resnet";
-  info.has_cifar_stem = true;
-  info.default_image_size = 224;
-  info.recommendation = std::move(recommendation);
-  info.build = [base](const ModelConfig& config) {
-    ResNetOptions options = base;
-    options.num_classes = config.num_classes;
-    options.cifar_stem = config.stem == "cifar";
-    return torch::nn::AnyModule(ResNet(options));
-  };
-  info.parameter_count = [base](const ModelConfig& config) {
-    ResNetOptions options = base;
-    options.num_classes = config.num_classes;
-    options.cifar_stem = config.stem == "cifar";
-    return resnet_parameter_count(options);
-  };
-  return info;
-}
-
-Recommendation recommend(double lr, int64_t batch, double weight_decay, std::string note = "",
-                         std::string normalize = "imagenet") {
-  Recommendation r;
-  r.optimizer = "sgd";
-  r.learning_rate = lr;
-  r.batch_size = batch;
-  r.weight_decay = weight_decay;
-  r.normalize = std::move(normalize);
-  r.note = std::move(note);
-  return r;
-}
-
-}  // namespace
-
-void register_resnet_models(std::vector<ModelInfo>& table) {
-  const auto basic = BlockKind::kBasic;
-  const auto bottleneck = BlockKind::kBottleneck;
-  // resnet18 and resnet101 carry the seed's settings; the rest follow torchvision's reference
-  // recipe (SGD momentum 0.9, lr 0.1 per 256 images, weight decay 1e-4).
-  table.push_back(
-      resnet_entry("resnet18", {basic, {2, 2, 2, 2}}, recommend(0.001, 256, 0.0, "quick test")));
-  table.push_back(resnet_entry("resnet34", {basic, {3, 4, 6, 3}}, recommend(0.1, 256, 1e-4)));
-  table.push_back(resnet_entry("resnet50", {bottleneck, {3, 4, 6, 3}}, recommend(0.1, 256, 1e-4)));
-  table.push_back(resnet_entry("resnet101", {bottleneck, {3, 4, 23, 3}},
-                               recommend(0.002, 1024, 0.0, "", "neg_one_one")));
-  table.push_back(
-      resnet_entry("resnet152", {bottleneck, {3, 8, 36, 3}}, recommend(0.1, 256, 1e-4)));
-  ResNetOptions wide{bottleneck, {3, 4, 6, 3}};
-  wide.width_per_group = 128;
-  table.push_back(resnet_entry("wide_resnet50_2", wide, recommend(0.1, 256, 1e-4)));
-  ResNetOptions next{bottleneck, {3, 4, 6, 3}};
-  next.groups = 32;
-  next.width_per_group = 4;
-  table.push_back(resnet_entry("resnext50_32x4d", next, recommend(0.1, 256, 1e-4)));
 }
 
 }  // namespace ddpx::models

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "models/batch_norm.h"
-#include "models/registry.h"
+#include "models/stem.h"
 
 namespace ddpx::models {
 
@@ -31,7 +31,7 @@ struct ResNetOptions {
   int64_t num_classes = 1000;
   int64_t groups = 1;            // ResNeXt cardinality
   int64_t width_per_group = 64;  // 128 for Wide ResNet, 4 for resnext50_32x4d
-  bool cifar_stem = false;
+  Stem stem = Stem::kImagenet;
   bool zero_init_residual = false;
 };
 
@@ -90,12 +90,5 @@ TORCH_MODULE(ResNet);
 // The parameter count a ResNet built with these options has, computed from the structure
 // without allocating it (so `ddpx models` lists the zoo in milliseconds).
 int64_t resnet_parameter_count(const ResNetOptions& options);
-
-// Adds resnet18/34/50/101/152, wide_resnet50_2 and resnext50_32x4d to the zoo.
-// torchvision's ResNet initialisation: kaiming_normal_(fan_out, relu) for every convolution,
-// BatchNorm weight 1 and bias 0 (the CIFAR ResNets use it too).
-void init_resnet_weights(torch::nn::Module& model);
-
-void register_resnet_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

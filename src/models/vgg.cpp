@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "models/batch_norm.h"
+#include "models/init.h"
 
 namespace ddpx::models {
 namespace {
@@ -67,21 +68,7 @@ VggImpl::VggImpl(const VggOptions& options) {
                      nn::Dropout(options.dropout), nn::Linear(kHidden, kHidden), nn::ReLU(true),
                      nn::Dropout(options.dropout), nn::Linear(kHidden, options.num_classes)));
 
-  // torchvision: kaiming_normal_(fan_out, relu) and zero bias for convolutions, BN 1/0,
-  // Linear N(0, 0.01) and zero bias.
-  torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false)) {
-    if (auto* conv = module->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
-      nn::init::zeros_(conv->bias);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    } else if (auto* linear = module->as<nn::Linear>()) {
-      nn::init::normal_(linear->weight, 0, 0.01);
-      nn::init::zeros_(linear->bias);
-    }
-  }
+  init_torchvision_weights(*this, {ConvFan::kOut, LinearInit::kNormal});
 }
 
 torch::Tensor VggImpl::forward(torch::Tensor x) {
@@ -106,36 +93,6 @@ int64_t vgg_parameter_count(const VggOptions& options) {
   const int64_t flat = 512 * kPooledSize * kPooledSize;
   return total + (flat + 1) * kHidden + (kHidden + 1) * kHidden +
          (kHidden + 1) * options.num_classes;
-}
-
-void register_vgg_models(std::vector<ModelInfo>& table) {
-  for (int64_t depth : {11, 13, 16, 19}) {
-    for (bool batch_norm : {false, true}) {
-      ModelInfo info;
-      info.name = "vgg" + std::to_string(depth) + (batch_norm ? "_bn" : "");
-      info.family = "vgg";
-      info.default_image_size = 224;
-      // torchvision's reference recipe for VGG: SGD lr 0.01 for batch 256, weight decay 1e-4.
-      info.recommendation.optimizer = "sgd";
-      info.recommendation.learning_rate = 0.01;
-      info.recommendation.batch_size = 256;
-      info.recommendation.weight_decay = 1e-4;
-      VggOptions base;
-      base.depth = depth;
-      base.batch_norm = batch_norm;
-      info.build = [base](const ModelConfig& config) {
-        VggOptions options = base;
-        options.num_classes = config.num_classes;
-        return torch::nn::AnyModule(Vgg(options));
-      };
-      info.parameter_count = [base](const ModelConfig& config) {
-        VggOptions options = base;
-        options.num_classes = config.num_classes;
-        return vgg_parameter_count(options);
-      };
-      table.push_back(std::move(info));
-    }
-  }
 }
 
 }  // namespace ddpx::models

@@ -13,8 +13,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/registry.h"
-
 namespace ddpx::models {
 
 struct VggOptions {
@@ -37,8 +35,5 @@ TORCH_MODULE(Vgg);
 
 // Parameter count without building (VGG holds 130M+ parameters, slow to initialise).
 int64_t vgg_parameter_count(const VggOptions& options);
-
-// Adds vgg11, vgg11_bn, vgg13, vgg13_bn, vgg16, vgg16_bn, vgg19, vgg19_bn to the zoo.
-void register_vgg_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

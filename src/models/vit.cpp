@@ -28,24 +28,6 @@ void trunc_normal_(torch::Tensor& t, double std, double a = -2.0, double b = 2.0
   t.uniform_(2 * low - 1, 2 * high - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a, b);
 }
 
-struct Preset {
-  const char* name;
-  ViTOptions options;
-  const char* note;
-};
-
-ViTOptions vit_options(int64_t image, int64_t patch, int64_t layers, int64_t heads, int64_t dim,
-                       int64_t mlp) {
-  ViTOptions o;
-  o.image_size = image;
-  o.patch_size = patch;
-  o.num_layers = layers;
-  o.num_heads = heads;
-  o.hidden_dim = dim;
-  o.mlp_dim = mlp;
-  return o;
-}
-
 std::string shape_of(const torch::Tensor& t) {
   return fmt::format("{}", fmt::join(t.sizes(), "x"));
 }
@@ -178,45 +160,6 @@ int64_t vit_parameter_count(const ViTOptions& o) {
          + (grid * grid + 1) * d                      // pos_embedding
          + o.num_layers * per_layer + 2 * d           // layers, ln
          + (d + 1) * o.num_classes;                   // heads.head
-}
-
-void register_vit_models(std::vector<ModelInfo>& table) {
-  const Preset presets[] = {
-      {"vit_b_16", vit_options(224, 16, 12, 12, 768, 3072), ""},
-      {"vit_b_32", vit_options(224, 32, 12, 12, 768, 3072), ""},
-      {"vit_l_16", vit_options(224, 16, 24, 16, 1024, 4096), ""},
-      {"vit_base_patch16_224", vit_options(224, 16, 12, 12, 768, 3072), "timm name of vit_b_16"},
-      {"vit_base_patch32_224", vit_options(224, 32, 12, 12, 768, 3072), "timm name of vit_b_32"},
-      {"vit_large_patch16_224", vit_options(224, 16, 24, 16, 1024, 4096), "timm name of vit_l_16"},
-      {"vit_tiny_patch4_32", vit_options(32, 4, 6, 3, 192, 768), "28-32 px images"},
-  };
-  for (const Preset& preset : presets) {
-    ModelInfo info;
-    info.name = preset.name;
-    info.family = "vit";
-    info.default_image_size = preset.options.image_size;
-    // The seed tool's setting for vit_base_patch16_224 (AdamW, lr 1e-4, batch 128, weight
-    // decay 0.05), kept for the family; the tiny model trains from scratch with a larger lr.
-    info.recommendation.optimizer = "adamw";
-    info.recommendation.learning_rate = preset.options.image_size == 32 ? 1e-3 : 1e-4;
-    info.recommendation.batch_size = 128;
-    info.recommendation.weight_decay = 0.05;
-    info.recommendation.note = preset.note;
-    const ViTOptions base = preset.options;
-    info.build = [base](const ModelConfig& config) {
-      // config.image_size does not change the structure: the position embedding keeps the
-      // default grid and is resized per input (see vit.h).
-      ViTOptions options = base;
-      options.num_classes = config.num_classes;
-      return torch::nn::AnyModule(VisionTransformer(options));
-    };
-    info.parameter_count = [base](const ModelConfig& config) {
-      ViTOptions options = base;
-      options.num_classes = config.num_classes;
-      return vit_parameter_count(options);
-    };
-    table.push_back(std::move(info));
-  }
 }
 
 }  // namespace ddpx::models

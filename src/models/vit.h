@@ -22,8 +22,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/registry.h"
-
 namespace ddpx::models {
 
 struct ViTOptions {
@@ -90,9 +88,5 @@ torch::Tensor resize_position_embedding(const torch::Tensor& pos, int64_t grid_h
 
 // The parameter count of a ViT built with `options`, without allocating it.
 int64_t vit_parameter_count(const ViTOptions& options);
-
-// Adds vit_b_16, vit_b_32, vit_l_16, their timm names (vit_base_patch16_224,
-// vit_base_patch32_224, vit_large_patch16_224) and vit_tiny_patch4_32 to the zoo.
-void register_vit_models(std::vector<ModelInfo>& table);
 
 }  // namespace ddpx::models

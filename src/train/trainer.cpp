@@ -20,7 +20,7 @@
 #include "distributed/context.h"
 #include "distributed/device.h"
 #include "distributed/threads.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "optim/amp.h"
 #include "optim/clip_grad.h"
 #include "optim/loss_scaler.h"
@@ -143,7 +143,7 @@ class Run {
     models::ModelConfig config;
     config.num_classes = splits_.train.num_classes;
     config.image_size = image_size_;
-    config.stem = o_.stem;
+    config.stem = models::stem_from_name(o_.stem, "--stem");  // until options hold the enum
     model_ = models::create_model(o_.model, config);
     if (!o_.pretrained.empty()) pretrained_note_ = load_pretrained(o_.pretrained, *model_.ptr());
     parallel::place_model(*model_.ptr(), device_, o_.channels_last);

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
 

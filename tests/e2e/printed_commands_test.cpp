@@ -12,7 +12,7 @@
 #include <regex>
 #include <sstream>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/options.h"
 

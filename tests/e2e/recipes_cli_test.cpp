@@ -7,7 +7,7 @@
 
 #include <regex>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
 #include "train/recipes.h"

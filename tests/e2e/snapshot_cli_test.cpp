@@ -11,7 +11,7 @@
 #include <regex>
 
 #include "launch/launch_helpers.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
 

@@ -6,7 +6,7 @@
 #include <regex>
 #include <sstream>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
 #include "train/options.h"
@@ -77,7 +77,7 @@ TEST(TrainCliTest, ResumedRunEndsWithTheSameWeightsAsAnUninterruptedOne) {
   models::ModelConfig config;
   config.num_classes = 10;
   config.image_size = 8;
-  config.stem = "cifar";
+  config.stem = models::Stem::kCifar;
   auto a = models::create_model("resnet18", config);
   auto b = models::create_model("resnet18", config);
   train::load_checkpoint_weights(uninterrupted, *a.ptr());

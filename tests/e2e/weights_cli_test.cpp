@@ -3,7 +3,7 @@
 // torchvision's load_state_dict accepts with every key matched.
 #include <gtest/gtest.h>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
 
 namespace ddpx {

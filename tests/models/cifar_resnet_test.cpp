@@ -6,20 +6,20 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::models {
 namespace {
 
 TEST(CifarResNetTest, Resnet20HasThePublishedParameterCount) {
-  auto model = create_model("resnet20", ModelConfig{10, 32, "imagenet"});
+  auto model = create_model("resnet20", ModelConfig{10, 32, Stem::kImagenet});
   // 269,722 with the paper's zero-padding shortcuts (option A), plus the two 1x1 projection
   // shortcuts with BatchNorm of option B: 16*32 + 2*32 + 32*64 + 2*64 = 2,752.
   EXPECT_EQ(count_parameters(*model.ptr()), 272474);
   auto* net = model.ptr()->as<CifarResNetImpl>();
   ASSERT_NE(net, nullptr);
   EXPECT_EQ(net->layer1->size(), 3u);
-  EXPECT_EQ(create_model("resnet56", ModelConfig{10, 32, "imagenet"})
+  EXPECT_EQ(create_model("resnet56", ModelConfig{10, 32, Stem::kImagenet})
                 .ptr()
                 ->as<CifarResNetImpl>()
                 ->layer3->size(),
@@ -27,7 +27,7 @@ TEST(CifarResNetTest, Resnet20HasThePublishedParameterCount) {
 }
 
 TEST(CifarResNetTest, KeepsFullResolutionIntoTheFirstStage) {
-  auto model = create_model("resnet20", ModelConfig{10, 28, "imagenet"});
+  auto model = create_model("resnet20", ModelConfig{10, 28, Stem::kImagenet});
   auto* net = model.ptr()->as<CifarResNetImpl>();
   auto x = torch::randn({2, 3, 28, 28});
   auto stem = torch::relu(net->bn1(net->conv1(x)));
@@ -39,7 +39,7 @@ TEST(CifarResNetTest, KeepsFullResolutionIntoTheFirstStage) {
 
 TEST(CifarResNetTest, FitsASmallBatch) {
   torch::manual_seed(0);
-  auto model = create_model("resnet20", ModelConfig{4, 16, "imagenet"});
+  auto model = create_model("resnet20", ModelConfig{4, 16, Stem::kImagenet});
   torch::optim::Adam optimizer(model.ptr()->parameters(), torch::optim::AdamOptions(0.01));
   auto x = torch::randn({16, 3, 16, 16});
   auto y = torch::arange(16, torch::kLong) % 4;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "reference.h"
 
 namespace ddpx::models {
@@ -44,7 +44,7 @@ void expect_torchvision_regularisation(const std::string& name) {
           "    if isinstance(mod, nn.BatchNorm2d): print('REF BN', mod.eps, mod.momentum)\n"
           "    elif isinstance(mod, nn.Dropout): print('REF DROP', mod.p)\n"
           "    elif type(mod).__name__ in ('StochasticDepth', 'Dropout2d'): print('REF', mod)\n");
-  torch::nn::AnyModule model = create_model(name, ModelConfig{10, 224, "imagenet"});
+  torch::nn::AnyModule model = create_model(name, ModelConfig{10, 224, Stem::kImagenet});
   EXPECT_EQ(regularisation_settings(*model.ptr()), run.lines) << name;
 }
 
@@ -57,7 +57,7 @@ TEST(MobileNetV3Test, BatchNormAndDropoutMatchTorchvision) {
 }
 
 TEST(DenseNetTest, InputSmallerThan29PixelsIsAUsageErrorNaming29) {
-  auto model = create_model("densenet121", ModelConfig{10, 28, "imagenet"});
+  auto model = create_model("densenet121", ModelConfig{10, 28, Stem::kImagenet});
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
   try {
@@ -71,14 +71,14 @@ TEST(DenseNetTest, InputSmallerThan29PixelsIsAUsageErrorNaming29) {
 }
 
 TEST(MobileNetV3Test, RunsOn28PixelImages) {
-  auto model = create_model("mobilenet_v3_small", ModelConfig{10, 28, "imagenet"});
+  auto model = create_model("mobilenet_v3_small", ModelConfig{10, 28, Stem::kImagenet});
   model.ptr()->eval();
   torch::NoGradGuard no_grad;
   EXPECT_EQ(model.forward(torch::randn({2, 3, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
 }
 
 TEST(MobileNetV3Test, ClassifierDropoutActsOnlyInTrainMode) {
-  auto model = create_model("mobilenet_v3_small", ModelConfig{10, 32, "imagenet"});
+  auto model = create_model("mobilenet_v3_small", ModelConfig{10, 32, Stem::kImagenet});
   torch::NoGradGuard no_grad;
   const torch::Tensor x = torch::randn({4, 3, 32, 32});
   model.ptr()->eval();
@@ -88,10 +88,10 @@ TEST(MobileNetV3Test, ClassifierDropoutActsOnlyInTrainMode) {
 }
 
 TEST(DenseNetTest, GrayscaleInputAndCifarStemAreUsageErrors) {
-  auto model = create_model("densenet121", ModelConfig{10, 32, "imagenet"});
+  auto model = create_model("densenet121", ModelConfig{10, 32, Stem::kImagenet});
   EXPECT_THROW(model.forward(torch::randn({2, 1, 32, 32})), Error);
-  EXPECT_THROW(create_model("densenet121", ModelConfig{10, 32, "cifar"}), Error);
-  EXPECT_THROW(create_model("mobilenet_v3_large", ModelConfig{10, 32, "cifar"}), Error);
+  EXPECT_THROW(create_model("densenet121", ModelConfig{10, 32, Stem::kCifar}), Error);
+  EXPECT_THROW(create_model("mobilenet_v3_large", ModelConfig{10, 32, Stem::kCifar}), Error);
 }
 
 }  // namespace

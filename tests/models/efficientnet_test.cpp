@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "reference.h"
 
 namespace ddpx::models {
@@ -52,7 +52,7 @@ TEST(EfficientNetTest, BatchNormDropoutAndStochasticDepthMatchTorchvision) {
     std::vector<double> expected_sd(blocks);
     for (double& p : expected_sd) in >> p;
 
-    torch::nn::AnyModule model = create_model(name, ModelConfig{10, 224, "imagenet"});
+    torch::nn::AnyModule model = create_model(name, ModelConfig{10, 224, Stem::kImagenet});
     std::vector<double> sd;
     double model_dropout = -1;
     for (const auto& module : model.ptr()->modules(/*include_self=*/false)) {
@@ -94,7 +94,8 @@ TEST(EfficientNetTest, StochasticDepthDropsWholeSamplesOnlyInTraining) {
 
 TEST(EfficientNetTest, B0RunsOn32PixelImagesAndIsDeterministicInEval) {
   torch::manual_seed(0);
-  torch::nn::AnyModule model = create_model("efficientnet_b0", ModelConfig{10, 32, "imagenet"});
+  torch::nn::AnyModule model =
+      create_model("efficientnet_b0", ModelConfig{10, 32, Stem::kImagenet});
   const torch::Tensor x = torch::randn({2, 3, 32, 32});
   model.ptr()->train();
   torch::Tensor logits = model.forward(x);  // (2, 10)
@@ -108,7 +109,7 @@ TEST(EfficientNetTest, B0RunsOn32PixelImagesAndIsDeterministicInEval) {
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::equal(model.forward(x), model.forward(x)));
   EXPECT_THROW(model.forward(torch::randn({2, 1, 32, 32})), Error);
-  EXPECT_THROW(create_model("efficientnet_b0", ModelConfig{10, 32, "cifar"}), Error);
+  EXPECT_THROW(create_model("efficientnet_b0", ModelConfig{10, 32, Stem::kCifar}), Error);
 }
 
 TEST(EfficientNetTest, DefaultImageSizesAndSeedRecommendation) {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "reference.h"
 
 namespace ddpx::models {

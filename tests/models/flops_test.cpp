@@ -4,12 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::models {
 namespace {
 
-double forward_gflop(const std::string& name, int64_t image_size, const std::string& stem) {
+double forward_gflop(const std::string& name, int64_t image_size, Stem stem) {
   ModelConfig config;
   config.num_classes = 1000;
   config.image_size = image_size;
@@ -22,15 +22,15 @@ double forward_gflop(const std::string& name, int64_t image_size, const std::str
 
 TEST(FlopsTest, ResNetsMatchTorchvisionsPublishedCounts) {
   // torchvision: resnet18 1.81, resnet50 4.09 multiply-add G at 224x224.
-  EXPECT_NEAR(forward_gflop("resnet18", 224, "imagenet"), 2 * 1.814, 2 * 1.814 * 0.01);
-  EXPECT_NEAR(forward_gflop("resnet50", 224, "imagenet"), 2 * 4.089, 2 * 4.089 * 0.01);
+  EXPECT_NEAR(forward_gflop("resnet18", 224, Stem::kImagenet), 2 * 1.814, 2 * 1.814 * 0.01);
+  EXPECT_NEAR(forward_gflop("resnet50", 224, Stem::kImagenet), 2 * 4.089, 2 * 4.089 * 0.01);
 }
 
 TEST(FlopsTest, ScalesWithTheBatchAndCountsTheCifarStem) {
   ModelConfig config;
   config.num_classes = 10;
   config.image_size = 32;
-  config.stem = "cifar";
+  config.stem = Stem::kCifar;
   auto model = create_model("resnet18", config);
   model.ptr()->eval();
   double one = count_forward_flops(model, torch::zeros({1, 3, 32, 32}));

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::models {
 namespace {

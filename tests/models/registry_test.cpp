@@ -1,5 +1,5 @@
 // The registry: lookup, actionable errors, the seed's recommendations, and forward shapes.
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
@@ -53,13 +53,26 @@ TEST(RegistryTest, UnknownNameIsAUsageErrorListingKnownNames) {
 
 TEST(RegistryTest, BadConfigIsAUsageError) {
   ModelConfig config;
-  config.stem = "tiny";
-  const std::string message =
-      error_message([&] { create_model("resnet18", config); }, ErrorKind::kUsage);
-  EXPECT_NE(message.find("cifar"), std::string::npos) << message;
-  config = ModelConfig{};
   config.num_classes = 0;
   error_message([&] { create_model("resnet18", config); }, ErrorKind::kUsage);
+  config = ModelConfig{};
+  config.stem = Stem::kCifar;
+  const std::string message =
+      error_message([&] { create_model("vgg11", config); }, ErrorKind::kUsage);
+  EXPECT_NE(message.find("vgg11 has no 'cifar' stem"), std::string::npos) << message;
+}
+
+TEST(StemTest, EveryStemHasANameThatParsesBack) {
+  for (Stem stem : {Stem::kImagenet, Stem::kCifar}) {
+    EXPECT_EQ(stem_from_name(name(stem), "--stem"), stem) << name(stem);
+  }
+  EXPECT_STREQ(name(Stem::kCifar), "cifar");
+}
+
+TEST(StemTest, UnknownStemNameIsAUsageErrorNamingTheFlagAndChoices) {
+  const std::string message =
+      error_message([] { stem_from_name("tiny", "--stem"); }, ErrorKind::kUsage);
+  EXPECT_EQ(message, "--stem 'tiny' is not one of imagenet, cifar");
 }
 
 TEST(RegistryTest, SeedRecommendationsAreKept) {
@@ -77,21 +90,21 @@ TEST(RegistryTest, SeedRecommendationsAreKept) {
 }
 
 TEST(ResNetForwardTest, Resnet18AcceptsSmallImagesWithEitherStem) {
-  for (const std::string stem : {"imagenet", "cifar"}) {
+  for (Stem stem : {Stem::kImagenet, Stem::kCifar}) {
     ModelConfig config;
     config.num_classes = 10;
     config.stem = stem;
     torch::nn::AnyModule model = create_model("resnet18", config);
     for (int64_t size : {28, 32}) {
       const torch::Tensor y = model.forward(torch::randn({2, 3, size, size}));
-      EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10})) << stem << " " << size;
+      EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10})) << name(stem) << " " << size;
       EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
     }
   }
 }
 
 TEST(ResNetForwardTest, GrayscaleInputIsAUsageErrorNamingTheShape) {
-  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 28, "cifar"});
+  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 28, Stem::kCifar});
   const std::string message = error_message(
       [&] {
         model.forward(torch::randn({2, 1, 28, 28}));
@@ -101,7 +114,7 @@ TEST(ResNetForwardTest, GrayscaleInputIsAUsageErrorNamingTheShape) {
 }
 
 TEST(ResNetForwardTest, GradientsReachEveryParameter) {
-  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 32, "cifar"});
+  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 32, Stem::kCifar});
   model.forward(torch::randn({2, 3, 32, 32})).sum().backward();
   for (const auto& item : model.ptr()->named_parameters()) {
     ASSERT_TRUE(item.value().grad().defined()) << item.key();
@@ -110,7 +123,7 @@ TEST(ResNetForwardTest, GradientsReachEveryParameter) {
 
 TEST(ZooForwardTest, MobilenetAndVggGiveLogitsForSmallImages) {
   for (const std::string name : {"mobilenet_v2", "vgg11_bn"}) {
-    torch::nn::AnyModule model = create_model(name, ModelConfig{10, 32, "imagenet"});
+    torch::nn::AnyModule model = create_model(name, ModelConfig{10, 32, Stem::kImagenet});
     const torch::Tensor y = model.forward(torch::randn({2, 3, 32, 32}));
     EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10})) << name;
   }
@@ -119,14 +132,14 @@ TEST(ZooForwardTest, MobilenetAndVggGiveLogitsForSmallImages) {
 TEST(ZooForwardTest, CifarStemOnANonResNetIsAUsageError) {
   const std::string message = error_message(
       [] {
-        create_model("mobilenet_v2", ModelConfig{10, 32, "cifar"});
+        create_model("mobilenet_v2", ModelConfig{10, 32, Stem::kCifar});
       },
       ErrorKind::kUsage);
   EXPECT_NE(message.find("resnet"), std::string::npos) << message;
 }
 
 TEST(ZooForwardTest, VggRejectsImagesSmallerThanItsFivePools) {
-  torch::nn::AnyModule model = create_model("vgg11", ModelConfig{10, 28, "imagenet"});
+  torch::nn::AnyModule model = create_model("vgg11", ModelConfig{10, 28, Stem::kImagenet});
   const std::string message = error_message(
       [&] {
         model.forward(torch::randn({1, 3, 28, 28}));
@@ -137,7 +150,7 @@ TEST(ZooForwardTest, VggRejectsImagesSmallerThanItsFivePools) {
 
 TEST(ResNetInitTest, MatchesTorchvisionInitialisation) {
   torch::manual_seed(1);
-  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 224, "imagenet"});
+  torch::nn::AnyModule model = create_model("resnet18", ModelConfig{10, 224, Stem::kImagenet});
   const auto params = model.ptr()->named_parameters();
   // kaiming_normal_(fan_out, relu): std = sqrt(2 / (out_channels * k * k)); 2.4M samples.
   const torch::Tensor w = params["layer4.0.conv2.weight"];

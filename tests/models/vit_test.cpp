@@ -15,8 +15,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "models/registry.h"
 #include "models/weights.h"
+#include "models/zoo/registry.h"
 #include "reference.h"
 #include "support/support.h"
 
@@ -36,7 +36,7 @@ void expect_same_logits(torch::nn::AnyModule& model, const std::string& io_path,
 // checkpoints load) and runs on a 2x2 grid; its logits there match torchvision's through
 // interpolate_embeddings in zoo_all_parity_test.cpp, as do every other ViT's.
 TEST(ViTTest, VitB16For32PixelsKeepsTheDefaultSizePositionEmbedding) {
-  torch::nn::AnyModule model = create_model("vit_b_16", ModelConfig{10, 32, "imagenet"});
+  torch::nn::AnyModule model = create_model("vit_b_16", ModelConfig{10, 32, Stem::kImagenet});
   const auto& named = model.ptr()->named_parameters();
   EXPECT_EQ(named["encoder.pos_embedding"].sizes(), (std::vector<int64_t>{1, 197, 768}));
   torch::NoGradGuard no_grad;
@@ -72,7 +72,8 @@ TEST(ViTParityTest, TinyVitMatchesTorchvisionClassAtNativeAndInterpolatedSizes) 
           "torch.save({'x': x, 'y': y}, d + '/io28.pt')\n"
           "print('REF ok')\n");
   ASSERT_EQ(run.lines.size(), 1u) << "reference script produced no output";
-  torch::nn::AnyModule model = create_model("vit_tiny_patch4_32", ModelConfig{10, 32, "imagenet"});
+  torch::nn::AnyModule model =
+      create_model("vit_tiny_patch4_32", ModelConfig{10, 32, Stem::kImagenet});
   load_named_tensors(*model.ptr(), read_state_dict(dir.file("weights.pt")));
   expect_same_logits(model, dir.file("io32.pt"), "vit_tiny_patch4_32 at 32 px");
   expect_same_logits(model, dir.file("io28.pt"), "vit_tiny_patch4_32 at 28 px (7x7 grid)");
@@ -97,7 +98,7 @@ TEST(ViTTest, TimmAliasesBuildTheTorchvisionModels) {
                                           {"vit_base_patch32_224", "vit_b_32"},
                                           {"vit_large_patch16_224", "vit_l_16"}}) {
     for (int64_t classes : {10, 1000}) {
-      const ModelConfig config{classes, 224, "imagenet"};
+      const ModelConfig config{classes, 224, Stem::kImagenet};
       EXPECT_EQ(model_parameter_count(find_model(alias), config),
                 model_parameter_count(find_model(name), config))
           << alias;
@@ -106,7 +107,7 @@ TEST(ViTTest, TimmAliasesBuildTheTorchvisionModels) {
   }
   // The smallest alias, built: vit_b_32's parameters (its keys are checked against
   // torchvision in efficientnet_vit_structure_test.cpp).
-  const ModelConfig config{10, 224, "imagenet"};
+  const ModelConfig config{10, 224, Stem::kImagenet};
   torch::nn::AnyModule alias = create_model("vit_base_patch32_224", config);
   EXPECT_EQ(count_parameters(*alias.ptr()), model_parameter_count(find_model("vit_b_32"), config));
   EXPECT_EQ(alias.ptr()->named_parameters()["conv_proj.weight"].sizes(),
@@ -120,9 +121,11 @@ TEST(ViTTest, TimmAliasesBuildTheTorchvisionModels) {
 
 TEST(ViTTest, TinyVitLearnsAFixedBatchAt32Pixels) {
   torch::manual_seed(0);
-  torch::nn::AnyModule model = create_model("vit_tiny_patch4_32", ModelConfig{10, 32, "imagenet"});
-  ASSERT_EQ(count_parameters(*model.ptr()), model_parameter_count(find_model("vit_tiny_patch4_32"),
-                                                                  ModelConfig{10, 32, "imagenet"}));
+  torch::nn::AnyModule model =
+      create_model("vit_tiny_patch4_32", ModelConfig{10, 32, Stem::kImagenet});
+  ASSERT_EQ(count_parameters(*model.ptr()),
+            model_parameter_count(find_model("vit_tiny_patch4_32"),
+                                  ModelConfig{10, 32, Stem::kImagenet}));
   model.ptr()->train();
   torch::optim::AdamW optimizer(model.ptr()->parameters(), torch::optim::AdamWOptions(1e-3));
   const torch::Tensor x = torch::randn({4, 3, 32, 32});
@@ -144,12 +147,13 @@ TEST(ViTTest, TinyVitLearnsAFixedBatchAt32Pixels) {
 }
 
 TEST(ViTTest, RejectsInputsThatAreNotWholePatches) {
-  torch::nn::AnyModule model = create_model("vit_tiny_patch4_32", ModelConfig{10, 32, "imagenet"});
+  torch::nn::AnyModule model =
+      create_model("vit_tiny_patch4_32", ModelConfig{10, 32, Stem::kImagenet});
   torch::NoGradGuard no_grad;
   EXPECT_THROW(model.forward(torch::randn({2, 3, 30, 30})), Error);  // 30 is not a multiple of 4
   EXPECT_THROW(model.forward(torch::randn({2, 1, 32, 32})), Error);  // grayscale
   EXPECT_THROW(model.forward(torch::randn({3, 32, 32})), Error);     // no batch dimension
-  EXPECT_THROW(create_model("vit_b_16", ModelConfig{10, 224, "cifar"}), Error);
+  EXPECT_THROW(create_model("vit_b_16", ModelConfig{10, 224, Stem::kCifar}), Error);
 }
 
 }  // namespace

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "models/registry.h"
 #include "models/weights.h"
+#include "models/zoo/registry.h"
 #include "reference.h"
 #include "support/support.h"
 
@@ -136,7 +136,8 @@ TEST_P(ZooParityTest, LogitsMatchTorchvision) {
 
   const std::string name = GetParam();
   const std::string io_path = dir_->file(reference_name(name) + ".pt");
-  torch::nn::AnyModule model = create_model(name, ModelConfig{kNumClasses, kImageSize, "imagenet"});
+  torch::nn::AnyModule model =
+      create_model(name, ModelConfig{kNumClasses, kImageSize, Stem::kImagenet});
   fill_like_reference(*model.ptr());
   const auto io = read_state_dict(io_path);
   model.ptr()->eval();

@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "models/registry.h"
 #include "models/weights.h"
+#include "models/zoo/registry.h"
 #include "reference.h"
 #include "support/support.h"
 
@@ -54,7 +54,7 @@ void expect_parity(const std::string& name, const std::string& stem, int64_t siz
 
   ModelConfig config;
   config.num_classes = 10;
-  config.stem = stem;
+  config.stem = stem_from_name(stem, "test stem");
   torch::nn::AnyModule model = create_model(name, config);
   load_named_tensors(*model.ptr(), read_state_dict(dir.file("weights.pt")));
   const auto io = read_state_dict(dir.file("io.pt"));

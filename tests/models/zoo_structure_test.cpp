@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 #include "reference.h"
 
 namespace ddpx::models {
@@ -76,7 +76,7 @@ void expect_same_structure(const std::string& name, const std::string& stem) {
 
   ModelConfig config;
   config.num_classes = 10;
-  config.stem = stem;
+  config.stem = stem_from_name(stem, "test stem");
   torch::nn::AnyModule model = create_model(name, config);
   ShapeMap parameters, buffers;
   for (const auto& item : model.ptr()->named_parameters()) {

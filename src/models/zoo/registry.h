@@ -1,8 +1,8 @@
 // The model zoo by name. Each entry builds a torchvision-faithful module (same structure,
 // parameter names and initialisation) and carries the recommended training settings that
-// `ddpx models` and `ddpx train --show_recommendations` print. A family adds its entries from
-// its own file through one register_<family>_models(table) function, listed once in
-// families.cpp; the registry core does not change.
+// `ddpx models` and `ddpx train --show_recommendations` print. The entries themselves are one
+// table in zoo/models.cpp (one line per name, through zoo/entry.h's helpers); this file is the
+// lookup, validation and counting over that table.
 #pragma once
 
 #include <torch/nn/modules/container/any.h>
@@ -12,12 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "models/stem.h"
+
 namespace ddpx::models {
 
 struct ModelConfig {
   int64_t num_classes = 1000;
-  int64_t image_size = 224;       // input height = width
-  std::string stem = "imagenet";  // "imagenet" or "cifar" (3x3 stride-1 stem, no max-pool)
+  int64_t image_size = 224;     // input height = width
+  Stem stem = Stem::kImagenet;  // kCifar: 3x3 stride-1 stem, no max-pool (resnet family)
 };
 
 struct Recommendation {
@@ -33,7 +35,7 @@ struct ModelInfo {
   std::string name;
   std::string family;
   int64_t default_image_size = 224;
-  bool has_cifar_stem = false;  // accepts ModelConfig::stem == "cifar" (the resnet family)
+  bool has_cifar_stem = false;  // accepts ModelConfig::stem == Stem::kCifar (the resnet family)
   Recommendation recommendation;
   std::function<torch::nn::AnyModule(const ModelConfig&)> build;
   // Optional: the exact parameter count without building (big models take seconds to
@@ -43,6 +45,8 @@ struct ModelInfo {
 
 // All registered models, in a stable display order.
 const std::vector<ModelInfo>& model_table();
+// The entries in display order, unchecked (zoo/models.cpp); model_table() checks and keeps them.
+std::vector<ModelInfo> build_model_table();
 // Throws ddpx::Error(kUsage) listing the known names when `name` is unknown.
 const ModelInfo& find_model(const std::string& name);
 torch::nn::AnyModule create_model(const std::string& name, const ModelConfig& config);
@@ -50,7 +54,7 @@ torch::nn::AnyModule create_model(const std::string& name, const ModelConfig& co
 int64_t count_parameters(const torch::nn::Module& module);
 // Parameter count of `info` built with `config`, from the formula when the family has one.
 int64_t model_parameter_count(const ModelInfo& info, const ModelConfig& config);
-// Throws ddpx::Error(kUsage) when a field is out of range (num_classes < 1, unknown stem, ...).
+// Throws ddpx::Error(kUsage) when a field is out of range (num_classes < 1, image_size < 1).
 void validate_config(const ModelConfig& config);
 
 }  // namespace ddpx::models

@@ -1,5 +1,5 @@
 // The registry core: lookup by name with an actionable error, config validation, counting.
-#include "models/registry.h"
+#include "models/zoo/registry.h"
 
 #include <fmt/ranges.h>
 #include <torch/nn/module.h>
@@ -7,7 +7,6 @@
 #include <set>
 
 #include "core/error.h"
-#include "models/families.h"
 
 namespace ddpx::models {
 
@@ -40,15 +39,14 @@ void validate_config(const ModelConfig& config) {
              "num_classes is {}; expected a positive number of classes", config.num_classes);
   DDPX_CHECK(config.image_size >= 1, ErrorKind::kUsage,
              "image_size is {}; expected a positive input height/width", config.image_size);
-  DDPX_CHECK(config.stem == "imagenet" || config.stem == "cifar", ErrorKind::kUsage,
-             "unknown stem '{}'; expected 'imagenet' or 'cifar'", config.stem);
 }
 
 torch::nn::AnyModule create_model(const std::string& name, const ModelConfig& config) {
   const ModelInfo& info = find_model(name);
   validate_config(config);
-  DDPX_CHECK(config.stem == "imagenet" || info.has_cifar_stem, ErrorKind::kUsage,
-             "{} has no '{}' stem; --stem applies to the resnet family only", name, config.stem);
+  DDPX_CHECK(config.stem == Stem::kImagenet || info.has_cifar_stem, ErrorKind::kUsage,
+             "{} has no '{}' stem; --stem applies to the resnet family only", name,
+             models::name(config.stem));
   return info.build(config);
 }
 

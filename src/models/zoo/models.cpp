@@ -1,0 +1,189 @@
+// The zoo: every model name, its family, default input size, recommended training settings and
+// how it is built, one entry a line; the order here is the display order of `ddpx models`. A
+// new model adds a line here (a new family: its module in models/<family>.{h,cpp} first).
+// Listed explicitly rather than self-registered from static objects, because the linker drops
+// unreferenced objects from a static library and their registration would never run.
+#include <vector>
+
+#include "models/cifar_resnet.h"
+#include "models/densenet.h"
+#include "models/efficientnet.h"
+#include "models/mlp.h"
+#include "models/mobilenet.h"
+#include "models/mobilenet_v3.h"
+#include "models/resnet.h"
+#include "models/vgg.h"
+#include "models/vit.h"
+#include "models/zoo/entry.h"
+
+namespace ddpx::models {
+namespace {
+
+Factory resnet(BlockKind block, std::vector<int64_t> layers, int64_t groups = 1,
+               int64_t width_per_group = 64) {
+  ResNetOptions o{block, std::move(layers)};
+  o.groups = groups;
+  o.width_per_group = width_per_group;
+  return factory<ResNet>(o, resnet_parameter_count);
+}
+
+Factory cifar_resnet(int64_t depth) {
+  CifarResNetOptions o;
+  o.blocks_per_stage = (depth - 2) / 6;
+  return factory<CifarResNet>(o);
+}
+
+Factory vgg(int64_t depth, bool batch_norm) {
+  VggOptions o;
+  o.depth = depth;
+  o.batch_norm = batch_norm;
+  return factory<Vgg>(o, vgg_parameter_count);
+}
+
+Factory densenet(int64_t growth_rate, std::vector<int64_t> block_config,
+                 int64_t num_init_features) {
+  DenseNetOptions o;
+  o.growth_rate = growth_rate;
+  o.block_config = std::move(block_config);
+  o.num_init_features = num_init_features;
+  return factory<DenseNet>(o, densenet_parameter_count);
+}
+
+Factory mobilenet_v2() {  // 3.5M parameters: counting by building is fast
+  return {[](const ModelConfig& config) {
+            return torch::nn::AnyModule(MobileNetV2(config.num_classes));
+          },
+          nullptr};
+}
+
+Factory mobilenet_v3(bool large) {
+  MobileNetV3Options o;
+  o.large = large;
+  return factory<MobileNetV3>(o, mobilenet_v3_parameter_count);
+}
+
+Factory efficientnet(int variant) {
+  return factory<EfficientNet>(efficientnet_options(variant), efficientnet_parameter_count);
+}
+
+// config.image_size does not change a ViT's structure: the position embedding keeps the
+// default grid and is resized per input (see vit.h).
+Factory vit(int64_t image, int64_t patch, int64_t layers, int64_t heads, int64_t dim, int64_t mlp) {
+  ViTOptions o;
+  o.image_size = image;
+  o.patch_size = patch;
+  o.num_layers = layers;
+  o.num_heads = heads;
+  o.hidden_dim = dim;
+  o.mlp_dim = mlp;
+  return factory<VisionTransformer>(o, vit_parameter_count);
+}
+
+Factory mlp() {  // the only model whose structure follows the input size
+  return {[](const ModelConfig& config) {
+            MlpOptions o;
+            o.in_features = 3 * config.image_size * config.image_size;
+            o.num_classes = config.num_classes;
+            return torch::nn::AnyModule(Mlp(o));
+          },
+          nullptr};
+}
+
+}  // namespace
+
+std::vector<ModelInfo> build_model_table() {
+  const auto basic = BlockKind::kBasic;
+  const auto bottleneck = BlockKind::kBottleneck;
+  // Recommendations: {optimizer, lr, batch, weight decay, normalize, note}.
+  // resnet18 and resnet101 carry the seed's settings; the rest follow torchvision's reference
+  // recipe (SGD momentum 0.9, lr 0.1 per 256 images, weight decay 1e-4).
+  const Recommendation tv_resnet{"sgd", 0.1, 256, 1e-4};
+  // He et al. 2016's CIFAR recipe: SGD 0.1, momentum 0.9, weight decay 1e-4, batch 128.
+  const Recommendation he_cifar{"sgd", 0.1,       128,
+                                1e-4,  "dataset", "He et al. 2016 CIFAR ResNet, 28-32 px"};
+  // torchvision's reference recipe for VGG: SGD lr 0.01 for batch 256, weight decay 1e-4.
+  const Recommendation tv_vgg{"sgd", 0.01, 256, 1e-4};
+  // The DenseNet paper's ImageNet recipe (torchvision ported those weights).
+  const Recommendation densenet_paper{"sgd", 0.1, 256, 1e-4};
+  // torchvision's reference recipe for MobileNetV2. It trained the V3s with RMSprop (lr 0.064,
+  // batch 1024, wd 1e-5), which ddpx does not offer; V2's SGD recipe is the closest setting.
+  const Recommendation tv_mobilenet{"sgd", 0.045, 256, 4e-5};
+  const Recommendation tv_mobilenet_v3{"sgd", 0.045, 256, 4e-5, "imagenet", "tv: rmsprop"};
+  // The seed tool's setting for efficientnet_b0, kept for the family.
+  const Recommendation seed_efficientnet{"adamw", 0.001, 256, 1e-5};
+  // The seed tool's setting for vit_base_patch16_224, kept for the family; the tiny model
+  // trains from scratch with a larger lr.
+  auto seed_vit = [](std::string note = "") {
+    return Recommendation{"adamw", 1e-4, 128, 0.05, "imagenet", std::move(note)};
+  };
+  return {
+      entry("resnet18", "resnet", 224, {"sgd", 0.001, 256, 0.0, "imagenet", "quick test"},
+            resnet(basic, {2, 2, 2, 2})),
+      entry("resnet34", "resnet", 224, tv_resnet, resnet(basic, {3, 4, 6, 3})),
+      entry("resnet50", "resnet", 224, tv_resnet, resnet(bottleneck, {3, 4, 6, 3})),
+      entry("resnet101", "resnet", 224, {"sgd", 0.002, 1024, 0.0, "neg_one_one"},
+            resnet(bottleneck, {3, 4, 23, 3})),
+      entry("resnet152", "resnet", 224, tv_resnet, resnet(bottleneck, {3, 8, 36, 3})),
+      entry("wide_resnet50_2", "resnet", 224, tv_resnet,
+            resnet(bottleneck, {3, 4, 6, 3}, /*groups=*/1, /*width_per_group=*/128)),
+      entry("resnext50_32x4d", "resnet", 224, tv_resnet,
+            resnet(bottleneck, {3, 4, 6, 3}, /*groups=*/32, /*width_per_group=*/4)),
+
+      entry("resnet20", "cifar_resnet", 32, he_cifar, cifar_resnet(20)),
+      entry("resnet32", "cifar_resnet", 32, he_cifar, cifar_resnet(32)),
+      entry("resnet44", "cifar_resnet", 32, he_cifar, cifar_resnet(44)),
+      entry("resnet56", "cifar_resnet", 32, he_cifar, cifar_resnet(56)),
+
+      entry("vgg11", "vgg", 224, tv_vgg, vgg(11, false)),
+      entry("vgg11_bn", "vgg", 224, tv_vgg, vgg(11, true)),
+      entry("vgg13", "vgg", 224, tv_vgg, vgg(13, false)),
+      entry("vgg13_bn", "vgg", 224, tv_vgg, vgg(13, true)),
+      entry("vgg16", "vgg", 224, tv_vgg, vgg(16, false)),
+      entry("vgg16_bn", "vgg", 224, tv_vgg, vgg(16, true)),
+      entry("vgg19", "vgg", 224, tv_vgg, vgg(19, false)),
+      entry("vgg19_bn", "vgg", 224, tv_vgg, vgg(19, true)),
+
+      entry("densenet121", "densenet", 224, densenet_paper, densenet(32, {6, 12, 24, 16}, 64)),
+      entry("densenet161", "densenet", 224, densenet_paper, densenet(48, {6, 12, 36, 24}, 96)),
+      entry("densenet169", "densenet", 224, densenet_paper, densenet(32, {6, 12, 32, 32}, 64)),
+      entry("densenet201", "densenet", 224, densenet_paper, densenet(32, {6, 12, 48, 32}, 64)),
+
+      entry("mobilenet_v2", "mobilenet", 224, tv_mobilenet, mobilenet_v2()),
+      entry("mobilenet_v3_small", "mobilenet", 224, tv_mobilenet_v3, mobilenet_v3(false)),
+      entry("mobilenet_v3_large", "mobilenet", 224, tv_mobilenet_v3, mobilenet_v3(true)),
+
+      entry("efficientnet_b0", "efficientnet", efficientnet_image_size(0), seed_efficientnet,
+            efficientnet(0)),
+      entry("efficientnet_b1", "efficientnet", efficientnet_image_size(1), seed_efficientnet,
+            efficientnet(1)),
+      entry("efficientnet_b2", "efficientnet", efficientnet_image_size(2), seed_efficientnet,
+            efficientnet(2)),
+      entry("efficientnet_b3", "efficientnet", efficientnet_image_size(3), seed_efficientnet,
+            efficientnet(3)),
+      entry("efficientnet_b4", "efficientnet", efficientnet_image_size(4), seed_efficientnet,
+            efficientnet(4)),
+      entry("efficientnet_b5", "efficientnet", efficientnet_image_size(5), seed_efficientnet,
+            efficientnet(5)),
+      entry("efficientnet_b6", "efficientnet", efficientnet_image_size(6), seed_efficientnet,
+            efficientnet(6)),
+      entry("efficientnet_b7", "efficientnet", efficientnet_image_size(7), seed_efficientnet,
+            efficientnet(7)),
+
+      entry("vit_b_16", "vit", 224, seed_vit(), vit(224, 16, 12, 12, 768, 3072)),
+      entry("vit_b_32", "vit", 224, seed_vit(), vit(224, 32, 12, 12, 768, 3072)),
+      entry("vit_l_16", "vit", 224, seed_vit(), vit(224, 16, 24, 16, 1024, 4096)),
+      entry("vit_base_patch16_224", "vit", 224, seed_vit("timm name of vit_b_16"),
+            vit(224, 16, 12, 12, 768, 3072)),
+      entry("vit_base_patch32_224", "vit", 224, seed_vit("timm name of vit_b_32"),
+            vit(224, 32, 12, 12, 768, 3072)),
+      entry("vit_large_patch16_224", "vit", 224, seed_vit("timm name of vit_l_16"),
+            vit(224, 16, 24, 16, 1024, 4096)),
+      entry("vit_tiny_patch4_32", "vit", 32,
+            {"adamw", 1e-3, 128, 0.05, "imagenet", "28-32 px images"}, vit(32, 4, 6, 3, 192, 768)),
+
+      entry("mlp", "mlp", 28, {"adam", 1e-3, 128, 0.0, "dataset", "smoke test, no BatchNorm"},
+            mlp()),
+  };
+}
+
+}  // namespace ddpx::models
