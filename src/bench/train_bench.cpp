@@ -163,8 +163,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     Stopwatch compute;
     parallel::MicroBatch mb;
     mb.input = images;
-    mb.loss = [&](const torch::Tensor& logits) {
-      return torch::nn::functional::cross_entropy(logits, labels);
+    mb.target = labels;
+    mb.loss = [](const torch::Tensor& logits, const torch::Tensor& target) {
+      return torch::nn::functional::cross_entropy(logits, target);
     };
     // fp16 without loss scaling: a benchmark of speed, not of convergence.
     mb.in_forward_context = [&](const std::function<void()>& forward) {

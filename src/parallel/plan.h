@@ -5,41 +5,44 @@
 // on which plan it runs.
 //
 // Contract, for every plan:
-// - What it wraps: the model as built on this rank (placed on its device, any pretrained
-//   weights loaded), handed over at construction. The plan may convert layers (SyncBatchNorm,
+// - What it wraps: the model as built on this rank (placed on its device, pretrained weights
+//   loaded), handed over at construction. The plan may convert layers (SyncBatchNorm,
 //   tensor-parallel layers), keep only some of them (a pipeline stage) or shard their
 //   parameters (ZeRO-3/FSDP).
-// - Ownership: the plan owns the wrapped model and the optimizer. It builds the optimizer
-//   itself, from the factory it is given, over the parameters this rank updates (all of them
-//   for data parallel, a shard for sharded plans, a stage's for pipeline), and it holds the
-//   optimizer state (whole, or sharded). Callers never step or reload the optimizer directly.
-// - forward_backward(): one micro-batch's forward (inside the caller's forward context,
-//   e.g. autocast), its loss (the caller's loss function, applied where the model's output
-//   is: on the last stage of a pipeline) and backward from the caller's backward root (loss
-//   scaling, 1/accumulation). It returns the loss and output for the metrics where this rank
-//   holds them (undefined on ranks that compute no loss).
-// - When gradients are final: after a forward_backward() with `sync` true, every gradient the
-//   plan's step reads is complete (averaged across data-parallel ranks, reduced to its shard
-//   by a sharded plan); after `sync` false they are this rank's local accumulation only
-//   (gradient accumulation: no communication). A plan whose update runs inside backward says
-//   so in describe(); its gradients are then never read between backward and step(), so the
-//   trainer may only unscale or clip where the plan's describe() does not say "inside backward"
-//   (the plan is told at construction whether anything reads them).
-// - set_learning_rate(): the rate of the coming update; call before the forward_backward whose
-//   step follows, because the update may run inside that backward.
-// - step(): the optimizer update after a synchronized backward (or the check that backward
-//   already made it), leaving every rank's model where an unsharded step on the global batch
-//   would. zero_grad() clears the gradients for the next accumulation.
-// - clip_grad_norm(): scales the gradients so that their global L2 norm (across everything the
-//   plan shards or splits over ranks) is at most max_norm; the same factor on every rank.
+// - Ownership: the plan owns the wrapped model and the optimizer. It builds the optimizer from
+//   the factory it is given, over the parameters this rank updates (all of them for data
+//   parallel, a shard for sharded plans, a stage's for a pipeline), and holds the optimizer
+//   state, whole or sharded. Callers never step, zero or reload the optimizer themselves.
+// - forward_backward(batch, sync): the forward of the batch (inside the caller's forward
+//   context: autocast, profiler ranges), its loss (the caller's function, applied where the
+//   output is: the last stage of a pipeline, once per pipeline micro-batch) and backward from
+//   the caller's backward root (fp16 loss scaling, 1/accumulation). It returns the mean loss
+//   and the output for the metrics on the ranks that hold them, undefined tensors elsewhere.
+// - When gradients are final: after forward_backward() with `sync` true, every gradient the
+//   plan's step reads is complete (averaged over data-parallel ranks, reduced to its owner by a
+//   sharded plan). With `sync` false (all but the last micro-batch of an accumulation) they
+//   are this rank's local sum only, and nothing is communicated.
+// - Where the update runs: in step(), unless the plan moved it into backward (the data-parallel
+//   plan does with SGD on shared memory, told at construction that nothing reads the gradients
+//   between backward and step: no loss scaling, no clipping); describe() then says "inside
+//   backward" and step() only checks that backward made the update.
+// - set_learning_rate(): the rate of the coming update. Call it before the forward_backward()
+//   whose step follows, since the update may run inside that backward.
+// - step(): the update after a synchronized backward, leaving the model where an unsharded step
+//   on the global batch would. zero_grad() clears the gradients for the next accumulation.
+// - clip_grad_norm(max_norm): scales the gradients so that their global L2 norm, over
+//   everything the plan shards or splits across ranks, is at most max_norm: the same factor on
+//   every rank. Returns the norm before clipping (on the device).
 // - state_dict(): always the full, unsharded model and optimizer state in the model's own
-//   names and order (libtorch's Module::save / Optimizer::save archive), so a checkpoint loads
-//   at any world size and under any plan. load_state_dict() takes the same full state and
-//   keeps what this rank needs; call it before training starts (resume).
-// - module(): the model the loop evaluates, exports and averages (EMA), whole on this rank
-//   (a sharded plan gathers it; a pipeline keeps its stages and evaluates through them).
-// - Collectives: every method may communicate, so every rank calls every method in the same
-//   order (describe() and parameters() included).
+//   parameter names and order (libtorch's Module::save / Optimizer::save archives), so a
+//   checkpoint loads at any world size and under any plan; a sharded plan gathers it.
+//   load_state_dict() takes the same full state and keeps what this rank needs; call it before
+//   training starts (resume).
+// - module(): the model as this rank runs it, to evaluate, export and average (EMA): whole
+//   for data parallel, gathered by a sharded plan; a pipeline, which holds only its stages,
+//   will need an evaluate() of its own here.
+// - Collectives: any method may communicate, so every rank calls every method, in the same
+//   order (describe() and state_dict() included, though only rank 0 prints or writes).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -60,9 +63,11 @@ using OptimizerFactory =
 
 // One micro-batch, as the caller hands it to forward_backward().
 struct MicroBatch {
-  torch::Tensor input;  // on the device; the first stage's input
-  // The model's output -> this micro-batch's mean loss (the labels are the caller's).
-  std::function<torch::Tensor(const torch::Tensor& output)> loss;
+  torch::Tensor input;   // on the device; the first stage's input
+  torch::Tensor target;  // what the loss compares the output with (labels, soft targets)
+  // (output, target) -> their mean loss. A pipeline splits input and target along dim 0 into
+  // its own micro-batches and calls it on the last stage for each.
+  std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
   // The loss -> the tensor backward starts from (loss scaling, 1/accumulation); null: the loss.
   std::function<torch::Tensor(const torch::Tensor& loss)> backward_root;
   // Run `forward` (the model and the loss) and `backward` inside the caller's contexts

@@ -38,9 +38,10 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   return l;
 }
 
-TrainData make_train_data(const TrainOptions& o, int rank, int world_size, int64_t batch_size,
-                          bool pin_memory) {
-  TrainData d;
+std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int world_size,
+                                           int64_t batch_size, bool pin_memory) {
+  auto owned = std::make_unique<TrainData>();
+  TrainData& d = *owned;
   d.splits = data::load_dataset(dataset_spec(o));
   d.image_size = o.image_size > 0 ? o.image_size : d.splits.train.height();
   data::SamplerOptions sampler;
@@ -56,7 +57,7 @@ TrainData make_train_data(const TrainOptions& o, int rank, int world_size, int64
   d.steps_per_epoch = (d.sampler->num_samples() + batch_size - 1) / batch_size;
   if (o.limit_train_batches > 0)
     d.steps_per_epoch = std::min(d.steps_per_epoch, o.limit_train_batches);
-  return d;
+  return owned;
 }
 
 }  // namespace ddpx::train

@@ -21,6 +21,7 @@ data::LoaderOptions loader_options(const TrainOptions& options, const data::Data
                                    bool pin_memory);
 
 // A rank's data for a run: every rank reads the dataset; the sampler gives each rank its shard.
+// The loaders hold references into `splits`, so it never moves (made on the heap).
 struct TrainData {
   data::DatasetSplits splits;
   int64_t image_size = 0;  // the model's input (--image_size, or the dataset's)
@@ -28,7 +29,7 @@ struct TrainData {
   std::unique_ptr<data::DataLoader> train_loader, test_loader;
   int64_t steps_per_epoch = 0;  // micro-batches (--limit_train_batches applied)
 };
-TrainData make_train_data(const TrainOptions& options, int rank, int world_size, int64_t batch_size,
-                          bool pin_memory);
+std::unique_ptr<TrainData> make_train_data(const TrainOptions& options, int rank, int world_size,
+                                           int64_t batch_size, bool pin_memory);
 
 }  // namespace ddpx::train

@@ -21,12 +21,15 @@ parallel::MicroBatch recipe_micro_batch(const TrainOptions& o, const torch::Devi
   if (mixer.enabled()) {
     auto mixed = mixer.mix(batch.images, batch.labels);
     mb.input = mixed.images;
-    mb.loss = [targets = mixed.targets](const torch::Tensor& logits) {
+    mb.target = mixed.targets;
+    mb.loss = [](const torch::Tensor& logits, const torch::Tensor& targets) {
       return soft_target_cross_entropy(logits, targets);
     };
   } else {
     mb.input = batch.images;
-    mb.loss = [labels = batch.labels, smoothing = o.label_smoothing](const torch::Tensor& logits) {
+    mb.target = batch.labels;
+    mb.loss = [smoothing = o.label_smoothing](const torch::Tensor& logits,
+                                              const torch::Tensor& labels) {
       return cross_entropy(logits, labels, smoothing);
     };
   }

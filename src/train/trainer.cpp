@@ -76,11 +76,11 @@ class Run {
     data_ = make_train_data(o_, context_->rank(), context_->world_size(), batch_size_,
                             device_.is_cuda());
     const int64_t updates =
-        (data_.steps_per_epoch + o_.accumulation_steps - 1) / o_.accumulation_steps;
+        (data_->steps_per_epoch + o_.accumulation_steps - 1) / o_.accumulation_steps;
 
     // Model: the same seed on every rank (the plan makes the ranks agree anyway).
     torch::manual_seed(static_cast<uint64_t>(o_.seed));
-    models::ModelConfig config{data_.splits.train.num_classes, data_.image_size, o_.stem};
+    models::ModelConfig config{data_->splits.train.num_classes, data_->image_size, o_.stem};
     auto model = models::create_model(o_.model, config);
     RunFacts facts;
     if (!o_.pretrained.empty())
@@ -104,13 +104,13 @@ class Run {
       ema_ = std::make_unique<ModelEma>(ema_model_, *plan_->module().ptr(), o_.ema_decay);
     }
     schedule_ = make_schedule(o_, facts.learning_rate, updates);
-    CheckpointMeta meta{o_.model, data_.splits.train.num_classes, o_.stem, data_.image_size};
+    CheckpointMeta meta{o_.model, data_->splits.train.num_classes, o_.stem, data_->image_size};
     checkpoints_ = std::make_unique<RunCheckpoints>(
         o_, *context_, RunState{plan_.get(), &ema_, ema_model_, scaler_.get(), meta});
     start_ = checkpoints_->resume();
     global_step_ = start_.global_step;
 
-    mixer_ = make_mixer(o_, data_.splits.train.num_classes, context_->rank());
+    mixer_ = make_mixer(o_, data_->splits.train.num_classes, context_->rank());
     curves_ = std::make_unique<Curves>(o_.metrics_json, o_.tensorboard, context_->rank(),
                                        context_->world_size());
     if (!o_.profile.empty()) {
@@ -124,18 +124,18 @@ class Run {
     // The start-up lines (collective: the plan wraps the model, every rank names its device).
     facts.plan = plan_->describe();
     facts.sync_bn_layers = chosen.sync_bn_layers;
-    facts.image_size = data_.image_size;
+    facts.image_size = data_->image_size;
     facts.batch_size = batch_size_;
-    add_run_facts(facts, o_, *context_, data_.splits, *plan_->module().ptr());
+    add_run_facts(facts, o_, *context_, data_->splits, *plan_->module().ptr());
     for (const auto& line : header_lines(o_, facts)) log::out("{}", line);
   }
 
   EpochResult train_epoch(int64_t epoch) {
     plan_->module().ptr()->train();
     const int64_t skip = epoch == start_.epochs_done ? start_.epoch_step : 0;
-    data_.train_loader->start_epoch(data_.sampler->indices(epoch), epoch, skip);
-    DeviceFeeder feeder(*data_.train_loader, device_, o_.channels_last);
-    EpochMeter meter(o_, *context_, *curves_, data_.steps_per_epoch, scaler_ != nullptr);
+    data_->train_loader->start_epoch(data_->sampler->indices(epoch), epoch, skip);
+    DeviceFeeder feeder(*data_->train_loader, device_, o_.channels_last);
+    EpochMeter meter(o_, *context_, *curves_, data_->steps_per_epoch, scaler_ != nullptr);
     int64_t step = skip;
     plan_->zero_grad();
     for (;;) {
@@ -150,7 +150,7 @@ class Run {
           batch = feeder.next();
         }
         if (!batch) break;
-        boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == data_.steps_per_epoch;
+        boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == data_->steps_per_epoch;
         out = train_step(*batch, boundary);
       }
       if (boundary && after_step_ && after_step_(global_step_, *context_)) return stop(meter);
@@ -158,9 +158,9 @@ class Run {
       ++step;
       if (profiler_) profiler_->after_step();
       // At an optimizer step before the epoch's last (the poll is a collective).
-      if (step % o_.accumulation_steps == 0 && step < data_.steps_per_epoch) {
+      if (step % o_.accumulation_steps == 0 && step < data_->steps_per_epoch) {
         if (SnapshotRequest request = snapshots_->poll(global_step_)) {
-          checkpoints_->snapshot(epoch, step, data_.steps_per_epoch, global_step_, request.stop);
+          checkpoints_->snapshot(epoch, step, data_->steps_per_epoch, global_step_, request.stop);
           if (request.stop) return stop(meter);
         }
       }
@@ -214,7 +214,7 @@ class Run {
   double evaluate(torch::nn::AnyModule& model) {
     EvalSetup setup{device_, o_.amp, o_.channels_last};
     double accuracy =
-        train::evaluate(model, *data_.test_loader, data_.splits.test.size(), *context_, setup);
+        train::evaluate(model, *data_->test_loader, data_->splits.test.size(), *context_, setup);
     plan_->module().ptr()->train();  // the EMA model stays in evaluation mode, the trained one not
     if (ema_) ema_model_.ptr()->eval();
     return accuracy;
@@ -225,7 +225,7 @@ class Run {
   std::shared_ptr<dist::Context> context_;
   torch::Device device_ = torch::kCPU;
   int64_t batch_size_ = 0, global_step_ = 0, skipped_steps_ = 0;
-  TrainData data_;
+  std::unique_ptr<TrainData> data_;
   std::unique_ptr<parallel::Plan> plan_;       // owns the model and the optimizer
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   torch::nn::AnyModule ema_model_;             // --ema_decay: the average's own instance

@@ -88,8 +88,10 @@ std::vector<State> train(int world) {
     for (int s = 0; s < 3; ++s) {
       parallel::MicroBatch mb;
       mb.input = xs[s].narrow(0, rank * n, n);
-      auto y = ys[s].narrow(0, rank * n, n);
-      mb.loss = [&](const torch::Tensor& out) { return (out - y).pow(2).mean(); };
+      mb.target = ys[s].narrow(0, rank * n, n);
+      mb.loss = [](const torch::Tensor& out, const torch::Tensor& y) {
+        return (out - y).pow(2).mean();
+      };
       plan.set_learning_rate(0.1);
       plan.forward_backward(mb, /*sync=*/true);
       plan.step();

@@ -55,7 +55,7 @@ MicroBatchResult DataParallelPlan::forward_backward(const MicroBatch& batch, boo
   MicroBatchResult r;
   auto forward = [&] {
     r.output = ddp_ ? ddp_->forward(batch.input) : model_.forward(batch.input);
-    r.loss = batch.loss(r.output);
+    r.loss = batch.loss(r.output, batch.target);
   };
   auto backward = [&] { (batch.backward_root ? batch.backward_root(r.loss) : r.loss).backward(); };
   auto run = [&] {
