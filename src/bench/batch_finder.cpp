@@ -32,7 +32,7 @@ class Trainer {
     models::ModelConfig config;
     config.num_classes = o.num_classes;
     config.image_size = o.image_size;
-    config.stem = models::stem_from_name(o.stem, "--stem");
+    config.stem = o.stem;
     model_ = models::create_model(o.model, config);
     parallel::place_model(*model_.ptr(), device, o.channels_last);
     model_.ptr()->train();
@@ -197,7 +197,9 @@ void print_batch_finder(const BatchFinderOptions& o, const BatchFinderResult& r)
   log::out(
       "# tune batch_size: model {}{} image {}x{} amp {} on {}, at least {} timed steps "
       "and 1 s per size",
-      o.model, models::find_model(o.model).has_cifar_stem ? " stem " + o.stem : std::string(),
+      o.model,
+      models::find_model(o.model).has_cifar_stem ? std::string(" stem ") + models::name(o.stem)
+                                                 : std::string(),
       o.image_size, o.image_size, optim::name(o.amp), r.device, o.steps);
   log::out("# memory limit {:.1f} GiB ({})", r.memory_limit_gib,
            r.device == "cpu" ? "CPU budget: --memory_budget_gib, default half of MemAvailable"

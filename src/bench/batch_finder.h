@@ -15,13 +15,14 @@
 #include <vector>
 
 #include "distributed/choices.h"
+#include "models/stem.h"
 #include "optim/amp.h"
 
 namespace ddpx::bench {
 
 struct BatchFinderOptions {
   std::string model = "resnet18";
-  std::string stem = "imagenet";
+  models::Stem stem = models::Stem::kImagenet;
   int64_t image_size = 32;
   int64_t num_classes = 10;
   int64_t start_batch = 8;

@@ -25,9 +25,8 @@
 #include "distributed/threads.h"
 #include "models/flops.h"
 #include "models/zoo/registry.h"
-#include "parallel/data/ddp.h"
+#include "parallel/data/data_parallel_plan.h"
 #include "parallel/placement.h"
-#include "train/step_strategy.h"
 
 namespace ddpx::bench {
 namespace {
@@ -99,26 +98,26 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   models::ModelConfig config;
   config.num_classes = splits.train.num_classes;
   config.image_size = o.image_size;
-  config.stem = models::stem_from_name(o.stem, "--stem");
+  config.stem = o.stem;
   auto model = models::create_model(o.model, config);
   // FLOPs of one image's forward, counted on the CPU before the model moves.
   const double forward_flops =
       models::count_forward_flops(model, torch::zeros({1, 3, o.image_size, o.image_size}));
   parallel::place_model(*model.ptr(), device, o.channels_last);
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  if (context->distributed()) {
-    parallel::DdpOptions d;
-    d.bucket_bytes = o.bucket_mb << 20;
-    d.first_bucket_bytes = o.first_bucket_mb << 20;
-    d.comm_hook = o.comm_hook;
-    ddp = std::make_unique<parallel::DistributedDataParallel>(model, *context, d);
-  }
-  torch::optim::SGD optimizer(model.ptr()->parameters(),
-                              torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
-  // As `ddpx train` (step_strategy.h), or torch::optim::SGD::step with --optimizer_step libtorch.
-  train::StepOptions step_options;
-  step_options.split = step_options.fused = o.fused_step;
-  train::StepStrategy optimizer_step(optimizer, *context, ddp.get(), step_options);
+  // As `ddpx train`: the data-parallel plan with its step (parallel/data/step_strategy.h), or
+  // torch::optim::SGD::step with --optimizer_step libtorch.
+  parallel::DataParallelOptions dp;
+  dp.ddp.bucket_bytes = o.bucket_mb << 20;
+  dp.ddp.first_bucket_bytes = o.first_bucket_mb << 20;
+  dp.ddp.comm_hook = o.comm_hook;
+  dp.step.split = dp.step.fused = o.fused_step;
+  auto make_sgd =
+      [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(5e-4));
+  };
+  parallel::DataParallelPlan plan(model, *context, make_sgd, dp);
+  plan.describe();  // wraps the model (collective) before the timed steps
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -162,27 +161,23 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     // As the PyTorch peer: from job start to the first batch in hand.
     if (startup_s == 0) startup_s = job_age_seconds();
     Stopwatch compute;
-    auto run = [&] {
-      torch::Tensor loss;
-      {
-        optim::AutocastGuard autocast(o.amp, device);
-        torch::Tensor logits = ddp ? ddp->forward(images) : model.forward(images);
-        loss = torch::nn::functional::cross_entropy(logits, labels);
-      }
-      // fp16 without loss scaling: a benchmark of speed, not of convergence.
-      loss.backward();
+    parallel::MicroBatch mb;
+    mb.input = images;
+    mb.target = labels;
+    mb.loss = [](const torch::Tensor& logits, const torch::Tensor& target) {
+      return torch::nn::functional::cross_entropy(logits, target);
     };
-    if (ddp && !sync) {
-      auto guard = ddp->no_sync();
-      run();
-    } else {
-      run();
-    }
+    // fp16 without loss scaling: a benchmark of speed, not of convergence.
+    mb.in_forward_context = [&](const std::function<void()>& forward) {
+      optim::AutocastGuard autocast(o.amp, device);
+      forward();
+    };
+    plan.forward_backward(mb, sync);
     synchronize();
     double fwd_bwd_s = compute.seconds();
     Stopwatch optim;
-    optimizer_step.step(sync);
-    optimizer.zero_grad();
+    plan.step();  // after a no_sync backward: no update where it runs inside backward
+    plan.zero_grad();
     synchronize();
     phase.data += data_s;
     phase.fwd_bwd += fwd_bwd_s;
@@ -202,7 +197,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   constexpr int64_t kBlock = 5;
   for (int64_t done = 0; done < o.steps;) {
     for (int64_t i = 0; i < kBlock && done < o.steps; ++i, ++done) step(synced, true);
-    if (ddp)
+    if (context->distributed())
       for (int64_t i = 0; i < kBlock; ++i) step(local, false);
   }
 
@@ -229,7 +224,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   r.data_wait_ms = per_step_ms(synced.data, synced.steps);
   r.forward_backward_ms = per_step_ms(synced.fwd_bwd, synced.steps);
   r.exposed_comm_ms =
-      ddp ? std::max(0.0, r.forward_backward_ms - per_step_ms(local.fwd_bwd, local.steps)) : 0;
+      context->distributed()
+          ? std::max(0.0, r.forward_backward_ms - per_step_ms(local.fwd_bwd, local.steps))
+          : 0;
   r.optimizer_ms = per_step_ms(synced.optim, synced.steps);
   r.step_ms = per_step_ms(synced.total, synced.steps);
   r.startup_s = startup_s;
@@ -269,10 +266,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
       "# ddpx bench train: {} ({} stem), {} classes, {}x{} input, batch {} per rank, {} "
       "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}, device {}, "
       "amp {}, channels_last {}",
-      o.model, o.stem, splits.train.num_classes, o.image_size, o.image_size, o.batch_size,
-      context->world_size(), context->backend(), data::name(o.data), threads, o.first_bucket_mb,
-      o.bucket_mb, dist::name(o.comm_hook), dist::describe_device(device), optim::name(o.amp),
-      o.channels_last ? "on" : "off");
+      o.model, models::name(o.stem), splits.train.num_classes, o.image_size, o.image_size,
+      o.batch_size, context->world_size(), context->backend(), data::name(o.data), threads,
+      o.first_bucket_mb, o.bucket_mb, dist::name(o.comm_hook), dist::describe_device(device),
+      optim::name(o.amp), o.channels_last ? "on" : "off");
   log::out(
       "images/s (all ranks): {:.1f} | loop: phases (a copy of the step, split) | sync: {} | "
       "loader: 1 worker thread per rank, alone {:.0f} images/s per rank",

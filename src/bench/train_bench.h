@@ -28,6 +28,7 @@
 #include "core/names.h"
 #include "data/dataset.h"
 #include "distributed/choices.h"
+#include "models/stem.h"
 #include "optim/amp.h"
 
 namespace ddpx::bench {
@@ -39,7 +40,7 @@ inline constexpr NameTable<BenchLoop, 2> kBenchLoopNames{
 struct TrainBenchOptions {
   BenchLoop loop = BenchLoop::kTrainer;
   std::string model = "resnet18";
-  std::string stem = "imagenet";
+  models::Stem stem = models::Stem::kImagenet;
   data::DatasetId data = data::DatasetId::kSynthetic;
   std::string data_dir;
   int64_t image_size = 32;

@@ -106,7 +106,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   models::ModelConfig config;
   config.num_classes = b.num_classes;
   config.image_size = b.image_size;
-  config.stem = models::stem_from_name(b.stem, "--stem");
+  config.stem = b.stem;
   auto model = models::create_model(b.model, config);
   r.forward_gflop =
       models::count_forward_flops(model, torch::zeros({1, 3, b.image_size, b.image_size})) / 1e9;
@@ -129,7 +129,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   log::out(
       "# ddpx bench train: {} ({} stem), {}x{} input, batch {} per rank, {} rank(s) over {}, data "
       "{}, loop: ddpx train's (train/trainer.cpp), {} steps timed after {}",
-      b.model, b.stem, b.image_size, b.image_size, b.batch_size, world_size, backend,
+      b.model, models::name(b.stem), b.image_size, b.image_size, b.batch_size, world_size, backend,
       data::name(b.data), b.steps, first);
   log::out("images/s (all ranks): {:.1f} | sync: {} | loader: {} worker thread(s) per rank",
            r.images_per_sec, r.sync, b.workers);

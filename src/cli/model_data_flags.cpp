@@ -19,7 +19,8 @@ int64_t ModelDataOptions::input_size() const {
 
 void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
   cmd->add_option("--model", o.model, "model name (`ddpx models` lists them)");
-  cmd->add_option("--stem", o.stem, "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
+  add_choice(cmd, "--stem", o.stem, models::kStemNames,
+             "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
   add_choice(cmd, "--dataset", o.dataset, data::kDatasetNames,
              "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
   cmd->add_option("--data_dir", o.data_dir,

@@ -8,12 +8,13 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "models/stem.h"
 
 namespace ddpx::cli {
 
 struct ModelDataOptions {
   std::string model = "resnet18";
-  std::string stem = "imagenet";  // imagenet | cifar
+  models::Stem stem = models::Stem::kImagenet;
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;          // empty: the dataset's default folder
   int64_t image_size = 0;        // 0: the dataset's native size; otherwise resized to it

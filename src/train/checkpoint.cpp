@@ -105,6 +105,7 @@ torch::Device model_device(torch::nn::Module& model) {
   const auto params = model.parameters();
   return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
 }
+torch::Device model_device(parallel::Plan& plan) { return model_device(*plan.module().ptr()); }
 
 [[noreturn]] void fail_undecodable(const std::string& name, const std::exception& e) {
   if (auto* ours = dynamic_cast<const Error*>(&e)) throw *ours;
@@ -157,13 +158,13 @@ std::string snapshot_path(const std::string& save_dir, int64_t epochs_done, int6
                      kSuffix);
 }
 
-void save_checkpoint(const std::string& path, torch::nn::Module& model,
-                     torch::optim::Optimizer& optimizer, const TrainPosition& position,
-                     const CheckpointMeta& meta, torch::nn::Module* ema) {
+// The file from the model's and optimizer's archives (a plan's state_dict()).
+static void write_checkpoint(const std::string& path,
+                             torch::serialize::OutputArchive& model_archive,
+                             torch::serialize::OutputArchive& optimizer_archive,
+                             const TrainPosition& position, const CheckpointMeta& meta,
+                             torch::nn::Module* ema, const torch::Device& model_device) {
   torch::serialize::OutputArchive archive;
-  torch::serialize::OutputArchive model_archive, optimizer_archive;
-  model.save(model_archive);
-  optimizer.save(optimizer_archive);
   archive.write("model", model_archive);
   archive.write("optimizer", optimizer_archive);
   archive.write("epochs_done", c10::IValue(position.epochs_done));
@@ -189,8 +190,8 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
     archive.write("cpu_rng_state", generator.get_state());
   }
   // The GPU's generator drives dropout and random augmentation on the device.
-  if (auto device = model_device(model); device.is_cuda()) {
-    auto generator = at::globalContext().defaultGenerator(device);
+  if (model_device.is_cuda()) {
+    auto generator = at::globalContext().defaultGenerator(model_device);
     std::lock_guard<std::mutex> lock(generator.mutex());
     archive.write("cuda_rng_state", generator.get_state());
   }
@@ -209,11 +210,28 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
   write_file_atomic(path, file);
 }
 
-TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
-                                    torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                    const CheckpointMeta& meta, torch::nn::Module* ema) {
-  // Each rank loads onto the device its model is on.
-  const torch::Device device = model_device(model);
+void save_checkpoint(const std::string& path, torch::nn::Module& model,
+                     torch::optim::Optimizer& optimizer, const TrainPosition& position,
+                     const CheckpointMeta& meta, torch::nn::Module* ema) {
+  torch::serialize::OutputArchive model_archive, optimizer_archive;
+  model.save(model_archive);
+  optimizer.save(optimizer_archive);
+  write_checkpoint(path, model_archive, optimizer_archive, position, meta, ema,
+                   model_device(model));
+}
+
+void save_checkpoint(const std::string& path, parallel::Plan& plan, const TrainPosition& position,
+                     const CheckpointMeta& meta, torch::nn::Module* ema, bool write) {
+  torch::serialize::OutputArchive model, optimizer;
+  plan.state_dict(model, optimizer);  // collective: on every rank
+  if (write) write_checkpoint(path, model, optimizer, position, meta, ema, model_device(plan));
+}
+
+// Reads the file's model and optimizer archives into `load` (a plan's load_state_dict()); the
+// tensors land on `device`, the model's: each rank loads onto the device its model is on.
+static TrainPosition read_checkpoint(const std::string& bytes, const std::string& name,
+                                     const StateLoader& load, const torch::Device& device,
+                                     const CheckpointMeta& meta, torch::nn::Module* ema) {
   auto archive = open_archive(bytes, name, device);
   TrainPosition position;
   try {
@@ -230,8 +248,7 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
     archive.read("model", model_archive);
     archive.read("optimizer", optimizer_archive);
     try {
-      model.load(model_archive);
-      optimizer.load(optimizer_archive);
+      load(model_archive, optimizer_archive);
       if (ema != nullptr && archive.try_read("ema_updates", value)) {
         position.ema_updates = value.toInt();
         torch::serialize::InputArchive ema_archive;
@@ -270,10 +287,28 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
   return position;
 }
 
+TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
+                                    torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                    const CheckpointMeta& meta, torch::nn::Module* ema) {
+  auto load = [&](torch::serialize::InputArchive& m, torch::serialize::InputArchive& o) {
+    model.load(m);
+    optimizer.load(o);
+  };
+  return read_checkpoint(bytes, name, load, model_device(model), meta, ema);
+}
+
 TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
                               torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
                               torch::nn::Module* ema) {
   return load_checkpoint_bytes(read_file(path), path, model, optimizer, meta, ema);
+}
+
+TrainPosition load_checkpoint(const std::string& path, parallel::Plan& plan,
+                              const CheckpointMeta& meta, torch::nn::Module* ema) {
+  auto load = [&](torch::serialize::InputArchive& m, torch::serialize::InputArchive& o) {
+    plan.load_state_dict(m, o);
+  };
+  return read_checkpoint(read_file(path), path, load, model_device(plan), meta, ema);
 }
 
 void verify_checkpoint(const std::string& path) { open_archive(path); }

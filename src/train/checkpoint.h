@@ -11,9 +11,12 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "parallel/plan.h"
 
 namespace ddpx::train {
 
@@ -49,6 +52,16 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainPosition& position,
                      const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
 
+// The same file from a parallel plan's full state (plan.h): state_dict() is collective, so every
+// rank calls this; only where `write` (rank 0) is the file written.
+void save_checkpoint(const std::string& path, parallel::Plan& plan, const TrainPosition& position,
+                     const CheckpointMeta& meta, torch::nn::Module* ema, bool write);
+
+// Reads a checkpoint's model and optimizer archives (Module::load, Optimizer::load, or a plan's
+// load_state_dict()).
+using StateLoader = std::function<void(torch::serialize::InputArchive& model,
+                                       torch::serialize::InputArchive& optimizer)>;
+
 // Restores model, optimizer and RNG, the tensors on the device the model is on (a checkpoint
 // saved on a GPU resumes on a CPU and the other way round; on GPU k, not on the GPU it was
 // saved from); throws ddpx::Error(kData) naming the
@@ -57,6 +70,10 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
 TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
                               torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
                               torch::nn::Module* ema = nullptr);
+
+// The same into a parallel plan (its load_state_dict(), on the device of its module()).
+TrainPosition load_checkpoint(const std::string& path, parallel::Plan& plan,
+                              const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
 
 // Throws kData when the file is not a complete, uncorrupted checkpoint. Reads it on the host
 // (whatever device it was saved from), as do the meta and weights readers below.

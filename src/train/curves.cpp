@@ -2,6 +2,7 @@
 
 #include <ATen/DeviceAccelerator.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -69,6 +70,24 @@ std::optional<double> gpu_memory_gib(const torch::Device& device) {
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
              .current /
          1073741824.0;
+}
+
+StepPoint interval_point(const MetricSums& now, const MetricSums& before, double seconds,
+                         int64_t steps, int64_t global_step, double lr, int world_size,
+                         const torch::Device& device) {
+  MetricSums interval;
+  interval.loss_sum = now.loss_sum - before.loss_sum;
+  interval.correct = now.correct - before.correct;
+  interval.count = now.count - before.count;
+  StepPoint p;
+  p.step = global_step;
+  p.loss = interval.loss();
+  p.accuracy = interval.accuracy();
+  p.learning_rate = lr;
+  p.images_per_sec = interval.count * world_size / std::max(seconds, 1e-9);
+  p.step_time_s = seconds / static_cast<double>(steps);
+  p.gpu_memory_gib = gpu_memory_gib(device);
+  return p;
 }
 
 }  // namespace ddpx::train

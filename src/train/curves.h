@@ -8,7 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "train/trainer.h"
+#include "train/metrics.h"
+#include "train/result.h"
 
 namespace ddpx {
 class TensorBoardWriter;
@@ -42,6 +43,12 @@ class Curves {
   int world_size_;
   bool writer_;  // rank 0
 };
+
+// The point for the steps since the previous one (`before`): `seconds` and `steps` long,
+// ending at `global_step` at learning rate `lr`.
+StepPoint interval_point(const MetricSums& now, const MetricSums& before, double seconds,
+                         int64_t steps, int64_t global_step, double lr, int world_size,
+                         const torch::Device& device);
 
 // GiB held by tensors on a GPU right now (none on a CPU).
 std::optional<double> gpu_memory_gib(const torch::Device& device);

@@ -38,4 +38,26 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   return l;
 }
 
+std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int world_size,
+                                           int64_t batch_size, bool pin_memory) {
+  auto owned = std::make_unique<TrainData>();
+  TrainData& d = *owned;
+  d.splits = data::load_dataset(dataset_spec(o));
+  d.image_size = o.image_size > 0 ? o.image_size : d.splits.train.height();
+  data::SamplerOptions sampler;
+  sampler.rank = rank;
+  sampler.world_size = world_size;
+  sampler.seed = o.seed;
+  d.sampler = std::make_unique<data::DistributedSampler>(d.splits.train.size(), sampler);
+  const auto stream = static_cast<uint64_t>(rank);
+  d.train_loader = std::make_unique<data::DataLoader>(
+      d.splits.train, loader_options(o, d.splits, true, batch_size, stream, pin_memory));
+  d.test_loader = std::make_unique<data::DataLoader>(
+      d.splits.test, loader_options(o, d.splits, false, o.eval_batch_size, stream, pin_memory));
+  d.steps_per_epoch = (d.sampler->num_samples() + batch_size - 1) / batch_size;
+  if (o.limit_train_batches > 0)
+    d.steps_per_epoch = std::min(d.steps_per_epoch, o.limit_train_batches);
+  return owned;
+}
+
 }  // namespace ddpx::train

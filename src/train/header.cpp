@@ -1,17 +1,41 @@
 #include "train/header.h"
 
 #include <fmt/format.h>
+#include <torch/utils.h>
+
+#include "distributed/context.h"
+#include "distributed/device.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::train {
 
+void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
+                   const data::DatasetSplits& splits, torch::nn::Module& model) {
+  f.rank_devices = context.gather_text(dist::describe_device(context.device()));
+  const auto& d = splits.train;
+  f.parameters_millions = models::count_parameters(model) / 1e6;
+  f.stem_choice = models::find_model(o.model).has_cifar_stem;
+  f.train_size = d.size();
+  f.test_size = splits.test.size();
+  f.height = d.height();
+  f.width = d.width();
+  f.channels = d.channels();
+  f.num_classes = d.num_classes;
+  f.threads = torch::get_num_threads();
+  f.world_size = context.world_size();
+  f.backend = context.backend();
+  f.device = context.device().str();
+}
+
 std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {
   std::vector<std::string> lines;
-  lines.push_back(fmt::format(
-      "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} ({} train / {} test, "
-      "{}x{}x{} -> 3x{}x{}, {} classes)",
-      o.model, f.parameters_millions, f.stem_choice ? ", stem " + o.stem : std::string(),
-      data::name(o.dataset), f.train_size, f.test_size, f.height, f.width, f.channels, f.image_size,
-      f.image_size, f.num_classes));
+  lines.push_back(
+      fmt::format("ddpx train: model {} ({:.2f}M parameters{}) | dataset {} ({} train / {} test, "
+                  "{}x{}x{} -> 3x{}x{}, {} classes)",
+                  o.model, f.parameters_millions,
+                  f.stem_choice ? std::string(", stem ") + models::name(o.stem) : std::string(),
+                  data::name(o.dataset), f.train_size, f.test_size, f.height, f.width, f.channels,
+                  f.image_size, f.image_size, f.num_classes));
   const bool with_momentum = o.optimizer == Optimizer::kSgd || o.optimizer == Optimizer::kLars;
   lines.push_back(fmt::format(
       "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
@@ -28,8 +52,8 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
           : fmt::format(" (--learning_rate {} x ({} / {}), {} scaling)", o.learning_rate,
                         f.global_batch, o.base_batch_size, name(o.lr_scale))));
   if (auto line = regularization_line(o, f); !line.empty()) lines.push_back(line);
-  lines.push_back(fmt::format("device {} | amp {} | channels_last {} | optimizer step: {}",
-                              f.device, name(o.amp), o.channels_last ? "on" : "off", f.step));
+  lines.push_back(fmt::format("device {} | amp {} | channels_last {} | {}", f.device, name(o.amp),
+                              o.channels_last ? "on" : "off", f.plan));
   for (size_t r = 0; r < f.rank_devices.size(); ++r)
     lines.push_back(fmt::format("  rank {}: {}", r, f.rank_devices[r]));
   if (!f.pretrained_note.empty()) lines.push_back(f.pretrained_note);

@@ -7,7 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
 #include "train/options.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace ddpx::dist {
+class Context;
+}
 
 namespace ddpx::train {
 
@@ -23,11 +31,16 @@ struct RunFacts {
   int64_t batch_size = 0, global_batch = 0;
   double learning_rate = 0;  // after --lr_scale
   std::string device;
-  std::string step;  // the step strategy
+  std::string plan;  // the parallel plan's describe(): its optimizer step and split
   int sync_bn_layers = 0;
   std::vector<std::string> rank_devices;
   std::string pretrained_note;
 };
+
+// The facts read off the job, the data set and the model. Collective: every rank names its
+// device.
+void add_run_facts(RunFacts& facts, const TrainOptions& options, dist::Context& context,
+                   const data::DatasetSplits& splits, torch::nn::Module& model);
 
 std::vector<std::string> header_lines(const TrainOptions& options, const RunFacts& facts);
 

@@ -20,6 +20,8 @@ DeviceSums::DeviceSums(const torch::Device& device)
 
 void DeviceSums::add(const torch::Tensor& batch_mean_loss, const torch::Tensor& logits,
                      const torch::Tensor& labels) {
+  if (!batch_mean_loss.defined())
+    return;  // a rank that computes no loss (a pipeline's first stages)
   torch::NoGradGuard no_grad;
   const int64_t n = labels.size(0);
   loss_sum_.add_(batch_mean_loss.detach().to(torch::kFloat64), static_cast<double>(n));

@@ -32,7 +32,7 @@ struct MetricSums {
 class DeviceSums {
  public:
   explicit DeviceSums(const torch::Device& device);
-  // A batch's mean loss, its logits and labels (on the device).
+  // A batch's mean loss, its logits and labels (on the device); an undefined loss adds nothing.
   void add(const torch::Tensor& batch_mean_loss, const torch::Tensor& logits,
            const torch::Tensor& labels);
   MetricSums read() const;

@@ -52,8 +52,6 @@ void validate(const TrainOptions& o) {
   DDPX_CHECK(o.profile_steps > 0 && o.profile_skip >= 0, usage,
              "--profile_steps must be positive and --profile_skip >= 0, got {} and {}",
              o.profile_steps, o.profile_skip);
-  DDPX_CHECK(one_of(o.stem, {"imagenet", "cifar"}), usage,
-             "--stem '{}' is not one of imagenet, cifar", o.stem);
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
              "--resume auto needs --save_dir to know where to look for checkpoints");
 }

@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data/transforms.h"
 #include "distributed/choices.h"
+#include "models/stem.h"
 #include "optim/amp.h"
 #include "train/optim.h"
 
@@ -17,8 +18,8 @@ namespace ddpx::train {
 struct TrainOptions {
   // model and data
   std::string model = "resnet18";
-  std::string stem = "imagenet";  // imagenet | cifar
-  std::string pretrained;         // a torch.save'd state_dict to start from
+  models::Stem stem = models::Stem::kImagenet;
+  std::string pretrained;  // a torch.save'd state_dict to start from
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;    // empty: the dataset's default folder
   int64_t image_size = 0;  // 0: the dataset's native size

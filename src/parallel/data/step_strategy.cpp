@@ -1,5 +1,5 @@
 // The optimizer step strategy (see step_strategy.h).
-#include "train/step_strategy.h"
+#include "parallel/data/step_strategy.h"
 
 #include <torch/optim/sgd.h>
 
@@ -8,16 +8,15 @@
 #include "optim/sgd_kernel.h"
 #include "parallel/data/ddp.h"
 #include "parallel/data/sharded_sgd.h"
-#include "train/optim.h"
 
-namespace ddpx::train {
+namespace ddpx::parallel {
 
 StepStrategy::StepStrategy(torch::optim::Optimizer& optimizer, const dist::Context& context,
-                           parallel::DistributedDataParallel* ddp, StepOptions options)
+                           DistributedDataParallel* ddp, StepOptions options)
     : optimizer_(optimizer) {
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
   if (sgd != nullptr && ddp != nullptr && ddp->distributed() && options.split) {
-    sharded_ = parallel::ShardedSgd::create(*sgd, context.process_group(), context.shm());
+    sharded_ = ShardedSgd::create(*sgd, context.process_group(), context.shm());
   }
   if (sharded_) {
     kind_ = options.inside_backward && sharded_->step_in_backward(*ddp) ? Kind::kSplitInBackward
@@ -53,7 +52,9 @@ const char* StepStrategy::describe() const {
   return "the optimizer's own step";
 }
 
-void StepStrategy::set_learning_rate(double lr) { train::set_learning_rate(optimizer_, lr); }
+void StepStrategy::set_learning_rate(double lr) {
+  for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
+}
 
 void StepStrategy::step(bool synced) {
   switch (kind_) {
@@ -75,4 +76,4 @@ void StepStrategy::step(bool synced) {
   optimizer_.step();
 }
 
-}  // namespace ddpx::train
+}  // namespace ddpx::parallel

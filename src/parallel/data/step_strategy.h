@@ -1,5 +1,5 @@
-// How the optimizer step is taken, chosen once per run and used the same way by the trainer and
-// `ddpx bench train`. In order of preference:
+// How the data-parallel plan takes the optimizer step (data_parallel_plan.h), chosen once per run,
+// the same for the trainer and `ddpx bench train`. In order of preference:
 //   kSplitInBackward  SGD split across the ranks of one host (ShardedSgd), each full gradient
 //                     bucket averaged and stepped inside backward: step() only checks;
 //   kSplit            the same split, after backward;
@@ -24,9 +24,6 @@ class Context;
 namespace ddpx::parallel {
 class DistributedDataParallel;
 class ShardedSgd;
-}  // namespace ddpx::parallel
-
-namespace ddpx::train {
 
 struct StepOptions {
   bool split = true;            // may split across ranks (DDPX_SHARDED_STEP=0 also refuses)
@@ -41,7 +38,7 @@ class StepStrategy {
   // Collective when `ddp` is distributed (all ranks construct it together, after DDP wraps the
   // model and any checkpoint is loaded). `optimizer` and `ddp` must outlive this object.
   StepStrategy(torch::optim::Optimizer& optimizer, const dist::Context& context,
-               parallel::DistributedDataParallel* ddp, StepOptions options = {});
+               DistributedDataParallel* ddp, StepOptions options = {});
   ~StepStrategy();
 
   Kind kind() const { return kind_; }
@@ -56,8 +53,8 @@ class StepStrategy {
 
  private:
   torch::optim::Optimizer& optimizer_;
-  std::unique_ptr<parallel::ShardedSgd> sharded_;
+  std::unique_ptr<ShardedSgd> sharded_;
   Kind kind_ = Kind::kPlain;
 };
 
-}  // namespace ddpx::train
+}  // namespace ddpx::parallel

@@ -1,0 +1,117 @@
+// The data-parallel plan (see data_parallel_plan.h).
+#include "parallel/data/data_parallel_plan.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "distributed/context.h"
+#include "optim/clip_grad.h"
+#include "parallel/data/sync_batch_norm.h"
+
+namespace ddpx::parallel {
+
+DataParallelPlan::DataParallelPlan(torch::nn::AnyModule model, dist::Context& context,
+                                   const OptimizerFactory& make_optimizer,
+                                   DataParallelOptions options)
+    : model_(std::move(model)), context_(context), options_(std::move(options)) {
+  if (options_.sync_bn) {
+    sync_bn_layers_ = convert_sync_batch_norm(*model_.ptr(), context_);
+    DDPX_CHECK(sync_bn_layers_ > 0, ErrorKind::kUsage,
+               "--sync_bn: --model {} has no BatchNorm layers to synchronize; drop --sync_bn",
+               options_.model_name);
+  }
+  optimizer_ = make_optimizer(model_.ptr()->parameters());
+}
+
+DataParallelPlan::~DataParallelPlan() = default;
+
+void DataParallelPlan::wrap() {
+  if (step_) return;
+  if (context_.distributed()) {
+    ddp_ = std::make_unique<DistributedDataParallel>(model_, context_, options_.ddp);
+  }
+  // After DDP and any load (a load replaces the parameters and momentum buffers the split step
+  // moves into shared memory).
+  step_ = std::make_unique<StepStrategy>(*optimizer_, context_, ddp_.get(), options_.step);
+}
+
+std::string DataParallelPlan::describe() {
+  wrap();
+  // The step's name says where the update runs: "..., inside backward" when DDP's gradient
+  // hooks make it, so that step() only checks.
+  std::string plan = context_.distributed()
+                         ? fmt::format("plan: data parallel over {} ranks", context_.world_size())
+                         : std::string("plan: one process");
+  return fmt::format("optimizer step: {} | {}", step_->describe(), plan);
+}
+
+StepStrategy::Kind DataParallelPlan::step_kind() {
+  wrap();
+  return step_->kind();
+}
+
+MicroBatchResult DataParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
+  wrap();
+  MicroBatchResult r;
+  auto forward = [&] {
+    r.output = ddp_ ? ddp_->forward(batch.input) : model_.forward(batch.input);
+    r.loss = batch.loss(r.output, batch.target);
+  };
+  auto backward = [&] { (batch.backward_root ? batch.backward_root(r.loss) : r.loss).backward(); };
+  auto run = [&] {
+    if (batch.in_forward_context) {
+      batch.in_forward_context(forward);
+    } else {
+      forward();
+    }
+    if (batch.in_backward_context) {
+      batch.in_backward_context(backward);
+    } else {
+      backward();
+    }
+  };
+  if (ddp_ && !sync) {
+    auto guard = ddp_->no_sync();
+    run();
+  } else {
+    run();
+  }
+  last_synced_ = sync;
+  return r;
+}
+
+void DataParallelPlan::set_learning_rate(double lr) {
+  wrap();
+  step_->set_learning_rate(lr);
+}
+
+torch::Tensor DataParallelPlan::clip_grad_norm(double max_norm) {
+  // Every rank holds the whole averaged gradient: the global norm is the local one.
+  return optim::clip_grad_norm(model_.ptr()->parameters(), max_norm);
+}
+
+void DataParallelPlan::step() {
+  wrap();
+  step_->step(last_synced_);
+}
+
+void DataParallelPlan::zero_grad() { optimizer_->zero_grad(); }
+
+std::vector<torch::Tensor> DataParallelPlan::parameters() { return model_.ptr()->parameters(); }
+
+void DataParallelPlan::state_dict(torch::serialize::OutputArchive& model,
+                                  torch::serialize::OutputArchive& optimizer) {
+  // Whole on every rank (the split step keeps one shared, whole copy): nothing to gather.
+  model_.ptr()->save(model);
+  optimizer_->save(optimizer);
+}
+
+void DataParallelPlan::load_state_dict(torch::serialize::InputArchive& model,
+                                       torch::serialize::InputArchive& optimizer) {
+  DDPX_CHECK(!step_, ErrorKind::kInternal,
+             "the data-parallel plan loads a state only before it is first used");
+  model_.ptr()->load(model);
+  optimizer_->load(optimizer);
+}
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,112 @@
+// The parallel plan: the one seam through which the trainer (and `bench train`) wraps the
+// model, runs forward and backward, steps the optimizer, clips, and saves and loads. Data
+// parallel (parallel/data/data_parallel_plan.h) is the first plan; sharded (ZeRO/FSDP),
+// pipeline and tensor parallel plans implement the same interface, so the loop never branches
+// on which plan it runs.
+//
+// Contract, for every plan:
+// - What it wraps: the model as built on this rank (placed on its device, pretrained weights
+//   loaded), handed over at construction. The plan may convert layers (SyncBatchNorm,
+//   tensor-parallel layers), keep only some of them (a pipeline stage) or shard their
+//   parameters (ZeRO-3/FSDP).
+// - Ownership: the plan owns the wrapped model and the optimizer. It builds the optimizer from
+//   the factory it is given, over the parameters this rank updates (all of them for data
+//   parallel, a shard for sharded plans, a stage's for a pipeline), and holds the optimizer
+//   state, whole or sharded. Callers never step, zero or reload the optimizer themselves.
+// - forward_backward(batch, sync): the forward of the batch (inside the caller's forward
+//   context: autocast, profiler ranges), its loss (the caller's function, applied where the
+//   output is: the last stage of a pipeline, once per pipeline micro-batch) and backward from
+//   the caller's backward root (fp16 loss scaling, 1/accumulation). It returns the mean loss
+//   and the output for the metrics on the ranks that hold them, undefined tensors elsewhere.
+// - When gradients are final: after forward_backward() with `sync` true, every gradient the
+//   plan's step reads is complete (averaged over data-parallel ranks, reduced to its owner by a
+//   sharded plan). With `sync` false (all but the last micro-batch of an accumulation) they
+//   are this rank's local sum only, and nothing is communicated.
+// - Where the update runs: in step(), unless the plan moved it into backward (the data-parallel
+//   plan does with SGD on shared memory, told at construction that nothing reads the gradients
+//   between backward and step: no loss scaling, no clipping); describe() then says "inside
+//   backward" and step() only checks that backward made the update.
+// - set_learning_rate(): the rate of the coming update. Call it before the forward_backward()
+//   whose step follows, since the update may run inside that backward.
+// - step(): the update after a synchronized backward, leaving the model where an unsharded step
+//   on the global batch would. zero_grad() clears the gradients for the next accumulation.
+// - clip_grad_norm(max_norm): scales the gradients so that their global L2 norm, over
+//   everything the plan shards or splits across ranks, is at most max_norm: the same factor on
+//   every rank. Returns the norm before clipping (on the device).
+// - state_dict(): always the full, unsharded model and optimizer state in the model's own
+//   parameter names and order (libtorch's Module::save / Optimizer::save archives), so a
+//   checkpoint loads at any world size and under any plan; a sharded plan gathers it.
+//   load_state_dict() takes the same full state and keeps what this rank needs; call it before
+//   training starts (resume).
+// - module(): the model as this rank runs it, to evaluate, export and average (EMA): whole
+//   for data parallel, gathered by a sharded plan; a pipeline, which holds only its stages,
+//   will need an evaluate() of its own here.
+// - Collectives: any method may communicate, so every rank calls every method, in the same
+//   order (describe() and state_dict() included, though only rank 0 prints or writes).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddpx::parallel {
+
+// Builds the optimizer over the parameters this rank updates.
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor> params)>;
+
+// One micro-batch, as the caller hands it to forward_backward().
+struct MicroBatch {
+  torch::Tensor input;   // on the device; the first stage's input
+  torch::Tensor target;  // what the loss compares the output with (labels, soft targets)
+  // (output, target) -> their mean loss. A pipeline splits input and target along dim 0 into
+  // its own micro-batches and calls it on the last stage for each.
+  std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
+  // The loss -> the tensor backward starts from (loss scaling, 1/accumulation); null: the loss.
+  std::function<torch::Tensor(const torch::Tensor& loss)> backward_root;
+  // Run `forward` (the model and the loss) and `backward` inside the caller's contexts
+  // (autocast, the profiler's ranges); null: as they are. A pipeline calls them once per stage.
+  std::function<void(const std::function<void()>& forward)> in_forward_context;
+  std::function<void(const std::function<void()>& backward)> in_backward_context;
+};
+
+// What forward_backward() leaves for the metrics, on the device; undefined on ranks that hold
+// no loss.
+struct MicroBatchResult {
+  torch::Tensor loss;    // the micro-batch's mean loss, unscaled
+  torch::Tensor output;  // the model's output (logits)
+};
+
+class Plan {
+ public:
+  virtual ~Plan() = default;
+
+  // For the start-up line: how the model is split and where the update runs.
+  virtual std::string describe() = 0;
+
+  // `sync` false: accumulate locally, no communication (not the last micro-batch of a step).
+  virtual MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) = 0;
+
+  virtual void set_learning_rate(double lr) = 0;
+  virtual torch::Tensor clip_grad_norm(double max_norm) = 0;  // returns the norm before
+  virtual void step() = 0;
+  virtual void zero_grad() = 0;
+
+  // The parameters whose gradients this rank's step reads (fp16: unscaled and checked first).
+  virtual std::vector<torch::Tensor> parameters() = 0;
+
+  virtual void state_dict(torch::serialize::OutputArchive& model,
+                          torch::serialize::OutputArchive& optimizer) = 0;
+  virtual void load_state_dict(torch::serialize::InputArchive& model,
+                               torch::serialize::InputArchive& optimizer) = 0;
+
+  virtual torch::nn::AnyModule& module() = 0;
+};
+
+}  // namespace ddpx::parallel

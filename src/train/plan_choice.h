@@ -1,0 +1,32 @@
+// Which parallel plan (parallel/plan.h) a run's options ask for, built over the placed model.
+// Today that is always the data-parallel plan; the sharded, pipeline and tensor-parallel plans
+// are chosen here too, so the trainer's loop never names one.
+#pragma once
+
+#include <torch/nn/modules/container/any.h>
+
+#include <memory>
+#include <string>
+
+#include "parallel/plan.h"
+#include "train/options.h"
+
+namespace ddpx::dist {
+class Context;
+}
+
+namespace ddpx::train {
+
+struct ChosenPlan {
+  std::unique_ptr<parallel::Plan> plan;
+  int sync_bn_layers = 0;  // --sync_bn: the BatchNorm layers it switched (the start-up line)
+};
+
+// `loss_scaling`: fp16's scaler reads the gradients between backward and the step, so the
+// update may not run inside backward; neither may it with --clip_grad_norm, which also needs
+// every rank to hold the whole averaged gradient (no split step).
+ChosenPlan choose_plan(const TrainOptions& options, dist::Context& context,
+                       torch::nn::AnyModule model, const parallel::OptimizerFactory& make_optimizer,
+                       bool loss_scaling);
+
+}  // namespace ddpx::train

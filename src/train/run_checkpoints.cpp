@@ -1,0 +1,92 @@
+// A run's checkpoints (see run_checkpoints.h).
+#include "train/run_checkpoints.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "distributed/context.h"
+
+namespace ddpx::train {
+
+RunCheckpoints::RunCheckpoints(const TrainOptions& options, dist::Context& context, RunState state)
+    : o_(options), context_(context), state_(std::move(state)) {}
+
+torch::nn::Module* RunCheckpoints::ema_module() const {
+  return state_.ema != nullptr && *state_.ema ? &(*state_.ema)->module() : nullptr;
+}
+
+TrainPosition RunCheckpoints::resume() {
+  if (o_.resume.empty()) return {};
+  std::string path = o_.resume;
+  if (path == "auto") {
+    auto found = find_latest_good_checkpoint(o_.save_dir);
+    if (!found) {
+      log::info("--resume auto: no checkpoint in {} yet, starting from scratch", o_.save_dir);
+      return {};
+    }
+    path = *found;
+  }
+  DDPX_CHECK(std::filesystem::exists(path), ErrorKind::kUsage,
+             "--resume {}: no such file; give a checkpoint path or 'auto'", path);
+  TrainPosition p = load_checkpoint(path, *state_.plan, state_.meta, ema_module());
+  if (auto* ema = state_.ema; ema != nullptr && *ema) {
+    if (p.ema_updates >= 0) {
+      (*ema)->set_updates(p.ema_updates);
+    } else {
+      // A checkpoint from a run without EMA: the average starts from the resumed weights.
+      *ema =
+          std::make_unique<ModelEma>(state_.ema_model, *state_.plan->module().ptr(), o_.ema_decay);
+      log::info("--ema_decay: {} holds no EMA weights; the average starts from its weights", path);
+    }
+  }
+  if (state_.scaler != nullptr && p.loss_scale > 0)
+    state_.scaler->load(p.loss_scale, p.loss_scale_growth);
+  if (p.epoch_step > 0) {
+    log::info("resumed from {} at epoch {} step {} ({} steps in all)", path, p.epochs_done,
+              p.epoch_step, p.global_step);
+  } else {
+    log::info("resumed from {} after {} epochs ({} steps)", path, p.epochs_done, p.global_step);
+  }
+  return p;
+}
+
+TrainPosition RunCheckpoints::position(int64_t epochs_done, int64_t epoch_step,
+                                       int64_t global_step) const {
+  TrainPosition position{epochs_done, global_step};
+  position.epoch_step = epoch_step;
+  if (state_.scaler != nullptr) {
+    position.loss_scale = state_.scaler->current_scale();
+    position.loss_scale_growth = state_.scaler->growth_tracker();
+  }
+  if (auto* ema = ema_module(); ema != nullptr) position.ema_updates = (*state_.ema)->updates();
+  return position;
+}
+
+void RunCheckpoints::save(int64_t epochs_done, int64_t global_step) {
+  const bool writer = context_.rank() == 0;
+  save_checkpoint(checkpoint_path(o_.save_dir, epochs_done), *state_.plan,
+                  position(epochs_done, 0, global_step), state_.meta, ema_module(), writer);
+  if (writer) prune_checkpoints(o_.save_dir, o_.keep_checkpoints);
+  context_.barrier();  // no rank runs ahead of a checkpoint it might resume from
+}
+
+void RunCheckpoints::snapshot(int64_t epoch, int64_t step, int64_t steps_per_epoch,
+                              int64_t global_step, bool stop) {
+  if (o_.save_dir.empty()) {
+    if (context_.rank() == 0)
+      log::warn("a snapshot was asked for, but this run has no --save_dir; none written");
+  } else {
+    const bool writer = context_.rank() == 0;
+    std::string path = snapshot_path(o_.save_dir, epoch, step);
+    save_checkpoint(path, *state_.plan, position(epoch, step, global_step), state_.meta,
+                    ema_module(), writer);
+    if (writer) {
+      log::out("Snapshot - epoch {} step {}/{}: {}", epoch, step, steps_per_epoch, path);
+      if (stop) log::out("Stopping after the snapshot; resume with --resume {}", path);
+    }
+  }
+  context_.barrier();
+}
+
+}  // namespace ddpx::train
