@@ -1,6 +1,6 @@
 // libFuzzer target: ddpx checkpoints, whole files (header, CRC-32, payload) through the real
 // readers (read_checkpoint_meta_bytes, and load_checkpoint_bytes into a small model and
-// optimizer), and the same bytes as a payload through ddpx's zip check (models/torch_file.h),
+// optimizer), and the same bytes as a payload through ddpx's zip check (io/torch_file.h),
 // the guard in front of libtorch's archive reader. A ddpx::Error is a correct rejection;
 // anything else is a bug.
 //

@@ -54,7 +54,7 @@ else
            src/CMakeFiles/ddpx_torch.dir/cli/main/main.cpp.o
            src/CMakeFiles/ddpx_cli.dir/cli/jobs_command.cpp.o
            src/CMakeFiles/ddpx_distributed.dir/distributed/c10d/factories.cpp.o
-           src/CMakeFiles/ddpx_data.dir/data/gzip.cpp.o
+           src/CMakeFiles/ddpx_io.dir/io/gzip.cpp.o
            src/CMakeFiles/ddpx_train.dir/train/checkpoint.cpp.o)
 fi
 if ! "$hide" ninja -C "$build/b" -j "${DDPX_JOBS:-$(nproc)}" "${targets[@]}" >"$build/build.log" 2>&1; then
