@@ -1,0 +1,204 @@
+// One unit of a sharded plan (see shard_unit.h).
+#include "parallel/sharded/shard_unit.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/DeviceGuard.h>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "distributed/collectives.h"
+
+namespace ddpx::parallel {
+namespace {
+
+// A tensor over `storage` from element `offset`, contiguous, with a version counter of its own
+// (not a view in autograd's sense).
+torch::Tensor alias(const c10::Storage& storage, int64_t offset, c10::IntArrayRef sizes,
+                    const torch::TensorOptions& options) {
+  return torch::empty({0}, options.requires_grad(false)).set_(storage, offset, sizes);
+}
+
+}  // namespace
+
+ShardUnit::ShardUnit(std::string name, std::vector<torch::Tensor> params,
+                     std::vector<std::string> names, int rank, int world_size)
+    : name_(std::move(name)),
+      rank_(rank),
+      world_(world_size),
+      params_(std::move(params)),
+      names_(std::move(names)) {
+  DDPX_CHECK(!params_.empty(), ErrorKind::kInternal, "shard unit {} has no parameters", name_);
+  const auto options = params_[0].options().requires_grad(false);
+  int64_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    DDPX_CHECK(p.scalar_type() == params_[0].scalar_type() && p.device() == params_[0].device(),
+               ErrorKind::kUsage,
+               "sharding: unit '{}' mixes {} on {} ({}) with {} on {} ({}); put parameters of "
+               "another dtype or device in a unit of their own",
+               name_, c10::toString(params_[0].scalar_type()), params_[0].device().str(), names_[0],
+               c10::toString(p.scalar_type()), p.device().str(), names_[i]);
+    DDPX_CHECK(p.is_contiguous() && p.storage_offset() == 0 &&
+                   p.storage().nbytes() == static_cast<size_t>(p.numel()) * p.element_size(),
+               ErrorKind::kInternal, "sharding: parameter {} does not own its storage", names_[i]);
+    shapes_.push_back(shard_shape(p, world_));
+    offsets_.push_back(total);
+    nbytes_.push_back(p.storage().nbytes());
+    total += shapes_.back().shard_numel();
+    aliases_.push_back(alias(p.storage(), 0, p.sizes(), options));
+  }
+  flat_ = torch::empty({total}, options);
+  grad_flat_ = torch::zeros({total}, options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto shard = alias(flat_.storage(), offsets_[i], shapes_[i].shard_sizes, options);
+    shard.set_requires_grad(params_[i].requires_grad());  // a frozen parameter stays frozen
+    shards_.push_back(shard);
+    shard_grads_.push_back(
+        alias(grad_flat_.storage(), offsets_[i], shapes_[i].shard_sizes, options));
+  }
+  shard_from_params();
+}
+
+int64_t ShardUnit::param_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : params_) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+
+void ShardUnit::shard_from_params() {
+  DDPX_CHECK(gathered_, ErrorKind::kInternal, "unit {} is sharded from released parameters", name_);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto flat = flat_.narrow(0, offsets_[i], shapes_[i].shard_numel());
+    copy_rows_of(aliases_[i], shapes_[i], rank_, flat);
+  }
+}
+
+void ShardUnit::restore_storage() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    if (p.storage().unsafeGetStorageImpl() == aliases_[i].storage().unsafeGetStorageImpl())
+      continue;
+    materialize(i);
+    aliases_[i].copy_(p.detach());
+    p.set_data(aliases_[i]);
+  }
+}
+
+void ShardUnit::materialize(size_t i) {
+  auto* storage = params_[i].storage().unsafeGetStorageImpl();
+  if (storage->data() != nullptr && storage->nbytes() == nbytes_[i]) return;
+  c10::DeviceGuard device(params_[i].device());
+  at::Allocator* allocator = storage->allocator();
+  if (allocator == nullptr) allocator = c10::GetAllocator(params_[i].device().type());
+  storage->set_data_ptr_noswap(allocator->allocate(nbytes_[i]));
+  storage->set_nbytes(nbytes_[i]);
+}
+
+void ShardUnit::release() {
+  if (gather_work_) finish_gather();  // never leave a collective writing into freed memory
+  for (auto& p : params_) {
+    auto* storage = p.storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(at::DataPtr(nullptr, p.device()));
+    storage->set_nbytes(0);
+  }
+  gathered_ = false;
+}
+
+void ShardUnit::start_gather(c10d::ProcessGroup& group) {
+  if (gathered_ || gather_work_) return;
+  gather_buffer_ = torch::empty({world_ * flat_.numel()}, flat_.options());
+  auto input = flat_;
+  gather_work_ = group._allgather_base(gather_buffer_, input);
+}
+
+void ShardUnit::finish_gather() {
+  if (!gather_work_) return;
+  auto work = std::move(gather_work_);
+  dist::wait_work(work, fmt::format("the all-gather of sharded unit '{}'", name_));
+  copy_out(gather_buffer_);
+  gather_buffer_ = torch::Tensor();
+  gathered_ = true;
+}
+
+void ShardUnit::gather(c10d::ProcessGroup& group) {
+  start_gather(group);
+  finish_gather();
+}
+
+void ShardUnit::copy_out(const torch::Tensor& gathered) {
+  torch::NoGradGuard no_grad;
+  const auto rows = gathered.view({world_, flat_.numel()});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    materialize(i);
+    const auto& s = shapes_[i];
+    auto full = aliases_[i].view({-1});
+    for (int q = 0; q < world_; ++q) {
+      const int64_t n = s.real_rows(q) * s.row_numel;
+      if (n == 0) continue;
+      full.narrow(0, q * s.rows_per_rank * s.row_numel, n).copy_(rows[q].narrow(0, offsets_[i], n));
+    }
+  }
+}
+
+void ShardUnit::start_reduce(c10d::ProcessGroup& group) {
+  if (reduce_work_) return;
+  torch::NoGradGuard no_grad;
+  reduce_input_ = torch::empty({world_ * flat_.numel()}, flat_.options());
+  auto rows = reduce_input_.view({world_, flat_.numel()});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& grad = params_[i].grad();
+    for (int q = 0; q < world_; ++q) {
+      auto slot = rows[q].narrow(0, offsets_[i], shapes_[i].shard_numel());
+      if (grad.defined()) {
+        copy_rows_of(grad, shapes_[i], q, slot);
+      } else {
+        slot.zero_();
+      }
+    }
+  }
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  reduce_work_ = group._reduce_scatter_base(grad_flat_, reduce_input_, options);
+}
+
+void ShardUnit::finish_reduce(bool free_full) {
+  if (!reduce_work_) return;
+  auto work = std::move(reduce_work_);
+  dist::wait_work(work, fmt::format("the reduce-scatter of sharded unit '{}'", name_));
+  reduce_input_ = torch::Tensor();
+  torch::NoGradGuard no_grad;
+  grad_flat_.div_(world_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].requires_grad()) shards_[i].mutable_grad() = shard_grads_[i];
+    if (free_full) params_[i].mutable_grad() = torch::Tensor();
+  }
+}
+
+std::vector<torch::Tensor> ShardUnit::gather_full(c10d::ProcessGroup& group,
+                                                  const std::vector<torch::Tensor>& local) {
+  DDPX_CHECK(local.size() == params_.size(), ErrorKind::kInternal,
+             "unit {}: {} tensors to gather for {} parameters", name_, local.size(),
+             params_.size());
+  torch::NoGradGuard no_grad;
+  auto input = torch::empty({flat_.numel()}, local[0].options().requires_grad(false));
+  for (size_t i = 0; i < local.size(); ++i) {
+    input.narrow(0, offsets_[i], shapes_[i].shard_numel()).copy_(local[i].reshape({-1}));
+  }
+  auto output = torch::empty({world_ * flat_.numel()}, input.options());
+  dist::wait_work(group._allgather_base(output, input),
+                  fmt::format("the all-gather of unit '{}''s state", name_));
+  const auto rows = output.view({world_, flat_.numel()});
+  std::vector<torch::Tensor> full;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto whole = torch::empty(params_[i].sizes(), input.options());
+    for (int q = 0; q < world_; ++q) {
+      put_shard(whole, shapes_[i], q, rows[q].narrow(0, offsets_[i], shapes_[i].shard_numel()));
+    }
+    full.push_back(whole);
+  }
+  return full;
+}
+
+}  // namespace ddpx::parallel

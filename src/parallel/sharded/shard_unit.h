@@ -1,0 +1,101 @@
+// One unit of a sharded plan: a group of the model's parameters that are gathered, released
+// and reduced together (a ResNet block, a ViT encoder block, a submodule a user names, or the
+// root's own parameters), FSDP2's "FSDPParamGroup".
+//
+// The unit owns this rank's shards of its parameters, laid one after another in one flat
+// buffer (shard_layout.h), and the flat buffer of their averaged gradients. The shards are the
+// tensors the optimizer steps (leaves, requires_grad, each of shape (rows_per_rank, rest...));
+// their .grad() are slices of the gradient buffer after a synchronized backward.
+//
+// The model's own parameter tensors stay registered in the model, with their shapes, names and
+// autograd identity; only their memory comes and goes. release() frees a parameter's storage
+// (its bytes go back to the allocator; sizes and autograd's references stay), gather()
+// re-allocates it and fills it from every rank's shards by one all-gather. Writes go through an
+// alias of each storage with a version counter of its own, so autograd's saved-tensor checks
+// never see a gathered parameter as modified in place: a parameter released after forward and
+// gathered again before backward is the tensor autograd saved.
+//
+// Not thread-safe; every call that communicates is collective over the plan's group and must
+// be made in the same order on every rank.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <vector>
+
+#include "parallel/sharded/shard_layout.h"
+
+namespace ddpx::parallel {
+
+class ShardUnit {
+ public:
+  // `params`: the model's parameters of this unit (contiguous, storage of their own; the plan
+  // makes them so), `names` their names in the model.
+  ShardUnit(std::string name, std::vector<torch::Tensor> params, std::vector<std::string> names,
+            int rank, int world_size);
+
+  const std::string& name() const { return name_; }
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  const std::vector<std::string>& param_names() const { return names_; }
+  const std::vector<torch::Tensor>& shards() const { return shards_; }
+  const std::vector<ShardShape>& shapes() const { return shapes_; }
+  // Elements of this rank's flat shard buffer (padding included): one rank's share of a gather.
+  int64_t shard_numel() const { return flat_.numel(); }
+  int64_t param_bytes() const;  // the unit's parameters, unpadded, whole
+  bool gathered() const { return gathered_; }
+
+  // Sets this rank's shards from the parameters as they are now (construction, load).
+  void shard_from_params();
+  // A parameter given another storage (libtorch's Module::load swaps it in with set_()) gets
+  // its values copied back into the storage the unit manages, and that storage again.
+  void restore_storage();
+
+  // Starts the all-gather of the shards (prefetch); finish_gather() waits and fills the
+  // parameters. gather() is both. A gathered unit is left as it is.
+  void start_gather(c10d::ProcessGroup& group);
+  void finish_gather();
+  void gather(c10d::ProcessGroup& group);
+  bool gather_pending() const { return gather_work_ != nullptr; }
+
+  // Frees the parameters' storage (nothing is communicated).
+  void release();
+  // The shards changed (a step): the parameters, still allocated, are out of date until the
+  // next gather() refills them.
+  void mark_stale() { gathered_ = false; }
+
+  // Starts the reduce-scatter of the parameters' gradients (a parameter without one counts as
+  // zeros); finish_reduce() waits, averages over the ranks, and points each shard's .grad() at
+  // its slice. `free_full` then drops the parameters' whole gradients (ZeRO-2/3).
+  void start_reduce(c10d::ProcessGroup& group);
+  void finish_reduce(bool free_full);
+  bool reduce_pending() const { return reduce_work_ != nullptr; }
+
+  // Every rank's shards of `local` (one tensor per parameter, each of its shard's shape) put
+  // back together into tensors of the parameters' shapes. Collective.
+  std::vector<torch::Tensor> gather_full(c10d::ProcessGroup& group,
+                                         const std::vector<torch::Tensor>& local);
+
+ private:
+  void materialize(size_t i);
+  void copy_out(const torch::Tensor& gathered);
+
+  std::string name_;
+  int rank_, world_;
+  std::vector<torch::Tensor> params_, aliases_;  // aliases_: same storage, own version counter
+  std::vector<std::string> names_;
+  std::vector<ShardShape> shapes_;
+  std::vector<int64_t> offsets_;  // each parameter's start in the flat buffers
+  std::vector<size_t> nbytes_;    // each parameter's storage size when gathered
+  torch::Tensor flat_;            // this rank's shards, one after another
+  torch::Tensor grad_flat_;       // their averaged gradients
+  std::vector<torch::Tensor> shards_, shard_grads_;
+  bool gathered_ = true;  // the parameters hold their values (at construction they do)
+
+  torch::Tensor gather_buffer_, reduce_input_;
+  c10::intrusive_ptr<c10d::Work> gather_work_, reduce_work_;
+};
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,327 @@
+// The sharded data-parallel plan (see sharded_plan.h).
+#include "parallel/sharded/sharded_plan.h"
+
+#include <ATen/ops/_foreach_mul.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "distributed/collectives.h"
+#include "distributed/context.h"
+#include "parallel/data/sync_batch_norm.h"
+#include "parallel/sharded/optimizer_state.h"
+#include "parallel/sharded/units.h"
+
+namespace ddpx::parallel {
+namespace {
+
+// Runs after a parameter's AccumulateGrad node: its .grad holds this backward's sum.
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit ReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+// A parameter whose memory the plan may free must be the only user of its storage, contiguous
+// from its start (libtorch's own parameters are; a slice of a shared tensor is not).
+void own_storage(torch::Tensor& p, std::map<const void*, int>& seen) {
+  const bool owns = p.is_contiguous() && p.storage_offset() == 0 &&
+                    p.storage().nbytes() == static_cast<size_t>(p.numel()) * p.element_size() &&
+                    seen[p.storage().unsafeGetStorageImpl()]++ == 0;
+  if (!owns) {
+    torch::NoGradGuard no_grad;
+    p.set_data(p.detach().clone(at::MemoryFormat::Contiguous));
+    seen[p.storage().unsafeGetStorageImpl()] = 1;
+  }
+}
+
+}  // namespace
+
+ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
+                         const OptimizerFactory& make_optimizer, ShardedOptions options)
+    : model_(std::move(model)),
+      context_(context),
+      group_(context.process_group()),
+      make_optimizer_(make_optimizer),
+      options_(std::move(options)) {
+  DDPX_CHECK(group_ != nullptr, ErrorKind::kInternal,
+             "the sharded plan needs a process group (more than one rank)");
+  DDPX_CHECK(options_.mode != ShardMode::kNone, ErrorKind::kInternal,
+             "--shard none is the data-parallel plan");
+  auto& module = *model_.ptr();
+  if (options_.sync_bn) {
+    sync_bn_layers_ = convert_sync_batch_norm(module, context_);
+    DDPX_CHECK(sync_bn_layers_ > 0, ErrorKind::kUsage,
+               "--sync_bn: --model {} has no BatchNorm layers to synchronize; drop --sync_bn",
+               options_.model_name);
+  }
+  auto named = module.named_parameters(/*recurse=*/true);
+  {
+    std::map<const void*, int> seen;
+    for (auto& p : named) own_storage(p.value(), seen);
+  }
+  // Every rank starts from rank 0's weights and buffers, as DDP does.
+  {
+    std::vector<torch::Tensor> state = module.parameters();
+    for (const auto& b : module.buffers()) state.push_back(b);
+    torch::NoGradGuard no_grad;
+    dist::broadcast_coalesced(*group_, state, /*root=*/0);
+  }
+
+  std::map<std::string, size_t> index_of;
+  for (size_t k = 0; k < named.size(); ++k) index_of[named[k].key()] = k;
+  shards_.resize(named.size());
+  for (const auto& spec : choose_units(module, options_.units)) {
+    std::vector<torch::Tensor> params;
+    std::vector<size_t> order;
+    for (const auto& name : spec.param_names) {
+      order.push_back(index_of.at(name));
+      params.push_back(named[order.back()].value());
+    }
+    units_.emplace_back(spec.name, params, spec.param_names, context_.rank(),
+                        context_.world_size());
+    model_order_.push_back(order);
+    for (size_t i = 0; i < order.size(); ++i) shards_[order[i]] = units_.back().shards()[i];
+  }
+  optimizer_ = make_optimizer(shards_);
+
+  expected_.assign(units_.size(), 0);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (size_t i = 0; i < units_[u].params().size(); ++i) {
+      const auto& p = units_[u].params()[i];
+      if (!p.requires_grad()) continue;
+      ++expected_[u];
+      auto accumulator = torch::autograd::impl::grad_accumulator(p);
+      DDPX_CHECK(accumulator != nullptr, ErrorKind::kUsage,
+                 "parameter '{}' is not a leaf tensor that requires grad; sharding needs "
+                 "registered leaf parameters",
+                 units_[u].param_names()[i]);
+      hook_keys_.push_back(
+          accumulator->add_post_hook(std::make_unique<ReadyHook>([this, u] { on_grad_ready(u); })));
+      accumulators_.push_back(std::move(accumulator));
+    }
+  }
+  remaining_ = expected_;
+  position_.assign(units_.size(), -1);
+
+  if (options_.mode == ShardMode::kFull) {
+    gate_ = std::make_unique<ParamGate>(static_cast<GateListener&>(*this));
+    for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+      for (const auto& p : units_[u].params()) gate_->watch(p, u);
+    }
+    release_all(/*keep_root=*/false);
+  }
+}
+
+ShardedPlan::~ShardedPlan() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
+
+std::string ShardedPlan::describe() {
+  const char* what = options_.mode == ShardMode::kOptimizer ? "optimizer state"
+                     : options_.mode == ShardMode::kGradients
+                         ? "gradients and optimizer state"
+                         : "parameters, gradients and optimizer state";
+  return fmt::format(
+      "optimizer step: the optimizer's own, on this rank's shards | plan: sharded "
+      "data parallel over {} ranks (--shard {}, {}: {} split in {} units)",
+      context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size());
+}
+
+torch::nn::AnyModule& ShardedPlan::module() {
+  if (gate_ && !whole_) {
+    gather_all();
+    whole_ = true;
+  }
+  return model_;
+}
+
+void ShardedPlan::on_use(const std::vector<int>& used) {
+  if (whole_) return;  // every unit is gathered (module())
+  for (int u : used) {
+    units_[u].gather(*group_);  // waits for a prefetch, if one is under way
+    if (phase_ == Phase::kForward && !order_known_ && position_[u] < 0) {
+      position_[u] = static_cast<int>(order_.size());
+      order_.push_back(u);
+    }
+  }
+  // Prefetch: the unit after the last one used, in forward order (before it, in backward).
+  int next = -1;
+  const int last = used.back();
+  if (options_.prefetch && order_known_ && position_[last] >= 0) {
+    const int at = position_[last] + (phase_ == Phase::kBackward ? -1 : 1);
+    if (at >= 0 && at < static_cast<int>(order_.size())) next = order_[at];
+  }
+  // Release every other unit (the root stays through the step, as FSDP2 keeps its root).
+  for (int v = 0; v < static_cast<int>(units_.size()); ++v) {
+    if (v == next || units_[v].params().empty()) continue;
+    if (std::find(used.begin(), used.end(), v) != used.end()) continue;
+    const bool root = v == static_cast<int>(units_.size()) - 1 && units_[v].name() == "root";
+    if (root && phase_ != Phase::kIdle) continue;
+    if (units_[v].gathered() || units_[v].gather_pending()) units_[v].release();
+  }
+  if (next >= 0) units_[next].start_gather(*group_);
+}
+
+void ShardedPlan::on_grad_ready(size_t unit) {
+  if (!armed_ || remaining_[unit] == 0) return;
+  if (--remaining_[unit] == 0) units_[unit].start_reduce(*group_);
+}
+
+void ShardedPlan::gather_all() {
+  ParamGate::Pause pause;
+  for (auto& unit : units_) unit.start_gather(*group_);
+  for (auto& unit : units_) unit.finish_gather();
+}
+
+void ShardedPlan::release_all(bool keep_root) {
+  whole_ = false;
+  for (auto& unit : units_) {
+    if (keep_root && unit.name() == "root" && &unit == &units_.back()) continue;
+    if (unit.gathered() || unit.gather_pending()) unit.release();
+  }
+}
+
+MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool sync) {
+  auto& module = *model_.ptr();
+  if (options_.broadcast_buffers) {
+    auto buffers = module.buffers();
+    if (!buffers.empty()) {
+      torch::NoGradGuard no_grad;
+      dist::broadcast_coalesced(*group_, buffers, /*root=*/0);
+    }
+  }
+  MicroBatchResult r;
+  auto forward = [&] {
+    r.output = model_.forward(batch.input);
+    r.loss = batch.loss(r.output, batch.target);
+  };
+  auto backward = [&] { (batch.backward_root ? batch.backward_root(r.loss) : r.loss).backward(); };
+  if (whole_) {
+    ParamGate::Pause pause;
+    release_all(/*keep_root=*/false);  // module() left everything gathered
+  }
+  armed_ = sync;
+  remaining_ = expected_;
+  phase_ = Phase::kForward;
+  try {
+    batch.in_forward_context ? batch.in_forward_context(forward) : forward();
+    if (gate_) {
+      gate_->rethrow_pending();
+      if (!order_.empty()) order_known_ = true;
+      ParamGate::Pause pause;
+      release_all(/*keep_root=*/true);  // reshard after forward
+    }
+    phase_ = Phase::kBackward;
+    batch.in_backward_context ? batch.in_backward_context(backward) : backward();
+    if (gate_) gate_->rethrow_pending();
+  } catch (...) {
+    phase_ = Phase::kIdle;
+    armed_ = false;
+    if (gate_) gate_->rethrow_pending();  // the gate's error explains the operator's
+    throw;
+  }
+  phase_ = Phase::kIdle;
+  if (sync) finish_backward();
+  armed_ = false;
+  if (gate_) {
+    ParamGate::Pause pause;
+    release_all(/*keep_root=*/false);  // reshard after backward
+  }
+  return r;
+}
+
+void ShardedPlan::finish_backward() {
+  // Units whose gradients did not all arrive (parameters this backward did not reach) start
+  // now, in unit order, the same on every rank.
+  for (auto& unit : units_) unit.start_reduce(*group_);
+  const bool free_full = options_.mode != ShardMode::kOptimizer;
+  for (auto& unit : units_) unit.finish_reduce(free_full);
+}
+
+void ShardedPlan::set_learning_rate(double lr) {
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+}
+
+torch::Tensor ShardedPlan::clip_grad_norm(double max_norm) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& s : shards_) {
+    if (s.grad().defined()) grads.push_back(s.grad());
+  }
+  if (grads.empty()) return {};
+  torch::NoGradGuard no_grad;
+  // The squares of every shard (padding is zero) summed over the ranks: the whole norm.
+  auto squares = torch::zeros({1}, grads[0].options().dtype(torch::kFloat64));
+  for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum();
+  auto on_cpu = squares.cpu();
+  dist::all_reduce_sum(*group_, on_cpu, "the gradient norm of --clip_grad_norm");
+  auto total = on_cpu.sqrt().to(grads[0].device(), grads[0].scalar_type());
+  auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  at::_foreach_mul_(grads, coefficient);
+  return total.reshape({});
+}
+
+void ShardedPlan::step() {
+  optimizer_->step();
+  ParamGate::Pause pause;
+  if (options_.mode == ShardMode::kFull) {
+    release_all(/*keep_root=*/false);  // whatever is gathered is out of date
+    return;
+  }
+  // Every rank's updated shards, whole on every rank: two units in flight at a time.
+  for (auto& unit : units_) unit.mark_stale();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    units_[u].start_gather(*group_);
+    if (u > 0) units_[u - 1].finish_gather();
+  }
+  if (!units_.empty()) units_.back().finish_gather();
+}
+
+void ShardedPlan::zero_grad() {
+  for (auto& s : shards_) s.mutable_grad() = torch::Tensor();
+  for (auto& unit : units_) {
+    for (auto p : unit.params()) p.mutable_grad() = torch::Tensor();
+  }
+}
+
+std::vector<torch::Tensor> ShardedPlan::parameters() { return shards_; }
+
+void ShardedPlan::state_dict(torch::serialize::OutputArchive& model,
+                             torch::serialize::OutputArchive& optimizer) {
+  gather_all();
+  {
+    ParamGate::Pause pause;
+    model_.ptr()->save(model);
+  }
+  save_full_optimizer(*optimizer_, units_, model_order_, *group_, make_optimizer_, optimizer);
+  // The archive refers to the parameters' storage until the caller writes it out: they stay
+  // whole, as after module(), until the next forward_backward() or step().
+  whole_ = gate_ != nullptr;
+}
+
+void ShardedPlan::load_state_dict(torch::serialize::InputArchive& model,
+                                  torch::serialize::InputArchive& optimizer) {
+  gather_all();
+  ParamGate::Pause pause;
+  model_.ptr()->load(model);
+  for (auto& unit : units_) {
+    unit.restore_storage();
+    unit.shard_from_params();
+  }
+  load_full_optimizer(*optimizer_, units_, model_order_, context_.rank(), make_optimizer_,
+                      optimizer);
+  if (gate_) release_all(/*keep_root=*/false);
+}
+
+}  // namespace ddpx::parallel
