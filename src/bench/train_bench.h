@@ -30,6 +30,7 @@
 #include "distributed/choices.h"
 #include "models/stem.h"
 #include "optim/amp.h"
+#include "parallel/sharded/shard_mode.h"
 
 namespace ddpx::bench {
 
@@ -60,6 +61,7 @@ struct TrainBenchOptions {
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;
   optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
+  parallel::ShardMode shard = parallel::ShardMode::kNone;  // --loop trainer: ddpx train's --shard
 };
 
 struct TrainBenchResult {

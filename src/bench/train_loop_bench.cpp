@@ -11,6 +11,7 @@
 #include "bench/train_bench.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/proc_memory.h"
 #include "core/timer.h"
 #include "distributed/context.h"
 #include "distributed/device.h"
@@ -52,6 +53,7 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.loader_workers = b.workers;
   o.transport = b.transport;
   o.comm_hook = b.comm_hook;
+  o.shard = b.shard;
   o.progress = false;
   return o;
 }
@@ -154,6 +156,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
                            {"forward_gflop", r.forward_gflop}};
     if (r.mfu) line["mfu"] = *r.mfu;
     if (r.peak_memory_gib) line["peak_memory_gib"] = *r.peak_memory_gib;
+    line["peak_rss_mib"] = proc_status_mib("VmHWM");  // rank 0's process, resident
+    line["shard"] = parallel::name(b.shard);
     std::ofstream(b.json, std::ios::app) << line.dump() << "\n";
   }
   return r;

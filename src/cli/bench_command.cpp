@@ -4,6 +4,7 @@
 #include "bench/allreduce.h"
 #include "bench/gemm.h"
 #include "bench/memory_bench.h"
+#include "bench/shard_memory.h"
 #include "bench/train_bench.h"
 #include "cli/choices.h"
 #include "cli/commands.h"
@@ -106,8 +107,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   add_choice(train, "--amp", t->amp, optim::kAmpNames,
              "off | bf16 | fp16 (autocast, as ddpx train)");
   train->add_flag("--channels_last", t->channels_last, "NHWC weights and images");
+  auto* train_shard = add_choice(train, "--shard", t->shard, parallel::kShardModeNames,
+                                 "--loop trainer: ddpx train's --shard (none | optimizer | "
+                                 "gradients | full)");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
-  train->callback([t, md, bucket, first_bucket, &exit_code] {
+  train->callback([t, md, bucket, first_bucket, train_shard, &exit_code] {
     t->model = md->model;
     t->stem = md->stem;
     t->data = md->dataset;
@@ -120,6 +124,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                  "bench train: {} sets the buckets of the phases loop only; add --loop phases",
                  option->get_name());
     }
+    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_shard->count() == 0,
+               ErrorKind::kUsage,
+               "bench train: --shard runs ddpx train's loop; drop --loop phases (the phases loop "
+               "times the data-parallel plan)");
     bench::run_train_bench(*t);
     exit_code = 0;
   });
@@ -135,8 +143,29 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   memory->add_option(
       "--threads", m->threads,
       "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
-  memory->callback([m, &exit_code] {
-    bench::print_memory_bench(*m, bench::run_memory_bench(*m));
+  auto shard = std::make_shared<bench::ShardMemoryOptions>();
+  auto* shard_flag = add_choice(memory, "--shard", shard->shard, parallel::kShardModeNames,
+                                "model states per rank under a plan, beside ZeRO's formula: none "
+                                "(DDP) | optimizer | gradients | full; run under `ddpx run N`");
+  auto optimizer = std::make_shared<std::string>("sgd");
+  memory->add_option("--optimizer", *optimizer, "with --shard: sgd (momentum) | adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  memory->add_flag("--json", shard->json, "with --shard: one JSON object per rank");
+  memory->callback([m, shard, shard_flag, optimizer, memory, &exit_code] {
+    if (shard_flag->count() == 0) {
+      DDPX_CHECK(!shard->json && memory->count("--optimizer") == 0, ErrorKind::kUsage,
+                 "bench memory: --json and --optimizer go with --shard (e.g. `ddpx run 2 -- bench "
+                 "memory --shard full --json`)");
+      bench::print_memory_bench(*m, bench::run_memory_bench(*m));
+    } else {
+      shard->model = m->model;
+      shard->image_size = m->image_size;
+      shard->batch_size = m->batch_size;
+      shard->num_classes = m->num_classes;
+      shard->threads = m->threads;
+      shard->adamw = *optimizer == "adamw";
+      bench::run_shard_memory(*shard);
+    }
     exit_code = 0;
   });
 }

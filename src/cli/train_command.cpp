@@ -122,6 +122,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
                 "DDP: allow parameters that get no gradient");
   add_choice(cmd, "--comm_hook", o->comm_hook, dist::kCommHookNames,
              "DDP gradient reduction: allreduce | fp16 | bf16");
+  add_choice(cmd, "--shard", o->shard, parallel::kShardModeNames,
+             "sharded data parallel: none (DDP) | optimizer (ZeRO-1) | gradients (ZeRO-2) | full "
+             "(ZeRO-3/FSDP: parameters too)");
+  cmd->add_option("--shard_units", o->shard_units,
+                  "with --shard: submodules gathered together, comma-separated dotted paths "
+                  "(default: every block of the model's Sequential containers)")
+      ->delimiter(',');
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,

@@ -57,7 +57,9 @@
 
 namespace ddpx::parallel {
 
-// Builds the optimizer over the parameters this rank updates.
+// Builds the optimizer over the parameters this rank updates. A plan may keep it and call it
+// again (the sharded plan builds an unsharded optimizer to save and load whole state), so it
+// must not refer to anything that dies before the plan.
 using OptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor> params)>;
 

@@ -52,6 +52,21 @@ void validate(const TrainOptions& o) {
   DDPX_CHECK(o.profile_steps > 0 && o.profile_skip >= 0, usage,
              "--profile_steps must be positive and --profile_skip >= 0, got {} and {}",
              o.profile_steps, o.profile_skip);
+  if (o.shard != parallel::ShardMode::kNone) {
+    const char* shard = parallel::name(o.shard);
+    DDPX_CHECK(o.comm_hook == dist::CommHook::kAllreduce, usage,
+               "--comm_hook {} compresses DDP's all-reduce; --shard {} reduce-scatters gradients "
+               "uncompressed: drop one of the two flags",
+               dist::name(o.comm_hook), shard);
+    DDPX_CHECK(o.optimizer != Optimizer::kLars && o.optimizer != Optimizer::kLamb, usage,
+               "--optimizer {} scales each parameter by its whole norm, which a shard of --shard "
+               "{} does not hold: use sgd, adam or adamw with --shard, or --shard none",
+               name(o.optimizer), shard);
+  } else {
+    DDPX_CHECK(o.shard_units.empty(), usage,
+               "--shard_units names the units of a sharded plan: add --shard full (or optimizer, "
+               "gradients), or drop --shard_units");
+  }
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
              "--resume auto needs --save_dir to know where to look for checkpoints");
 }

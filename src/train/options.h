@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/transforms.h"
 #include "distributed/choices.h"
 #include "models/stem.h"
 #include "optim/amp.h"
+#include "parallel/sharded/shard_mode.h"
 #include "train/optim.h"
 
 namespace ddpx::train {
@@ -73,10 +75,13 @@ struct TrainOptions {
   bool broadcast_buffers = true;
   bool find_unused_parameters = false;
   dist::CommHook comm_hook = dist::CommHook::kAllreduce;
-  bool progress = true;      // progress bar when stderr is a terminal
-  std::string metrics_json;  // optional JSON-lines file of per-epoch metrics
-  std::string tensorboard;   // optional TensorBoard log directory (rank 0 writes)
-  std::string profile;       // optional directory for one Chrome trace per rank
+  // Sharded data parallel (parallel/sharded/): what is split across the ranks; kNone is DDP.
+  parallel::ShardMode shard = parallel::ShardMode::kNone;
+  std::vector<std::string> shard_units;  // submodules gathered together; empty: every block
+  bool progress = true;                  // progress bar when stderr is a terminal
+  std::string metrics_json;              // optional JSON-lines file of per-epoch metrics
+  std::string tensorboard;               // optional TensorBoard log directory (rank 0 writes)
+  std::string profile;                   // optional directory for one Chrome trace per rank
   int64_t profile_steps = 5;
   int64_t profile_skip = 3;  // warm-up steps before recording (allocator, cuDNN autotuning)
 

@@ -1,12 +1,51 @@
 // Which parallel plan a run uses (see plan_choice.h).
 #include "train/plan_choice.h"
 
+#include <fmt/format.h>
+
+#include "distributed/context.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/sharded/sharded_plan.h"
 
 namespace ddpx::train {
+namespace {
+
+// The data-parallel plan of a lone process asked for --shard: the same plan, and its start-up
+// line says that nothing was sharded.
+class LoneShardPlan : public parallel::DataParallelPlan {
+ public:
+  LoneShardPlan(torch::nn::AnyModule model, dist::Context& context,
+                const parallel::OptimizerFactory& make_optimizer,
+                parallel::DataParallelOptions options, parallel::ShardMode shard)
+      : DataParallelPlan(std::move(model), context, make_optimizer, std::move(options)),
+        shard_(shard) {}
+  std::string describe() override {
+    return fmt::format("{} (--shard {} on one process: nothing to split)",
+                       DataParallelPlan::describe(), parallel::name(shard_));
+  }
+
+ private:
+  parallel::ShardMode shard_;
+};
+
+}  // namespace
 
 ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn::AnyModule model,
                        const parallel::OptimizerFactory& make_optimizer, bool loss_scaling) {
+  ChosenPlan chosen;
+  if (o.shard != parallel::ShardMode::kNone && context.distributed()) {
+    parallel::ShardedOptions sharded;
+    sharded.mode = o.shard;
+    sharded.units = o.shard_units;
+    sharded.broadcast_buffers = o.broadcast_buffers;
+    sharded.sync_bn = o.sync_bn;
+    sharded.model_name = o.model;
+    auto plan =
+        std::make_unique<parallel::ShardedPlan>(std::move(model), context, make_optimizer, sharded);
+    chosen.sync_bn_layers = plan->sync_bn_layers();
+    chosen.plan = std::move(plan);
+    return chosen;
+  }
   parallel::DataParallelOptions dp;
   dp.ddp.broadcast_buffers = o.broadcast_buffers;
   dp.ddp.find_unused_parameters = o.find_unused_parameters;
@@ -15,9 +54,13 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
   dp.step.split = o.clip_grad_norm == 0;
   dp.sync_bn = o.sync_bn;
   dp.model_name = o.model;
-  auto plan =
-      std::make_unique<parallel::DataParallelPlan>(std::move(model), context, make_optimizer, dp);
-  ChosenPlan chosen;
+  std::unique_ptr<parallel::DataParallelPlan> plan;
+  if (o.shard != parallel::ShardMode::kNone) {
+    plan = std::make_unique<LoneShardPlan>(std::move(model), context, make_optimizer, dp, o.shard);
+  } else {
+    plan =
+        std::make_unique<parallel::DataParallelPlan>(std::move(model), context, make_optimizer, dp);
+  }
   chosen.sync_bn_layers = plan->sync_bn_layers();
   chosen.plan = std::move(plan);
   return chosen;

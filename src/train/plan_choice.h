@@ -1,6 +1,7 @@
 // Which parallel plan (parallel/plan.h) a run's options ask for, built over the placed model.
-// Today that is always the data-parallel plan; the sharded, pipeline and tensor-parallel plans
-// are chosen here too, so the trainer's loop never names one.
+// --shard none (or one process): the data-parallel plan; --shard optimizer|gradients|full over
+// more than one rank: the sharded plan. The pipeline and tensor-parallel plans will be chosen
+// here too, so the trainer's loop never names one.
 #pragma once
 
 #include <torch/nn/modules/container/any.h>

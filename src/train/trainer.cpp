@@ -92,7 +92,8 @@ class Run {
     facts.learning_rate =
         scaled_learning_rate(o_.learning_rate, o_.lr_scale, facts.global_batch, o_.base_batch_size);
     OptimizerConfig oc{o_.optimizer, facts.learning_rate, o_.weight_decay, o_.momentum};
-    auto optimizer = [&](std::vector<torch::Tensor> params) {
+    // By value: a plan may keep the factory (a sharded plan builds whole optimizers to save).
+    auto optimizer = [oc](std::vector<torch::Tensor> params) {
       return make_optimizer(std::move(params), oc);
     };
     if (o_.amp == optim::Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);

@@ -142,7 +142,7 @@ void ShardUnit::copy_out(const torch::Tensor& gathered) {
   }
 }
 
-void ShardUnit::start_reduce(c10d::ProcessGroup& group) {
+void ShardUnit::start_reduce(c10d::ProcessGroup& group, bool free_full) {
   if (reduce_work_) return;
   torch::NoGradGuard no_grad;
   reduce_input_ = torch::empty({world_ * flat_.numel()}, flat_.options());
@@ -157,13 +157,14 @@ void ShardUnit::start_reduce(c10d::ProcessGroup& group) {
         slot.zero_();
       }
     }
+    if (free_full) params_[i].mutable_grad() = torch::Tensor();
   }
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   reduce_work_ = group._reduce_scatter_base(grad_flat_, reduce_input_, options);
 }
 
-void ShardUnit::finish_reduce(bool free_full) {
+void ShardUnit::finish_reduce() {
   if (!reduce_work_) return;
   auto work = std::move(reduce_work_);
   dist::wait_work(work, fmt::format("the reduce-scatter of sharded unit '{}'", name_));
@@ -172,7 +173,6 @@ void ShardUnit::finish_reduce(bool free_full) {
   grad_flat_.div_(world_);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].requires_grad()) shards_[i].mutable_grad() = shard_grads_[i];
-    if (free_full) params_[i].mutable_grad() = torch::Tensor();
   }
 }
 

@@ -67,10 +67,11 @@ class ShardUnit {
   void mark_stale() { gathered_ = false; }
 
   // Starts the reduce-scatter of the parameters' gradients (a parameter without one counts as
-  // zeros); finish_reduce() waits, averages over the ranks, and points each shard's .grad() at
-  // its slice. `free_full` then drops the parameters' whole gradients (ZeRO-2/3).
-  void start_reduce(c10d::ProcessGroup& group);
-  void finish_reduce(bool free_full);
+  // zeros); `free_full` drops the parameters' whole gradients once copied into the collective's
+  // input (ZeRO-2/3). finish_reduce() waits, frees the input, averages over the ranks, and points
+  // each shard's .grad() at its slice.
+  void start_reduce(c10d::ProcessGroup& group, bool free_full);
+  void finish_reduce();
   bool reduce_pending() const { return reduce_work_ != nullptr; }
 
   // Every rank's shards of `local` (one tensor per parameter, each of its shard's shape) put

@@ -176,7 +176,19 @@ void ShardedPlan::on_use(const std::vector<int>& used) {
 
 void ShardedPlan::on_grad_ready(size_t unit) {
   if (!armed_ || remaining_[unit] == 0) return;
-  if (--remaining_[unit] == 0) units_[unit].start_reduce(*group_);
+  if (--remaining_[unit] == 0) start_reduce(unit);
+}
+
+void ShardedPlan::start_reduce(size_t unit) {
+  if (units_[unit].reduce_pending()) return;
+  // Each reduce-scatter holds an input of N shards (the unit's whole gradients): two in flight
+  // overlap communication with backward without holding every unit's at once.
+  while (in_flight_.size() >= 2) {
+    units_[in_flight_.front()].finish_reduce();
+    in_flight_.erase(in_flight_.begin());
+  }
+  units_[unit].start_reduce(*group_, /*free_full=*/options_.mode != ShardMode::kOptimizer);
+  in_flight_.push_back(unit);
 }
 
 void ShardedPlan::gather_all() {
@@ -245,9 +257,11 @@ MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool syn
 void ShardedPlan::finish_backward() {
   // Units whose gradients did not all arrive (parameters this backward did not reach) start
   // now, in unit order, the same on every rank.
-  for (auto& unit : units_) unit.start_reduce(*group_);
-  const bool free_full = options_.mode != ShardMode::kOptimizer;
-  for (auto& unit : units_) unit.finish_reduce(free_full);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (remaining_[u] != 0) start_reduce(u);
+  }
+  for (size_t u : in_flight_) units_[u].finish_reduce();
+  in_flight_.clear();
 }
 
 void ShardedPlan::set_learning_rate(double lr) {
@@ -266,10 +280,10 @@ torch::Tensor ShardedPlan::clip_grad_norm(double max_norm) {
   for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum();
   auto on_cpu = squares.cpu();
   dist::all_reduce_sum(*group_, on_cpu, "the gradient norm of --clip_grad_norm");
-  auto total = on_cpu.sqrt().to(grads[0].device(), grads[0].scalar_type());
+  auto total = on_cpu.sqrt().reshape({}).to(grads[0].device(), grads[0].scalar_type());
   auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
   at::_foreach_mul_(grads, coefficient);
-  return total.reshape({});
+  return total;
 }
 
 void ShardedPlan::step() {

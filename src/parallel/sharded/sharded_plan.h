@@ -86,7 +86,8 @@ class ShardedPlan : public Plan, private GateListener {
 
   void on_use(const std::vector<int>& units) override;
   void on_grad_ready(size_t unit);
-  void gather_all();  // every unit's parameters whole (state_dict, load, refresh)
+  void start_reduce(size_t unit);  // bounded: finishes the oldest of two in flight first
+  void gather_all();               // every unit's parameters whole (state_dict, load, refresh)
   void release_all(bool keep_root);
   void finish_backward();
 
@@ -108,6 +109,7 @@ class ShardedPlan : public Plan, private GateListener {
   std::vector<uintptr_t> hook_keys_;
   std::vector<size_t> expected_;   // per unit: parameters whose gradient backward accumulates
   std::vector<size_t> remaining_;  // per unit, this backward
+  std::vector<size_t> in_flight_;  // units whose reduce-scatter runs, oldest first (at most 2)
   bool armed_ = false;
   bool whole_ = false;  // module() gathered every unit (full)
 

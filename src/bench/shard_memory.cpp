@@ -1,0 +1,198 @@
+// Model-state memory per rank under a parallel plan (see shard_memory.h).
+#include "bench/shard_memory.h"
+
+#include <fmt/format.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/proc_memory.h"
+#include "distributed/collectives.h"
+#include "distributed/context.h"
+#include "distributed/threads.h"
+#include "models/zoo/registry.h"
+#include "parallel/data/data_parallel_plan.h"
+#include "parallel/sharded/optimizer_state.h"
+#include "parallel/sharded/sharded_plan.h"
+
+namespace ddpx::bench {
+namespace {
+
+enum Field { kParams, kGrads, kOptimizer, kFormula, kPeak, kCount };
+
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+// Allocated bytes of the parameters' storages and of their gradients.
+void count_model(torch::nn::Module& module, int64_t& params, int64_t& grads) {
+  for (const auto& p : module.parameters()) {
+    params += static_cast<int64_t>(p.storage().nbytes());
+    grads += bytes_of(p.grad());
+  }
+}
+
+double formula(parallel::ShardMode shard, double psi, double k, int n) {
+  switch (shard) {
+    case parallel::ShardMode::kNone:
+      return (4 + 4 + k) * psi;
+    case parallel::ShardMode::kOptimizer:
+      return 8 * psi + (4 + 4 + k) * psi / n;
+    case parallel::ShardMode::kGradients:
+      return 4 * psi + (4 + 4 + k) * psi / n;
+    case parallel::ShardMode::kFull:
+      return (4 + 4 + k) * psi / n;
+  }
+  return 0;
+}
+
+const char* formula_text(parallel::ShardMode shard) {
+  switch (shard) {
+    case parallel::ShardMode::kNone:
+      return "(4+4+K)Psi";
+    case parallel::ShardMode::kOptimizer:
+      return "8Psi+(8+K)Psi/N";
+    case parallel::ShardMode::kGradients:
+      return "4Psi+(8+K)Psi/N";
+    case parallel::ShardMode::kFull:
+      return "(8+K)Psi/N";
+  }
+  return "";
+}
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+}  // namespace
+
+void run_shard_memory(const ShardMemoryOptions& o) {
+  DDPX_CHECK(o.batch_size > 0, ErrorKind::kUsage, "--batch_size must be positive, got {}",
+             o.batch_size);
+  dist::InitOptions init;
+  init.device = dist::DeviceChoice::kCpu;
+  auto context = dist::init(init);
+  log::set_rank(context->rank());
+  dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());
+  const int n = context->world_size();
+  DDPX_CHECK(o.shard == parallel::ShardMode::kNone || context->distributed(), ErrorKind::kUsage,
+             "bench memory --shard {} splits across ranks: run it as `ddpx run 2 -- bench memory "
+             "--shard {}`",
+             parallel::name(o.shard), parallel::name(o.shard));
+
+  const models::ModelInfo& info = models::find_model(o.model);
+  models::ModelConfig config;
+  config.num_classes = o.num_classes;
+  config.image_size = o.image_size > 0 ? o.image_size : info.default_image_size;
+  const double baseline = proc_status_mib("VmHWM");
+  torch::manual_seed(1);
+  torch::nn::AnyModule model = models::create_model(o.model, config);
+  model.ptr()->train();
+  int64_t psi = 0;
+  for (const auto& p : model.ptr()->parameters()) psi += p.numel();
+
+  parallel::OptimizerFactory make =
+      [&](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    if (o.adamw) {
+      return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-3));
+    }
+    return std::make_unique<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(0.01).momentum(0.9));
+  };
+  std::unique_ptr<parallel::Plan> plan;
+  parallel::ShardedPlan* sharded = nullptr;
+  parallel::DataParallelPlan* data = nullptr;
+  if (o.shard == parallel::ShardMode::kNone) {
+    auto p = std::make_unique<parallel::DataParallelPlan>(model, *context, make,
+                                                          parallel::DataParallelOptions{});
+    data = p.get();
+    plan = std::move(p);
+  } else {
+    parallel::ShardedOptions options;
+    options.mode = o.shard;
+    auto p = std::make_unique<parallel::ShardedPlan>(model, *context, make, options);
+    sharded = p.get();
+    plan = std::move(p);
+  }
+  const std::string described = plan->describe();
+
+  const auto x = torch::randn({o.batch_size, 3, config.image_size, config.image_size});
+  const auto y = torch::randint(o.num_classes, {o.batch_size}, torch::kLong);
+  parallel::MicroBatch mb;
+  mb.input = x;
+  mb.target = y;
+  mb.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
+    return torch::nn::functional::cross_entropy(out, target);
+  };
+  for (int s = 0; s < 3; ++s) {
+    plan->forward_backward(mb, /*sync=*/true);
+    if (s == 2) break;  // measured after the third backward: gradients and state all present
+    plan->step();
+    plan->zero_grad();
+  }
+
+  std::vector<int64_t> mine(kCount, 0);
+  if (sharded != nullptr) {
+    for (const auto& unit : sharded->units()) {
+      for (const auto& p : unit.params()) {
+        mine[kParams] += static_cast<int64_t>(p.storage().nbytes());
+        mine[kGrads] += bytes_of(p.grad());
+      }
+      for (const auto& s : unit.shards()) {
+        mine[kParams] += bytes_of(s);
+        mine[kGrads] += bytes_of(s.grad());
+      }
+    }
+    mine[kOptimizer] = parallel::optimizer_state_bytes(sharded->optimizer());
+  } else {
+    count_model(*model.ptr(), mine[kParams], mine[kGrads]);
+    mine[kOptimizer] = parallel::optimizer_state_bytes(data->optimizer());
+  }
+  const double k = o.adamw ? 8 : 4;
+  mine[kFormula] = static_cast<int64_t>(formula(o.shard, static_cast<double>(psi), k, n));
+  mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
+  plan->step();
+
+  // Every rank's figures to rank 0.
+  auto row = torch::tensor(mine, torch::kLong);
+  std::vector<torch::Tensor> rows{row};
+  if (context->distributed()) rows = dist::all_gather(*context->process_group(), row);
+  if (context->rank() != 0) return;
+  if (!o.json) {
+    fmt::print(
+        "# ddpx bench memory --shard {}: {} ({:.2f} M parameters), {}x{} input, batch {} "
+        "per rank, {}, {} ranks\n",
+        parallel::name(o.shard), o.model, psi / 1e6, config.image_size, config.image_size,
+        o.batch_size, o.adamw ? "AdamW (K = 8)" : "SGD with momentum (K = 4)", n);
+    fmt::print("# {}\n", described);
+    fmt::print(
+        "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
+        "over the start's\n",
+        formula_text(o.shard));
+    fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "rank", "params",
+               "grads", "optimizer", "states", "formula", "vs", "peak");
+  }
+  for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
+    auto v = rows[r].accessor<int64_t, 1>();
+    const int64_t states = v[kParams] + v[kGrads] + v[kOptimizer];
+    if (o.json) {
+      fmt::print(
+          "{{\"rank\": {}, \"world_size\": {}, \"shard\": \"{}\", \"model\": \"{}\", "
+          "\"batch_size\": {}, \"parameters\": {}, \"param_bytes\": {}, \"grad_bytes\": {}, "
+          "\"optimizer_bytes\": {}, \"formula_bytes\": {}, \"peak_bytes\": {}}}\n",
+          r, n, parallel::name(o.shard), o.model, o.batch_size, psi, v[kParams], v[kGrads],
+          v[kOptimizer], v[kFormula], v[kPeak]);
+    } else {
+      fmt::print("  {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.1f}% {:>10.1f}\n",
+                 r, mib(v[kParams]), mib(v[kGrads]), mib(v[kOptimizer]), mib(states),
+                 mib(v[kFormula]),
+                 100.0 * (states - v[kFormula]) / std::max<int64_t>(v[kFormula], 1), mib(v[kPeak]));
+    }
+  }
+}
+
+}  // namespace ddpx::bench

@@ -1,0 +1,37 @@
+// `ddpx run N -- bench memory --shard S [--json]`: the memory of one rank's model states under a
+// parallel plan, beside ZeRO's formula. Each rank builds the model, wraps it in the plan of
+// --shard (none: the data-parallel plan, DDP), trains two steps on random batches and a third
+// forward and backward, and then counts, on this rank: parameter bytes (every parameter's
+// allocated storage, plus a sharded plan's shards), gradient bytes (whole gradients and gradient
+// shards) and optimizer-state bytes (momentum; Adam's two moments), and reads the process's
+// peak resident memory. The formula (fp32: 4 bytes a parameter, K = optimizer bytes a parameter,
+// Psi parameters, N ranks; a sharded plan keeps an fp32 shard of the parameters, as DeepSpeed's
+// ZeRO-1/2 keep their fp32 partition):
+//   none (DDP)          (4 + 4 + K) Psi
+//   optimizer (ZeRO-1)  (4 + 4) Psi + (4 + 4 + K) Psi / N
+//   gradients (ZeRO-2)  4 Psi + (4 + 4 + K) Psi / N
+//   full (ZeRO-3)       (4 + 4 + K) Psi / N
+// Rank 0 prints every rank's figures: lines for people, or with --json one JSON object a rank.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "parallel/sharded/shard_mode.h"
+
+namespace ddpx::bench {
+
+struct ShardMemoryOptions {
+  std::string model = "resnet18";
+  int64_t image_size = 0;  // 0: the model's default (registry) size
+  int64_t batch_size = 2;  // per rank
+  int64_t num_classes = 1000;
+  int threads = 0;
+  parallel::ShardMode shard = parallel::ShardMode::kNone;
+  bool adamw = false;  // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
+  bool json = false;
+};
+
+void run_shard_memory(const ShardMemoryOptions& options);
+
+}  // namespace ddpx::bench
