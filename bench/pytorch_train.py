@@ -7,6 +7,7 @@ with the same fields as ddpx's --json.
 Run with the torch ddpx was built against: .venv/bin/python bench/pytorch_train.py --help
 """
 import argparse
+import resource
 import gzip
 import json
 import os
@@ -69,6 +70,8 @@ def main():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"])
     p.add_argument("--channels_last", action="store_true")
+    p.add_argument("--fsdp", action="store_true",
+                   help="FSDP2: fully_shard each residual block, then the model (torchtitan's way)")
     a = p.parse_args()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if a.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
@@ -111,7 +114,14 @@ def main():
         model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
         model.maxpool = torch.nn.Identity()
     model = model.to(device, memory_format=torch.channels_last if a.channels_last else torch.contiguous_format)
-    if world > 1:
+    if world > 1 and a.fsdp:
+        from torch.distributed.fsdp import fully_shard
+        from torchvision.models.resnet import BasicBlock, Bottleneck
+        for m in model.modules():
+            if isinstance(m, (BasicBlock, Bottleneck)):
+                fully_shard(m)
+        fully_shard(model)
+    elif world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4,
@@ -155,7 +165,9 @@ def main():
         line = {"peer": "pytorch", "world_size": world, "batch_size": a.batch_size,
                 "threads": a.threads, "workers": a.workers, "sync": "window ends",
                 "images_per_sec": ips, "step_ms": 1e3 * elapsed / a.steps,
-                "startup_s": first_step}
+                "startup_s": first_step,
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "fsdp": a.fsdp}
         print(json.dumps(line), flush=True)
         if a.json:
             with open(a.json, "a") as f:
