@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <fmt/format.h>
+#include <torch/cuda.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 #ifdef DDPX_WITH_CUDA
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 
@@ -126,6 +128,8 @@ GemmResult run_gemm(const GemmOptions& o) {
   r.k = o.k > 0 ? o.k : o.size;
   r.dtype = dtype.name;
   r.device = dist::device_name(device);
+  r.measured_on = device.str();
+  r.visible_gpus = static_cast<int64_t>(torch::cuda::device_count());
   if (device.is_cpu()) {
     DDPX_CHECK(dtype.name != "tf32", ErrorKind::kUsage,
                "--dtype tf32 is a GPU tensor-core format; on CPU use fp32, bf16 or fp64");
@@ -135,6 +139,7 @@ GemmResult run_gemm(const GemmOptions& o) {
     at::globalContext().setAllowTF32CuBLAS(dtype.name == "tf32");
   }
   r.device_line = describe_for_gemm(device);
+  r.threads = torch::get_num_threads();
   auto options = torch::TensorOptions().dtype(dtype.type).device(device);
   torch::Tensor a = torch::randn({r.m, r.k}, options);
   torch::Tensor b = torch::randn({r.k, r.n}, options);
@@ -185,29 +190,37 @@ std::string with_thousands(double value) {
   return (negative ? "-" : "") + digits;
 }
 
-void print_gemm(const GemmOptions& o, const GemmResult& r) {
-  fmt::print(
+std::string format_gemm(const GemmOptions& o, const GemmResult& r) {
+  const bool cpu = r.measured_on == "cpu";
+  std::string out = fmt::format(
       "# ddpx bench gemm: C = A x B, m {} n {} k {}, {} on {}, {} iterations after {} "
       "warm-up{}\n",
-      r.m, r.n, r.k, r.dtype, r.device, o.iterations, o.warmup,
-      r.device == "cpu" ? fmt::format(", {} threads", torch::get_num_threads()) : "");
-  fmt::print("Device: {}\n", r.device_line);
-  fmt::print("Total time: {:.3f} ms ({:.3f} ms per multiply)\n", r.total_seconds * 1e3,
-             r.seconds_per_iteration * 1e3);
-  fmt::print(
+      r.m, r.n, r.k, r.dtype, r.device, r.iterations, o.warmup,
+      cpu ? fmt::format(", {} threads", r.threads) : "");
+  out += fmt::format("Device: {}\n", r.device_line);
+  out += fmt::format("Device count: {} GPU(s) visible; measured on {}\n", r.visible_gpus,
+                     r.measured_on);
+  out += fmt::format("Total time: {:.3f} ms ({:.3f} ms per multiply)\n", r.total_seconds * 1e3,
+                     r.seconds_per_iteration * 1e3);
+  out += fmt::format(
       "Successful iterations: {}/{} (product within {:g} relative error of an fp64 reference; "
       "worst {:.2e})\n",
       r.successful, r.iterations, r.tolerance, r.worst_error);
-  fmt::print("Success rate: {:.2f}%\n",
-             r.iterations > 0 ? 100.0 * r.successful / r.iterations : 0.0);
-  fmt::print("Average performance: {} GFLOPS ({:.2f} TFLOP/s, {} {}x{}x{})\n",
-             with_thousands(r.tflops * 1e3), r.tflops, r.dtype, r.m, r.n, r.k);
+  out += fmt::format("Success rate: {:.2f}%\n",
+                     r.iterations > 0 ? 100.0 * r.successful / r.iterations : 0.0);
+  out += fmt::format("Average performance: {} GFLOPS ({:.2f} TFLOP/s, {} {}x{}x{})\n",
+                     with_thousands(r.tflops * 1e3), r.tflops, r.dtype, r.m, r.n, r.k);
   if (r.peak_tflops) {
-    fmt::print("Peak: {:.1f} TFLOP/s ({}); achieved {:.1f}% of it\n", *r.peak_tflops, r.peak_basis,
-               100.0 * r.tflops / *r.peak_tflops);
+    out += fmt::format("Peak: {:.1f} TFLOP/s ({}); achieved {:.1f}% of it\n", *r.peak_tflops,
+                       r.peak_basis, 100.0 * r.tflops / *r.peak_tflops);
   } else {
-    fmt::print("Peak: unknown for {} in {}\n", r.device, r.dtype);
+    out += fmt::format("Peak: unknown for {} in {}\n", r.device, r.dtype);
   }
+  return out;
+}
+
+void print_gemm(const GemmOptions& o, const GemmResult& r) {
+  fmt::print("{}", format_gemm(o, r));
   std::fflush(stdout);
 }
 

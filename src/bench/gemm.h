@@ -39,9 +39,12 @@ struct GemmOptions {
 };
 
 struct GemmResult {
-  std::string device;       // "cpu" or the GPU's name
-  std::string device_line;  // "cpu (model), 2 threads" or "cuda:0 NVIDIA H100 80GB HBM3, ..."
-  std::string dtype;        // the canonical name
+  std::string device;        // "cpu" or the GPU's name as the driver reports it
+  std::string device_line;   // "cpu (model), 2 threads" or "cuda:0 NVIDIA H100 80GB HBM3, ..."
+  std::string measured_on;   // "cpu" or "cuda:0"
+  int64_t visible_gpus = 0;  // GPUs libtorch sees (on ROCm too), whichever device was measured
+  int threads = 0;           // CPU intra-op threads (CPU runs)
+  std::string dtype;         // the canonical name
   int64_t m = 0, n = 0, k = 0;
   int64_t iterations = 0;
   int64_t successful = 0;    // products within `tolerance` of the reference
@@ -55,8 +58,11 @@ struct GemmResult {
 };
 
 GemmResult run_gemm(const GemmOptions& options);
-// The seed's lines: device, total time, successful iterations, success rate, average
-// performance in GFLOPS with thousands separators ("83,090.86"), and the share of the peak.
+// The seed's lines after a header stating what was measured: the device and the device count,
+// total time, successful iterations, success rate, average performance in GFLOPS with thousands
+// separators ("83,090.86"), and the share of the peak. format_gemm returns them; print_gemm
+// writes them to stdout.
+std::string format_gemm(const GemmOptions& options, const GemmResult& result);
 void print_gemm(const GemmOptions& options, const GemmResult& result);
 
 // 83090.857 -> "83,090.86" (two decimals, a comma every three digits).

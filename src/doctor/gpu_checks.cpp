@@ -43,6 +43,11 @@ void check_runtime_sees(Report& r, const char* tool, size_t listed, const char* 
         Verdict::kFail, fix);
 }
 
+// Which NUMA node each GPU hangs off, as the tool printed it.
+void add_numa(Report& r, const Topology& t, const char* tool) {
+  if (!t.numa_node.empty()) r.add("gpu", "NUMA", fmt::format("{} ({})", t.numa_summary(), tool));
+}
+
 void check_nvidia(Report& r) {
   auto table = run_tool("nvidia-smi", {});
   if (!table) return;
@@ -68,6 +73,7 @@ void check_nvidia(Report& r) {
             "some GPU pairs talk over PCIe or across sockets: all-reduce is slower there; keep a "
             "job's GPUs on one NVLink island (--gpus)");
     }
+    add_numa(r, t, "nvidia-smi topo -m");
   }
   check_runtime_sees(r, "nvidia-smi", smi.gpus.size(), "nvidia");
 }
@@ -99,6 +105,9 @@ void check_amd(Report& r) {
     }
     check_partitions(r, rows, "rocm-smi");
     listed = rows.size();
+    if (auto numa = run_tool("rocm-smi", {"--showtoponuma"})) {
+      add_numa(r, parse_rocm_smi_numa(*numa), "rocm-smi --showtoponuma");
+    }
   }
   if (auto text = run_tool("amd-smi", {"static", "--partition"})) {
     std::vector<GpuRow> rows = parse_amd_smi_partitions(*text);

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -96,9 +98,30 @@ bool Topology::all_nvlink() const {
   return true;
 }
 
+std::string Topology::numa_summary() const {
+  // Consecutive GPUs on one node print as a range: "GPU 0-3 on NUMA node 0".
+  std::string out;
+  auto it = numa_node.begin();
+  while (it != numa_node.end()) {
+    auto last = it;
+    auto next = std::next(it);
+    while (next != numa_node.end() && next->first == last->first + 1 &&
+           next->second == it->second) {
+      last = next++;
+    }
+    out += fmt::format("{}GPU {}{} on NUMA node {}", out.empty() ? "" : ", ", it->first,
+                       last->first == it->first ? "" : fmt::format("-{}", last->first), it->second);
+    it = next;
+  }
+  return out;
+}
+
 Topology parse_nvidia_topology(const std::string& matrix) {
+  //         GPU0    GPU1    NIC0    CPU Affinity    NUMA Affinity   GPU NUMA ID
+  // GPU0     X      NV18    SYS     0-51,104-155    0               N/A
   Topology t;
   std::vector<std::string> columns;
+  size_t numa_at = 0;  // the NUMA Affinity field's index in a GPU row; 0: none
   for (const std::string& line : lines_of(matrix)) {
     std::vector<std::string> w = words(line);
     if (w.empty()) continue;
@@ -110,6 +133,12 @@ Topology parse_nvidia_topology(const std::string& matrix) {
             columns.push_back(c);
         }
         t.gpus = columns;
+        // Device columns (GPUs, then NICs) come before "CPU Affinity", a single field in rows.
+        auto cpu = std::find(w.begin(), w.end(), "CPU");
+        if (cpu != w.end() && std::next(cpu) != w.end() && *std::next(cpu) == "Affinity" &&
+            std::find(cpu, w.end(), "NUMA") != w.end()) {
+          numa_at = static_cast<size_t>(cpu - w.begin()) + 2;  // name, devices, CPU Affinity
+        }
       }
       continue;
     }
@@ -119,6 +148,20 @@ Topology parse_nvidia_topology(const std::string& matrix) {
       int jj = std::stoi(columns[j].substr(3));
       if (jj > i) t.links[{i, jj}] = w[j + 1];
     }
+    if (numa_at > 0 && numa_at < w.size()) t.numa_node[i] = w[numa_at];
+  }
+  return t;
+}
+
+Topology parse_rocm_smi_numa(const std::string& text) {
+  // GPU[0]\t\t: (Topology) Numa Node: 0
+  static const std::regex node(R"(^\s*GPU\[(\d+)\]\s*:\s*\(Topology\) Numa Node:\s*(\S+))");
+  Topology t;
+  for (const std::string& line : lines_of(text)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, node)) continue;
+    int gpu = std::stoi(m[1]);
+    if (t.numa_node.emplace(gpu, m[2]).second) t.gpus.push_back(fmt::format("GPU{}", gpu));
   }
   return t;
 }

@@ -39,14 +39,21 @@ struct NvidiaSmi {
 };
 NvidiaSmi parse_nvidia_smi(const std::string& table);
 
-// `nvidia-smi topo -m`: link kind between each pair of GPUs ("NV18", "PIX", "SYS", ...).
+// The GPUs' topology: the link kind between each pair of GPUs ("NV18", "PIX", "SYS", ...) and
+// the NUMA node each GPU hangs off (a rank whose CPU memory is on another node crosses sockets
+// on every host copy).
 struct Topology {
   std::vector<std::string> gpus;                     // GPU0, GPU1, ...
   std::map<std::pair<int, int>, std::string> links;  // (i, j) with i < j
-  std::string summary() const;                       // "NV18 between all 8 GPUs", ...
+  std::map<int, std::string> numa_node;              // GPU index -> node as printed ("0", "N/A")
+  std::string summary() const;                       // "8 GPUs; GPU pairs by link: NV18 x28"
   bool all_nvlink() const;
+  std::string numa_summary() const;  // "GPU 0-3 on NUMA node 0, GPU 4-7 on NUMA node 1"
 };
+// `nvidia-smi topo -m`: the links, and the NUMA nodes from its "NUMA Affinity" column.
 Topology parse_nvidia_topology(const std::string& matrix);
+// `rocm-smi --showtoponuma`: the NUMA nodes ("GPU[0] : (Topology) Numa Node: 0"); no links.
+Topology parse_rocm_smi_numa(const std::string& text);
 
 // `rocm-smi` (the concise table): one row per GPU with partitions, VRAM% and GPU%.
 std::vector<GpuRow> parse_rocm_smi(const std::string& table);

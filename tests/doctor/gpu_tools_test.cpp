@@ -1,6 +1,7 @@
 // The GPU tools' parsers on outputs recorded on real machines (tests/fixtures/doctor/, sources
 // in SOURCES.md there): 8x H100 nvidia-smi, H100/A100 NVLink and PCIe-only topologies, 8x
-// MI300X rocm-smi in SPX and CPX modes (both table layouts), amd-smi static --partition.
+// MI300X rocm-smi in SPX and CPX modes (both table layouts), rocm-smi --showtoponuma, amd-smi
+// static --partition.
 #include "doctor/gpu_tools.h"
 
 #include <gtest/gtest.h>
@@ -53,6 +54,36 @@ TEST(GpuToolsTest, TopologyTellsNvlinkFromPcie) {
   ASSERT_EQ(pcie.gpus.size(), 4u);
   EXPECT_FALSE(pcie.all_nvlink());
   EXPECT_EQ(pcie.summary(), "4 GPUs; GPU pairs by link: NODE x6");
+}
+
+// Each GPU's NUMA node, from both vendors' tools: 8x H100 on two sockets, 4x L40S on one, and
+// rocm-smi's 8 GPUs on two nodes (whose "Numa Affinity" lines are not the node).
+TEST(GpuToolsTest, TopologyGivesEachGpusNumaNode) {
+  Topology h100 = parse_nvidia_topology(fixture("nvidia-smi-topo.txt"));
+  ASSERT_EQ(h100.numa_node.size(), 8u);
+  EXPECT_EQ(h100.numa_node.at(3), "0");
+  EXPECT_EQ(h100.numa_node.at(4), "1");
+  EXPECT_EQ(h100.numa_summary(), "GPU 0-3 on NUMA node 0, GPU 4-7 on NUMA node 1");
+  Topology pcie = parse_nvidia_topology(fixture("nvidia-smi-topo-pcie.txt"));
+  EXPECT_EQ(pcie.numa_summary(), "GPU 0-3 on NUMA node 0") << "not the GPU NUMA ID column (N/A)";
+
+  Topology amd = parse_rocm_smi_numa(fixture("rocm-smi-showtoponuma.txt"));
+  ASSERT_EQ(amd.gpus.size(), 8u);
+  EXPECT_TRUE(amd.links.empty());
+  EXPECT_EQ(amd.numa_node.at(0), "0");
+  EXPECT_EQ(amd.numa_node.at(7), "1");
+  EXPECT_EQ(amd.numa_summary(), "GPU 0-3 on NUMA node 0, GPU 4-7 on NUMA node 1");
+  // Neither tool's other outputs hold a NUMA placement.
+  EXPECT_TRUE(parse_rocm_smi_numa(fixture("rocm-smi-mi300x.txt")).numa_node.empty());
+}
+
+// GPUs interleaved across nodes stay one entry per run, in GPU order.
+TEST(GpuToolsTest, NumaSummaryGroupsRunsOfGpus) {
+  Topology t;
+  t.numa_node = {{0, "0"}, {1, "1"}, {2, "0"}, {3, "0"}, {5, "N/A"}};
+  EXPECT_EQ(t.numa_summary(),
+            "GPU 0 on NUMA node 0, GPU 1 on NUMA node 1, GPU 2-3 on NUMA node 0, GPU 5 on NUMA "
+            "node N/A");
 }
 
 TEST(GpuToolsTest, RocmSmiGivesPartitionsInBothLayouts) {

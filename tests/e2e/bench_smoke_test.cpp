@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "bench/gemm.h"
+#include "bench/peaks.h"
 #include "support/support.h"
 
 namespace ddpx {
@@ -27,8 +28,15 @@ TEST(BenchSmokeTest, GemmPrintsTheSeedsLines) {
              dtype),
         120);
     ASSERT_EQ(r.exit_code, 0) << dtype << "\n" << r.output;
-    EXPECT_TRUE(
-        std::regex_search(r.output, std::regex(R"(\nDevice: cpu \(.+\), [0-9]+ threads\n)")))
+    EXPECT_TRUE(std::regex_search(
+        r.output, std::regex(R"(\nDevice: cpu \(.+\), [0-9]+ threads\n)"
+                             R"(Device count: [0-9]+ GPU\(s\) visible; measured on cpu\n)")))
+        << r.output;
+    // The seed's lines in the seed's order, then the share of the peak.
+    EXPECT_TRUE(std::regex_search(
+        r.output, std::regex("\nDevice: [^\n]*\nDevice count: [^\n]*\nTotal time: [^\n]*\n"
+                             "Successful iterations: [^\n]*\nSuccess rate: [^\n]*\n"
+                             "Average performance: [^\n]*\nPeak: [^\n]*\n")))
         << r.output;
     EXPECT_NE(r.output.find("\nSuccessful iterations: 3/3 ("), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("\nSuccess rate: 100.00%\n"), std::string::npos) << r.output;
@@ -55,6 +63,58 @@ TEST(BenchSmokeTest, GemmGroupsThousands) {
   EXPECT_EQ(bench::with_thousands(999.994), "999.99");
   EXPECT_EQ(bench::with_thousands(1234567.0), "1,234,567.00");
   EXPECT_EQ(bench::with_thousands(0.5), "0.50");
+  EXPECT_EQ(bench::with_thousands(999999.999), "1,000,000.00") << "rounding carries a digit";
+  EXPECT_EQ(bench::with_thousands(-1234.5), "-1,234.50");
+  EXPECT_EQ(bench::with_thousands(100000.0), "100,000.00");
+}
+
+// The GPU form of the lines, from a result as an H100 would give it (no GPU needed to check
+// the formatting): the driver's name, the device count, GFLOPS grouped by thousands, and the
+// share of the peak the table holds for that exact name.
+TEST(BenchSmokeTest, GemmGpuLinesCarryTheCountThousandsAndShareOfPeak) {
+  bench::GemmOptions options;
+  options.warmup = 3;
+  bench::GemmResult r;
+  r.device = "NVIDIA H100 80GB HBM3";
+  r.device_line =
+      "cuda:0 NVIDIA H100 80GB HBM3, 79.1 GiB (0.5 GiB in use), 132 multiprocessors, "
+      "compute capability 9.0";
+  r.measured_on = "cuda:0";
+  r.visible_gpus = 8;
+  r.dtype = "bf16";
+  r.m = r.n = r.k = 8192;
+  r.iterations = r.successful = 20;
+  r.tolerance = 2e-2;
+  r.worst_error = 1.5e-3;
+  r.seconds_per_iteration = 2.0 * 8192.0 * 8192.0 * 8192.0 / 83090.857e9;
+  r.total_seconds = 20 * r.seconds_per_iteration;
+  r.tflops = 83.090857;
+  auto peak = bench::gpu_peak(r.device, r.dtype);
+  ASSERT_TRUE(peak.has_value());
+  r.peak_tflops = peak->tflops;
+  r.peak_basis = "published dense peak of the " + peak->label;
+  const std::string text = bench::format_gemm(options, r);
+  EXPECT_NE(text.find("\nDevice: cuda:0 NVIDIA H100 80GB HBM3, 79.1 GiB"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nDevice count: 8 GPU(s) visible; measured on cuda:0\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nTotal time: 264.653 ms (13.233 ms per multiply)\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nSuccessful iterations: 20/20 ("), std::string::npos) << text;
+  EXPECT_NE(text.find("\nSuccess rate: 100.00%\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nAverage performance: 83,090.86 GFLOPS (83.09 TFLOP/s, bf16 "
+                      "8192x8192x8192)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nPeak: 989.4 TFLOP/s (published dense peak of the H100 SXM); achieved "
+                      "8.4% of it\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.rfind("# ddpx bench gemm: C = A x B, m 8192 n 8192 k 8192, bf16 on NVIDIA H100 "
+                       "80GB HBM3, 20 iterations after 3 warm-up\n",
+                       0),
+            0u)
+      << text;
 }
 
 TEST(BenchSmokeTest, AllreduceTableHasNoWrongValuesOnEitherTransport) {

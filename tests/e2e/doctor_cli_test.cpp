@@ -37,7 +37,8 @@ Doctor doctor(const std::string& env) {
   return d;
 }
 
-// A folder of fake vendor tools: each prints a recorded output (topo for `nvidia-smi topo -m`).
+// A folder of fake vendor tools: each prints a recorded output (topo for `nvidia-smi topo -m`,
+// the NUMA nodes for `rocm-smi --showtoponuma`).
 std::string fake_tools(const test::TempDir& dir, const std::map<std::string, std::string>& tools) {
   std::string fixtures = test::source_dir() + "/tests/fixtures/doctor/";
   for (const auto& [name, body] : tools) {
@@ -46,6 +47,9 @@ std::string fake_tools(const test::TempDir& dir, const std::map<std::string, std
     if (name == "nvidia-smi")
       script += "[ \"$1\" = topo ] && exec cat " +
                 shell_quote(fixtures + "nvidia-smi-topo-pcie.txt") + "\n";
+    if (name == "rocm-smi")
+      script += "[ \"$1\" = --showtoponuma ] && exec cat " +
+                shell_quote(fixtures + "rocm-smi-showtoponuma.txt") + "\n";
     script += "exec cat " + shell_quote(fixtures + body) + "\n";
     test::write_bytes(path, script);
     ::chmod(path.c_str(), 0755);
@@ -93,6 +97,8 @@ TEST(DoctorCliTest, NvidiaHostShowsDriverGpusProcessesAndPcieTopology) {
   EXPECT_EQ(gpu0["verdict"], "warn") << "a GPU with other processes on it is not free";
   EXPECT_EQ(d.get("gpu", "topology")["value"], "4 GPUs; GPU pairs by link: NODE x6");
   EXPECT_EQ(d.get("gpu", "topology")["verdict"], "warn");
+  ASSERT_NE(d.get("gpu", "NUMA"), nullptr) << d.output;
+  EXPECT_EQ(d.get("gpu", "NUMA")["value"], "GPU 0-3 on NUMA node 0 (nvidia-smi topo -m)");
   // The tools list 8 GPUs that libtorch cannot use here: a failure with the reason.
   auto runtime = d.get("gpu", "runtime");
   ASSERT_NE(runtime, nullptr) << d.output;
@@ -125,6 +131,22 @@ TEST(DoctorCliTest, Mi300xPartitionsMustBeNps1AndSpx) {
   ASSERT_NE(from_amd, nullptr) << amd.output;
   EXPECT_EQ(from_amd["value"], "NPS4, CPX (amd-smi)");
   EXPECT_EQ(from_amd["verdict"], "fail");
+}
+
+// The AMD topology: each GPU's NUMA node, as `rocm-smi --showtoponuma` prints it.
+TEST(DoctorCliTest, AmdHostShowsEachGpusNumaNode) {
+  test::TempDir dir;
+  Doctor d = doctor(fake_tools(dir, {{"rocm-smi", "rocm-smi-mi300x.txt"}}));
+  auto numa = d.get("gpu", "NUMA");
+  ASSERT_NE(numa, nullptr) << d.output;
+  EXPECT_EQ(numa["value"],
+            "GPU 0-3 on NUMA node 0, GPU 4-7 on NUMA node 1 (rocm-smi --showtoponuma)");
+  EXPECT_EQ(numa["verdict"], "ok");
+  auto text = run_command(
+      fake_tools(dir, {{"rocm-smi", "rocm-smi-mi300x.txt"}}) + " " + test::ddpx_command("doctor"),
+      120);
+  EXPECT_NE(text.output.find("GPU 0-3 on NUMA node 0, GPU 4-7 on NUMA node 1"), std::string::npos)
+      << text.output;
 }
 
 TEST(DoctorCliTest, OtherJobsReservationsAreListed) {
