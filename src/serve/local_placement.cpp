@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/subprocess.h"
+#include "launch/host.h"
 #include "launch/job_record.h"
 #include "serve/job_files.h"
 
@@ -40,7 +41,17 @@ const launch::JobRecord* record_of(const std::vector<launch::JobRecord>& records
 }  // namespace
 
 LocalPlacement::LocalPlacement(Store& store, SchedulerOptions options)
-    : store_(store), options_(std::move(options)) {}
+    : store_(store), options_(std::move(options)) {
+  // Slot i is the i-th visible GPU, as the launcher and the host's table name it: the ids of
+  // CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES when set.
+  if (!options_.gpus.empty()) {
+    std::vector<std::string> visible = launch::detect_gpus().ids;
+    for (int slot : options_.gpus)
+      gpu_ids_[slot] = slot >= 0 && static_cast<size_t>(slot) < visible.size()
+                           ? visible[static_cast<size_t>(slot)]
+                           : std::to_string(slot);
+  }
+}
 
 int LocalPlacement::slots() const {
   return options_.gpus.empty() ? options_.cpu_slots : static_cast<int>(options_.gpus.size());
@@ -68,13 +79,14 @@ bool LocalPlacement::start(Job& job) {
     chosen.clear();
     std::vector<std::string> devices;
     for (int i = 0; i < slots() && static_cast<int>(chosen.size()) < job.workers; ++i) {
-      if (used.count(i)) continue;
+      int slot = options_.gpus.empty() ? i : options_.gpus[static_cast<size_t>(i)];
+      if (used.count(slot)) continue;
       if (!options_.gpus.empty()) {
-        const std::string& id = options_.gpus[static_cast<size_t>(i)];
+        const std::string& id = gpu_ids_.at(slot);
         if (held.count(id)) continue;
         devices.push_back(id);
       }
-      chosen.push_back(i);
+      chosen.push_back(slot);
     }
     if (static_cast<int>(chosen.size()) < job.workers) throw NoRoom{};
     return devices;
@@ -185,8 +197,7 @@ void LocalPlacement::snapshot(const Job& job) {
 void LocalPlacement::launch(Job& job, std::vector<launch::PortReservation> ports,
                             launch::HostReservation hold) {
   std::string devices;
-  for (int slot : job.slots)
-    devices += (devices.empty() ? "" : ",") + options_.gpus[static_cast<size_t>(slot)];
+  for (int slot : job.slots) devices += (devices.empty() ? "" : ",") + gpu_ids_.at(slot);
   job.ports.clear();
   for (auto& p : ports) {
     job.ports.push_back(p.port());

@@ -52,8 +52,9 @@ class LocalPlacement : public Placement {
   SchedulerOptions options_;
   std::map<int64_t, std::vector<launch::PortReservation>> ports_;
   std::map<int64_t, launch::HostReservation> holds_;  // until each job's launcher takes over
-  std::set<int> children_;     // launchers this service started and has not yet waited for
-  std::map<int, int> exited_;  // those it waited for while their job ran: pid -> exit code
+  std::map<int, std::string> gpu_ids_;  // each GPU slot's id, as the launcher names it
+  std::set<int> children_;              // launchers this service started and has not yet waited for
+  std::map<int, int> exited_;           // those it waited for while their job ran: pid -> exit code
 };
 
 }  // namespace ddpx::serve

@@ -25,7 +25,7 @@ class Placement;
 struct SchedulerOptions {
   std::string state_dir;
   std::string ddpx_path;               // the `ddpx` binary jobs run
-  std::vector<std::string> gpus;       // the host's GPU ids (slot i is gpus[i]); empty: CPU slots
+  std::vector<int> gpus;               // the host's GPU ids; empty: CPU slots
   int cpu_slots = 1;                   // slots on a host without GPUs
   int user_quota = 0;                  // devices one user may hold at once; 0: no limit
   std::optional<SlurmSettings> slurm;  // set: hand jobs to Slurm

@@ -90,7 +90,7 @@ int run_service(const ServeOptions& o) {
     so.slurm = o.slurm;
   } else {
     launch::GpuInfo gpus = launch::detect_gpus();
-    so.gpus = gpus.ids;  // as CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES name them
+    for (size_t i = 0; i < gpus.ids.size(); ++i) so.gpus.push_back(static_cast<int>(i));
     so.cpu_slots = o.slots > 0 ? o.slots : launch::usable_cpu_count();
   }
   so.user_quota = o.user_quota;

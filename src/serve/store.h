@@ -32,7 +32,7 @@ struct Job {
   int nodes = 1;  // with Slurm: the nodes the workers spread over (evenly)
   int extra_ports = 0;
   JobState state = JobState::kQueued;
-  std::vector<int> slots;  // device slots: indexes into the host's visible GPUs, or CPU slots
+  std::vector<int> slots;  // device slots (GPU ids, or CPU slots 0..N-1)
   std::vector<int> ports;  // [0]: the job's rendezvous port, then its extra ports
   int pid = 0;             // the `ddpx run` launcher while running
   std::string log_dir;     // the launcher's log folder
