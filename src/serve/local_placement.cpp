@@ -196,8 +196,11 @@ void LocalPlacement::snapshot(const Job& job) {
 
 void LocalPlacement::launch(Job& job, std::vector<launch::PortReservation> ports,
                             launch::HostReservation hold) {
-  std::string devices;
-  for (int slot : job.slots) devices += (devices.empty() ? "" : ",") + gpu_ids_.at(slot);
+  std::string devices = "none";  // CPU slots: no GPU
+  if (!options_.gpus.empty()) {
+    devices.clear();
+    for (int slot : job.slots) devices += (devices.empty() ? "" : ",") + gpu_ids_.at(slot);
+  }
   job.ports.clear();
   for (auto& p : ports) {
     job.ports.push_back(p.port());
@@ -213,7 +216,7 @@ void LocalPlacement::launch(Job& job, std::vector<launch::PortReservation> ports
                                    "--master_port",
                                    std::to_string(job.ports[0]),
                                    "--gpus",
-                                   options_.gpus.empty() ? "none" : devices,
+                                   devices,
                                    "--tee",
                                    "none",
                                    "--"};
