@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "launch/job_control.h"
 #include "launch_helpers.h"
 
 namespace ddpx::launch::testing {
@@ -114,6 +115,9 @@ TEST(ReservationTest, ALauncherTakesOverTheRecordItsServiceHeldForIt) {
     HostReservation::acquire(wrong, first_free, "svc7");
   });
   EXPECT_TRUE(contains(error, "DDPX_RESERVATION=svc7 but the job is named 'svc8'")) << error;
+  // `ddpx stop` does not signal the service that holds it.
+  error = test::usage_error([&] { stop_job("svc7", 1); });
+  EXPECT_TRUE(contains(error, "job svc7 is starting")) << error;
   // The launcher named svc7 may: the record becomes its own, holding GPU 1.
   JobRecord launcher;
   launcher.id = "svc7";
