@@ -88,8 +88,11 @@ int usable_cpu_count() {
 
 GpuInfo detect_gpus() {
   GpuInfo info;
-  int nvidia = count_devices("/dev", std::regex("nvidia[0-9]+"));
-  if (nvidia == 0 && fs::exists("/dev/nvidiactl")) nvidia = count_nvidia_smi_gpus();
+  // Where the device nodes are: /dev, or DDPX_DEVICE_DIR (a container that mounts them
+  // elsewhere; the tests, which lay out nvidia0, kfd and dri/renderD128 as plain files).
+  std::string dev = env::get_or("DDPX_DEVICE_DIR", "/dev");
+  int nvidia = count_devices(dev.c_str(), std::regex("nvidia[0-9]+"));
+  if (nvidia == 0 && fs::exists(dev + "/nvidiactl")) nvidia = count_nvidia_smi_gpus();
   if (nvidia > 0) {
     info.vendor = GpuVendor::kNvidia;
     // A scheduler (Slurm, a container runtime) may already have narrowed the set: its ids win.
@@ -97,8 +100,8 @@ GpuInfo detect_gpus() {
     info.ids = visible ? split(*visible, ',') : numbered(nvidia);
     return info;
   }
-  if (fs::exists("/dev/kfd")) {
-    int amd = count_devices("/dev/dri", std::regex("renderD[0-9]+"));
+  if (fs::exists(dev + "/kfd")) {
+    int amd = count_devices((dev + "/dri").c_str(), std::regex("renderD[0-9]+"));
     if (amd > 0) {
       info.vendor = GpuVendor::kAmd;
       auto visible = env::get("HIP_VISIBLE_DEVICES");

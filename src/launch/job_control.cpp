@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "launch/reservation.h"
 #include "launch/worker_output.h"
 
 namespace ddpx::launch {
@@ -117,6 +118,11 @@ JobRecord signallable_job(const std::string& dir, const std::string& id, const c
   JobRecord job = find_job(dir, id);
   DDPX_CHECK(job.state == JobState::kLive, ErrorKind::kUsage, "job {} is not running (it is {})",
              id, state_text(job));
+  // A job service's hold for a job whose launcher is starting: its pid is the service's.
+  DDPX_CHECK(job.kind != kStartingKind, ErrorKind::kUsage,
+             "job {} is starting (its launcher takes over within a second); {} it again then, "
+             "or through its job service",
+             id, verb);
   int me = static_cast<int>(::getuid());
   DDPX_CHECK(me == 0 || me == job.uid, ErrorKind::kUsage,
              "job {} belongs to user {}; only its owner or root can {} it", id, job.user, verb);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <optional>
@@ -127,6 +128,9 @@ int run_job(const LaunchOptions& options) {
     return plan.gpu_ids;
   };
   std::optional<HostReservation> reservation;
+  // A job service's job: the service holds its devices under this id until we take them over.
+  std::string takes_over = env::get_or("DDPX_RESERVATION", "");
+  ::unsetenv("DDPX_RESERVATION");  // not the workers': a `ddpx run` of theirs is a job of its own
   if (shell) {
     plan = make_plan(options, host, port);
     open_logs(options, plan, log_dir, outputs);
@@ -141,7 +145,7 @@ int run_job(const LaunchOptions& options) {
     draft.workers = options.nproc_per_node;
     draft.log_dir = log_dir;
     draft.command = command_line(options.command);
-    reservation.emplace(HostReservation::acquire(std::move(draft), choose_devices));
+    reservation.emplace(HostReservation::acquire(std::move(draft), choose_devices, takes_over));
   }
   constexpr char start[] =
       "job {}: {} worker(s) on node {} of {} (world size {}), master {}:{}, {} thread(s) each, "

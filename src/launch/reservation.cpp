@@ -84,10 +84,22 @@ std::string new_job_id() {
   return fmt::format("{:06x}", (entropy() ^ static_cast<unsigned>(::getpid())) & 0xffffff);
 }
 
-HostReservation HostReservation::acquire(JobRecord draft, const DeviceChooser& choose) {
+HostReservation HostReservation::acquire(JobRecord draft, const DeviceChooser& choose,
+                                         const std::string& takes_over) {
   std::string dir = jobs_dir();
   FolderLock lock(dir);
   std::vector<JobRecord> live = live_jobs(dir);
+  if (!takes_over.empty()) {
+    DDPX_CHECK(draft.id == takes_over, ErrorKind::kUsage,
+               "DDPX_RESERVATION={} but the job is named '{}'; a job takes over only its own "
+               "reservation (unset DDPX_RESERVATION)",
+               takes_over, draft.id);
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](const JobRecord& r) {
+                                return r.id == takes_over && r.kind == kStartingKind;
+                              }),
+               live.end());
+  }
   auto live_id = [&](const std::string& id) {
     return std::any_of(live.begin(), live.end(), [&](const JobRecord& r) { return r.id == id; });
   };

@@ -7,6 +7,12 @@
 //
 // The reservation ends with the object (finish() records the exit code) or with the process:
 // a killed job's lock goes with it and the next reader sees the record as lost.
+//
+// This one table serves every kind of job on the host: `ddpx run`, `ddpx shell` and the jobs of
+// `ddpx serve`. The service reserves a job's devices here before it starts the job's launcher
+// (a record of kind "starting", held by the service); the launcher, told the id in
+// DDPX_RESERVATION, takes that record over under the same lock (acquire's `takes_over`), so
+// the devices are never free in between and a direct launch can never be given them.
 #pragma once
 
 #include <functional>
@@ -26,6 +32,9 @@ std::vector<std::string> free_devices(const std::vector<std::string>& visible, i
 void check_devices_free(const std::vector<std::string>& requested,
                         const std::vector<JobRecord>& live);
 
+// The kind of a record that a job service holds for a job whose launcher is starting.
+inline constexpr const char* kStartingKind = "starting";
+
 // A random 6-hex-digit job id.
 std::string new_job_id();
 
@@ -36,7 +45,11 @@ class HostReservation {
 
   // `draft` has everything but devices, uid/user/pid and start time, which acquire() fills.
   // An empty draft.id gets a fresh random one; a given id that a live job has is refused.
-  static HostReservation acquire(JobRecord draft, const DeviceChooser& choose);
+  // `takes_over`: the id of a live "starting" record (a job service's hold for this job, which
+  // must be draft.id): it is not counted as live, and the new record replaces it, so that the
+  // chooser may give the devices it holds. Not live (the service was killed): ignored.
+  static HostReservation acquire(JobRecord draft, const DeviceChooser& choose,
+                                 const std::string& takes_over = "");
 
   HostReservation(HostReservation&& other) noexcept;
   HostReservation& operator=(HostReservation&&) = delete;

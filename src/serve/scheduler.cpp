@@ -19,7 +19,6 @@ constexpr auto kTick = std::chrono::milliseconds(200);
 
 Scheduler::Scheduler(Store& store, SchedulerOptions options)
     : store_(store), options_(std::move(options)), placement_(make_placement(store, options_)) {
-  std::filesystem::create_directories(options_.state_dir + "/jobs");
   std::filesystem::create_directories(options_.state_dir + "/logs");
   tick();  // re-adopt or close what ran before a restart, before serving requests
   loop_ = std::thread([this] {

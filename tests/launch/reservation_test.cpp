@@ -1,15 +1,17 @@
 // Host-wide reservations: the device choice against live jobs, and real processes racing for
 // the same GPUs through the shared job folder (the GPU ids are the test's; the locking, files
-// and records are the real ones).
+// and records are the real ones), and the hand-over of a job service's hold to its launcher.
 #include "launch/reservation.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <set>
 
 #include "core/error.h"
+#include "launch/job_control.h"
 #include "launch_helpers.h"
 
 namespace ddpx::launch::testing {
@@ -78,6 +80,64 @@ TEST(ReservationTest, ConcurrentJobsNeverGetTheSameGpu) {
   ASSERT_EQ(jobs.size(), 4u);
   for (const JobRecord& r : jobs) EXPECT_EQ(r.state, JobState::kEnded) << r.id;
   EXPECT_EQ(free_devices(visible, 4, live_jobs(dir.file("jobs"))), visible);
+  ::unsetenv("DDPX_JOBS_DIR");
+}
+
+// A job service holds a job's GPU in a "starting" record before the job's launcher runs; the
+// launcher takes that record over (the GPU is never free in between), and nobody else can.
+TEST(ReservationTest, ALauncherTakesOverTheRecordItsServiceHeldForIt) {
+  test::TempDir dir;
+  ::setenv("DDPX_JOBS_DIR", dir.file("jobs").c_str(), 1);
+  const std::vector<std::string> visible = {"0", "1"};
+  pid_t service = ::fork();
+  if (service == 0) {
+    JobRecord claim;
+    claim.id = "svc7";
+    claim.kind = kStartingKind;
+    auto held = HostReservation::acquire(
+        claim, [](const std::vector<JobRecord>&) { return std::vector<std::string>{"1"}; });
+    test::write_bytes(dir.file("held"), "1");
+    ::sleep(30);
+    ::_exit(0);
+  }
+  ASSERT_TRUE(wait_for_file(dir.file("held"), 20));
+  auto first_free = [&](const std::vector<JobRecord>& live) {
+    return std::vector<std::string>{free_devices(visible, 1, live).front()};
+  };
+  // Another job does not see GPU 1 free, nor may it take the record over under another name.
+  JobRecord other;
+  other.id = "other";
+  EXPECT_EQ(HostReservation::acquire(other, first_free).record().devices,
+            std::vector<std::string>{"0"});
+  std::string error = test::usage_error([&] {
+    JobRecord wrong;
+    wrong.id = "svc8";
+    HostReservation::acquire(wrong, first_free, "svc7");
+  });
+  EXPECT_TRUE(contains(error, "DDPX_RESERVATION=svc7 but the job is named 'svc8'")) << error;
+  // `ddpx stop` does not signal the service that holds it.
+  error = test::usage_error([&] { stop_job("svc7", 1); });
+  EXPECT_TRUE(contains(error, "job svc7 is starting")) << error;
+  // The launcher named svc7 may: the record becomes its own, holding GPU 1.
+  JobRecord launcher;
+  launcher.id = "svc7";
+  launcher.kind = "run";
+  HostReservation taken = HostReservation::acquire(
+      launcher,
+      [&](const std::vector<JobRecord>& live) {
+        check_devices_free({"1"}, live);
+        return std::vector<std::string>{"1"};
+      },
+      "svc7");
+  ::kill(service, SIGKILL);  // the service's hold ends; the launcher's goes on
+  wait_exit_code(service, 20);
+  auto live = live_jobs(dir.file("jobs"));
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].id, "svc7");
+  EXPECT_EQ(live[0].kind, "run");
+  EXPECT_EQ(live[0].pid, static_cast<int>(::getpid()));
+  EXPECT_EQ(live[0].devices, std::vector<std::string>{"1"});
+  taken.finish(0);
   ::unsetenv("DDPX_JOBS_DIR");
 }
 
