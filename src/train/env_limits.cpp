@@ -17,8 +17,8 @@ struct Variable {
 };
 constexpr Variable kVariables[] = {
     {"DDPX_EPOCHS", "--num_epochs {}"},
-    {"DDPX_MAX_STEPS", "at most {} batches per epoch"},
-    {"DDPX_MAX_TEST_BATCHES", "at most {} test batches"},
+    {"DDPX_MAX_STEPS", "train batches per epoch <= {}"},
+    {"DDPX_MAX_TEST_BATCHES", "test batches <= {}"},
     {"DDPX_BATCH_SIZE", "--batch_size {} --eval_batch_size {}"},
 };
 

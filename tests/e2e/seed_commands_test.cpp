@@ -30,8 +30,8 @@ void expect_seed_run(const test::CommandResult& r) {
   EXPECT_TRUE(has(r.output, "Auto-detected num_workers: ")) << r.output;
   EXPECT_TRUE(has(r.output,
                   "limits from the environment: DDPX_EPOCHS=1 (--num_epochs 1) | DDPX_MAX_STEPS=1 "
-                  "(at most 1 batches per epoch) | DDPX_MAX_TEST_BATCHES=1 (at most 1 test "
-                  "batches) | DDPX_BATCH_SIZE=2 (--batch_size 2 --eval_batch_size 2)"))
+                  "(train batches per epoch <= 1) | DDPX_MAX_TEST_BATCHES=1 (test batches <= 1) | "
+                  "DDPX_BATCH_SIZE=2 (--batch_size 2 --eval_batch_size 2)"))
       << r.output;
   EXPECT_TRUE(has(r.output, "world size 2 (")) << r.output;
   EXPECT_TRUE(has(r.output, "Epoch - 0/1: time - ")) << r.output;

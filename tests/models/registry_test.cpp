@@ -166,9 +166,6 @@ TEST(ResNetInitTest, MatchesTorchvisionInitialisation) {
   EXPECT_GT(params["fc.weight"].std().item<double>(), 0.5 * bound / std::sqrt(3.0));
 }
 
-}  // namespace
-}  // namespace ddpx::models
-
 // The sizes each model takes: 28 px (Fashion-MNIST) is raised to 32 for the ViTs' 16- and
 // 32-px patches and for VGG and DenseNet; 32 px (CIFAR) suits every model, and a size a model
 // takes is kept.
@@ -199,3 +196,6 @@ TEST(FitImageSizeTest, DenseNetRunsAtTheFittedSize) {
   EXPECT_EQ(model.forward(torch::randn({1, 3, size, size})).sizes(), (std::vector<int64_t>{1, 10}));
   EXPECT_ANY_THROW(model.forward(torch::randn({1, 3, 28, 28})));
 }
+
+}  // namespace
+}  // namespace ddpx::models
