@@ -90,7 +90,9 @@ TEST(SeedCommandsTest, ArchiveAloneIsUnpackedAndMissingDataNamesTheDownload) {
   write_seed_data(dir.path(), SeedData::kCifar100Archive);
   auto info = test::run_seed_command(dir.path(), "ddpx data info cifar100");
   ASSERT_EQ(info.exit_code, 0) << info.output;
-  EXPECT_TRUE(has(info.output, "cifar100: train 16 test 8 images of 32x32x3, 100 classes"))
+  EXPECT_TRUE(has(info.output,
+                  "cifar100: train 16 test 8 images of 32x32x3, 100 classes, from "
+                  "data/cifar-100-python\n"))
       << info.output;
 
   test::TempDir empty;
