@@ -58,7 +58,13 @@ void apply_env_limits(TrainOptions& o) {
   }
 }
 
-std::string env_limits_line() {
+std::string env_limits_line(const TrainOptions& o) {
+  TrainOptions applied = o;
+  apply_env_limits(applied);
+  if (applied.num_epochs != o.num_epochs || applied.limit_train_batches != o.limit_train_batches ||
+      applied.limit_test_batches != o.limit_test_batches || applied.batch_size != o.batch_size ||
+      applied.eval_batch_size != o.eval_batch_size)
+    return "";
   std::string line;
   for (const EnvLimit& limit : env_limits()) {
     line += fmt::format("{}{}={} ({})", line.empty() ? "limits from the environment: " : " | ",

@@ -30,7 +30,9 @@ std::vector<EnvLimit> env_limits();
 // Applies env_limits() to `options`.
 void apply_env_limits(TrainOptions& options);
 
-// "limits from the environment: DDPX_EPOCHS=1 (--num_epochs 1) | ..." or "" when none is set.
-std::string env_limits_line();
+// "limits from the environment: DDPX_EPOCHS=1 (--num_epochs 1) | ..." when `options` carry the
+// limits set (apply_env_limits() ran on them: `ddpx train` applies them, a benchmark that
+// builds its own options does not); "" when none is set or they were not applied.
+std::string env_limits_line(const TrainOptions& options);
 
 }  // namespace ddpx::train

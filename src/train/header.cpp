@@ -30,7 +30,7 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
   f.data_source = splits.source;
   f.resize_reason = input_size(o, d.height()).reason;
   f.loader_workers = loader_workers(o);
-  f.env_limits = env_limits_line();
+  f.env_limits = env_limits_line(o);
 }
 
 std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {

@@ -40,7 +40,7 @@ struct RunFacts {
   std::string data_source;    // the folder the dataset was read from, or "generated"
   std::string resize_reason;  // why the images are resized, when ddpx chose it
   int loader_workers = 0;
-  std::string env_limits;  // env_limits_line()
+  std::string env_limits;  // env_limits_line(): the environment's limits this run applied
 };
 
 // The facts read off the job, the data set and the model. Collective: every rank names its
