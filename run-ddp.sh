@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # run-ddp.sh: the seed's launcher command line, kept for users' scripts. It translates the
-# seed's positional forms into `ddpx run` (docs/launcher.md) and execs it.
+# seed's positional forms into `ddpx run` (docs/launcher.md) and execs it. Its training runs
+# default to the seed's workload: CIFAR-100 from ./data at the model's input size.
 set -euo pipefail
 
 usage() {
   cat <<'USAGE'
 Usage:
   run-ddp.sh NPROC script_single_node "ARGS"
-      -> ddpx run NPROC -- train ARGS
+      -> ddpx run NPROC -- train [SEED_DEFAULTS] ARGS
   run-ddp.sh NPROC NNODES|auto MASTER_ADDR script_multi_node "ARGS"
       -> ddpx run NPROC --nnodes NNODES --node_rank NODE_RANK
-                        --master_addr MASTER_ADDR --master_port MASTER_PORT -- train ARGS
+                        --master_addr MASTER_ADDR --master_port MASTER_PORT
+                        -- train [SEED_DEFAULTS] ARGS
   run-ddp.sh NPROC
       -> ddpx shell NPROC   (interactive: your shell with NPROC devices and a port reserved)
   run-ddp.sh --help
@@ -19,6 +21,10 @@ Usage:
   NNODES|auto  number of nodes; auto = $SLURM_NNODES, else $NNODES, else 1
   MASTER_ADDR  address of node 0, reachable from every node
   ARGS         arguments for `ddpx train`, one quoted string (e.g. "--model resnet18 --num_epochs 2")
+  SEED_DEFAULTS the seed's workload, each part only when ARGS do not choose it (nor --recipe):
+               --dataset cifar100 (read from ./data: data/cifar-100-python/ or its .tar.gz;
+               `ddpx data download cifar100 --data_dir data` fetches it)
+               --image_size model (the model's input size: 224x224 for the ResNets)
   A script name other than script_single_node / script_multi_node is run as the program
   (found on PATH or by path) instead of `ddpx train`.
 
@@ -37,6 +43,23 @@ die_usage() {
 }
 
 is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+
+# has_flag FLAG WORDS...: is FLAG among the words, as `FLAG VALUE` or `FLAG=VALUE`?
+has_flag() {
+  local flag=$1 word
+  shift
+  for word in "$@"; do
+    [[ "$word" == "$flag" || "$word" == "$flag="* ]] && return 0
+  done
+  return 1
+}
+
+# The seed's training defaults that ARGS leave open (see SEED_DEFAULTS in the usage).
+seed_defaults() {
+  has_flag --recipe "$@" && return 0  # a recipe names its own data
+  has_flag --dataset "$@" || printf '%s\n' --dataset cifar100
+  has_flag --image_size "$@" || printf '%s\n' --image_size model
+}
 
 find_ddpx() {
   local here
@@ -104,5 +127,11 @@ extra_args=(${script_args})
 run_args=(${DDPX_RUN_ARGS:-})
 set +f
 
-exec "$ddpx" run "$nproc" "${launcher_flags[@]}" "${run_args[@]}" -- "$(program_for "$script")" \
-  "${extra_args[@]}"
+program=$(program_for "$script")
+defaults=()
+if [[ "$program" == train ]]; then
+  mapfile -t defaults < <(seed_defaults "${extra_args[@]}")
+fi
+
+exec "$ddpx" run "$nproc" "${launcher_flags[@]}" "${run_args[@]}" -- "$program" \
+  "${defaults[@]}" "${extra_args[@]}"

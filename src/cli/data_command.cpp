@@ -51,16 +51,18 @@ void add_data_command(CLI::App& app, int& exit_code) {
              "mnist, fashion-mnist, cifar10, cifar100 or synthetic")
       ->required();
   info->add_option("--data_dir", args->data_dir,
-                   "Folder holding the files (default: ./data/NAME; fashion-mnist: "
-                   "/usr/share/datasets/fashion-mnist when installed)");
+                   "Folder holding the files (default: data/NAME; CIFAR: also data itself, "
+                   "the original's layout; fashion-mnist: /usr/share/datasets/fashion-mnist "
+                   "when installed)");
   info->callback([args, &exit_code] {
     data::DatasetSpec spec;
     spec.dataset = args->dataset;
     spec.data_dir = args->data_dir;
     data::DatasetSplits splits = data::load_dataset(spec);
     const auto& t = splits.train;
-    log::out("{}: train {} test {} images of {}x{}x{}, {} classes", data::name(args->dataset),
-             t.size(), splits.test.size(), t.height(), t.width(), t.channels(), t.num_classes);
+    log::out("{}: train {} test {} images of {}x{}x{}, {} classes, from {}",
+             data::name(args->dataset), t.size(), splits.test.size(), t.height(), t.width(),
+             t.channels(), t.num_classes, splits.source);
     log::out("mean {} std {}", fmt::join(splits.mean, " "), fmt::join(splits.std, " "));
     exit_code = 0;
   });

@@ -1,6 +1,10 @@
 #include "cli/model_data_flags.h"
 
+#include <map>
+
 #include "cli/choices.h"
+#include "models/zoo/registry.h"
+#include "train/options.h"
 
 namespace ddpx::cli {
 
@@ -14,7 +18,10 @@ data::DatasetSpec ModelDataOptions::dataset_spec() const {
 }
 
 int64_t ModelDataOptions::input_size() const {
-  return image_size > 0 ? image_size : data::dataset_shape(dataset_spec()).image_size;
+  const models::ModelInfo& info = models::find_model(model);
+  if (image_size == train::kModelImageSize) return info.default_image_size;
+  if (image_size > 0) return image_size;
+  return models::fit_image_size(info, data::dataset_shape(dataset_spec()).image_size);
 }
 
 void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
@@ -26,7 +33,12 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
   cmd->add_option("--data_dir", o.data_dir,
                   "dataset folder (default: the dataset's own; "
                   "fashion-mnist: Debian's dataset-fashion-mnist)");
-  cmd->add_option("--image_size", o.image_size, "resize images to this square (0: native size)");
+  cmd->add_option("--image_size", o.image_size,
+                  "input size: N pixels square, model (the model's own: 224 for the ResNets) or 0 "
+                  "(the dataset's, resized up where the model needs more)")
+      ->transform(CLI::Transformer(std::map<std::string, std::string>{
+                                       {"model", std::to_string(train::kModelImageSize)}})
+                      .description(""));
   cmd->add_option("--synthetic_image", o.synthetic_image, "synthetic: image height = width");
   cmd->add_option("--synthetic_classes", o.synthetic_classes, "synthetic: classes");
 }

@@ -17,13 +17,14 @@ struct ModelDataOptions {
   models::Stem stem = models::Stem::kImagenet;
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;          // empty: the dataset's default folder
-  int64_t image_size = 0;        // 0: the dataset's native size; otherwise resized to it
+  int64_t image_size = 0;        // 0: the dataset's native size; -1: the model's; else N
   int64_t synthetic_image = 32;  // --dataset synthetic: height = width
   int64_t synthetic_classes = 10;
 
   // The dataset to load (or whose shape to take), synthetic sizes included.
   data::DatasetSpec dataset_spec() const;
-  // The square side the model sees: --image_size, else the dataset's native size.
+  // The square side the model sees: --image_size N, the model's own size (--image_size model),
+  // else the dataset's native size fitted to the model (train/data_setup.h's rule).
   int64_t input_size() const;
 };
 

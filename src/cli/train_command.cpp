@@ -7,6 +7,7 @@
 #include "cli/model_data_flags.h"
 #include "cli/recommendations.h"
 #include "core/error.h"
+#include "train/env_limits.h"
 #include "train/options.h"
 #include "train/recipes.h"
 #include "train/trainer.h"
@@ -107,7 +108,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   // running
   cmd->add_option("--threads", o->threads,
                   "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
-  cmd->add_option("--loader_workers", o->loader_workers, "data loader threads");
+  cmd->add_option("--loader_workers", o->loader_workers,
+                  "data loader threads (0: chosen from the cores per rank, at most 8)");
   cmd->add_option("--limit_train_batches", o->limit_train_batches, "batches per epoch (0: all)");
   cmd->add_option("--limit_test_batches", o->limit_test_batches, "test batches (0: all)");
   cmd->add_option("--log_every", o->log_every, "report test accuracy every N epochs");
@@ -168,6 +170,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
     o->image_size = md->image_size;
     o->synthetic_image = md->synthetic_image;
     o->synthetic_classes = md->synthetic_classes;
+    train::apply_env_limits(*o);  // DDPX_EPOCHS and the like, named in the header
     train::run_training(*o);
     exit_code = 0;
   });

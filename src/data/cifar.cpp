@@ -106,6 +106,17 @@ std::vector<std::string> class_names(const fs::path& folder, bool binary, bool c
 
 }  // namespace
 
+bool holds_cifar(const std::string& name, const std::string& dir) {
+  const bool cifar100 = name == "cifar100";
+  if (is_python_folder(dir, cifar100) || is_binary_folder(dir, cifar100)) return true;
+  Layout layout = layout_of(cifar100);
+  for (const auto& folder : layout.folders)
+    if (fs::is_directory(fs::path(dir) / folder)) return true;
+  for (const auto& archive : layout.archives)
+    if (fs::is_regular_file(fs::path(dir) / archive)) return true;
+  return false;
+}
+
 DatasetSplits load_cifar_dataset(const std::string& name, const std::string& dir) {
   bool cifar100 = name == "cifar100";
   fs::path folder = find_folder(name, dir, cifar100);
@@ -128,6 +139,7 @@ DatasetSplits load_cifar_dataset(const std::string& name, const std::string& dir
     splits.test.class_names = names;
   }
   channel_stats(splits.train.images, splits.mean, splits.std);
+  splits.source = folder.string();
   return splits;
 }
 

@@ -13,4 +13,7 @@ namespace ddpx::data {
 // name: "cifar10" or "cifar100"; dir: the data_dir holding the folder or archive.
 DatasetSplits load_cifar_dataset(const std::string& name, const std::string& dir);
 
+// Does `dir` hold the set: its batches, an unpacked folder or an official archive?
+bool holds_cifar(const std::string& name, const std::string& dir);
+
 }  // namespace ddpx::data

@@ -58,7 +58,12 @@ std::string default_data_dir(DatasetId dataset) {
   constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
   if (name == "fashion-mnist" && std::filesystem::is_directory(kDebianFashionMnist))
     return kDebianFashionMnist;
-  return "./data/" + name;
+  // CIFAR: where `ddpx data download NAME` puts it, else the original's ./data, which is also
+  // the folder that a missing set's message then names.
+  if ((dataset == DatasetId::kCifar10 || dataset == DatasetId::kCifar100) &&
+      !holds_cifar(name, "data/" + name))
+    return "data";
+  return "data/" + name;
 }
 
 DatasetSplits load_dataset(const DatasetSpec& spec) {
@@ -76,6 +81,7 @@ DatasetSplits load_dataset(const DatasetSpec& spec) {
   }
   splits.train = make_synthetic(spec, spec.synthetic_train_size, 0);
   splits.test = make_synthetic(spec, spec.synthetic_test_size, 1);
+  splits.source = "generated";
   channel_stats(splits.train.images, splits.mean, splits.std);
   return splits;
 }

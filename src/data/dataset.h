@@ -31,6 +31,7 @@ struct DatasetSplits {
   Dataset test;
   std::vector<float> mean;  // per channel in [0, 1], of the training split
   std::vector<float> std;   // per channel, of the training split
+  std::string source;       // where they came from: the folder read, or "generated"
 };
 
 // The datasets ddpx reads (`--dataset`); a folder of files is one of these formats, named by
@@ -43,9 +44,7 @@ inline constexpr NameTable<DatasetId, 5> kDatasetNames{{{DatasetId::kFashionMnis
                                                         {DatasetId::kSynthetic, "synthetic"}}};
 inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
 
-// What to load. data_dir empty means the dataset's default folder: ./data/NAME, except
-// fashion-mnist, which uses Debian's dataset-fashion-mnist files under
-// /usr/share/datasets/fashion-mnist when that package is installed.
+// What to load. data_dir empty means the dataset's default folder (default_data_dir()).
 struct DatasetSpec {
   DatasetId dataset = DatasetId::kFashionMnist;
   std::string data_dir;
@@ -63,6 +62,10 @@ struct DatasetSpec {
 // when something is missing or corrupt.
 DatasetSplits load_dataset(const DatasetSpec& spec);
 
+// The folder read when --data_dir is not given: data/NAME; for CIFAR, data/NAME when it holds
+// the set and else data itself, the original tool's layout (data/cifar-100-python/,
+// data/cifar-10-batches-py/ or their .tar.gz beside them); for fashion-mnist, Debian's
+// dataset-fashion-mnist files under /usr/share/datasets/fashion-mnist when installed.
 std::string default_data_dir(DatasetId dataset);
 
 // What a model sees of `spec`'s dataset without loading it: the native image height (= width)

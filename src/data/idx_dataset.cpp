@@ -48,6 +48,7 @@ DatasetSplits load_idx_dataset(const std::string& name, const std::string& dir) 
   DatasetSplits splits;
   splits.train = load_split(name, dir, "train");
   splits.test = load_split(name, dir, "t10k");
+  splits.source = dir;
   channel_stats(splits.train.images, splits.mean, splits.std);
   return splits;
 }

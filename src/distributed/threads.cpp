@@ -45,7 +45,7 @@ std::pair<int, std::string> choose() {
   for (const char* name : {"DDPX_THREADS", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"}) {
     if (auto n = threads_from(name)) return {*n, name};
   }
-  return {std::max(usable_cores() / local_ranks(), 1), "cores / local ranks"};
+  return {cores_per_local_rank(), "cores / local ranks"};
 }
 
 }  // namespace
@@ -56,6 +56,8 @@ int usable_cores() {
   if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
   return std::max(CPU_COUNT(&set), 1);
 }
+
+int cores_per_local_rank() { return std::max(usable_cores() / local_ranks(), 1); }
 
 int default_threads() { return choose().first; }
 

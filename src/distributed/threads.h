@@ -12,6 +12,9 @@
 namespace ddpx::dist {
 
 int usable_cores();
+// usable_cores() shared among the ranks on this host, at least 1 (the share default_threads()
+// falls back to).
+int cores_per_local_rank();
 int default_threads();
 // Where default_threads() took its count from: "DDPX_THREADS", "OMP_NUM_THREADS",
 // "SLURM_CPUS_PER_TASK" or "cores / local ranks".

@@ -81,6 +81,9 @@ class Attempt {
       std::string hello = fmt::format("Hello from local_rank {}, global_rank {}\n",
                                       w.spec->local_rank, w.spec->global_rank);
       w.output->write(false, hello.data(), hello.size());
+      // Every rank's hello reaches the console, as the original prints them, also for the
+      // ranks whose output the console does not show (unless --tee none asked for quiet).
+      if (!w.output->console() && options_.tee != Tee::kNone) write_all(STDOUT_FILENO, hello);
       try {
         w.process = spawn_worker(*w.spec);
       } catch (const Error&) {

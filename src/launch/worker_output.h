@@ -21,6 +21,7 @@ class WorkerOutput {
   void write(bool is_stderr, const char* data, size_t size);
   void finish();  // flush partial console lines (end of the worker)
   const std::string& log_path() const { return log_path_; }
+  bool console() const { return console_; }  // does the console show this worker's output?
 
   // The last `count` lines of the log file (for the failure report).
   std::vector<std::string> tail(size_t count) const;

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "data/transforms.h"
+#include "distributed/threads.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::train {
 
@@ -18,18 +21,43 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   return spec;
 }
 
+InputSize input_size(const TrainOptions& o, int64_t native) {
+  const models::ModelInfo& model = models::find_model(o.model);
+  if (o.image_size == kModelImageSize) {
+    const int64_t size = model.default_image_size;
+    if (size == native) return {size, ""};
+    return {size, fmt::format("{}'s input size (--image_size model)", o.model)};
+  }
+  if (o.image_size > 0) {
+    const int64_t fitted = models::fit_image_size(model, o.image_size);
+    DDPX_CHECK(fitted == o.image_size, ErrorKind::kUsage,
+               "--image_size {}: {}; give --image_size {}, or leave it out to have it chosen",
+               o.image_size, models::image_size_rule(model), fitted);
+    return {o.image_size, ""};
+  }
+  const int64_t fitted = models::fit_image_size(model, native);
+  if (fitted == native) return {native, ""};
+  return {fitted,
+          fmt::format("{} (--image_size N to choose another)", models::image_size_rule(model))};
+}
+
+int loader_workers(const TrainOptions& o) {
+  if (o.loader_workers > 0) return o.loader_workers;
+  return std::min(dist::cores_per_local_rank(), kMaxAutoLoaderWorkers);
+}
+
 data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSplits& splits,
-                                   bool train, int64_t batch_size, uint64_t seed_stream,
-                                   bool pin_memory) {
+                                   bool train, int64_t batch_size, int64_t image_size,
+                                   uint64_t seed_stream, bool pin_memory) {
   data::LoaderOptions l;
   l.batch_size = batch_size;
-  l.num_workers = o.loader_workers;
+  l.num_workers = loader_workers(o);
   l.limit_batches = train ? o.limit_train_batches : o.limit_test_batches;
   l.seed = o.seed * 1000003ULL + seed_stream;
   l.pin_memory = pin_memory;
   l.transform.random_crop = train && o.random_crop;
   l.transform.horizontal_flip = train && o.horizontal_flip;
-  l.transform.image_size = o.image_size;
+  l.transform.image_size = image_size;
   l.transform.out_channels = 3;
   l.transform.normalize = o.normalize;
   l.transform.dataset_mean = splits.mean;
@@ -43,7 +71,7 @@ std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int 
   auto owned = std::make_unique<TrainData>();
   TrainData& d = *owned;
   d.splits = data::load_dataset(dataset_spec(o));
-  d.image_size = o.image_size > 0 ? o.image_size : d.splits.train.height();
+  d.image_size = input_size(o, d.splits.train.height()).size;
   data::SamplerOptions sampler;
   sampler.rank = rank;
   sampler.world_size = world_size;
@@ -51,9 +79,11 @@ std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int 
   d.sampler = std::make_unique<data::DistributedSampler>(d.splits.train.size(), sampler);
   const auto stream = static_cast<uint64_t>(rank);
   d.train_loader = std::make_unique<data::DataLoader>(
-      d.splits.train, loader_options(o, d.splits, true, batch_size, stream, pin_memory));
+      d.splits.train,
+      loader_options(o, d.splits, true, batch_size, d.image_size, stream, pin_memory));
   d.test_loader = std::make_unique<data::DataLoader>(
-      d.splits.test, loader_options(o, d.splits, false, o.eval_batch_size, stream, pin_memory));
+      d.splits.test,
+      loader_options(o, d.splits, false, o.eval_batch_size, d.image_size, stream, pin_memory));
   d.steps_per_epoch = (d.sampler->num_samples() + batch_size - 1) / batch_size;
   if (o.limit_train_batches > 0)
     d.steps_per_epoch = std::min(d.steps_per_epoch, o.limit_train_batches);

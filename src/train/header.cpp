@@ -6,6 +6,8 @@
 #include "distributed/context.h"
 #include "distributed/device.h"
 #include "models/zoo/registry.h"
+#include "train/data_setup.h"
+#include "train/env_limits.h"
 
 namespace ddpx::train {
 
@@ -25,23 +27,37 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
   f.world_size = context.world_size();
   f.backend = context.backend();
   f.device = context.device().str();
+  f.data_source = splits.source;
+  f.resize_reason = input_size(o, d.height()).reason;
+  f.loader_workers = loader_workers(o);
+  f.env_limits = env_limits_line(o);
 }
 
 std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {
   std::vector<std::string> lines;
+  lines.push_back(fmt::format("Training {} on {} dataset", o.model, data::name(o.dataset)));
   lines.push_back(
-      fmt::format("ddpx train: model {} ({:.2f}M parameters{}) | dataset {} ({} train / {} test, "
-                  "{}x{}x{} -> 3x{}x{}, {} classes)",
-                  o.model, f.parameters_millions,
-                  f.stem_choice ? std::string(", stem ") + models::name(o.stem) : std::string(),
-                  data::name(o.dataset), f.train_size, f.test_size, f.height, f.width, f.channels,
-                  f.image_size, f.image_size, f.num_classes));
+      fmt::format("Input size: {}x{}, Classes: {}", f.image_size, f.image_size, f.num_classes));
+  if (o.loader_workers == 0)
+    lines.push_back(fmt::format("Auto-detected num_workers: {}", f.loader_workers));
+  lines.push_back(fmt::format(
+      "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} from {} ({} train / {} test, "
+      "{}x{}x{} -> 3x{}x{}, {} classes)",
+      o.model, f.parameters_millions,
+      f.stem_choice ? std::string(", stem ") + models::name(o.stem) : std::string(),
+      data::name(o.dataset), f.data_source, f.train_size, f.test_size, f.height, f.width,
+      f.channels, f.image_size, f.image_size, f.num_classes));
+  if (!f.resize_reason.empty()) {
+    lines.push_back(fmt::format("images resized from {}x{} to {}x{}: {}", f.height, f.width,
+                                f.image_size, f.image_size, f.resize_reason));
+  }
+  if (!f.env_limits.empty()) lines.push_back(f.env_limits);
   const bool with_momentum = o.optimizer == Optimizer::kSgd || o.optimizer == Optimizer::kLars;
   lines.push_back(fmt::format(
       "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
-      "normalize {} | threads {}",
+      "normalize {} | threads {} | loader workers {}",
       name(o.optimizer), f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
-      name(o.lr_schedule), o.warmup_epochs, data::name(o.normalize), f.threads));
+      name(o.lr_schedule), o.warmup_epochs, data::name(o.normalize), f.threads, f.loader_workers));
   lines.push_back(fmt::format(
       "world size {} ({}) | batch size {} per process, global batch {}, test batch {} | "
       "accumulation steps {} | learning rate {}{}",

@@ -1,6 +1,8 @@
 // The start-up lines of `ddpx train` (rank 0 prints them): what is trained on what, how, and
 // where. Users and tests read them to confirm a run does what they asked, so each setting that
-// changes the training appears here.
+// changes the training appears here. The first lines are the original tool's (`Training MODEL
+// on DATASET dataset`, `Input size: SxS, Classes: C`, `Auto-detected num_workers: N`), which
+// users' scripts read.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,10 @@ struct RunFacts {
   int sync_bn_layers = 0;
   std::vector<std::string> rank_devices;
   std::string pretrained_note;
+  std::string data_source;    // the folder the dataset was read from, or "generated"
+  std::string resize_reason;  // why the images are resized, when ddpx chose it
+  int loader_workers = 0;
+  std::string env_limits;  // env_limits_line(): the environment's limits this run applied
 };
 
 // The facts read off the job, the data set and the model. Collective: every rank names its

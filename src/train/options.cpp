@@ -27,12 +27,15 @@ void validate(const TrainOptions& o) {
   DDPX_CHECK(o.log_every > 0, usage, "--log_every must be positive, got {}", o.log_every);
   DDPX_CHECK(o.accumulation_steps > 0, usage, "--accumulation_steps must be positive, got {}",
              o.accumulation_steps);
-  DDPX_CHECK(o.image_size >= 0, usage, "--image_size must be >= 0 (0 keeps the native size)");
+  DDPX_CHECK(o.image_size >= 0 || o.image_size == kModelImageSize, usage,
+             "--image_size must be a size in pixels, model (the model's input size) or 0 (the "
+             "dataset's size)");
   DDPX_CHECK(o.warmup_epochs >= 0, usage, "--warmup_epochs must be >= 0");
   DDPX_CHECK(o.limit_train_batches >= 0 && o.limit_test_batches >= 0, usage,
              "--limit_train_batches and --limit_test_batches must be >= 0 (0 means all)");
   DDPX_CHECK(o.threads >= 0, usage, "--threads must be >= 0 (0: automatic)");
-  DDPX_CHECK(o.loader_workers >= 1, usage, "--loader_workers must be at least 1");
+  DDPX_CHECK(o.loader_workers >= 0, usage,
+             "--loader_workers must be >= 0 (0: chosen from the cores per rank)");
   DDPX_CHECK(o.timeout_s > 0, usage, "--timeout must be positive seconds");
   DDPX_CHECK(o.keep_checkpoints >= 1, usage, "--keep_checkpoints must be at least 1");
   DDPX_CHECK(o.base_batch_size > 0, usage, "--base_batch_size must be positive, got {}",

@@ -17,6 +17,9 @@
 
 namespace ddpx::train {
 
+// --image_size model: the model's own input size (ModelInfo::default_image_size).
+inline constexpr int64_t kModelImageSize = -1;
+
 struct TrainOptions {
   // model and data
   std::string model = "resnet18";
@@ -24,7 +27,8 @@ struct TrainOptions {
   std::string pretrained;  // a torch.save'd state_dict to start from
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;    // empty: the dataset's default folder
-  int64_t image_size = 0;  // 0: the dataset's native size
+  int64_t image_size = 0;  // 0: the dataset's native size (resized where the model needs);
+                           // kModelImageSize: the model's input size
   data::Normalize normalize = data::Normalize::kDataset;
   bool random_crop = false;  // random crop with 4-pixel zero padding
   bool horizontal_flip = true;
@@ -65,7 +69,7 @@ struct TrainOptions {
 
   // running
   int threads = 0;         // intra-op threads; 0: default_threads() (distributed/threads.h)
-  int loader_workers = 1;  // background threads building batches
+  int loader_workers = 0;  // background threads building batches; 0: from cores per rank
   int64_t limit_train_batches = 0;  // 0: all
   int64_t limit_test_batches = 0;
   int64_t log_every = 1;  // test accuracy every N epochs (and after the last)

@@ -99,7 +99,7 @@ TEST(LauncherTest, ChosenPortIsFreeForRankZeroToBind) {
   EXPECT_TRUE(contains(result.output, "bound ")) << result.output;
 }
 
-TEST(LauncherTest, LogsPerRankStartWithHelloAndConsoleShowsRankZero) {
+TEST(LauncherTest, LogsPerRankStartWithHelloAndConsoleShowsRankZeroAndEveryHello) {
   TempDir dir;
   std::string script = write_script(dir, "env.sh", kEnvScript);
   auto result = run_command(ddpx_run(dir, "2 --log_dir logs --job_name hello -- " + script), 30);
@@ -107,6 +107,9 @@ TEST(LauncherTest, LogsPerRankStartWithHelloAndConsoleShowsRankZero) {
   EXPECT_TRUE(contains(result.output, "out of rank 0")) << result.output;
   EXPECT_TRUE(contains(result.output, "err of rank 0")) << result.output;
   EXPECT_FALSE(contains(result.output, "out of rank 1")) << result.output;
+  // Every rank's hello reaches the console, as the seed printed them.
+  EXPECT_TRUE(contains(result.output, "Hello from local_rank 0, global_rank 0\n")) << result.output;
+  EXPECT_TRUE(contains(result.output, "Hello from local_rank 1, global_rank 1\n")) << result.output;
   std::string job = job_log_dir(dir.file("logs"));
   ASSERT_TRUE(contains(job, "_hello")) << job;
   // <YYYYmmdd-HHMMSS>_hello
@@ -121,7 +124,7 @@ TEST(LauncherTest, LogsPerRankStartWithHelloAndConsoleShowsRankZero) {
   }
 }
 
-TEST(LauncherTest, TeeAllPrefixesEveryLineAndTeeNoneShowsNoWorker) {
+TEST(LauncherTest, TeeAllPrefixesEveryLineAndTeeNoneShowsNoWorkerNorHello) {
   TempDir dir;
   std::string script = write_script(dir, "env.sh", kEnvScript);
   auto all = run_command(ddpx_run(dir, "2 --tee all -- " + script), 30);
@@ -133,6 +136,7 @@ TEST(LauncherTest, TeeAllPrefixesEveryLineAndTeeNoneShowsNoWorker) {
   auto none = run_command(ddpx_run(dir, "2 --tee none -- " + script), 30);
   ASSERT_EQ(none.exit_code, 0) << none.output;
   EXPECT_FALSE(contains(none.output, "of rank")) << none.output;
+  EXPECT_FALSE(contains(none.output, "Hello from")) << none.output;
 }
 
 // Rank 0 records its pid and its child's, then sleeps; rank 1 waits for that and fails.

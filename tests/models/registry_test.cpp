@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
+#include <torch/utils.h>
 
 #include <set>
 #include <string>
@@ -163,6 +164,37 @@ TEST(ResNetInitTest, MatchesTorchvisionInitialisation) {
   const double bound = 1.0 / std::sqrt(512.0);
   EXPECT_LE(params["fc.weight"].abs().max().item<double>(), bound);
   EXPECT_GT(params["fc.weight"].std().item<double>(), 0.5 * bound / std::sqrt(3.0));
+}
+
+// The sizes each model takes: 28 px (Fashion-MNIST) is raised to 32 for the ViTs' 16- and
+// 32-px patches and for VGG and DenseNet; 32 px (CIFAR) suits every model, and a size a model
+// takes is kept.
+TEST(FitImageSizeTest, RaisesToTheNearestSizeTheModelTakes) {
+  EXPECT_EQ(fit_image_size(find_model("vit_b_16"), 28), 32);
+  EXPECT_EQ(fit_image_size(find_model("vit_b_16"), 100), 112);
+  EXPECT_EQ(fit_image_size(find_model("vit_b_32"), 28), 32);
+  EXPECT_EQ(fit_image_size(find_model("vit_tiny_patch4_32"), 28), 28);
+  EXPECT_EQ(fit_image_size(find_model("vgg11"), 28), 32);
+  EXPECT_EQ(fit_image_size(find_model("densenet121"), 28), 32);
+  EXPECT_EQ(fit_image_size(find_model("resnet18"), 28), 28);
+  EXPECT_EQ(image_size_rule(find_model("vit_b_16")), "vit_b_16 takes multiples of its 16-px patch");
+  EXPECT_EQ(image_size_rule(find_model("vgg11")), "vgg11 takes at least 32 px");
+  EXPECT_EQ(image_size_rule(find_model("resnet18")), "");
+  for (const ModelInfo& info : model_table()) {
+    EXPECT_EQ(fit_image_size(info, 32), 32) << info.name;
+    EXPECT_EQ(fit_image_size(info, info.default_image_size), info.default_image_size) << info.name;
+  }
+}
+
+// The rule is enough: DenseNet, the family whose limit is not a patch or five pools, gives
+// logits at the size the rule raises 28 px to, and none at 28.
+TEST(FitImageSizeTest, DenseNetRunsAtTheFittedSize) {
+  torch::nn::AnyModule model = create_model("densenet121", ModelConfig{10, 32, Stem::kImagenet});
+  model.ptr()->eval();
+  torch::NoGradGuard no_grad;
+  const int64_t size = fit_image_size(find_model("densenet121"), 28);
+  EXPECT_EQ(model.forward(torch::randn({1, 3, size, size})).sizes(), (std::vector<int64_t>{1, 10}));
+  EXPECT_ANY_THROW(model.forward(torch::randn({1, 3, 28, 28})));
 }
 
 }  // namespace

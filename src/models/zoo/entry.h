@@ -20,6 +20,8 @@ struct Factory {
   std::function<torch::nn::AnyModule(const ModelConfig&)> build;
   std::function<int64_t(const ModelConfig&)> parameter_count;  // empty: count by building
   bool has_cifar_stem = false;                                 // the options take ModelConfig::stem
+  int64_t min_image_size = 1;                                  // ModelInfo's input size rule
+  int64_t image_multiple = 1;
 };
 
 // Options types with a `stem` field (the resnet family) take ModelConfig::stem.
@@ -62,6 +64,8 @@ inline ModelInfo entry(std::string name, std::string family, int64_t default_ima
   info.family = std::move(family);
   info.default_image_size = default_image_size;
   info.has_cifar_stem = factory.has_cifar_stem;
+  info.min_image_size = factory.min_image_size;
+  info.image_multiple = factory.image_multiple;
   info.recommendation = std::move(recommendation);
   info.build = std::move(factory.build);
   info.parameter_count = std::move(factory.parameter_count);

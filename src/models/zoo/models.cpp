@@ -37,7 +37,9 @@ Factory vgg(int64_t depth, bool batch_norm) {
   VggOptions o;
   o.depth = depth;
   o.batch_norm = batch_norm;
-  return factory<Vgg>(o, vgg_parameter_count);
+  Factory f = factory<Vgg>(o, vgg_parameter_count);
+  f.min_image_size = 32;  // five 2x2 max-pools: a smaller image pools to nothing
+  return f;
 }
 
 Factory densenet(int64_t growth_rate, std::vector<int64_t> block_config,
@@ -46,7 +48,9 @@ Factory densenet(int64_t growth_rate, std::vector<int64_t> block_config,
   o.growth_rate = growth_rate;
   o.block_config = std::move(block_config);
   o.num_init_features = num_init_features;
-  return factory<DenseNet>(o, densenet_parameter_count);
+  Factory f = factory<DenseNet>(o, densenet_parameter_count);
+  f.min_image_size = 32;  // below 29 px its last transition pools to nothing; 32 as VGG
+  return f;
 }
 
 Factory mobilenet_v2() {  // 3.5M parameters: counting by building is fast
@@ -76,7 +80,9 @@ Factory vit(int64_t image, int64_t patch, int64_t layers, int64_t heads, int64_t
   o.num_heads = heads;
   o.hidden_dim = dim;
   o.mlp_dim = mlp;
-  return factory<VisionTransformer>(o, vit_parameter_count);
+  Factory f = factory<VisionTransformer>(o, vit_parameter_count);
+  f.min_image_size = f.image_multiple = patch;  // whole patches only
+  return f;
 }
 
 Factory mlp() {  // the only model whose structure follows the input size

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -32,6 +33,20 @@ const ModelInfo& find_model(const std::string& name) {
   }
   fail(ErrorKind::kUsage, "unknown model '{}'; known models: {} (run `ddpx models` for details)",
        name, fmt::join(names, ", "));
+}
+
+int64_t fit_image_size(const ModelInfo& info, int64_t size) {
+  size = std::max(size, info.min_image_size);
+  const int64_t multiple = std::max<int64_t>(info.image_multiple, 1);
+  return (size + multiple - 1) / multiple * multiple;
+}
+
+std::string image_size_rule(const ModelInfo& info) {
+  if (info.image_multiple > 1)
+    return fmt::format("{} takes multiples of its {}-px patch", info.name, info.image_multiple);
+  if (info.min_image_size > 1)
+    return fmt::format("{} takes at least {} px", info.name, info.min_image_size);
+  return "";
 }
 
 void validate_config(const ModelConfig& config) {

@@ -35,6 +35,10 @@ struct ModelInfo {
   std::string name;
   std::string family;
   int64_t default_image_size = 224;
+  // The input sizes the model takes: at least min_image_size, a multiple of image_multiple (a
+  // ViT's patch). fit_image_size() finds the nearest one for a dataset's images.
+  int64_t min_image_size = 1;
+  int64_t image_multiple = 1;
   bool has_cifar_stem = false;  // accepts ModelConfig::stem == Stem::kCifar (the resnet family)
   Recommendation recommendation;
   std::function<torch::nn::AnyModule(const ModelConfig&)> build;
@@ -54,6 +58,11 @@ torch::nn::AnyModule create_model(const std::string& name, const ModelConfig& co
 int64_t count_parameters(const torch::nn::Module& module);
 // Parameter count of `info` built with `config`, from the formula when the family has one.
 int64_t model_parameter_count(const ModelInfo& info, const ModelConfig& config);
+// The smallest input size >= `size` that `info` takes (`size` itself when it takes it).
+int64_t fit_image_size(const ModelInfo& info, int64_t size);
+// What `info` asks of its input size, e.g. "vit_b_16 takes multiples of its 16-px patch" or
+// "vgg11 takes at least 32 px"; "" when it takes any size.
+std::string image_size_rule(const ModelInfo& info);
 // Throws ddpx::Error(kUsage) when a field is out of range (num_classes < 1, image_size < 1).
 void validate_config(const ModelConfig& config);
 
