@@ -192,6 +192,13 @@ step_bench() {
     run_timed "world1_$round" 120 "$ddpx" run 1 -- $bench_train
   done
   run_timed train 300 "$ddpx" train $gpu_flags --num_epochs 1 --no_progress
+  # Sharding on NCCL: ZeRO-3 of ResNet-50 (its all-gathers and reduce-scatters on the GPU), on
+  # every GPU, or as a forced group of one on a single GPU.
+  if ((gpus > 1)); then
+    run_timed shard_full 180 "$ddpx" run "$gpus" -- $bench_train --shard full
+  else
+    run_timed shard_full 180 env DDPX_FORCE_GROUP=1 "$ddpx" $bench_train --shard full
+  fi
 }
 
 step_peer() {
