@@ -23,6 +23,28 @@ int64_t iterations_for(int64_t bytes, int64_t requested) {
 
 }  // namespace
 
+c10::ScalarType scalar_type(ReduceDtype dtype) {
+  switch (dtype) {
+    case ReduceDtype::kFloat64:
+      return torch::kFloat64;
+    case ReduceDtype::kBFloat16:
+      return torch::kBFloat16;
+    default:
+      return torch::kFloat32;
+  }
+}
+
+const char* type_column(ReduceDtype dtype) {
+  switch (dtype) {
+    case ReduceDtype::kFloat64:
+      return "double";
+    case ReduceDtype::kBFloat16:
+      return "bfloat16";
+    default:
+      return "float";
+  }
+}
+
 double run_allreduce(const AllreduceOptions& o) {
   DDPX_CHECK(o.min_bytes > 0 && o.max_bytes >= o.min_bytes && o.step_factor >= 2, ErrorKind::kUsage,
              "--min_bytes, --max_bytes, --step_factor: need 0 < min <= max "
@@ -36,10 +58,11 @@ double run_allreduce(const AllreduceOptions& o) {
   log::set_rank(context->rank());
   DDPX_CHECK(context->distributed(), ErrorKind::kUsage,
              "bench allreduce needs at least 2 ranks: run it as `ddpx run 2 -- bench allreduce`");
+  if (o.op != BenchCollective::kAllreduce) return run_scatter_gather(o, *context);
   auto& group = *context->process_group();
   int n = context->world_size();
-  auto dtype = o.dtype == ReduceDtype::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  int64_t element = o.dtype == ReduceDtype::kFloat64 ? 8 : 4;
+  const auto dtype = scalar_type(o.dtype);
+  const auto element = static_cast<int64_t>(c10::elementSize(dtype));
   const double expected = n * (n + 1) / 2.0;
   const torch::Device device = context->device();
   // A GPU collective returns once queued: time it to completion, as nccl-tests does.
@@ -64,9 +87,10 @@ double run_allreduce(const AllreduceOptions& o) {
                            : context->shm() ? context->shm()->allocate_bucket(count, dtype)
                                             : torch::Tensor();
     DDPX_CHECK(buffer.defined(), ErrorKind::kUsage,
-               "--buffer shared: backend {} has no shared memory for a {}-byte buffer; use "
-               "--transport shm on one host (with room in /dev/shm), or --buffer ordinary",
-               context->backend(), count * element);
+               "--buffer shared: backend {} has no shared memory for a {}-byte {} buffer; use "
+               "--transport shm on one host (with room in /dev/shm) and --dtype float32 or "
+               "float64, or --buffer ordinary",
+               context->backend(), count * element, name(o.dtype));
     std::vector<at::Tensor> tensors{buffer};
     for (int64_t i = 0; i < o.warmup; ++i)
       dist::wait_work(group.allreduce(tensors), "bench allreduce warm-up");
@@ -91,8 +115,7 @@ double run_allreduce(const AllreduceOptions& o) {
     busbw_sum += busbw;
     ++sizes;
     log::out("  {:>12} {:>12} {:>8} {:>6} {:>10.1f} {:>8.3f} {:>8.3f} {:>7}", count * element,
-             count, o.dtype == ReduceDtype::kFloat64 ? "double" : "float", "sum", seconds * 1e6,
-             algbw, busbw, wrong);
+             count, type_column(o.dtype), "sum", seconds * 1e6, algbw, busbw, wrong);
   }
   double average = busbw_sum / std::max(sizes, 1);
   log::out("# Out of bounds values : {} {}", total_wrong, total_wrong == 0 ? "OK" : "FAILED");

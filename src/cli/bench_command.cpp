@@ -49,12 +49,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "allreduce", "nccl-tests style all-reduce table; run under `ddpx run N -- bench allreduce`");
   allreduce->option_defaults()->always_capture_default();
   auto a = std::make_shared<bench::AllreduceOptions>();
+  add_choice(allreduce, "--op", a->op, bench::kBenchCollectiveNames,
+             "allreduce | reduce_scatter | all_gather (into a tensor, as a sharded plan calls "
+             "them; with shared memory, Gloo's own beside it in the same table)");
   allreduce->add_option("--min_bytes,-b", a->min_bytes, "smallest message in bytes");
   allreduce->add_option("--max_bytes,-e", a->max_bytes, "largest message in bytes");
   allreduce->add_option("--step_factor,-f", a->step_factor, "multiply the size by this each row");
   allreduce->add_option("--iterations,-n", a->iterations, "timed iterations (0: per size)");
   allreduce->add_option("--warmup,-w", a->warmup, "untimed iterations per size");
-  add_choice(allreduce, "--dtype", a->dtype, bench::kReduceDtypeNames, "float32 | float64");
+  add_choice(allreduce, "--dtype", a->dtype, bench::kReduceDtypeNames,
+             "float32 | float64 | bfloat16");
   add_choice(allreduce, "--backend", a->backend, dist::kBackendNames, "auto | gloo | nccl");
   add_choice(allreduce, "--transport", a->transport, dist::kTransportNames, "auto | shm | gloo");
   add_choice(allreduce, "--device", a->device, dist::kDeviceNames,

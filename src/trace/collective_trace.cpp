@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <utility>
 
 namespace ddpx::trace {
 namespace {
@@ -66,6 +67,18 @@ std::string Signature::text() const {
   s += "]";
   if (tensors != 1) s += " x" + std::to_string(tensors);
   return s;
+}
+
+int64_t Signature::bytes() const {
+  static const std::pair<const char*, int64_t> kSizes[] = {
+      {"float", 4}, {"double", 8}, {"half", 2}, {"bfloat16", 2}, {"long", 8},
+      {"int", 4},   {"int16", 2},  {"int8", 1}, {"uint8", 1},    {"bool", 1}};
+  int64_t element = 0;
+  for (const auto& [name, size] : kSizes)
+    if (dtype == name) element = size;
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  return numel * element * tensors;
 }
 
 std::string trace_path(const std::string& dir, int rank) {

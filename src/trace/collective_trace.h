@@ -37,6 +37,10 @@ struct Signature {
   std::vector<int64_t> shape;  // of the first tensor
   int64_t tensors = 1;
   std::string text() const;  // "allreduce float[1024]", "allgather long[2] x2"
+  // The logical bytes it moved: the first tensor's (shape times the dtype's size) times
+  // `tensors`; 0 for a dtype not named here. For allgather_into_tensor and
+  // reduce_scatter_tensor that is the whole gathered or scattered tensor.
+  int64_t bytes() const;
   bool operator==(const Signature& o) const {
     return op == o.op && dtype == o.dtype && shape == o.shape && tensors == o.tensors;
   }

@@ -14,31 +14,13 @@
 
 #include "core/error.h"
 #include "distributed/context.h"
+#include "shm_ranks.h"
 #include "support/support.h"
 
 namespace ddpx::dist {
 namespace {
 
-// Runs fn(rank, shm) on world_size threads, each with its own mapping of one segment.
-void run_ranks(int world_size, const std::function<void(int, ShmAllreduce&)>& fn,
-               std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world_size);
-  for (int rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        auto shm = ShmAllreduce::create(*store, rank, world_size, timeout);
-        if (!shm) throw std::runtime_error("no shared memory");
-        fn(rank, *shm);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world_size; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
-}
+using test::run_shm_ranks;
 
 // Segments this process created (named ddpx-<pid>-...): tests in other processes running at the
 // same time have their own for a moment.
@@ -55,7 +37,7 @@ int ddpx_segments_in_dev_shm() {
 TEST(ShmAllreduceTest, SumsExactlyAcrossChunkBoundaries) {
   const int64_t per_chunk = ShmAllreduce::kChunkBytes / 4;
   for (int world : {2, 3}) {
-    run_ranks(world, [&](int rank, ShmAllreduce& shm) {
+    run_shm_ranks(world, [&](int rank, ShmAllreduce& shm) {
       for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{1000}, per_chunk, per_chunk + 1,
                         2 * per_chunk + 7}) {
         // Element i on rank r holds i % 97 + r: the sum is known exactly in float.
@@ -92,7 +74,7 @@ TEST(ShmAllreduceTest, MismatchedCallsThrowOnEveryRankInsteadOfSummingWrongBytes
         Case{8, 8, torch::kFloat64, false, "rank 0 sum float[8], rank 1 sum double[8]"},
         Case{8, 8, torch::kFloat32, true, "rank 0 sum float[8], rank 1 average float[8]"}}) {
     std::vector<std::string> errors(2);
-    run_ranks(2, [&](int rank, ShmAllreduce& shm) {
+    run_shm_ranks(2, [&](int rank, ShmAllreduce& shm) {
       torch::Tensor t = rank == 0 ? torch::ones({c.n0}) : torch::ones({c.n1}, c.dtype1);
       try {
         shm.allreduce(t, rank == 1 && c.average1);
@@ -110,7 +92,7 @@ TEST(ShmAllreduceTest, MismatchedCallsThrowOnEveryRankInsteadOfSummingWrongBytes
 
 TEST(ShmAllreduceTest, Float64AndEveryRankGetsBitIdenticalResults) {
   std::vector<torch::Tensor> results(2);
-  run_ranks(2, [&](int rank, ShmAllreduce& shm) {
+  run_shm_ranks(2, [&](int rank, ShmAllreduce& shm) {
     torch::Tensor t = rank_values(rank);
     shm.allreduce(t);
     results[rank] = t;
@@ -126,7 +108,7 @@ TEST(ShmAllreduceTest, Float64AndEveryRankGetsBitIdenticalResults) {
 TEST(ShmAllreduceTest, ArenaTensorsReduceInPlaceToExactSumsAndAverages) {
   const int64_t per_chunk = ShmAllreduce::kChunkBytes / 4;
   for (int world : {2, 3}) {
-    run_ranks(world, [&](int rank, ShmAllreduce& shm) {
+    run_shm_ranks(world, [&](int rank, ShmAllreduce& shm) {
       ASSERT_NE(shm.arena(), nullptr);
       std::vector<torch::Tensor> padding;  // a different offset on every rank
       for (int i = 0; i < rank; ++i)
@@ -160,7 +142,7 @@ TEST(ShmAllreduceTest, ArenaTensorsReduceInPlaceToExactSumsAndAverages) {
 TEST(ShmAllreduceTest, BroadcastCopiesTheRootsBytesFromAnyRoot) {
   const int64_t chunk = ShmAllreduce::kChunkBytes;
   for (int world : {2, 3}) {
-    run_ranks(world, [&](int rank, ShmAllreduce& shm) {
+    run_shm_ranks(world, [&](int rank, ShmAllreduce& shm) {
       for (int root = 0; root < world; ++root) {
         for (auto dtype : {torch::kUInt8, torch::kInt64, torch::kFloat32}) {
           for (int64_t bytes : {int64_t{0}, int64_t{40}, chunk, 2 * chunk + 8}) {
@@ -178,7 +160,7 @@ TEST(ShmAllreduceTest, BroadcastCopiesTheRootsBytesFromAnyRoot) {
     });
   }
   std::vector<std::string> errors(2);
-  run_ranks(2, [&](int rank, ShmAllreduce& shm) {
+  run_shm_ranks(2, [&](int rank, ShmAllreduce& shm) {
     torch::Tensor t = torch::ones({4});
     try {
       shm.broadcast(t, rank);  // each rank names itself the root
@@ -216,7 +198,7 @@ TEST(ShmAllreduceTest, AMissingRankTimesOutNamingIt) {
 
 TEST(ShmAllreduceTest, LeavesNothingInDevShm) {
   int before = ddpx_segments_in_dev_shm();
-  run_ranks(2, [](int rank, ShmAllreduce& shm) {
+  run_shm_ranks(2, [](int rank, ShmAllreduce& shm) {
     torch::Tensor t = torch::ones({100});
     shm.allreduce(t);
   });

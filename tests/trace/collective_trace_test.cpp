@@ -29,6 +29,23 @@ TEST(CollectiveTraceTest, TheRingKeepsTheNewestRecordsInOrder) {
   EXPECT_EQ(s.entries.front().state, State::kDone);
 }
 
+// The logical bytes of a record: shape times the dtype's size times the tensor count, read
+// back from the ring; 0 for a dtype it does not know rather than a guess.
+TEST(CollectiveTraceTest, ARecordCountsTheBytesItsTensorsHold) {
+  CollectiveTrace t("", /*rank=*/0, /*world_size=*/1);
+  const int64_t shape[] = {3, 5};
+  t.begin("reduce_scatter_tensor", "bfloat16", shape, 2, 1);
+  t.begin("allgather_into_tensor", "double", shape, 1, 4);
+  t.begin("allreduce", "complex", shape, 1, 1);
+  t.begin("barrier", "-", nullptr, 0, 0);
+  Snapshot s = t.snapshot();
+  ASSERT_EQ(s.entries.size(), 4u);
+  EXPECT_EQ(s.entries[0].sig.bytes(), 3 * 5 * 2);
+  EXPECT_EQ(s.entries[1].sig.bytes(), 3 * 8 * 4);
+  EXPECT_EQ(s.entries[2].sig.bytes(), 0);
+  EXPECT_EQ(s.entries[3].sig.bytes(), 0);
+}
+
 TEST(CollectiveTraceTest, AFileRingIsReadableByOthersDuringAndAfterTheRank) {
   test::TempDir dir;
   {

@@ -161,10 +161,18 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::allgather(std::vector<std::vector<
   return traced("allgather", c10d::OpType::ALLGATHER, in,
                 [&] { return inner_->allgather(out, in, o); });
 }
+// Into-tensor all-gathers and reduce-scatters record the whole (gathered or scattered)
+// tensor: the logical bytes of the collective, what the sharded plans count (Ψ for a
+// parameter's all-gather and for its gradient's reduce-scatter), the same on every rank.
 c10::intrusive_ptr<c10d::Work> TracedBackend::_allgather_base(at::Tensor& out, at::Tensor& in,
                                                               const c10d::AllgatherOptions& o) {
-  return traced("allgather", c10d::OpType::_ALLGATHER_BASE, {in},
+  return traced("allgather_into_tensor", c10d::OpType::_ALLGATHER_BASE, {out},
                 [&] { return inner_->_allgather_base(out, in, o); });
+}
+c10::intrusive_ptr<c10d::Work> TracedBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& out, std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) {
+  return traced("allgather_into_tensor", c10d::OpType::COALESCED, out,
+                [&] { return inner_->allgather_into_tensor_coalesced(out, in, o); });
 }
 c10::intrusive_ptr<c10d::Work> TracedBackend::gather(std::vector<std::vector<at::Tensor>>& out,
                                                      std::vector<at::Tensor>& in,
@@ -184,8 +192,14 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::reduce_scatter(
 }
 c10::intrusive_ptr<c10d::Work> TracedBackend::_reduce_scatter_base(
     at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) {
-  return traced("reduce_scatter", c10d::OpType::_REDUCE_SCATTER_BASE, {in},
+  return traced("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {in},
                 [&] { return inner_->_reduce_scatter_base(out, in, o); });
+}
+c10::intrusive_ptr<c10d::Work> TracedBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+    const c10d::ReduceScatterOptions& o) {
+  return traced("reduce_scatter_tensor", c10d::OpType::COALESCED, in,
+                [&] { return inner_->reduce_scatter_tensor_coalesced(out, in, o); });
 }
 c10::intrusive_ptr<c10d::Work> TracedBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
                                                             std::vector<int64_t>& out_splits,

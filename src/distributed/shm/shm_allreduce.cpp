@@ -3,7 +3,6 @@
 #include "distributed/shm/shm_allreduce.h"
 
 #include <cstring>
-#include <optional>
 
 #include "core/error.h"
 #include "distributed/shm/shm_control.h"
@@ -13,9 +12,10 @@ namespace ddpx::dist {
 using shm_layout::kApply;
 using shm_layout::kAverage;
 using shm_layout::kBroadcast;
-using shm_layout::kNowhere;
+using shm_layout::kBytes;
 using shm_layout::kSum;
 using shm_layout::signature;
+using shm_layout::type_code;
 
 template <typename T>
 void ShmAllreduce::reduce_in_place(int64_t count, T scale) {
@@ -88,16 +88,8 @@ void ShmAllreduce::allreduce(torch::Tensor& tensor, bool average) {
              "shared-memory all-reduce got a {} tensor; it handles contiguous CPU float32/float64",
              tensor.toString());
   const int64_t total = tensor.numel();
-  std::optional<size_t> place;
-  if (arena_ && total > 0) place = arena_->locate(tensor.data_ptr(), total * tensor.element_size());
-  control_->calls[rank_].store(signature(average ? kAverage : kSum,
-                                         tensor.scalar_type() == torch::kFloat64 ? 2 : 1, 0, total),
-                               std::memory_order_release);
-  control_->places[rank_].store(place ? *place : kNowhere, std::memory_order_release);
-  barrier();
-  // A rank writes its next call's signature only after the last barrier of this call, which
-  // every peer passes after this check: no peer can see a signature of the wrong call.
-  check_calls_agree();
+  start_call(signature(average ? kAverage : kSum, type_code(tensor.scalar_type()), 0, total),
+             tensor.data_ptr(), total * static_cast<int64_t>(tensor.element_size()));
   if (total == 0) return barrier();  // so that no rank writes its next call before all checked
   const bool in_place = all_in_arenas();
   calls_in_place_ += in_place;
@@ -124,14 +116,8 @@ void ShmAllreduce::allreduce_apply(torch::Tensor& tensor, const ApplyFn& apply) 
              "float32/float64",
              tensor.toString());
   const int64_t total = tensor.numel();
-  std::optional<size_t> place;
-  if (arena_ && total > 0) place = arena_->locate(tensor.data_ptr(), total * tensor.element_size());
-  control_->calls[rank_].store(
-      signature(kApply, tensor.scalar_type() == torch::kFloat64 ? 2 : 1, 0, total),
-      std::memory_order_release);
-  control_->places[rank_].store(place ? *place : kNowhere, std::memory_order_release);
-  barrier();
-  check_calls_agree();
+  start_call(signature(kApply, type_code(tensor.scalar_type()), 0, total), tensor.data_ptr(),
+             total * static_cast<int64_t>(tensor.element_size()));
   if (total == 0) return barrier();
   if (!all_in_arenas()) {
     barrier();  // every rank finds the same and throws alike
@@ -170,10 +156,7 @@ void ShmAllreduce::broadcast(torch::Tensor& tensor, int root) {
              "tensors from a rank of the group",
              tensor.toString(), root);
   const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
-  control_->calls[rank_].store(signature(kBroadcast, 3, root, bytes), std::memory_order_release);
-  control_->places[rank_].store(kNowhere, std::memory_order_release);
-  barrier();
-  check_calls_agree();
+  start_call(signature(kBroadcast, kBytes, root, bytes), nullptr, 0);
   if (bytes == 0) return barrier();
   // Root's slot, chunk by chunk: root fills set k & 1, everyone else copies it out after the
   // barrier. Root refills a set two chunks later, after a barrier every reader passes only

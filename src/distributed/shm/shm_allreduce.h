@@ -23,6 +23,14 @@
 //   3. each rank copies every other part's sum from its owner's slot.
 //   Slots are double-buffered, so chunk k+1 may start while peers still read chunk k.
 // An average is the sum times 1/world_size, computed in the same pass.
+//
+// Reduce-scatter and all-gather (shm_reduce_scatter.cpp, shm_allgather.cpp) take the same two
+// routes: straight from the peers' arenas when every rank's input lies in its arena (then a
+// closing barrier keeps the inputs until every rank has read them), else per round through
+// the slots, one barrier a round. Reduce-scatter: rank r publishes the parts the others own
+// and sums its own part from every slot and its own input: each rank writes (N-1)/N of its
+// input once, where an all-reduce of it would move it twice. All-gather: each rank copies its
+// input into its slot once and reads every peer's.
 #pragma once
 
 #include <torch/types.h>
@@ -71,6 +79,22 @@ class ShmAllreduce {
   void broadcast(torch::Tensor& tensor, int root);
   static bool supports_broadcast(const torch::Tensor& tensor);
 
+  // Reduce-scatter: `input` is world_size parts of output.numel() elements; rank r's `output`
+  // gets the sum (or average) over the ranks of part r. Sums are taken in rank order
+  // ((x0 + x1) + x2 ...), so the result does not depend on which rank computes it; bfloat16
+  // and float16 are summed in float and rounded once. Needs takes_reduce_scatter().
+  void reduce_scatter(torch::Tensor& output, const torch::Tensor& input, bool average = false);
+  // Contiguous CPU tensors of one dtype (float32, float64, bfloat16, float16), input
+  // world_size times output's numel, output disjoint from input or exactly its part rank().
+  bool takes_reduce_scatter(const torch::Tensor& output, const torch::Tensor& input) const;
+
+  // All-gather: `output` is world_size parts of input.numel() elements; part r gets rank r's
+  // input. Needs takes_all_gather().
+  void all_gather(torch::Tensor& output, const torch::Tensor& input);
+  // Contiguous CPU tensors of one dtype (any), output world_size times input's numel, input
+  // disjoint from output or exactly its part rank() (the gather-in-place of a flat shard).
+  bool takes_all_gather(const torch::Tensor& output, const torch::Tensor& input) const;
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   // This rank's share of the segment; null when there is none.
@@ -83,6 +107,8 @@ class ShmAllreduce {
   // Collective: returns once every rank has called it (or throws kTimeout naming who did not).
   void barrier();
 
+  // Collectives this rank has run over shared memory so far.
+  int64_t calls() const { return calls_; }
   // Calls so far that every rank made with a tensor in its arena (reduced without copies).
   int64_t calls_in_place() const { return calls_in_place_; }
 
@@ -93,6 +119,13 @@ class ShmAllreduce {
   char* slot(int set, int rank) const;
   void check_calls_agree();
   bool all_in_arenas() const;
+  // Publishes this call's signature and where its `bytes` at `data` lie (in the arena or not),
+  // waits for every rank and checks that all made the same call.
+  void start_call(uint64_t signature, const void* data, int64_t bytes);
+  // Where rank r's tensor of the current call lies in this mapping (all_in_arenas() only).
+  const char* placed(int rank) const;
+  template <typename T, typename Acc>
+  void reduce_scatter_typed(T* out, const T* in, int64_t part, bool in_arenas, Acc scale);
   template <typename T>
   void reduce_in_place(int64_t count, T scale);
   template <typename T>
@@ -107,6 +140,7 @@ class ShmAllreduce {
   int world_size_;
   std::chrono::milliseconds timeout_;
   int64_t chunks_done_ = 0;
+  int64_t calls_ = 0;
   int64_t calls_in_place_ = 0;
 };
 

@@ -6,8 +6,8 @@ namespace ddpx::dist {
 class ShmBackend::ShmWork : public c10d::Work {
  public:
   ShmWork(int rank, c10d::OpType type, std::function<void(ShmAllreduce&)> op,
-          at::Tensor tensor = {})
-      : c10d::Work(rank, type), op_(std::move(op)), tensor_(std::move(tensor)) {}
+          std::vector<at::Tensor> results = {})
+      : c10d::Work(rank, type), op_(std::move(op)), results_(std::move(results)) {}
   void run(ShmAllreduce& shm) {
     std::exception_ptr error;
     try {
@@ -17,14 +17,11 @@ class ShmBackend::ShmWork : public c10d::Work {
     }
     finish(error);
   }
-  std::vector<at::Tensor> result() override {
-    if (tensor_.defined()) return {tensor_};
-    return {};
-  }
+  std::vector<at::Tensor> result() override { return results_; }
 
  private:
   std::function<void(ShmAllreduce&)> op_;
-  at::Tensor tensor_;
+  std::vector<at::Tensor> results_;
 };
 
 ShmBackend::ShmBackend(c10::intrusive_ptr<c10d::Backend> gloo, std::unique_ptr<ShmAllreduce> shm)
@@ -80,7 +77,7 @@ c10::intrusive_ptr<c10d::Work> ShmBackend::allreduce(std::vector<at::Tensor>& te
   return enqueue(c10::make_intrusive<ShmWork>(
       getRank(), c10d::OpType::ALLREDUCE,
       [tensor = tensors[0], average](ShmAllreduce& shm) mutable { shm.allreduce(tensor, average); },
-      tensors[0]));
+      tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> ShmBackend::broadcast(std::vector<at::Tensor>& tensors,
@@ -92,6 +89,60 @@ c10::intrusive_ptr<c10d::Work> ShmBackend::broadcast(std::vector<at::Tensor>& te
       [tensor = tensors[0], root = static_cast<int>(opts.rootRank)](ShmAllreduce& shm) mutable {
         shm.broadcast(tensor, root);
       },
-      tensors[0]));
+      tensors));
 }
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outputs{output}, inputs{input};
+  return reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const bool average = opts.reduceOp == c10d::ReduceOp::AVG;
+  bool takes = outputs.size() == inputs.size() && !outputs.empty() &&
+               (opts.reduceOp == c10d::ReduceOp::SUM || average);
+  for (size_t i = 0; takes && i < outputs.size(); ++i)
+    takes = shm_->takes_reduce_scatter(outputs[i], inputs[i]);
+  if (!takes) {
+    if (outputs.size() == 1 && inputs.size() == 1)
+      return inner_->_reduce_scatter_base(outputs[0], inputs[0], opts);
+    return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  }
+  return enqueue(c10::make_intrusive<ShmWork>(
+      getRank(), outputs.size() == 1 ? c10d::OpType::_REDUCE_SCATTER_BASE : c10d::OpType::COALESCED,
+      [outputs, inputs, average](ShmAllreduce& shm) mutable {
+        for (size_t i = 0; i < outputs.size(); ++i)
+          shm.reduce_scatter(outputs[i], inputs[i], average);
+      },
+      outputs));
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                           const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> outputs{output}, inputs{input};
+  return allgather_into_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  bool takes = outputs.size() == inputs.size() && !outputs.empty();
+  for (size_t i = 0; takes && i < outputs.size(); ++i)
+    takes = shm_->takes_all_gather(outputs[i], inputs[i]);
+  if (!takes) {
+    if (outputs.size() == 1 && inputs.size() == 1)
+      return inner_->_allgather_base(outputs[0], inputs[0], opts);
+    return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts);
+  }
+  return enqueue(c10::make_intrusive<ShmWork>(
+      getRank(), outputs.size() == 1 ? c10d::OpType::_ALLGATHER_BASE : c10d::OpType::COALESCED,
+      [outputs, inputs](ShmAllreduce& shm) mutable {
+        for (size_t i = 0; i < outputs.size(); ++i) shm.all_gather(outputs[i], inputs[i]);
+      },
+      outputs));
+}
+
 }  // namespace ddpx::dist

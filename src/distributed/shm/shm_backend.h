@@ -1,7 +1,10 @@
 // ddpx's shared-memory transport as a c10d Backend for CPU tensors on one host: all-reduce (sum
-// or average) of contiguous CPU float tensors and broadcast of contiguous CPU tensors go through
-// shared memory (ShmAllreduce), all-reduces in place for tensors allocated in its arena();
-// every other collective is handed to the wrapped Gloo backend (ForwardingBackend). A job's
+// or average) of contiguous CPU float tensors, reduce-scatter into a tensor (sum or average of
+// float32/float64/bfloat16/float16), all-gather into a tensor and broadcast of contiguous CPU
+// tensors go through shared memory (ShmAllreduce), all-reduces in place for tensors allocated
+// in its arena(); every other collective, and every call these cannot take (another dtype or
+// reduce op, a non-contiguous tensor, mismatched sizes), is handed to the wrapped Gloo backend
+// (ForwardingBackend), which does it or says why not. A job's
 // ProcessGroup holds it for CPU tensors, beside NCCL for CUDA ones where there is a GPU, as
 // PyTorch's "cpu:gloo,cuda:nccl" does.
 //
@@ -36,6 +39,8 @@ class ShmBackend : public ForwardingBackend {
   torch::Tensor peer_tensor(int rank, size_t offset, int64_t numel, c10::ScalarType dtype) const {
     return shm_->peer_tensor(rank, offset, numel, dtype);
   }
+  // Collectives run over shared memory so far (read it after wait()ing for them).
+  int64_t shm_calls() const { return shm_->calls(); }
   // Whether all-reduces of `dtype` honour ReduceOp::AVG, averaging in the pass that sums.
   static bool averages(c10::ScalarType dtype) {
     return dtype == c10::kFloat || dtype == c10::kDouble;
@@ -52,6 +57,16 @@ class ShmBackend : public ForwardingBackend {
                                            const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
 
  private:
   class ShmWork;

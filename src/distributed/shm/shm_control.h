@@ -18,12 +18,37 @@ namespace shm_layout {
 constexpr size_t kControlBytes = 8192;
 constexpr uint64_t kNowhere = ~uint64_t{0};  // Control::places: the tensor is not in an arena
 
-// One call in one word: op << 58 | type << 56 | root << 48 | count, where op is 0 sum,
-// 1 average, 2 broadcast, 3 reduce-and-apply; type 1 float32, 2 float64, 3 bytes (broadcast); count
-// elements or bytes.
-enum : uint64_t { kSum = 0, kAverage = 1, kBroadcast = 2, kApply = 3 };
+// One call in one word: op << 60 | type << 56 | root << 48 | count. op: 0 sum, 1 average,
+// 2 broadcast, 3 reduce-and-apply, 4 reduce-scatter sum, 5 reduce-scatter average, 6 all-gather;
+// type: 1 float32, 2 float64, 3 bytes, 4 bfloat16, 5 float16; count: elements (of the input),
+// or bytes for type 3.
+enum : uint64_t {
+  kSum = 0,
+  kAverage = 1,
+  kBroadcast = 2,
+  kApply = 3,
+  kReduceScatterSum = 4,
+  kReduceScatterAverage = 5,
+  kAllgather = 6,
+};
+enum : uint64_t { kFloat32 = 1, kFloat64 = 2, kBytes = 3, kBFloat16 = 4, kFloat16 = 5 };
+// The type code of a dtype; kBytes for the ones that have none (all-gather copies any).
+inline uint64_t type_code(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kFloat:
+      return kFloat32;
+    case c10::kDouble:
+      return kFloat64;
+    case c10::kBFloat16:
+      return kBFloat16;
+    case c10::kHalf:
+      return kFloat16;
+    default:
+      return kBytes;
+  }
+}
 inline uint64_t signature(uint64_t op, uint64_t type, int root, int64_t count) {
-  return (op << 58) | (type << 56) | (static_cast<uint64_t>(root) << 48) |
+  return (op << 60) | (type << 56) | (static_cast<uint64_t>(root) << 48) |
          static_cast<uint64_t>(count);
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <climits>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -16,10 +17,17 @@
 namespace ddpx::dist {
 namespace {
 
+using shm_layout::kAllgather;
 using shm_layout::kApply;
 using shm_layout::kAverage;
+using shm_layout::kBFloat16;
 using shm_layout::kBroadcast;
+using shm_layout::kBytes;
+using shm_layout::kFloat16;
+using shm_layout::kFloat64;
 using shm_layout::kNowhere;
+using shm_layout::kReduceScatterAverage;
+using shm_layout::kReduceScatterSum;
 
 constexpr int kSpinIterations = 4000;  // ~10 us of polling before sleeping in the kernel
 
@@ -36,11 +44,21 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 }
 
 std::string describe_signature(uint64_t sig) {
-  const uint64_t op = sig >> 58, type = (sig >> 56) & 3, root = (sig >> 48) & 0xff;
+  const uint64_t op = sig >> 60, type = (sig >> 56) & 0xf, root = (sig >> 48) & 0xff;
   const std::string count = std::to_string(sig & ((uint64_t{1} << 48) - 1));
   if (op == kBroadcast) return "broadcast from " + std::to_string(root) + " bytes[" + count + "]";
-  const char* name = op == kAverage ? "average " : op == kApply ? "reduce-and-apply " : "sum ";
-  return std::string(name) + (type == 2 ? "double" : "float") + "[" + count + "]";
+  const char* name = op == kAverage                ? "average "
+                     : op == kApply                ? "reduce-and-apply "
+                     : op == kReduceScatterSum     ? "reduce-scatter sum "
+                     : op == kReduceScatterAverage ? "reduce-scatter average "
+                     : op == kAllgather            ? "all-gather "
+                                                   : "sum ";
+  const char* dtype = type == kFloat64    ? "double"
+                      : type == kBytes    ? "bytes"
+                      : type == kBFloat16 ? "bfloat16"
+                      : type == kFloat16  ? "half"
+                                          : "float";
+  return std::string(name) + dtype + "[" + count + "]";
 }
 
 }  // namespace
@@ -96,6 +114,23 @@ void ShmAllreduce::check_calls_agree() {
              "mismatched collectives on shared memory (rank {}): {}; every rank must call the same "
              "collectives in the same order with the same shapes and dtypes",
              rank_, ranks);
+}
+
+void ShmAllreduce::start_call(uint64_t signature, const void* data, int64_t bytes) {
+  std::optional<size_t> place;
+  if (arena_ && bytes > 0) place = arena_->locate(data, static_cast<size_t>(bytes));
+  control_->calls[rank_].store(signature, std::memory_order_release);
+  control_->places[rank_].store(place ? *place : kNowhere, std::memory_order_release);
+  ++calls_;
+  barrier();
+  // A rank writes its next call's signature only after a barrier of this call that every peer
+  // passes after this check: no peer can see a signature of the wrong call.
+  check_calls_agree();
+}
+
+const char* ShmAllreduce::placed(int rank) const {
+  return mapping_->at(arena_begin_ + rank * arena_bytes_ +
+                      control_->places[rank].load(std::memory_order_relaxed));
 }
 
 bool ShmAllreduce::all_in_arenas() const {
