@@ -3,7 +3,8 @@
 // momentum, on 2 and 4 ranks (each rank a real member of a Gloo group on 127.0.0.1), for a
 // model without BatchNorm and one with it, with and without gradient accumulation; their
 // state_dict() is the whole state and loads at another world size and shard mode; ZeRO-3 holds
-// no whole parameter between steps.
+// no whole parameter between steps; the collective record counts 2 Psi a step for ZeRO-1/2 and
+// 3 Psi for ZeRO-3.
 //
 // Tolerance: 1e-6 relative (plus 1e-7 absolute for values near zero). DDP sums a bucket's
 // gradients with one all-reduce, the sharded plan with a reduce-scatter per unit: on 2 ranks
@@ -21,9 +22,11 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
+#include "trace/collective_trace.h"
 #include "distributed/ranks.h"
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/sharded/units.h"
@@ -66,6 +69,18 @@ struct ConvNetImpl : torch::nn::Module {
   torch::nn::Linear fc{nullptr};
 };
 TORCH_MODULE(ConvNet);
+
+// Three Linear units and no root parameters.
+struct ChainImpl : torch::nn::Module {
+  ChainImpl() {
+    seq = register_module("seq", torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::Tanh(),
+                                                       torch::nn::Linear(32, 16), torch::nn::Tanh(),
+                                                       torch::nn::Linear(16, 4)));
+  }
+  torch::Tensor forward(torch::Tensor x) { return seq->forward(x); }
+  torch::nn::Sequential seq{nullptr};
+};
+TORCH_MODULE(Chain);
 
 enum class Model { kMlp, kConvNet };
 
@@ -343,6 +358,59 @@ TEST(ShardedMemoryTest, FullShardingHoldsNoWholeParameterBetweenSteps) {
     EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
   });
   EXPECT_ALL_RANKS_OK(errors);
+}
+
+// The collective record counts what a strategy must send: a step of ZeRO-1 or ZeRO-2 moves Psi
+// (the parameter bytes) by reduce-scatter and Psi by all-gather, 2 Psi in all, as DDP's
+// all-reduce; ZeRO-3 moves Psi by reduce-scatter and 2 Psi by all-gather (each unit gathered
+// for forward and again for backward), 3 Psi. Rows divide by the 2 ranks (no padding) and
+// every unit's weight is read in backward (the input requires grad), so the counts are exact.
+TEST(ShardedTrafficTest, TheRecordCountsTwoPsiForZeroOneAndTwoAndThreePsiForZeroThree) {
+  auto make = [] {
+    torch::manual_seed(3);
+    return torch::nn::AnyModule(Chain());
+  };
+  const int64_t psi = (8 * 32 + 32 + 32 * 16 + 16 + 16 * 4 + 4) * 4;
+  for (ShardMode mode : {ShardMode::kOptimizer, ShardMode::kGradients, ShardMode::kFull}) {
+    std::vector<std::map<std::string, int64_t>> bytes(2);
+    auto errors = run_ranks(2, [&](int rank, Context& context) {
+      ASSERT_NE(context.trace(), nullptr);
+      parallel::ShardedOptions options;
+      options.mode = mode;
+      parallel::ShardedPlan plan(make(), context, make_sgd, options);
+      torch::manual_seed(5);
+      auto step = [&] {
+        parallel::MicroBatch mb;
+        mb.input = torch::randn({4, 8}).requires_grad_(true);
+        mb.target = torch::randn({4, 4});
+        mb.loss = [](const torch::Tensor& o, const torch::Tensor& y) {
+          return (o - y).pow(2).mean();
+        };
+        plan.forward_backward(mb, true);
+        plan.step();
+        plan.zero_grad();
+      };
+      step();  // the first step records the units' order (prefetch starts with the second)
+      const uint64_t before = context.trace()->snapshot().entries.back().seq;
+      step();
+      for (const auto& e : context.trace()->snapshot().entries) {
+        if (e.seq > before) bytes[rank][e.sig.op] += e.sig.bytes();
+      }
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+    for (int rank = 0; rank < 2; ++rank) {
+      auto& b = bytes[rank];
+      const int64_t gathered = b["allgather_into_tensor"], scattered = b["reduce_scatter_tensor"];
+      EXPECT_EQ(scattered, psi) << parallel::name(mode) << " rank " << rank;
+      EXPECT_EQ(gathered, (mode == ShardMode::kFull ? 2 : 1) * psi)
+          << parallel::name(mode) << " rank " << rank;
+      int64_t other = 0;
+      for (const auto& [op, n] : b) {
+        if (op != "allgather_into_tensor" && op != "reduce_scatter_tensor") other += n;
+      }
+      EXPECT_EQ(other, 0) << parallel::name(mode) << ": nothing else is sent";
+    }
+  }
 }
 
 TEST(ShardedUnitsTest, UnitsFollowContainersAndNamesAreChecked) {
