@@ -26,10 +26,10 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "trace/collective_trace.h"
 #include "distributed/ranks.h"
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/sharded/units.h"
+#include "trace/collective_trace.h"
 
 namespace ddpx::dist {
 namespace {
