@@ -11,23 +11,10 @@
 
 #include "core/error.h"
 #include "distributed/collectives.h"
+#include "parallel/ready_hook.h"
 
 namespace ddpx::parallel {
 namespace {
-
-// Runs after a parameter's AccumulateGrad node, i.e. once its .grad holds this backward's sum.
-class ReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
 
 // A slice of `buffer` shaped like `param`, with its strides where it is dense (a channels_last
 // parameter gets a channels_last gradient, as AccumulateGrad would make it; c10d's Reducer does

@@ -13,25 +13,12 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "parallel/data/sync_batch_norm.h"
+#include "parallel/ready_hook.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/sharded/units.h"
 
 namespace ddpx::parallel {
 namespace {
-
-// Runs after a parameter's AccumulateGrad node: its .grad holds this backward's sum.
-class ReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit ReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
 
 // A parameter whose memory the plan may free must be the only user of its storage, contiguous
 // from its start (libtorch's own parameters are; a slice of a shared tensor is not).
