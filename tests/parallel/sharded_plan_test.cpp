@@ -162,16 +162,25 @@ std::vector<torch::Tensor> read_back(Model model, const Saved& saved, bool adam)
   return out;
 }
 
-std::unique_ptr<parallel::Plan> make_plan(ShardMode mode, Model model, Context& context,
-                                          bool adam) {
+// `built`: the model, made before the ranks' threads start: torch::manual_seed seeds one
+// generator for the whole process, so models made on several threads at once would draw each
+// other's numbers.
+std::unique_ptr<parallel::Plan> make_plan(ShardMode mode, torch::nn::AnyModule built,
+                                          Context& context, bool adam) {
   parallel::OptimizerFactory factory = adam ? make_adam : make_sgd;
   if (mode == ShardMode::kNone) {
-    return std::make_unique<parallel::DataParallelPlan>(make_model(model), context, factory,
+    return std::make_unique<parallel::DataParallelPlan>(built, context, factory,
                                                         parallel::DataParallelOptions{});
   }
   parallel::ShardedOptions options;
   options.mode = mode;
-  return std::make_unique<parallel::ShardedPlan>(make_model(model), context, factory, options);
+  return std::make_unique<parallel::ShardedPlan>(built, context, factory, options);
+}
+
+std::vector<torch::nn::AnyModule> make_models(Model model, int world) {
+  std::vector<torch::nn::AnyModule> out;
+  for (int r = 0; r < world; ++r) out.push_back(make_model(model));
+  return out;
 }
 
 // One step of the global batch `s`: this rank's slice, in `accumulation` micro-batches.
@@ -205,8 +214,9 @@ Trained train(ShardMode mode, Model model, int world, int steps, int accumulatio
   Trained run;
   run.saved.resize(world);
   run.descriptions.resize(world);
+  auto models = make_models(model, world);
   auto errors = run_ranks(world, [&](int rank, Context& context) {
-    auto plan = make_plan(mode, model, context, adam);
+    auto plan = make_plan(mode, models[rank], context, adam);
     run.descriptions[rank] = plan->describe();
     for (int s = 0; s < steps; ++s) train_step(*plan, b, s, rank, world, accumulation);
     run.saved[rank] = save(*plan);
@@ -274,8 +284,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, ShardedPlanTest,
 TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
   const Batches b = batches(Model::kMlp, 10);
   Saved at5, at10;
+  auto models = make_models(Model::kMlp, 2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    auto plan = make_plan(ShardMode::kFull, Model::kMlp, context, /*adam=*/true);
+    auto plan = make_plan(ShardMode::kFull, models[rank], context, /*adam=*/true);
     for (int s = 0; s < 5; ++s) train_step(*plan, b, s, rank, 2, 1);
     Saved saved = save(*plan);
     for (int s = 5; s < 10; ++s) train_step(*plan, b, s, rank, 2, 1);
@@ -286,8 +297,9 @@ TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
   const auto want5 = read_back(Model::kMlp, at5, true);
 
   std::vector<Saved> reloaded(3);
+  models = make_models(Model::kMlp, 3);
   errors = run_ranks(3, [&](int rank, Context& context) {
-    auto plan = make_plan(ShardMode::kGradients, Model::kMlp, context, true);
+    auto plan = make_plan(ShardMode::kGradients, models[rank], context, true);
     load(*plan, at5);
     reloaded[rank] = save(*plan);
   });
@@ -295,8 +307,9 @@ TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
   expect_same_state(read_back(Model::kMlp, reloaded[0], true), want5, "3 ranks of ZeRO-2");
 
   std::vector<Saved> continued(4);
+  models = make_models(Model::kMlp, 4);
   errors = run_ranks(4, [&](int rank, Context& context) {
-    auto plan = make_plan(ShardMode::kOptimizer, Model::kMlp, context, true);
+    auto plan = make_plan(ShardMode::kOptimizer, models[rank], context, true);
     load(*plan, at5);
     for (int s = 5; s < 10; ++s) train_step(*plan, b, s, rank, 4, 1);
     continued[rank] = save(*plan);
