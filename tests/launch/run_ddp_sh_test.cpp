@@ -36,7 +36,9 @@ class RunDdpShTest : public ::testing::Test {
 TEST_F(RunDdpShTest, SingleNodeFormRunsDdpxTrain) {
   auto result = run_ddp(fake_, "", "2 script_single_node \"--model resnet18 --epochs 2\"");
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_EQ(args(), "run\n2\n--\ntrain\n--model\nresnet18\n--epochs\n2\n");
+  EXPECT_EQ(args(),
+            "run\n2\n--\ntrain\n--dataset\ncifar100\n--image_size\nmodel\n--model\nresnet18\n--"
+            "epochs\n2\n");
 }
 
 TEST_F(RunDdpShTest, MultiNodeFormTakesNodeRankAndPortFromTheEnvironment) {
@@ -45,21 +47,22 @@ TEST_F(RunDdpShTest, MultiNodeFormTakesNodeRankAndPortFromTheEnvironment) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(args(),
             "run\n4\n--nnodes\n2\n--node_rank\n1\n--master_addr\n10.1.2.3\n--master_port\n"
-            "29600\n--\ntrain\n--epochs\n1\n");
+            "29600\n--\ntrain\n--dataset\ncifar100\n--image_size\nmodel\n--epochs\n1\n");
 }
 
 TEST_F(RunDdpShTest, AutoNodesComeFromSlurmThenDefaults) {
   auto slurm = run_ddp(fake_, "SLURM_NNODES=3 SLURM_NODEID=2",
                        "8 auto 192.168.1.100 script_multi_node \"--epochs 1\"");
   ASSERT_EQ(slurm.exit_code, 0) << slurm.output;
-  EXPECT_EQ(args(),
-            "run\n8\n--nnodes\n3\n--node_rank\n2\n--master_addr\n192.168.1.100\n"
-            "--master_port\n29500\n--\ntrain\n--epochs\n1\n");
+  EXPECT_EQ(
+      args(),
+      "run\n8\n--nnodes\n3\n--node_rank\n2\n--master_addr\n192.168.1.100\n"
+      "--master_port\n29500\n--\ntrain\n--dataset\ncifar100\n--image_size\nmodel\n--epochs\n1\n");
   auto alone = run_ddp(fake_, "", "8 auto 192.168.1.100 script_multi_node");
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   EXPECT_EQ(args(),
             "run\n8\n--nnodes\n1\n--node_rank\n0\n--master_addr\n192.168.1.100\n"
-            "--master_port\n29500\n--\ntrain\n");
+            "--master_port\n29500\n--\ntrain\n--dataset\ncifar100\n--image_size\nmodel\n");
 }
 
 TEST_F(RunDdpShTest, OtherScriptIsRunAsTheProgram) {
@@ -85,7 +88,9 @@ TEST_F(RunDdpShTest, RealLauncherDryRunShowsTheWorkers) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_TRUE(contains(result.output, "[rank 1] RANK=1 LOCAL_RANK=1 WORLD_SIZE=2"))
       << result.output;
-  EXPECT_TRUE(contains(result.output, test::ddpx_binary() + " train --epochs 1\n"))
+  EXPECT_TRUE(
+      contains(result.output,
+               test::ddpx_binary() + " train --dataset cifar100 --image_size model --epochs 1\n"))
       << result.output;
 }
 
@@ -95,7 +100,8 @@ TEST_F(RunDdpShTest, RealLauncherDryRunShowsTheWorkers) {
 TEST_F(RunDdpShTest, SeedCommandTrainsWithTwoRealWorkers) {
   auto result =
       run_ddp(test::ddpx_binary(), "DDPX_RUN_ARGS=" + shell_quote("--log_dir " + dir_.file("logs")),
-              "2 script_single_node \"--model resnet101 --learning_rate 0.002 --optimizer sgd "
+              "2 script_single_node \"--dataset fashion-mnist --image_size 28 --model resnet101 "
+              "--learning_rate 0.002 --optimizer sgd "
               "--batch_size 4 --normalize neg_one_one --num_epochs 1 --limit_train_batches 1 "
               "--limit_test_batches 1 --threads 1 --no_progress\"",
               300);
