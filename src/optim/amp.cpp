@@ -3,6 +3,8 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <fstream>
+
 #include "core/error.h"
 
 namespace ddpx::optim {
@@ -24,6 +26,25 @@ void check_amp(Amp amp, const torch::Device& device) {
              "--amp fp16 needs a GPU and this run trains on {}; use --amp bf16 (autocast on CPU) "
              "or --amp off",
              device.str());
+}
+
+std::string amp_speed_note(Amp amp, const torch::Device& device, const std::string& flags) {
+  if (amp != Amp::kBf16 || !device.is_cpu()) return "";
+  auto has = [&](const char* flag) {
+    std::string padded = " " + flags + " ";
+    return padded.find(std::string(" ") + flag + " ") != std::string::npos;
+  };
+  if (has("avx512_bf16") || has("amx_bf16")) return "";
+  return "note: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): "
+         "--amp bf16 is emulated here and often 10-50x slower than fp32; --amp off trains faster";
+}
+
+std::string cpuinfo_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) == 0) return line.substr(line.find(':') + 1);
+  }
+  return "";
 }
 
 AutocastGuard::AutocastGuard(Amp amp, const torch::Device& device) {

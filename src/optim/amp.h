@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <optional>
+#include <string>
 
 #include "core/names.h"
 
@@ -21,6 +22,14 @@ std::optional<torch::ScalarType> amp_dtype(Amp amp);
 
 // Throws ddpx::Error(kUsage) for a precision the device cannot take (fp16 on CPU).
 void check_amp(Amp amp, const torch::Device& device);
+
+// "" or a warning for a precision the device takes only slowly: bf16 on a CPU whose flags in
+// `cpuinfo_flags` (/proc/cpuinfo's "flags" line) name no native bf16 (avx512_bf16, amx_bf16),
+// where ATen's bf16 convolutions and matrix products are emulated, often 10-50x slower than fp32.
+std::string amp_speed_note(Amp amp, const torch::Device& device, const std::string& cpuinfo_flags);
+
+// This machine's /proc/cpuinfo "flags" line ("" where there is none).
+std::string cpuinfo_flags();
 
 // Autocast on `device`'s type for the guard's lifetime, in `amp`'s dtype (nothing for kOff), as
 // `with torch.autocast(device_type, dtype)`: nesting is counted and the cast cache cleared when

@@ -31,6 +31,7 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
   f.resize_reason = input_size(o, d.height()).reason;
   f.loader_workers = loader_workers(o);
   f.env_limits = env_limits_line(o);
+  f.amp_note = optim::amp_speed_note(o.amp, context.device(), optim::cpuinfo_flags());
 }
 
 std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {
@@ -70,6 +71,7 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
   if (auto line = regularization_line(o, f); !line.empty()) lines.push_back(line);
   lines.push_back(fmt::format("device {} | amp {} | channels_last {} | {}", f.device, name(o.amp),
                               o.channels_last ? "on" : "off", f.plan));
+  if (!f.amp_note.empty()) lines.push_back(f.amp_note);
   for (size_t r = 0; r < f.rank_devices.size(); ++r)
     lines.push_back(fmt::format("  rank {}: {}", r, f.rank_devices[r]));
   if (!f.pretrained_note.empty()) lines.push_back(f.pretrained_note);

@@ -41,6 +41,7 @@ struct RunFacts {
   std::string resize_reason;  // why the images are resized, when ddpx chose it
   int loader_workers = 0;
   std::string env_limits;  // env_limits_line(): the environment's limits this run applied
+  std::string amp_note;    // optim::amp_speed_note(): --amp bf16 on a CPU without native bf16
 };
 
 // The facts read off the job, the data set and the model. Collective: every rank names its

@@ -46,5 +46,19 @@ TEST(AmpTest, Fp16OnCpuIsRefusedInOneLineNamingTheWayOut) {
   EXPECT_NO_THROW(check_amp(Amp::kFp16, torch::Device(torch::kCUDA, 0)));
 }
 
+// Flags as /proc/cpuinfo prints them on an AVX2-only AMD EPYC and on a Sapphire Rapids Xeon.
+TEST(AmpTest, Bf16OnACpuWithoutNativeBf16IsNamedAsSlow) {
+  const std::string avx2 = " fpu vme sse sse2 avx fma avx2 bmi2 sha_ni";
+  const std::string spr = " fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile";
+  std::string note = amp_speed_note(Amp::kBf16, torch::kCPU, avx2);
+  EXPECT_NE(note.find("no native bf16"), std::string::npos) << note;
+  EXPECT_NE(note.find("--amp off"), std::string::npos) << note;
+  EXPECT_EQ(amp_speed_note(Amp::kBf16, torch::kCPU, spr), "");
+  EXPECT_EQ(amp_speed_note(Amp::kOff, torch::kCPU, avx2), "");
+  EXPECT_EQ(amp_speed_note(Amp::kBf16, torch::Device(torch::kCUDA, 0), avx2), "");
+  // A flag that only starts with the name is not the flag.
+  EXPECT_NE(amp_speed_note(Amp::kBf16, torch::kCPU, " avx512_bf16x"), "");
+}
+
 }  // namespace
 }  // namespace ddpx::optim
