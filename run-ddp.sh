@@ -10,7 +10,7 @@ Usage:
   run-ddp.sh NPROC script_single_node "ARGS"
       -> ddpx run NPROC -- train [SEED_DEFAULTS] ARGS
   run-ddp.sh NPROC NNODES|auto MASTER_ADDR script_multi_node "ARGS"
-      -> ddpx run NPROC --nnodes NNODES --node_rank NODE_RANK
+      -> ddpx run NPROC --nnodes NNODES [--node_rank NODE_RANK]
                         --master_addr MASTER_ADDR --master_port MASTER_PORT
                         -- train [SEED_DEFAULTS] ARGS
   run-ddp.sh NPROC
@@ -18,7 +18,8 @@ Usage:
   run-ddp.sh --help
 
   NPROC        workers on this node
-  NNODES|auto  number of nodes; auto = $SLURM_NNODES, else $NNODES, else 1
+  NNODES|auto  number of nodes; auto = $SLURM_NNODES, else $NNODES, else as many as start
+               the same command (at least 2; the job forms 10 s after the last one joins)
   MASTER_ADDR  address of node 0, reachable from every node
   ARGS         arguments for `ddpx train`, one quoted string (e.g. "--model resnet18 --num_epochs 2")
   SEED_DEFAULTS the seed's workload, each part only when ARGS do not choose it (nor --recipe):
@@ -29,7 +30,8 @@ Usage:
   (found on PATH or by path) instead of `ddpx train`.
 
 Environment:
-  NODE_RANK    this node's rank (else $SLURM_NODEID, else 0)
+  NODE_RANK    this node's rank (else $SLURM_NODEID, else assigned at rendezvous: the host of
+               MASTER_ADDR is node 0, the others in the order they join)
   MASTER_PORT  rendezvous port on node 0 for multi-node jobs (default 29500)
   DDPX_BIN     the ddpx binary (else ./build/src/ddpx next to this script, else ddpx on PATH)
   DDPX_RUN_ARGS  extra `ddpx run` flags, e.g. "--tee all --log_dir /scratch/logs" or "--dry_run"
@@ -105,12 +107,14 @@ if [[ "$2" == "auto" ]] || is_count "$2"; then
   [[ $# -ge 4 && $# -le 5 ]] ||
     die_usage "the multi-node form is NPROC NNODES|auto MASTER_ADDR SCRIPT \"ARGS\""
   nnodes=$2
-  if [[ "$nnodes" == "auto" ]]; then nnodes=${SLURM_NNODES:-${NNODES:-1}}; fi
-  is_count "$nnodes" || die_usage "NNODES '$nnodes' must be a positive whole number or auto"
-  node_rank=${NODE_RANK:-${SLURM_NODEID:-0}}
+  if [[ "$nnodes" == "auto" ]]; then nnodes=${SLURM_NNODES:-${NNODES:-auto}}; fi
+  [[ "$nnodes" == "auto" ]] || is_count "$nnodes" ||
+    die_usage "NNODES '$nnodes' must be a positive whole number or auto"
+  node_rank=${NODE_RANK:-${SLURM_NODEID:-}}
   master_port=${MASTER_PORT:-29500}
-  launcher_flags=(--nnodes "$nnodes" --node_rank "$node_rank" --master_addr "$3"
-                  --master_port "$master_port")
+  launcher_flags=(--nnodes "$nnodes")
+  if [[ -n "$node_rank" ]]; then launcher_flags+=(--node_rank "$node_rank"); fi
+  launcher_flags+=(--master_addr "$3" --master_port "$master_port")
   script=$4
   script_args=${5:-}
 else

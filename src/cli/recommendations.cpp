@@ -52,8 +52,8 @@ void print_script_options() {
       "  ddpx run 2 -- train --model resnet101 --dataset cifar10 --data_dir data --image_size 224 "
       "--learning_rate 0.002 --optimizer sgd --batch_size 1024 --normalize neg_one_one "
       "--num_epochs 10\n"
-      "  # two nodes (run on each node with its --node_rank)\n"
-      "  ddpx run 8 --nnodes 2 --node_rank 0 --master_addr 192.168.1.100 --master_port 29500 -- "
+      "  # two nodes (the same command on each; node ranks are assigned at rendezvous)\n"
+      "  ddpx run 8 --nnodes 2 --master_addr 192.168.1.100 --master_port 29500 -- "
       "train --model resnet50 --dataset cifar10\n"
       "  # checkpoints and resume\n"
       "  ddpx train --save_dir checkpoints --resume auto --num_epochs 10\n");

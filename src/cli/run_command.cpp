@@ -11,6 +11,7 @@ namespace ddpx::cli {
 void add_run_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<launch::LaunchOptions>();
   auto tee = std::make_shared<std::string>("0");
+  auto nnodes = std::make_shared<std::string>("1");
   CLI::App* run = app.add_subcommand(
       "run",
       "Start N workers on this node, each running PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, "
@@ -18,8 +19,18 @@ void add_run_command(CLI::App& app, int& exit_code) {
       "DDPX_THREADS set; PROGRAM may be a ddpx subcommand (`ddpx run 2 -- train ...`) or any "
       "program (`ddpx run 2 -- ./my_trainer`). See docs/launcher.md.");
   run->add_option("N", options->nproc_per_node, "Workers on this node")->required();
-  run->add_option("--nnodes", options->nnodes, "Nodes in the job")->capture_default_str();
-  run->add_option("--node_rank", options->node_rank, "This node's rank, 0 .. nnodes-1")
+  run->add_option("--nnodes", *nnodes,
+                  "Nodes in the job, or auto: as many as join the rendezvous (at least 2)")
+      ->capture_default_str();
+  run->add_option("--node_rank", options->node_rank,
+                  "This node's rank, 0 .. nnodes-1 (default: 0 on one node; on several, "
+                  "assigned at rendezvous: the host of --master_addr is 0, the others in join "
+                  "order)");
+  run->add_option("--rdzv_timeout", options->rdzv_timeout_s,
+                  "Seconds for every node to join when node ranks are assigned")
+      ->capture_default_str();
+  run->add_option("--rdzv_last_call", options->rdzv_last_call_s,
+                  "--nnodes auto: the job forms once no node joined for this many seconds")
       ->capture_default_str();
   run->add_option("--master_addr", options->master_addr,
                   "Address of node 0 (default 127.0.0.1; required with --nnodes > 1)");
@@ -48,8 +59,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
                 "Print each worker's environment and command line; start nothing");
   run->add_option("command", options->command,
                   "PROGRAM ARGS... after `--`: a ddpx subcommand or a program");
-  run->callback([options, tee, &exit_code] {
+  run->callback([options, tee, nnodes, &exit_code] {
     options->tee = launch::parse_tee(*tee);
+    options->nnodes = launch::parse_nnodes(*nnodes);
     options->self_subcommands.assign(std::begin(kCommandNames), std::end(kCommandNames));
     exit_code = launch::run_job(*options);
   });

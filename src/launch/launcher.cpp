@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "launch/attempt.h"
 #include "launch/job_record.h"
+#include "launch/node_rendezvous.h"
 #include "launch/plan.h"
 #include "launch/port.h"
 #include "launch/reservation.h"
@@ -95,9 +96,23 @@ int supervise(const LaunchOptions& options, JobPlan& plan, const std::string& lo
 
 }  // namespace
 
-int run_job(const LaunchOptions& options) {
-  validate(options);
-  if (options.nnodes > 1) check_master_addr(options.master_addr, options.node_rank == 0);
+int run_job(const LaunchOptions& given) {
+  validate(given);
+  LaunchOptions options = given;
+  if (options.nnodes == 1) options.node_rank = 0;
+  if (options.node_rank < 0 && !options.dry_run) {
+    say(fmt::format("node rank: joining the node rendezvous at {}:{} (--nnodes {})",
+                    options.master_addr, options.master_port,
+                    options.nnodes == 0 ? std::string("auto") : std::to_string(options.nnodes)));
+    NodeAssignment a = join_node_rendezvous(NodeRendezvousOptions{
+        options.master_addr, options.master_port, options.nnodes, options.nproc_per_node,
+        options.rdzv_timeout_s, options.rdzv_last_call_s});
+    options.node_rank = a.node_rank;
+    options.nnodes = a.nnodes;
+    say(fmt::format("node rank {} of {} nodes, assigned at rendezvous", a.node_rank, a.nnodes));
+  }
+  if (options.nnodes > 1 && options.node_rank >= 0)
+    check_master_addr(options.master_addr, options.node_rank == 0);
   HostInfo host = probe_host();
   std::optional<JobRecord> shell = enclosing_shell();
   std::optional<PortReservation> port_hold;

@@ -15,14 +15,17 @@ enum class Tee {
   kNone,   // nothing but the launcher's own lines
 };
 
-Tee parse_tee(const std::string& value);  // "0", "rank0", "all", "none"
+Tee parse_tee(const std::string& value);     // "0", "rank0", "all", "none"
+int parse_nnodes(const std::string& value);  // "auto" (0) or a count
 
 struct LaunchOptions {
   int nproc_per_node = 1;  // N: workers on this node
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string master_addr;  // empty: 127.0.0.1 on one node; required on several
-  int master_port = 0;      // 0: the launcher picks a free one (one node only)
+  int nnodes = 1;          // 0 (--nnodes auto): as many nodes as join the rendezvous, at least 2
+  int node_rank = -1;  // -1: 0 on one node; on several, assigned at rendezvous (node_rendezvous.h)
+  double rdzv_timeout_s = 600;   // for every node to join when node ranks are assigned
+  double rdzv_last_call_s = 10;  // --nnodes auto: the job forms after this long with no join
+  std::string master_addr;       // empty: 127.0.0.1 on one node; required on several
+  int master_port = 0;           // 0: the launcher picks a free one (one node only)
   std::string log_dir = "log";
   std::string job_name;  // empty: a short random id
   Tee tee = Tee::kFirst;

@@ -89,7 +89,10 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
   JobPlan plan;
   plan.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
   plan.master_port = master_port;
-  plan.world_size = o.nnodes * o.nproc_per_node;
+  // Before the rendezvous (a dry run) an unassigned node rank shows as node 0, and --nnodes
+  // auto as two nodes.
+  const int node_rank = std::max(0, o.node_rank);
+  plan.world_size = std::max(1, o.nnodes == 0 ? 2 : o.nnodes) * o.nproc_per_node;
   plan.threads_per_worker = o.threads_per_worker > 0 ? o.threads_per_worker
                             : host.inherited_threads > 0
                                 ? host.inherited_threads
@@ -102,7 +105,7 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
   for (int local = 0; local < o.nproc_per_node; ++local) {
     WorkerSpec w;
     w.local_rank = local;
-    w.global_rank = o.node_rank * o.nproc_per_node + local;
+    w.global_rank = node_rank * o.nproc_per_node + local;
     w.path = path;
     w.argv = argv;
     w.holds_snapshot_signals_at_start = is_self && program == "train";
@@ -111,7 +114,7 @@ JobPlan make_plan(const LaunchOptions& o, const HostInfo& host, int master_port)
         {"LOCAL_RANK", std::to_string(local)},
         {"WORLD_SIZE", std::to_string(plan.world_size)},
         {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(o.node_rank)},
+        {"GROUP_RANK", std::to_string(node_rank)},
         {"MASTER_ADDR", plan.master_addr},
         {"MASTER_PORT", std::to_string(master_port)},
         {"OMP_NUM_THREADS", std::to_string(plan.threads_per_worker)},

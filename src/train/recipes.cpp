@@ -6,8 +6,8 @@ const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> table = {
       {"fashion-mnist-demo",
        "the README demo: one epoch of Fashion-MNIST with the CIFAR ResNet-32 (full resolution "
-       "into the first stage); AdamW, batch 32 per worker, no flip, bf16 autocast and "
-       "channels_last (fast on CPUs with AVX512-BF16)",
+       "into the first stage); AdamW, batch 32 per worker, no flip, fp32 and channels_last "
+       "(add --amp bf16 on CPUs with native bf16: 1.6x faster there, 10x slower on AVX2 alone)",
        {{"--model", "resnet32"},
         {"--dataset", "fashion-mnist"},
         {"--num_epochs", "1"},
@@ -16,7 +16,6 @@ const std::vector<Recipe>& recipes() {
         {"--weight_decay", "0.05"},
         {"--batch_size", "32"},
         {"--flip", "false"},
-        {"--amp", "bf16"},
         {"--channels_last", "true"}},
        2,
        "0.9005 test accuracy after 76 s of training (seed 1: 0.9021), 2 workers on the 2-core "

@@ -11,7 +11,9 @@
 #   2. (b) GLOO_SOCKET_IFNAME bogus on both nodes / on node 1 only / a list / unset.
 #   3. (c) node 1's worker SIGKILLed mid-training: how fast node 0 ends, what it names.
 #   4. (d) --master_addr that does not resolve / is not node 0's / nobody's: message, time.
-#   5. run-ddp.sh's multi-node form (the seed's command line) across three namespaces.
+#   5. run-ddp.sh's multi-node form (the seed's command line) across three namespaces; then
+#      the identical command on every node (no NODE_RANK, no NNODES): ranks and the node count
+#      are settled at rendezvous, the host of MASTER_ADDR is node 0.
 #   6. (c) node 1's host drops off the network (link down, then its worker killed: no RST).
 #   After every step no process is left in any namespace.
 #
@@ -437,6 +439,31 @@ if [[ -x "$repo/run-ddp.sh" ]]; then
   grep -q "world size 3 " "$work/rdd0.out" || die "run-ddp.sh: node 0 did not report world size 3"
   say "  ok: three nodes exit 0 in $(secs $(($(now_ms) - t0))) s; $(grep -o 'joined 3 ranks via [^)]*)' "$work/rdd0.out")"
   assert_no_leftovers "run-ddp.sh"
+
+  say "== 5b. the identical command on three nodes: no NODE_RANK, no NNODES (ranks and count at rendezvous)"
+  Pr=$(port)
+  t0=$(now_ms)
+  rpids=()
+  for r in 2 0 1; do  # node 0 (the host of MASTER) is not the first to start
+    GLOO_SOCKET_IFNAME=ddpx0 MASTER_PORT=$Pr DDPX_BIN=$DDPX \
+      DDPX_RUN_ARGS="--log_dir $work/rdz$r.logs --grace_s 1 --rdzv_last_call 2" \
+      ip netns exec "${hosts[r]}" "$repo/run-ddp.sh" 1 auto "$MASTER" script_multi_node \
+      "--dataset synthetic --model mlp --batch_size 64 --synthetic_size 256 --num_epochs 1 --transport gloo --timeout 30" \
+      >"$work/rdz$r.out" 2>&1 &
+    rpids[r]=$!
+    sleep 0.3
+  done
+  for r in 0 1 2; do
+    wait_exit "${rpids[r]}" 60000
+    [[ "$RC" == running ]] && stop "${rpids[r]}"
+    [[ "$RC" == 0 ]] || { tail -n 15 "$work/rdz$r.out" | show; die "identical command on node $r: exit $RC"; }
+  done
+  grep -q "node rank 0 of 3 nodes, assigned at rendezvous" "$work/rdz0.out" ||
+    { show <"$work/rdz0.out"; die "the host of $MASTER was not given node rank 0 of 3"; }
+  grep -q '^Accuracy on test dataset - ' "$work/rdz0.out" || die "identical command: node 0 printed no accuracy"
+  grep -q "world size 3 " "$work/rdz0.out" || die "identical command: node 0 did not report world size 3"
+  say "  ok: ranks and count at rendezvous, three nodes exit 0 in $(secs $(($(now_ms) - t0))) s"
+  assert_no_leftovers "identical command"
 else
   say "== 5. run-ddp.sh: not in $repo, skipped"
 fi

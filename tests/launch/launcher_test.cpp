@@ -276,6 +276,67 @@ TEST(LauncherTest, TwoNodesOnLoopbackGiveGlobalRanksZeroToThree) {
   EXPECT_EQ(logs, 4);
 }
 
+// The identical command on every node (no --node_rank): ranks are assigned at rendezvous.
+TEST(LauncherTest, IdenticalCommandsOnTwoNodesGetNodeRanksAtRendezvous) {
+  TempDir dir;
+  std::string script = write_script(dir, "env.sh", kEnvScript);
+  std::string node =
+      ddpx_run(dir, "2 --nnodes 2 --master_addr 127.0.0.1 --master_port " +
+                        std::to_string(test::free_port()) + " --log_dir logs -- " + script);
+  auto result = run_command("(" + node + ") & (" + node + ") & wait", 60);
+  ASSERT_FALSE(result.timed_out) << result.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_file(dir.file("env." + std::to_string(rank)));
+    EXPECT_EQ(env["RANK"], std::to_string(rank)) << result.output;
+    EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank / 2)) << result.output;
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+  }
+  EXPECT_TRUE(contains(result.output, "node rank 0 of 2 nodes, assigned at rendezvous"))
+      << result.output;
+  EXPECT_TRUE(contains(result.output, "node rank 1 of 2 nodes, assigned at rendezvous"))
+      << result.output;
+}
+
+// --nnodes auto: the job is as many nodes as join before a quiet --rdzv_last_call.
+TEST(LauncherTest, AutoNodeCountIsTheNodesThatJoin) {
+  TempDir dir;
+  std::string script = write_script(dir, "env.sh", kEnvScript);
+  std::string node =
+      ddpx_run(dir, "1 --nnodes auto --rdzv_last_call 2 --master_addr 127.0.0.1 --master_port " +
+                        std::to_string(test::free_port()) + " --log_dir logs -- " + script);
+  auto result = run_command("(" + node + ") & (" + node + ") & (" + node + ") & wait", 60);
+  ASSERT_FALSE(result.timed_out) << result.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto env = read_env_file(dir.file("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "3") << result.output;
+    EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank)) << result.output;
+  }
+}
+
+// Nodes that disagree are refused naming both values; a job that never fills ends in time.
+TEST(LauncherTest, NodesThatDisagreeOrNeverComeEndTheRendezvousWithOneLine) {
+  TempDir dir;
+  std::string port = std::to_string(test::free_port());
+  auto node = [&](const std::string& nnodes) {
+    return ddpx_run(dir, "1 --nnodes " + nnodes + " --rdzv_timeout 4 --master_addr 127.0.0.1 " +
+                             "--master_port " + port + " --log_dir logs -- true");
+  };
+  // Each node in a subshell of its own (ddpx_run ends in exec), its exit code echoed after.
+  auto result = run_command("( (" + node("2") + "); echo \"exit $?\") & (sleep 0.5; (" + node("3") +
+                                "); echo \"exit $?\") & wait",
+                            60);
+  ASSERT_FALSE(result.timed_out) << result.output;
+  EXPECT_TRUE(contains(result.output, "--nnodes 3 on ") &&
+              contains(result.output, " but 2 on node 0"))
+      << result.output;
+  EXPECT_TRUE(contains(result.output, "formed no job in 4 s (--rdzv_timeout): 1 of 2 node(s)"))
+      << result.output;
+  EXPECT_TRUE(contains(result.output, "exit 2")) << "the refused node: a usage error\n"
+                                                 << result.output;
+  EXPECT_TRUE(contains(result.output, "exit 1")) << "node 0 timed out\n" << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("logs"))) << "no worker may start";
+}
+
 TEST(LauncherTest, FailedJobIsRestartedWithRestartCount) {
   TempDir dir;
   std::string script = write_script(dir, "flaky.sh",
@@ -322,7 +383,9 @@ TEST(LauncherTest, BadInvocationsAreUsageErrorsBeforeAnythingStarts) {
   EXPECT_TRUE(contains(unresolved.output, "--master_addr no.such.host.invalid does not resolve"))
       << unresolved.output;
   auto elsewhere = run_command(
-      ddpx_run(dir, "1 --nnodes 2 --master_addr 192.0.2.77 --master_port 29555 -- true"), 30);
+      ddpx_run(dir,
+               "1 --nnodes 2 --node_rank 0 --master_addr 192.0.2.77 --master_port 29555 -- true"),
+      30);
   EXPECT_EQ(elsewhere.exit_code, 2) << elsewhere.output;
   EXPECT_TRUE(contains(elsewhere.output, "--master_addr 192.0.2.77 is not an address of this host"))
       << elsewhere.output;

@@ -50,7 +50,9 @@ TEST_F(RunDdpShTest, MultiNodeFormTakesNodeRankAndPortFromTheEnvironment) {
             "29600\n--\ntrain\n--dataset\ncifar100\n--image_size\nmodel\n--epochs\n1\n");
 }
 
-TEST_F(RunDdpShTest, AutoNodesComeFromSlurmThenDefaults) {
+// `auto` with no Slurm or NNODES: the node count and this node's rank are settled at the
+// rendezvous (the identical command on every node); NODE_RANK alone still names the rank.
+TEST_F(RunDdpShTest, AutoNodesComeFromSlurmThenTheRendezvous) {
   auto slurm = run_ddp(fake_, "SLURM_NNODES=3 SLURM_NODEID=2",
                        "8 auto 192.168.1.100 script_multi_node \"--epochs 1\"");
   ASSERT_EQ(slurm.exit_code, 0) << slurm.output;
@@ -61,7 +63,12 @@ TEST_F(RunDdpShTest, AutoNodesComeFromSlurmThenDefaults) {
   auto alone = run_ddp(fake_, "", "8 auto 192.168.1.100 script_multi_node");
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   EXPECT_EQ(args(),
-            "run\n8\n--nnodes\n1\n--node_rank\n0\n--master_addr\n192.168.1.100\n"
+            "run\n8\n--nnodes\nauto\n--master_addr\n192.168.1.100\n"
+            "--master_port\n29500\n--\ntrain\n--dataset\ncifar100\n--image_size\nmodel\n");
+  auto counted = run_ddp(fake_, "NNODES=2", "8 auto 192.168.1.100 script_multi_node");
+  ASSERT_EQ(counted.exit_code, 0) << counted.output;
+  EXPECT_EQ(args(),
+            "run\n8\n--nnodes\n2\n--master_addr\n192.168.1.100\n"
             "--master_port\n29500\n--\ntrain\n--dataset\ncifar100\n--image_size\nmodel\n");
 }
 
