@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <string>
@@ -14,6 +15,9 @@
 
 namespace ddpx::cli {
 
+// Thrown once the command line is parsed and checked, when DDPX_PARSE_ONLY=1.
+struct ParseOnlyDone {};
+
 // `describe` turns an exception that is neither CLI11's nor ddpx's into its message (main.cpp
 // strips libtorch's backtraces); by default what().
 inline int run_app(CLI::App& app, int argc, char** argv, const int& exit_code,
@@ -23,12 +27,20 @@ inline int run_app(CLI::App& app, int argc, char** argv, const int& exit_code,
                            : std::string("ddpx: error: ");
   };
   use_help_formatter(app);
+  // DDPX_PARSE_ONLY=1: parse and check the command line as usual (flags, values, required
+  // arguments), then exit 0 without running it. tests/e2e/docs_commands_test.cpp checks every
+  // example command of the README and docs/ this way.
+  // The root's parse-complete callback runs after the checks and before any subcommand's.
+  if (const char* only = std::getenv("DDPX_PARSE_ONLY"); only && std::string(only) == "1")
+    app.parse_complete_callback([] { throw ParseOnlyDone{}; });
   if (argc <= 1) {
     std::fputs(app.help().c_str(), stdout);
     return 2;
   }
   try {
     app.parse(argc, argv);
+  } catch (const ParseOnlyDone&) {
+    return 0;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
