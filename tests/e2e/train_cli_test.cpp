@@ -33,9 +33,11 @@ std::vector<std::string> lines_starting(const std::string& text, const std::stri
 }
 
 TEST(TrainCliTest, LearnsFashionMnistAndPrintsTheSeedFormat) {
-  auto r = run_command(ddpx("train --model resnet18 --dataset fashion-mnist --num_epochs 1 "
-                            "--batch_size 64 --learning_rate 0.05 --limit_train_batches 300 "
-                            "--limit_test_batches 4"),
+  // The CIFAR ResNet-20 (0.27M parameters) reaches 0.78 in 100 steps, in a fifth of the time
+  // ResNet-18 took for its 300.
+  auto r = run_command(ddpx("train --model resnet20 --dataset fashion-mnist --num_epochs 1 "
+                            "--optimizer adamw --batch_size 64 --learning_rate 0.002 "
+                            "--limit_train_batches 100 --limit_test_batches 4"),
                        600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex epoch_line(
@@ -51,7 +53,7 @@ TEST(TrainCliTest, LearnsFashionMnistAndPrintsTheSeedFormat) {
   EXPECT_GT(accuracy, 0.70) << "10 classes: chance is 0.10\n" << r.output;
   EXPECT_EQ(lines_starting(r.output, "Training took ").size(), 1u) << r.output;
   // The header names the model, dataset, optimizer and batch size.
-  EXPECT_NE(r.output.find("resnet18"), std::string::npos);
+  EXPECT_NE(r.output.find("resnet20"), std::string::npos);
   EXPECT_NE(r.output.find("fashion-mnist"), std::string::npos);
   EXPECT_NE(r.output.find("batch size 64 per process"), std::string::npos) << r.output;
 }
