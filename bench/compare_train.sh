@@ -5,6 +5,7 @@
 #   2. End to end: ddpx vs PyTorch DDP on real Fashion-MNIST resized to 32x32 with crop + flip.
 #   3. Start-up: process start to the first training step.
 # Usage: bench/compare_train.sh [steps]   (BUILD=build by default; STEPS=30)
+#   BATCH=64 images per worker and step (CPU parts).
 #   ROUNDS=N repeats part 1 N times, one after the other, and prints every round's ratios and
 #   their median: on a shared VM one run can be off by several percent. WARMUP=5 untimed steps.
 #   DEVICE=cuda runs the GPU comparison instead (ResNet-50/101 at 224x224 and ResNet-18 with the
@@ -21,7 +22,8 @@ py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
 steps="${1:-30}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-common="--image_size 32 --batch_size 64 --steps $steps --warmup ${WARMUP:-5}"
+batch="${BATCH:-64}"
+common="--image_size 32 --batch_size $batch --steps $steps --warmup ${WARMUP:-5}"
 
 free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 field() { $py -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])])[sys.argv[3]])" "$@"; }
@@ -53,7 +55,7 @@ PY
   exit 0
 fi
 
-echo "# 1. synthetic data, resnet18, 10 classes, 32x32, batch 64 per worker, SGD momentum"
+echo "# 1. synthetic data, resnet18, 10 classes, 32x32, batch $batch per worker, SGD momentum"
 echo "# both: ddpx train's loop / the peer's loop, sync at the window ends; loader: 1 thread / 1 process per worker"
 for round in $(seq "${ROUNDS:-1}"); do
   # ddpx: two independent single-thread processes at once, then 2 DDP workers
@@ -62,12 +64,12 @@ for round in $(seq "${ROUNDS:-1}"); do
   wait
   "$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train $common --json "$out/ddpx_ddp.$round" >/dev/null
   # PyTorch: the same
-  for r in 0 1; do $py bench/pytorch_train.py --threads 1 --workers 1 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_solo$r.$round" >/dev/null & done
+  for r in 0 1; do $py bench/pytorch_train.py --threads 1 --workers 1 --batch_size $batch --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_solo$r.$round" >/dev/null & done
   wait
   port=$(free_port)
   for r in 0 1; do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-      $py bench/pytorch_train.py --threads 1 --workers 1 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_ddp.$round" >/dev/null &
+      $py bench/pytorch_train.py --threads 1 --workers 1 --batch_size $batch --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_ddp.$round" >/dev/null &
   done
   wait
 done
@@ -106,7 +108,7 @@ echo "# 2. Fashion-MNIST resized to 32x32, random crop (padding 4) + flip, 2 wor
 port=$(free_port)
 for r in 0 1; do
   RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-    $py bench/pytorch_train.py --data fashion-mnist --threads 1 --workers 1 --batch_size 64 --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_fm" >/dev/null &
+    $py bench/pytorch_train.py --data fashion-mnist --threads 1 --workers 1 --batch_size $batch --steps "$steps" --warmup "${WARMUP:-5}" --json "$out/pt_fm" >/dev/null &
 done
 wait
 $py - "$out" <<'PY'

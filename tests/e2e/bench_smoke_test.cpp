@@ -206,7 +206,7 @@ TEST(BenchSmokeTest, PytorchPeerRuns) {
 TEST(BenchSmokeTest, CompareTrainScriptPrintsEveryRatio) {
   if (!test::python_has_module("torchvision"))
     GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
-  auto r = run_command("ROUNDS=2 WARMUP=1 DDPX_BIN=" + test::ddpx_binary() + " " +
+  auto r = run_command("ROUNDS=2 WARMUP=1 BATCH=8 DDPX_BIN=" + test::ddpx_binary() + " " +
                            test::source_dir() + "/bench/compare_train.sh 1",
                        600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
