@@ -18,13 +18,14 @@
 #include "distributed/threads.h"
 #include "models/zoo/registry.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/planner/tensor_bytes.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/sharded/sharded_plan.h"
 
 namespace ddpx::bench {
 namespace {
 
-enum Field { kParams, kGrads, kOptimizer, kFormula, kPeak, kCount };
+enum Field { kParams, kGrads, kOptimizer, kFormula, kPeak, kTensorPeak, kCount };
 
 int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -89,6 +90,8 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   config.num_classes = o.num_classes;
   config.image_size = o.image_size > 0 ? o.image_size : info.default_image_size;
   const double baseline = proc_status_mib("VmHWM");
+  parallel::CpuTensorBytes tensor_bytes;  // what `ddpx plan` predicts: tensors, not the process
+  const int64_t tensor_baseline = tensor_bytes.current();
   torch::manual_seed(1);
   torch::nn::AnyModule model = models::create_model(o.model, config);
   model.ptr()->train();
@@ -154,8 +157,9 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   }
   const double k = o.adamw ? 8 : 4;
   mine[kFormula] = static_cast<int64_t>(formula(o.shard, static_cast<double>(psi), k, n));
-  mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
   plan->step();
+  mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
+  mine[kTensorPeak] = tensor_bytes.peak() - tensor_baseline;
 
   // Every rank's figures to rank 0.
   auto row = torch::tensor(mine, torch::kLong);
@@ -171,10 +175,10 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     fmt::print("# {}\n", described);
     fmt::print(
         "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
-        "over the start's\n",
+        "over the start's; tensors: the most CPU tensor bytes alive at once (`ddpx plan`'s peak)\n",
         formula_text(o.shard));
-    fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "rank", "params",
-               "grads", "optimizer", "states", "formula", "vs", "peak");
+    fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}\n", "rank", "params",
+               "grads", "optimizer", "states", "formula", "vs", "peak", "tensors");
   }
   for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
     auto v = rows[r].accessor<int64_t, 1>();
@@ -183,14 +187,17 @@ void run_shard_memory(const ShardMemoryOptions& o) {
       fmt::print(
           "{{\"rank\": {}, \"world_size\": {}, \"shard\": \"{}\", \"model\": \"{}\", "
           "\"batch_size\": {}, \"parameters\": {}, \"param_bytes\": {}, \"grad_bytes\": {}, "
-          "\"optimizer_bytes\": {}, \"formula_bytes\": {}, \"peak_bytes\": {}}}\n",
+          "\"optimizer_bytes\": {}, \"formula_bytes\": {}, \"peak_bytes\": {}, "
+          "\"tensor_peak_bytes\": {}}}\n",
           r, n, parallel::name(o.shard), o.model, o.batch_size, psi, v[kParams], v[kGrads],
-          v[kOptimizer], v[kFormula], v[kPeak]);
+          v[kOptimizer], v[kFormula], v[kPeak], v[kTensorPeak]);
     } else {
-      fmt::print("  {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.1f}% {:>10.1f}\n",
-                 r, mib(v[kParams]), mib(v[kGrads]), mib(v[kOptimizer]), mib(states),
-                 mib(v[kFormula]),
-                 100.0 * (states - v[kFormula]) / std::max<int64_t>(v[kFormula], 1), mib(v[kPeak]));
+      fmt::print(
+          "  {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.1f}% {:>10.1f} "
+          "{:>10.1f}\n",
+          r, mib(v[kParams]), mib(v[kGrads]), mib(v[kOptimizer]), mib(states), mib(v[kFormula]),
+          100.0 * (states - v[kFormula]) / std::max<int64_t>(v[kFormula], 1), mib(v[kPeak]),
+          mib(v[kTensorPeak]));
     }
   }
 }

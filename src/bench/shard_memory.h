@@ -4,7 +4,8 @@
 // forward and backward, and then counts, on this rank: parameter bytes (every parameter's
 // allocated storage, plus a sharded plan's shards), gradient bytes (whole gradients and gradient
 // shards) and optimizer-state bytes (momentum; Adam's two moments), and reads the process's
-// peak resident memory. The formula (fp32: 4 bytes a parameter, K = optimizer bytes a parameter,
+// peak resident memory and the peak of CPU tensor bytes (parallel/planner/tensor_bytes.h, what
+// `ddpx plan` predicts). The formula (fp32: 4 bytes a parameter, K = optimizer bytes a parameter,
 // Psi parameters, N ranks; a sharded plan keeps an fp32 shard of the parameters, as DeepSpeed's
 // ZeRO-1/2 keep their fp32 partition):
 //   none (DDP)          (4 + 4 + K) Psi

@@ -13,9 +13,9 @@ namespace ddpx::cli {
 // Every subcommand's name: the PROGRAM words after `ddpx run N --` that mean "this ddpx".
 // The launcher (front.cpp) registers only `run`, so it cannot ask its CLI::App for them.
 inline constexpr const char* kCommandNames[] = {
-    "train", "run",    "data",     "models", "bench",  "export",    "tune",
-    "jobs",  "logs",   "stop",     "shell",  "sbatch", "container", "doctor",
-    "serve", "submit", "snapshot", "backup", "restore"};
+    "train", "run",    "data",     "models", "bench",   "export",    "tune",
+    "jobs",  "logs",   "stop",     "shell",  "sbatch",  "container", "doctor",
+    "serve", "submit", "snapshot", "backup", "restore", "plan"};
 
 // The commands the torch-free `ddpx` front runs itself (front.cpp); the rest go to ddpx-torch.
 inline constexpr const char* kFrontCommandNames[] = {"run",    "jobs",     "logs",      "stop",
@@ -29,6 +29,7 @@ void add_models_command(CLI::App& app, int& exit_code);  // models_command.cpp
 void add_bench_command(CLI::App& app, int& exit_code);   // bench_command.cpp
 void add_export_command(CLI::App& app, int& exit_code);  // export_command.cpp
 void add_tune_command(CLI::App& app, int& exit_code);    // tune_command.cpp (batch_size)
+void add_plan_command(CLI::App& app, int& exit_code);    // plan_command.cpp (memory per shard)
 // jobs_command.cpp: jobs, logs, stop, shell, submit
 void add_job_commands(CLI::App& app, int& exit_code);
 void add_sbatch_command(CLI::App& app, int& exit_code);     // sbatch_command.cpp (Slurm scripts)

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   ddpx::cli::add_bench_command(app, exit_code);
   ddpx::cli::add_export_command(app, exit_code);
   ddpx::cli::add_tune_command(app, exit_code);
+  ddpx::cli::add_plan_command(app, exit_code);
   ddpx::cli::add_job_commands(app, exit_code);
   ddpx::cli::add_sbatch_command(app, exit_code);
   ddpx::cli::add_container_command(app, exit_code);

@@ -1,0 +1,173 @@
+// `ddpx plan`: before launch, what one GPU will hold under DDP and each ZeRO stage, which fit and
+// the flag to paste (parallel/planner/memory_plan.h has the arithmetic). Runs in this process,
+// on the CPU: the model is built and probed here; no GPU and no launcher are needed.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "cli/choices.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "distributed/threads.h"
+#include "models/zoo/registry.h"
+#include "optim/amp.h"
+#include "parallel/planner/memory_plan.h"
+#include "train/optim.h"
+
+namespace ddpx::cli {
+namespace {
+
+struct PlanOptions {
+  std::string model = "resnet50";
+  int gpus = 1;
+  std::string gpu_memory = "80G";
+  std::string reserve = "1G";
+  int64_t batch_size = 128;
+  int64_t image_size = 0;  // 0: the model's default
+  int64_t num_classes = 1000;
+  optim::Amp amp = optim::Amp::kOff;
+  train::Optimizer optimizer = train::Optimizer::kSgd;
+  double momentum = 0.9;
+  int threads = 1;
+  bool json = false;
+};
+
+// K: optimizer state bytes a parameter (fp32), as libtorch's optimizers keep it.
+double optimizer_bytes(train::Optimizer optimizer, double momentum) {
+  switch (optimizer) {
+    case train::Optimizer::kSgd:
+    case train::Optimizer::kLars:
+      return momentum > 0 ? 4 : 0;
+    case train::Optimizer::kAdam:
+    case train::Optimizer::kAdamw:
+    case train::Optimizer::kLamb:
+      return 8;
+  }
+  return 8;
+}
+
+double gib(double bytes) { return bytes / (1LL << 30); }
+
+std::string flag_for(parallel::ShardMode mode) {
+  return mode == parallel::ShardMode::kNone ? "--shard none (plain DDP)"
+                                            : fmt::format("--shard {}", parallel::name(mode));
+}
+
+void run_plan(const PlanOptions& o) {
+  DDPX_CHECK(o.gpus >= 1, ErrorKind::kUsage, "plan: --gpus must be at least 1, got {}", o.gpus);
+  DDPX_CHECK(o.batch_size >= 1, ErrorKind::kUsage,
+             "plan: --batch_size must be at least 1 (per GPU), got {}", o.batch_size);
+  parallel::PlanRequest request;
+  request.world_size = o.gpus;
+  request.batch_size = o.batch_size;
+  request.gpu_memory = parallel::parse_bytes(o.gpu_memory, "--gpu_memory");
+  request.reserve = parallel::parse_bytes(o.reserve, "--reserve");
+  DDPX_CHECK(request.gpu_memory > request.reserve, ErrorKind::kUsage,
+             "plan: --gpu_memory {} leaves nothing after --reserve {}: give the GPU's memory "
+             "(e.g. --gpu_memory 80G)",
+             o.gpu_memory, o.reserve);
+  request.optimizer_bytes_per_param = optimizer_bytes(o.optimizer, o.momentum);
+
+  const models::ModelInfo& info = models::find_model(o.model);
+  models::ModelConfig config;
+  config.num_classes = o.num_classes;
+  config.image_size = o.image_size > 0 ? o.image_size : info.default_image_size;
+  DDPX_CHECK(o.threads >= 1, ErrorKind::kUsage, "plan: --threads must be at least 1, got {}",
+             o.threads);
+  dist::set_threads(o.threads);
+  torch::manual_seed(0);
+  torch::nn::AnyModule model = models::create_model(o.model, config);
+  parallel::ProbeOptions probe;
+  probe.image_size = config.image_size;
+  probe.num_classes = o.num_classes;
+  probe.amp = o.amp != optim::Amp::kOff;
+  const parallel::ModelMemory m = parallel::measure_model(model, probe);
+  const parallel::MemoryPlan plan = parallel::plan_memory(m, request);
+
+  if (o.json) {
+    for (const auto& p : plan.modes) {
+      fmt::print(
+          "{{\"model\": \"{}\", \"gpus\": {}, \"batch_size\": {}, \"image_size\": {}, \"amp\": "
+          "\"{}\", \"optimizer\": \"{}\", \"shard\": \"{}\", \"param_bytes\": {:.0f}, "
+          "\"grad_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"transient_bytes\": {:.0f}, "
+          "\"activation_bytes\": {:.0f}, \"peak_bytes\": {:.0f}, \"usable_bytes\": {:.0f}, "
+          "\"fits\": {}, \"recommended\": {}}}\n",
+          o.model, o.gpus, o.batch_size, config.image_size, optim::name(o.amp),
+          train::name(o.optimizer), parallel::name(p.mode), p.params, p.grads, p.optimizer,
+          p.transient, p.activations, p.peak(), plan.usable, p.fits ? "true" : "false",
+          plan.recommended == p.mode ? "true" : "false");
+    }
+    return;
+  }
+  fmt::print(
+      "# ddpx plan: {} ({:.2f} M parameters), {}x{} input, batch {} per GPU, {} GPUs of {:.1f} "
+      "GiB ({:.1f} GiB usable after --reserve {}), {} (K = {:.0f} bytes a parameter), amp {}\n",
+      o.model, m.parameters / 1e6, config.image_size, config.image_size, o.batch_size, o.gpus,
+      gib(request.gpu_memory), gib(plan.usable), o.reserve, train::name(o.optimizer),
+      request.optimizer_bytes_per_param, optim::name(o.amp));
+  fmt::print(
+      "# activations measured on this CPU{}: {:.1f} MiB at batch {}, {:.1f} MiB at batch {} -> "
+      "{:.1f} MiB + {:.2f} MiB a sample\n",
+      m.amp ? " under bf16 autocast" : "", m.probe_bytes_small / 1048576.0, m.probe_batch_small,
+      m.probe_bytes_large / 1048576.0, m.probe_batch_large, m.activation_fixed / 1048576.0,
+      m.activation_per_sample / 1048576.0);
+  fmt::print("# GiB per GPU; transient: communication buffers and gathered units (ZeRO-3)\n");
+  fmt::print("  {:<10} {:>8} {:>8} {:>9} {:>9} {:>11} {:>8}  {}\n", "shard", "params", "grads",
+             "optimizer", "transient", "activations", "peak", "fits");
+  for (const auto& p : plan.modes) {
+    fmt::print("  {:<10} {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>8.2f}  {}\n",
+               parallel::name(p.mode), gib(p.params), gib(p.grads), gib(p.optimizer),
+               gib(p.transient), gib(p.activations), gib(p.peak()),
+               p.fits ? "yes" : fmt::format("no (over by {:.2f})", gib(p.peak() - plan.usable)));
+  }
+  if (plan.recommended) {
+    fmt::print("recommendation: {}\n", flag_for(*plan.recommended));
+    return;
+  }
+  std::string advice;
+  if (plan.full_max_batch > 0) {
+    advice += fmt::format("--shard full with --batch_size {} (or accumulate: --accumulation_steps)",
+                          plan.full_max_batch);
+  }
+  if (plan.full_min_world > 0) {
+    advice += fmt::format("{}--shard full on {} GPUs", advice.empty() ? "" : "; or ",
+                          plan.full_min_world);
+  }
+  fmt::print("recommendation: nothing fits {} GPUs at batch {}{}{}\n", o.gpus, o.batch_size,
+             advice.empty() ? "" : ": ",
+             advice.empty() ? "; use a smaller model or input" : advice);
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "before launch: the memory one GPU holds under DDP and each ZeRO stage (--shard), which "
+      "fit, and the flag to use (measured on this CPU; no GPU needed)");
+  cmd->option_defaults()->always_capture_default();
+  auto o = std::make_shared<PlanOptions>();
+  cmd->add_option("--model", o->model, "model name (ddpx models)");
+  cmd->add_option("--gpus", o->gpus, "GPUs (ranks) the job will have, all nodes together");
+  cmd->add_option("--gpu_memory", o->gpu_memory, "memory of one GPU: 80G, 40GiB, 24576M");
+  cmd->add_option("--reserve", o->reserve,
+                  "memory of a GPU that is not tensors (CUDA context, library workspaces, "
+                  "allocator rounding)");
+  cmd->add_option("--batch_size", o->batch_size, "batch per GPU, as ddpx train's --batch_size");
+  cmd->add_option("--image_size", o->image_size, "input height = width (0: the model's own)");
+  cmd->add_option("--num_classes", o->num_classes, "classifier outputs");
+  add_choice(cmd, "--amp", o->amp, optim::kAmpNames, "off | bf16 | fp16 (probed as bf16)");
+  add_choice(cmd, "--optimizer", o->optimizer, train::kOptimizerNames,
+             "sgd | adam | adamw | lars | lamb: its state per parameter");
+  cmd->add_option("--momentum", o->momentum, "SGD and LARS momentum (0: no momentum state)");
+  cmd->add_option("--threads", o->threads,
+                  "intra-op threads of the probe (1: no per-thread CPU buffers, as on a GPU)");
+  cmd->add_flag("--json", o->json, "one JSON object per shard mode");
+  cmd->callback([o, &exit_code] {
+    run_plan(*o);
+    exit_code = 0;
+  });
+}
+
+}  // namespace ddpx::cli

@@ -1,0 +1,209 @@
+// `ddpx plan`'s measurements and arithmetic (see memory_plan.h).
+#include "parallel/planner/memory_plan.h"
+
+#include <torch/nn/functional/loss.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "optim/amp.h"
+#include "parallel/planner/tensor_bytes.h"
+#include "parallel/sharded/units.h"
+
+namespace ddpx::parallel {
+namespace {
+
+constexpr double kFp32 = 4;
+
+// One forward, loss and backward at `batch`, the gradients unset before it (zero_grad's
+// set_to_none, as training leaves them between steps); returns the peak tensor bytes above the
+// parameters, less the whole gradients that backward ends with: what backward holds beyond them.
+int64_t probe(torch::nn::AnyModule& model, const ProbeOptions& o, int64_t batch,
+              CpuTensorBytes& bytes) {
+  torch::manual_seed(0);
+  auto x = torch::randn({batch, 3, o.image_size, o.image_size});
+  auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
+  int64_t grad_bytes = 0;
+  for (auto& p : model.ptr()->parameters()) {
+    p.mutable_grad() = torch::Tensor();
+    if (p.requires_grad()) grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  const int64_t before = bytes.current();
+  bytes.reset_peak();
+  {
+    torch::Tensor loss;
+    {
+      optim::AutocastGuard autocast(o.amp ? optim::Amp::kBf16 : optim::Amp::kOff,
+                                    torch::Device(torch::kCPU));
+      loss = torch::nn::functional::cross_entropy(model.forward(x), y);
+    }
+    loss.backward();
+  }
+  return std::max<int64_t>(
+      0, bytes.peak() - before - grad_bytes - static_cast<int64_t>(x.nbytes() + y.nbytes()));
+}
+
+int64_t shard_elements(const UnitParams& unit, int world) {
+  int64_t n = 0;
+  for (const auto& p : unit.params) n += (p.rows + world - 1) / world * p.row_numel;
+  return n;
+}
+
+}  // namespace
+
+double ModelMemory::activation_bytes(int64_t batch) const {
+  return std::max(0.0, activation_fixed + activation_per_sample * static_cast<double>(batch));
+}
+
+ModelMemory measure_model(torch::nn::AnyModule& model, const ProbeOptions& o) {
+  DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
+             "plan: the probe needs a positive batch and image size");
+  ModelMemory m;
+  m.amp = o.amp;
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& item : model.ptr()->named_parameters()) {
+    by_name[item.key()] = item.value();
+    m.parameters += item.value().numel();
+  }
+  for (const auto& spec : choose_units(*model.ptr(), {})) {
+    UnitParams unit{spec.name, spec.root, {}};
+    for (const auto& name : spec.param_names) {
+      const auto& p = by_name.at(name);
+      ParamRows rows;
+      rows.rows = p.dim() == 0 ? 1 : p.size(0);
+      rows.row_numel = rows.rows == 0 ? 0 : p.numel() / rows.rows;
+      unit.params.push_back(rows);
+    }
+    m.units.push_back(std::move(unit));
+  }
+
+  model.ptr()->train();
+  CpuTensorBytes bytes;
+  probe(model, o, o.batch_small, bytes);  // warms caches
+  m.probe_batch_small = o.batch_small;
+  m.probe_batch_large = 2 * o.batch_small;
+  m.probe_bytes_small = probe(model, o, m.probe_batch_small, bytes);
+  m.probe_bytes_large = probe(model, o, m.probe_batch_large, bytes);
+  m.activation_per_sample =
+      static_cast<double>(m.probe_bytes_large - m.probe_bytes_small) / o.batch_small;
+  m.activation_fixed = static_cast<double>(m.probe_bytes_small) -
+                       m.activation_per_sample * static_cast<double>(m.probe_batch_small);
+  if (m.activation_per_sample < 0) {  // noise on a tiny model: take the larger probe as flat
+    m.activation_per_sample = 0;
+    m.activation_fixed = static_cast<double>(m.probe_bytes_large);
+  }
+  return m;
+}
+
+ModePrediction predict(const ModelMemory& model, ShardMode mode, const PlanRequest& r) {
+  DDPX_CHECK(r.world_size >= 1, ErrorKind::kUsage, "plan: --gpus must be at least 1, got {}",
+             r.world_size);
+  DDPX_CHECK(r.batch_size >= 1, ErrorKind::kUsage, "plan: --batch_size must be at least 1, got {}",
+             r.batch_size);
+  const int n = r.world_size;
+  const double psi = static_cast<double>(model.parameters);
+  const double k = r.optimizer_bytes_per_param;
+  double shard = 0, largest = 0, root = 0;  // elements
+  for (const auto& unit : model.units) {
+    shard += static_cast<double>(shard_elements(unit, n));
+    const double whole = static_cast<double>(shard_elements(unit, n)) * n;  // padded
+    if (unit.root) {
+      root = whole;
+    } else {
+      largest = std::max(largest, whole);
+    }
+  }
+  largest = std::max(largest, root);
+
+  ModePrediction p;
+  p.mode = mode;
+  p.activations = model.activation_bytes(r.batch_size);
+  switch (mode) {
+    case ShardMode::kNone:
+      p.params = kFp32 * psi;
+      p.grads = kFp32 * psi;
+      p.optimizer = k * psi;
+      break;
+    case ShardMode::kOptimizer:
+      p.params = kFp32 * (psi + shard);
+      p.grads = kFp32 * (psi + shard);
+      p.optimizer = k * shard;
+      p.transient = kFp32 * 2 * largest;
+      break;
+    case ShardMode::kGradients:
+      p.params = kFp32 * (psi + shard);
+      p.grads = kFp32 * shard;
+      p.optimizer = k * shard;
+      p.transient = kFp32 * 3 * largest;
+      break;
+    case ShardMode::kFull:
+      p.params = kFp32 * shard;
+      p.grads = kFp32 * shard;
+      p.optimizer = k * shard;
+      p.transient = kFp32 * (root + 5 * largest);
+      break;
+  }
+  if (n == 1 && mode != ShardMode::kNone) {  // one rank: the plan shards over itself
+    p.transient = std::min(p.transient, kFp32 * 2 * largest);
+  }
+  p.fits = p.peak() <= r.gpu_memory - r.reserve;
+  return p;
+}
+
+MemoryPlan plan_memory(const ModelMemory& model, const PlanRequest& r) {
+  MemoryPlan plan;
+  plan.usable = r.gpu_memory - r.reserve;
+  for (ShardMode mode :
+       {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients, ShardMode::kFull}) {
+    plan.modes.push_back(predict(model, mode, r));
+    if (plan.modes.back().fits && !plan.recommended) plan.recommended = mode;
+  }
+  if (plan.recommended) return plan;
+
+  // Nothing fits: the batch `full` fits at this world size, and the world `full` needs.
+  const ModePrediction full = plan.modes.back();
+  const double room = plan.usable - (full.params + full.grads + full.optimizer);
+  if (full.transient <= room && room - model.activation_fixed > 0 &&
+      model.activation_per_sample > 0) {
+    plan.full_max_batch = static_cast<int64_t>(
+        std::floor((room - model.activation_fixed) / model.activation_per_sample));
+  }
+  for (int world = r.world_size + 1; world <= 4096; ++world) {
+    PlanRequest more = r;
+    more.world_size = world;
+    if (predict(model, ShardMode::kFull, more).fits) {
+      plan.full_min_world = world;
+      break;
+    }
+  }
+  return plan;
+}
+
+double parse_bytes(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();   // GB -> G
+  if (unit.size() == 2 && unit.back() == 'I') unit.pop_back();  // GI -> G
+  static const std::map<std::string, double> kScale{{"", 1.0},
+                                                    {"K", 1024.0},
+                                                    {"M", 1024.0 * 1024},
+                                                    {"G", 1024.0 * 1024 * 1024},
+                                                    {"T", 1024.0 * 1024 * 1024 * 1024}};
+  const auto scale = kScale.find(unit);
+  DDPX_CHECK(
+      used > 0 && value >= 0 && std::isfinite(value) && scale != kScale.end(), ErrorKind::kUsage,
+      "{}: expected a size such as 80G, 40GiB or 81920M (binary units), got '{}'", flag, text);
+  return value * scale->second;
+}
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,33 @@
+// The bytes CPU tensors hold, counted at the allocator: while a CpuTensorBytes is alive, every CPU
+// tensor's storage is allocated through a counting wrapper around libtorch's CPU allocator, which
+// keeps the bytes now allocated and their peak since the last reset_peak(). This is the CPU's
+// torch.cuda.memory_allocated() / max_memory_allocated(): what tensors hold, without the
+// allocator's slack, oneDNN's scratch buffers or the rest of the process (RSS counts those).
+// Storages allocated inside the scope are counted when they are freed, even after it ends.
+// One at a time per process.
+#pragma once
+
+#include <cstdint>
+
+namespace c10 {
+struct Allocator;
+}
+
+namespace ddpx::parallel {
+
+class CpuTensorBytes {
+ public:
+  CpuTensorBytes();   // installs the counting allocator
+  ~CpuTensorBytes();  // puts the previous one back
+  CpuTensorBytes(const CpuTensorBytes&) = delete;
+  CpuTensorBytes& operator=(const CpuTensorBytes&) = delete;
+
+  int64_t current() const;  // bytes of counted storages alive now
+  int64_t peak() const;     // the most alive at once since construction or reset_peak()
+  void reset_peak();        // peak = current
+
+ private:
+  c10::Allocator* previous_ = nullptr;
+};
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,111 @@
+// `ddpx plan` as a user runs it: its predicted per-rank peak for DDP and each ZeRO stage agrees
+// within 10% with what `bench memory --shard S` then measures (ZeRO on two real ranks; the
+// most CPU tensor bytes alive at once on any rank, the figure a GPU's max_memory_allocated
+// gives), for ResNet-50 and ViT-B/16 at small batches; it recommends a flag that fits; a bad size
+// is one line naming the flag.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <regex>
+
+#include "support/support.h"
+
+namespace ddpx {
+namespace {
+
+using test::run_command;
+
+// The value of `"key": N` in each JSON line, by the line's "shard".
+std::map<std::string, std::vector<double>> by_shard(const std::string& text,
+                                                    const std::string& key) {
+  std::map<std::string, std::vector<double>> out;
+  std::regex line("\\{[^\\n]*\"shard\": \"([a-z]+)\"[^\\n]*\\}");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator();
+       ++it) {
+    const std::string row = (*it)[0];
+    std::smatch m;
+    if (std::regex_search(row, m, std::regex("\"" + key + "\": ([0-9.e+]+)")))
+      out[(*it)[1]].push_back(std::stod(m[1]));
+  }
+  return out;
+}
+
+struct Case {
+  const char* model;
+  const char* flags;
+  std::vector<const char*> shards;
+};
+
+// DDP is checked in one process: on two CPU ranks its gradient buckets live in the shared-memory
+// transport's segments, which are not CPU tensors (on a GPU they are, and a one-rank DDP holds
+// what each of N ranks holds).
+TEST(PlanCliTest, PredictedPeaksAgreeWithBenchMemoryWithinTenPercent) {
+  const std::vector<Case> cases = {
+      {"resnet50", "--image_size 64 --batch_size 4", {"none", "optimizer", "gradients", "full"}},
+      {"vit_b_16", "--image_size 64 --batch_size 2", {"none", "full"}},
+  };
+  for (const auto& c : cases) {
+    const std::string common =
+        std::string("--model ") + c.model + " " + c.flags + " --num_classes 10 --json";
+    std::map<int, std::map<std::string, std::vector<double>>> predicted;  // by --gpus
+    for (int gpus : {1, 2}) {
+      auto plan = run_command(
+          test::ddpx_command("plan --gpus " + std::to_string(gpus) + " --gpu_memory 80G " + common),
+          300);
+      ASSERT_EQ(plan.exit_code, 0) << plan.output;
+      predicted[gpus] = by_shard(plan.output, "peak_bytes");
+    }
+    for (const std::string shard : c.shards) {
+      const int ranks = shard == "none" ? 1 : 2;
+      const std::string launch = ranks == 1 ? "--threads 1 " : "";
+      auto bench = run_command(
+          test::ddpx_command((ranks == 1 ? std::string() : "run 2 --threads_per_worker 1 -- ") +
+                             "bench memory " + launch + common + " --shard " + shard),
+          300);
+      ASSERT_EQ(bench.exit_code, 0) << bench.output;
+      const auto measured = by_shard(bench.output, "tensor_peak_bytes");
+      ASSERT_EQ(measured.count(shard), 1u) << bench.output;
+      ASSERT_EQ(measured.at(shard).size(), static_cast<size_t>(ranks)) << "one line per rank\n"
+                                                                       << bench.output;
+      ASSERT_EQ(predicted[ranks].count(shard), 1u);
+      const auto& rows = measured.at(shard);
+      const double peak = *std::max_element(rows.begin(), rows.end());
+      const double guess = predicted[ranks].at(shard)[0];
+      EXPECT_NEAR(guess / peak, 1.0, 0.10)
+          << c.model << " --shard " << shard << " on " << ranks << " rank(s): predicted "
+          << guess / 1048576 << " MiB, measured " << peak / 1048576 << " MiB\n"
+          << bench.output;
+    }
+  }
+}
+
+TEST(PlanCliTest, RecommendsAFlagThatFitsAndRefusesBadSizes) {
+  auto roomy = run_command(test::ddpx_command("plan --model resnet18 --image_size 32 "
+                                              "--batch_size 8 --gpus 2"),
+                           120);
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
+  EXPECT_NE(roomy.output.find("recommendation: --shard none (plain DDP)"), std::string::npos)
+      << roomy.output;
+  EXPECT_NE(roomy.output.find("# activations measured on this CPU"), std::string::npos);
+
+  // ResNet-18's DDP states with Adam: (4 + 4 + 8) x 11.7 M = 179 MiB; 160 MiB holds only shards.
+  auto tight = run_command(test::ddpx_command("plan --model resnet18 --image_size 32 "
+                                              "--batch_size 8 --gpus 4 "
+                                              "--optimizer adamw --gpu_memory 160M --reserve 0"),
+                           120);
+  ASSERT_EQ(tight.exit_code, 0) << tight.output;
+  EXPECT_TRUE(std::regex_search(
+      tight.output, std::regex("recommendation: --shard (optimizer|gradients|full)\\n")))
+      << tight.output;
+  EXPECT_TRUE(std::regex_search(tight.output, std::regex("\\n  none .* no \\(over by")))
+      << tight.output;
+
+  auto bad = run_command(test::ddpx_command("plan --model resnet18 --gpu_memory 80X"), 60);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--gpu_memory: expected a size such as 80G"), std::string::npos)
+      << bad.output;
+}
+
+}  // namespace
+}  // namespace ddpx
