@@ -76,6 +76,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
              o.batch_size);
   dist::InitOptions init;
   init.device = dist::DeviceChoice::kCpu;
+  init.transport = o.transport;
   auto context = dist::init(init);
   log::set_rank(context->rank());
   dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "distributed/choices.h"
 #include "parallel/sharded/shard_mode.h"
 
 namespace ddpx::bench {
@@ -31,6 +32,9 @@ struct ShardMemoryOptions {
   parallel::ShardMode shard = parallel::ShardMode::kNone;
   bool adamw = false;  // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
   bool json = false;
+  // kGloo: DDP's gradient buckets are ordinary tensors, not shared-memory segments, so the
+  // tensor peak holds them (as a GPU's does).
+  dist::Transport transport = dist::Transport::kAuto;
 };
 
 void run_shard_memory(const ShardMemoryOptions& options);

@@ -155,6 +155,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   memory->add_option("--optimizer", *optimizer, "with --shard: sgd (momentum) | adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
   memory->add_flag("--json", shard->json, "with --shard: one JSON object per rank");
+  add_choice(memory, "--transport", shard->transport, dist::kTransportNames,
+             "with --shard: auto | shm | gloo (gloo: DDP's buckets are tensors, counted)");
   memory->callback([m, shard, shard_flag, optimizer, memory, &exit_code] {
     if (shard_flag->count() == 0) {
       DDPX_CHECK(!shard->json && memory->count("--optimizer") == 0, ErrorKind::kUsage,

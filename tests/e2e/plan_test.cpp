@@ -1,5 +1,5 @@
 // `ddpx plan` as a user runs it: its predicted per-rank peak for DDP and each ZeRO stage agrees
-// within 10% with what `bench memory --shard S` then measures (ZeRO on two real ranks; the
+// within 10% with what `ddpx run 2 -- bench memory --shard S` then measures on real ranks (the
 // most CPU tensor bytes alive at once on any rank, the figure a GPU's max_memory_allocated
 // gives), for ResNet-50 and ViT-B/16 at small batches; it recommends a flag that fits; a bad size
 // is one line naming the flag.
@@ -37,9 +37,8 @@ struct Case {
   std::vector<const char*> shards;
 };
 
-// DDP is checked in one process: on two CPU ranks its gradient buckets live in the shared-memory
-// transport's segments, which are not CPU tensors (on a GPU they are, and a one-rank DDP holds
-// what each of N ranks holds).
+// On two ranks, DDP over Gloo: with the shared-memory transport its gradient buckets live in
+// segments that are not CPU tensors (on a GPU they are tensors).
 TEST(PlanCliTest, PredictedPeaksAgreeWithBenchMemoryWithinTenPercent) {
   const std::vector<Case> cases = {
       {"resnet50", "--image_size 64 --batch_size 4", {"none", "optimizer", "gradients", "full"}},
@@ -49,7 +48,7 @@ TEST(PlanCliTest, PredictedPeaksAgreeWithBenchMemoryWithinTenPercent) {
     const std::string common =
         std::string("--model ") + c.model + " " + c.flags + " --num_classes 10 --json";
     std::map<int, std::map<std::string, std::vector<double>>> predicted;  // by --gpus
-    for (int gpus : {1, 2}) {
+    for (int gpus : {2}) {
       auto plan = run_command(
           test::ddpx_command("plan --gpus " + std::to_string(gpus) + " --gpu_memory 80G " + common),
           300);
@@ -57,11 +56,10 @@ TEST(PlanCliTest, PredictedPeaksAgreeWithBenchMemoryWithinTenPercent) {
       predicted[gpus] = by_shard(plan.output, "peak_bytes");
     }
     for (const std::string shard : c.shards) {
-      const int ranks = shard == "none" ? 1 : 2;
-      const std::string launch = ranks == 1 ? "--threads 1 " : "";
+      const int ranks = 2;
       auto bench = run_command(
-          test::ddpx_command((ranks == 1 ? std::string() : "run 2 --threads_per_worker 1 -- ") +
-                             "bench memory " + launch + common + " --shard " + shard),
+          test::ddpx_command("run 2 --threads_per_worker 1 -- bench memory " + common +
+                             " --shard " + shard + (shard == "none" ? " --transport gloo" : "")),
           300);
       ASSERT_EQ(bench.exit_code, 0) << bench.output;
       const auto measured = by_shard(bench.output, "tensor_peak_bytes");

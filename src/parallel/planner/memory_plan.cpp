@@ -18,18 +18,16 @@ namespace {
 
 constexpr double kFp32 = 4;
 
-// One forward, loss and backward at `batch`, the gradients unset before it (zero_grad's
-// set_to_none, as training leaves them between steps); returns the peak tensor bytes above the
-// parameters, less the whole gradients that backward ends with: what backward holds beyond them.
+// One forward, loss and backward at `batch` into allocated, zeroed gradients (as DDP's gradient
+// buckets and ZeRO-1's whole gradients stay between steps); returns the peak tensor bytes above
+// the parameters and gradients: saved activations and backward's temporaries.
 int64_t probe(torch::nn::AnyModule& model, const ProbeOptions& o, int64_t batch,
               CpuTensorBytes& bytes) {
   torch::manual_seed(0);
   auto x = torch::randn({batch, 3, o.image_size, o.image_size});
   auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
-  int64_t grad_bytes = 0;
   for (auto& p : model.ptr()->parameters()) {
-    p.mutable_grad() = torch::Tensor();
-    if (p.requires_grad()) grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (p.grad().defined()) p.mutable_grad().zero_();
   }
   const int64_t before = bytes.current();
   bytes.reset_peak();
@@ -42,8 +40,8 @@ int64_t probe(torch::nn::AnyModule& model, const ProbeOptions& o, int64_t batch,
     }
     loss.backward();
   }
-  return std::max<int64_t>(
-      0, bytes.peak() - before - grad_bytes - static_cast<int64_t>(x.nbytes() + y.nbytes()));
+  return std::max<int64_t>(0,
+                           bytes.peak() - before - static_cast<int64_t>(x.nbytes() + y.nbytes()));
 }
 
 int64_t shard_elements(const UnitParams& unit, int world) {
@@ -82,7 +80,7 @@ ModelMemory measure_model(torch::nn::AnyModule& model, const ProbeOptions& o) {
 
   model.ptr()->train();
   CpuTensorBytes bytes;
-  probe(model, o, o.batch_small, bytes);  // warms caches
+  probe(model, o, o.batch_small, bytes);  // allocates the gradients, warms caches
   m.probe_batch_small = o.batch_small;
   m.probe_batch_large = 2 * o.batch_small;
   m.probe_bytes_small = probe(model, o, m.probe_batch_small, bytes);
@@ -124,8 +122,11 @@ ModePrediction predict(const ModelMemory& model, ShardMode mode, const PlanReque
   switch (mode) {
     case ShardMode::kNone:
       p.params = kFp32 * psi;
-      p.grads = kFp32 * psi;
+      p.grads = kFp32 * psi;  // the reducer's buckets, the gradients their views
       p.optimizer = k * psi;
+      // After the first step the reducer rebuilds its buckets in the order gradients became
+      // ready (as PyTorch's DDP): old and new buckets are alive together once.
+      if (n > 1) p.transient = kFp32 * psi;
       break;
     case ShardMode::kOptimizer:
       p.params = kFp32 * (psi + shard);

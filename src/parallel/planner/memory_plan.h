@@ -4,17 +4,18 @@
 // measures, in this process on the CPU, what does not follow from a formula:
 // - the parameters, and how the sharded plan would group and split them (units.h, each
 //   parameter along dim 0, padded: shard_layout.h), so shard sizes are exact for any world size;
-// - the activations: one forward, cross-entropy and backward at two batch sizes from unset
-//   gradients, counting the bytes tensors hold at the allocator (tensor_bytes.h): the peak over
-//   the parameters, less the whole gradients backward ends with, fitted as fixed + per_sample x
-//   batch (what backward holds beyond the gradients: saved activations, temporaries). With `amp`
+// - the activations: one forward, cross-entropy and backward at two batch sizes into allocated
+//   gradients (DDP's buckets stay allocated between steps), counting the bytes tensors hold at
+//   the allocator (tensor_bytes.h) over the parameters and gradients, fitted as fixed +
+//   per_sample x batch (saved activations and backward's temporaries). With `amp`
 //   the passes run under bf16 autocast (fp16 saves the same bytes), so the low-precision weight
 //   copies and the halved activations are measured, not guessed.
 //
 // plan_memory() then adds, for a world of N ranks with K optimizer bytes a parameter (Psi
 // parameters, fp32 weights and master state: ddpx's autocast keeps no low-precision copies
 // between steps), what each plan holds (sharded_plan.h):
-//   none       params 4 Psi, grads 4 Psi, optimizer K Psi
+//   none       params 4 Psi, grads 4 Psi, optimizer K Psi; on more than one rank the bucket
+//              rebuild after the first step (reducer.h) holds a second 4 Psi once
 //   optimizer  + an fp32 shard of the parameters and of the gradients (4 S each, S the padded
 //              shard elements), optimizer K S; two unit reduce-scatter inputs in flight
 //   gradients  params 4 Psi + 4 S, grads 4 S, optimizer K S; during backward a unit's whole
@@ -73,7 +74,7 @@ struct ProbeOptions {
 };
 
 // Measures `model` (fp32, on the CPU, in train mode); see above. The model's gradients are left
-// as the last probe's backward made them.
+// allocated.
 ModelMemory measure_model(torch::nn::AnyModule& model, const ProbeOptions& options);
 
 struct PlanRequest {
