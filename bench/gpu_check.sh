@@ -11,7 +11,8 @@
 #   (default: every step, in order; a step other than build builds first where nothing is built)
 #   steps: build  configure -DDDPX_GPU_CHECK=ON and build ddpx, ddpx-torch and test_gpu
 #          tests  ctest -L gpu
-#          bench  GEMM per dtype, the all-reduce table, world size 1 against no DDP, a short run
+#          bench  GEMM per dtype, the all-reduce table, world size 1 against no DDP, `ddpx plan`'s
+#                 prediction for it, a short run
 #          peer   ddpx beside PyTorch eager (DEVICE=cuda bench/compare_train.sh)
 #          recipes  the first epoch of each recipe whose data is here
 #   Every command is time-boxed; --budget cuts each box to what is left of SECONDS since the
@@ -191,6 +192,10 @@ step_bench() {
     run_timed "no_ddp_$round" 120 "$ddpx" $bench_train
     run_timed "world1_$round" 120 "$ddpx" run 1 -- $bench_train
   done
+  # `ddpx plan`'s prediction for the no-DDP run above (one GPU, bf16, batch 128; probed on this
+  # host's CPU), to set beside that run's peak GPU memory.
+  run_timed plan_resnet50 300 "$ddpx" plan --model resnet50 --image_size 224 --batch_size 128 \
+    --num_classes 100 --gpus 1 --amp bf16 --threads 8
   run_timed train 300 "$ddpx" train $gpu_flags --num_epochs 1 --no_progress
   # Sharding on NCCL: ZeRO-3 of ResNet-50 (its all-gathers and reduce-scatters on the GPU), on
   # every GPU, or as a forced group of one on a single GPU.

@@ -38,6 +38,7 @@ expect "run 1 -- bench allreduce --device cuda --backend nccl"  # a world of one
 expect "run 2 --gpus 0,0 -- bench allreduce --device cuda --backend gloo"
 expect "src/ddpx bench train --device cuda --amp bf16"        # no DDP ...
 expect "run 1 -- bench train --device cuda --amp bf16"        # ... against world size 1
+expect "plan --model resnet50 --image_size 224 --batch_size 128"  # the planner beside it
 expect "train --device cuda --amp bf16 --channels_last --num_epochs 1"
 expect "DEVICE=cuda"
 expect "bench/compare_train.sh 50"
