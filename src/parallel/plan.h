@@ -38,6 +38,11 @@
 //   checkpoint loads at any world size and under any plan; a sharded plan gathers it.
 //   load_state_dict() takes the same full state and keeps what this rank needs; call it before
 //   training starts (resume).
+// - Sharded checkpoints: a plan whose state is split across ranks may save each rank's part
+//   instead of gathering the whole (saves_sharded() true: the sharded plan). write_part() writes
+//   this rank's part and is not collective; write_index() the layout of the parts (rank 0 writes
+//   it). Any plan loads such parts: parallel/sharded/sharded_state.h rebuilds the whole state
+//   with the plan's optimizer_factory() and hands it to load_state_dict().
 // - module(): the model as this rank runs it, to evaluate, export and average (EMA): whole
 //   for data parallel, gathered by a sharded plan; a pipeline, which holds only its stages,
 //   will need an evaluate() of its own here.
@@ -52,6 +57,7 @@
 
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -109,6 +115,17 @@ class Plan {
                                torch::serialize::InputArchive& optimizer) = 0;
 
   virtual torch::nn::AnyModule& module() = 0;
+
+  virtual bool saves_sharded() { return false; }
+  virtual void write_part(torch::serialize::OutputArchive& part) { no_parts(); }
+  virtual void write_index(torch::serialize::OutputArchive& index) { no_parts(); }
+  // The factory the optimizer was built with (it may be called again).
+  virtual const OptimizerFactory& optimizer_factory() const = 0;
+
+ private:
+  [[noreturn]] static void no_parts() {
+    throw std::logic_error("this parallel plan saves whole checkpoints, not parts");
+  }
 };
 
 }  // namespace ddpx::parallel

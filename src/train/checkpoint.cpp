@@ -5,7 +5,6 @@
 #include <ATen/core/Generator.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -15,103 +14,13 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "io/torch_file.h"
+#include "train/checkpoint_file.h"
 
 namespace ddpx::train {
 namespace {
 
-constexpr char kMagic[8] = {'D', 'D', 'P', 'X', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kHeaderBytes = 8 + 4 + 8 + 4;
 constexpr const char* kPrefix = "checkpoint_epoch";
 constexpr const char* kSuffix = ".ddpx";
-
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-
-template <typename T>
-T get(const std::string& in, size_t offset) {
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof(T));
-  return value;
-}
-
-uint32_t crc32_of(const char* data, size_t size) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  while (size > 0) {
-    uInt chunk = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
-    data += chunk;
-    size -= chunk;
-  }
-  return static_cast<uint32_t>(crc);
-}
-
-// Returns the verified payload of checkpoint bytes; `name` (the file) labels errors.
-std::string verified_payload(const std::string& bytes, const std::string& name) {
-  DDPX_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, 8) == 0,
-             ErrorKind::kData,
-             "{} is not a ddpx checkpoint (bad header); delete it or point "
-             "--resume at another file",
-             name);
-  uint32_t version = get<uint32_t>(bytes, 8);
-  DDPX_CHECK(version == kFormatVersion, ErrorKind::kData,
-             "{} has checkpoint format {}, this ddpx reads {}", name, version, kFormatVersion);
-  uint64_t size = get<uint64_t>(bytes, 12);
-  DDPX_CHECK(bytes.size() - kHeaderBytes == size, ErrorKind::kData,
-             "{} is truncated: {} payload bytes expected, {} present", name, size,
-             bytes.size() - kHeaderBytes);
-  uint32_t crc = get<uint32_t>(bytes, 20);
-  DDPX_CHECK(crc32_of(bytes.data() + kHeaderBytes, size) == crc, ErrorKind::kData,
-             "{} is corrupt (CRC-32 mismatch)", name);
-  return bytes.substr(kHeaderBytes);
-}
-
-// libtorch's message without its C++ backtrace.
-std::string message_of(const std::exception& e) {
-  if (auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
-
-// The checksum is the guard in front of libtorch's archive reader: only bytes that ddpx wrote
-// (or that match their CRC-32) reach it. Past it, any libtorch error (a missing key, a value of
-// the wrong type) still becomes a kData error naming the file.
-// `device`: where the tensors land, as torch.load's map_location. Never the device each tensor
-// was saved from (libtorch's default): a GPU checkpoint would fail to load on a CPU-only host
-// (and `--resume auto` would skip it and start again), and every rank of a node would put it on
-// GPU 0. So the host unless the caller places them (load_checkpoint: the model's device).
-torch::serialize::InputArchive open_archive(const std::string& bytes, const std::string& name,
-                                            torch::Device device = torch::kCPU) {
-  std::string payload = verified_payload(bytes, name);
-  // libtorch's zip reader leaks when it rejects an archive; ddpx's own zip check
-  // (io/torch_file.h) rejects first what it would reject in its constructor.
-  io::read_torch_zip(payload, name, "the checkpoint is damaged; use an older one");
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(payload.data(), payload.size(), device);
-  } catch (const std::exception& e) {  // c10::Error, or the TorchScript parser's errors
-    fail(ErrorKind::kData, "{} passed its checksum but cannot be decoded: {}", name, message_of(e));
-  }
-  return archive;
-}
-
-torch::serialize::InputArchive open_archive(const std::string& path) {
-  return open_archive(read_file(path), path);
-}
-
-torch::Device model_device(torch::nn::Module& model) {
-  const auto params = model.parameters();
-  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-}
-torch::Device model_device(parallel::Plan& plan) { return model_device(*plan.module().ptr()); }
-
-[[noreturn]] void fail_undecodable(const std::string& name, const std::exception& e) {
-  if (auto* ours = dynamic_cast<const Error*>(&e)) throw *ours;
-  fail(ErrorKind::kData, "{} passed its checksum but is not a ddpx checkpoint: {}", name,
-       message_of(e));
-}
 
 constexpr const char* kStepMark = "_step";
 
@@ -149,6 +58,12 @@ bool is_snapshot_name(const std::string& filename) {
 
 }  // namespace
 
+torch::Device model_device(torch::nn::Module& model) {
+  const auto params = model.parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+}
+torch::Device model_device(parallel::Plan& plan) { return model_device(*plan.module().ptr()); }
+
 std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done) {
   return fmt::format("{}/{}{:04d}{}", save_dir, kPrefix, epochs_done, kSuffix);
 }
@@ -158,15 +73,11 @@ std::string snapshot_path(const std::string& save_dir, int64_t epochs_done, int6
                      kSuffix);
 }
 
-// The file from the model's and optimizer's archives (a plan's state_dict()).
-static void write_checkpoint(const std::string& path,
-                             torch::serialize::OutputArchive& model_archive,
-                             torch::serialize::OutputArchive& optimizer_archive,
-                             const TrainPosition& position, const CheckpointMeta& meta,
-                             torch::nn::Module* ema, const torch::Device& model_device) {
-  torch::serialize::OutputArchive archive;
-  archive.write("model", model_archive);
-  archive.write("optimizer", optimizer_archive);
+// The run's state beside the model and optimizer: position, EMA, what the weights belong to,
+// the RNG states. A whole checkpoint and a sharded one's index both hold it.
+void write_run_state(torch::serialize::OutputArchive& archive, const TrainPosition& position,
+                     const CheckpointMeta& meta, torch::nn::Module* ema,
+                     const torch::Device& model_device) {
   archive.write("epochs_done", c10::IValue(position.epochs_done));
   archive.write("global_step", c10::IValue(position.global_step));
   if (position.epoch_step > 0) archive.write("epoch_step", c10::IValue(position.epoch_step));
@@ -195,19 +106,19 @@ static void write_checkpoint(const std::string& path,
     std::lock_guard<std::mutex> lock(generator.mutex());
     archive.write("cuda_rng_state", generator.get_state());
   }
-  std::ostringstream stream;
-  archive.save_to(stream);
-  std::string payload = stream.str();
+}
 
-  std::string file;
-  file.reserve(kHeaderBytes + payload.size());
-  file.append(kMagic, 8);
-  put<uint32_t>(file, kFormatVersion);
-  put<uint64_t>(file, payload.size());
-  put<uint32_t>(file, crc32_of(payload.data(), payload.size()));
-  file += payload;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  write_file_atomic(path, file);
+// The file from the model's and optimizer's archives (a plan's state_dict()).
+static void write_checkpoint(const std::string& path,
+                             torch::serialize::OutputArchive& model_archive,
+                             torch::serialize::OutputArchive& optimizer_archive,
+                             const TrainPosition& position, const CheckpointMeta& meta,
+                             torch::nn::Module* ema, const torch::Device& model_device) {
+  torch::serialize::OutputArchive archive;
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  write_run_state(archive, position, meta, ema, model_device);
+  write_framed_archive(path, archive);
 }
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model,
@@ -227,12 +138,19 @@ void save_checkpoint(const std::string& path, parallel::Plan& plan, const TrainP
   if (write) write_checkpoint(path, model, optimizer, position, meta, ema, model_device(plan));
 }
 
-// Reads the file's model and optimizer archives into `load` (a plan's load_state_dict()); the
-// tensors land on `device`, the model's: each rank loads onto the device its model is on.
-static TrainPosition read_checkpoint(const std::string& bytes, const std::string& name,
-                                     const StateLoader& load, const torch::Device& device,
-                                     const CheckpointMeta& meta, torch::nn::Module* ema) {
-  auto archive = open_archive(bytes, name, device);
+TopLoader whole_loader(const StateLoader& load) {
+  return [load](torch::serialize::InputArchive& archive) {
+    torch::serialize::InputArchive model_archive, optimizer_archive;
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    load(model_archive, optimizer_archive);
+  };
+}
+
+TrainPosition read_run_state(const std::string& bytes, const std::string& name,
+                             const TopLoader& load_state, const torch::Device& device,
+                             const CheckpointMeta& meta, torch::nn::Module* ema) {
+  auto archive = open_framed_archive(bytes, name, device);
   TrainPosition position;
   try {
     c10::IValue value;
@@ -244,11 +162,8 @@ static TrainPosition read_checkpoint(const std::string& bytes, const std::string
     DDPX_CHECK(value.toInt() == meta.num_classes, ErrorKind::kData,
                "{} was written for {} classes, this dataset has {}", name, value.toInt(),
                meta.num_classes);
-    torch::serialize::InputArchive model_archive, optimizer_archive;
-    archive.read("model", model_archive);
-    archive.read("optimizer", optimizer_archive);
     try {
-      load(model_archive, optimizer_archive);
+      load_state(archive);
       if (ema != nullptr && archive.try_read("ema_updates", value)) {
         position.ema_updates = value.toInt();
         torch::serialize::InputArchive ema_archive;
@@ -294,7 +209,7 @@ TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string&
     model.load(m);
     optimizer.load(o);
   };
-  return read_checkpoint(bytes, name, load, model_device(model), meta, ema);
+  return read_run_state(bytes, name, whole_loader(load), model_device(model), meta, ema);
 }
 
 TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
@@ -303,18 +218,16 @@ TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
   return load_checkpoint_bytes(read_file(path), path, model, optimizer, meta, ema);
 }
 
-TrainPosition load_checkpoint(const std::string& path, parallel::Plan& plan,
-                              const CheckpointMeta& meta, torch::nn::Module* ema) {
-  auto load = [&](torch::serialize::InputArchive& m, torch::serialize::InputArchive& o) {
-    plan.load_state_dict(m, o);
-  };
-  return read_checkpoint(read_file(path), path, load, model_device(plan), meta, ema);
+void verify_checkpoint(const std::string& path) {
+  if (is_sharded_checkpoint(path)) {
+    verify_parts(path);
+  } else {
+    open_framed_file(path);
+  }
 }
 
-void verify_checkpoint(const std::string& path) { open_archive(path); }
-
 CheckpointMeta read_checkpoint_meta_bytes(const std::string& bytes, const std::string& name) {
-  auto archive = open_archive(bytes, name);
+  auto archive = open_framed_archive(bytes, name);
   CheckpointMeta meta;
   try {
     c10::IValue value;
@@ -333,11 +246,12 @@ CheckpointMeta read_checkpoint_meta_bytes(const std::string& bytes, const std::s
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
-  return read_checkpoint_meta_bytes(read_file(path), path);
+  const std::string file = is_sharded_checkpoint(path) ? index_file(path) : path;
+  return read_checkpoint_meta_bytes(read_file(file), file);
 }
 
 void verify_checkpoint_bytes(const std::string& bytes, const std::string& name) {
-  open_archive(bytes, name);
+  open_framed_archive(bytes, name);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& save_dir) {
@@ -372,22 +286,7 @@ void prune_checkpoints(const std::string& save_dir, int keep) {
     if (is_snapshot_name(std::filesystem::path(path).filename().string())) continue;
     if (++kept <= static_cast<size_t>(keep)) continue;
     std::error_code ec;
-    std::filesystem::remove(path, ec);
-  }
-}
-
-void load_checkpoint_weights(const std::string& path, torch::nn::Module& model) {
-  auto archive = open_archive(path);
-  torch::serialize::InputArchive model_archive;
-  try {
-    archive.read("model", model_archive);
-  } catch (const std::exception& e) {
-    fail_undecodable(path, e);
-  }
-  try {
-    model.load(model_archive);
-  } catch (const std::exception& e) {
-    fail(ErrorKind::kData, "{} does not match this model: {}", path, message_of(e));
+    std::filesystem::remove_all(path, ec);  // a file, or a sharded checkpoint's folder
   }
 }
 

@@ -9,6 +9,8 @@
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include <cstdint>
 #include <functional>
@@ -57,6 +59,13 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
 void save_checkpoint(const std::string& path, parallel::Plan& plan, const TrainPosition& position,
                      const CheckpointMeta& meta, torch::nn::Module* ema, bool write);
 
+// The same state written sharded (sharded_checkpoint.h), for a plan that saves_sharded(): every
+// rank writes its part, rank 0 the index; `barrier` is the job's (collective).
+void save_sharded_checkpoint(const std::string& path, parallel::Plan& plan,
+                             const TrainPosition& position, const CheckpointMeta& meta,
+                             torch::nn::Module* ema, int rank, int world_size,
+                             const std::function<void()>& barrier);
+
 // Reads a checkpoint's model and optimizer archives (Module::load, Optimizer::load, or a plan's
 // load_state_dict()).
 using StateLoader = std::function<void(torch::serialize::InputArchive& model,
@@ -71,7 +80,8 @@ TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
                               torch::optim::Optimizer& optimizer, const CheckpointMeta& meta,
                               torch::nn::Module* ema = nullptr);
 
-// The same into a parallel plan (its load_state_dict(), on the device of its module()).
+// The same into a parallel plan (its load_state_dict(), on the device of its module()). `path`
+// may be a sharded checkpoint's folder, written at any world size and shard mode.
 TrainPosition load_checkpoint(const std::string& path, parallel::Plan& plan,
                               const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
 
@@ -79,7 +89,8 @@ TrainPosition load_checkpoint(const std::string& path, parallel::Plan& plan,
 // (whatever device it was saved from), as do the meta and weights readers below.
 void verify_checkpoint(const std::string& path);
 
-// Checkpoint files in save_dir (snapshots included), newest (most epochs, then steps) first.
+// Checkpoints in save_dir (files and sharded folders; snapshots included), newest (most epochs,
+// then steps) first.
 std::vector<std::string> list_checkpoints(const std::string& save_dir);
 
 // The newest checkpoint that verifies; corrupt ones are reported (warning) and skipped.
@@ -95,6 +106,22 @@ CheckpointMeta read_checkpoint_meta_bytes(const std::string& bytes, const std::s
 TrainPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                     const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
+
+// The parts of a checkpoint file both kinds share (sharded_checkpoint.cpp writes an index with
+// them): the run's state beside the model and optimizer (position, EMA, what the weights belong
+// to, the RNG states), and its reading back, where `load_state(top)` reads the model and
+// optimizer state out of the top archive.
+using TopLoader = std::function<void(torch::serialize::InputArchive& top)>;
+void write_run_state(torch::serialize::OutputArchive& archive, const TrainPosition& position,
+                     const CheckpointMeta& meta, torch::nn::Module* ema,
+                     const torch::Device& model_device);
+TrainPosition read_run_state(const std::string& bytes, const std::string& name,
+                             const TopLoader& load_state, const torch::Device& device,
+                             const CheckpointMeta& meta, torch::nn::Module* ema);
+// A whole checkpoint's loader: its "model" and "optimizer" archives into `load`.
+TopLoader whole_loader(const StateLoader& load);
+torch::Device model_device(torch::nn::Module& model);
+torch::Device model_device(parallel::Plan& plan);
 
 // A model's weights only, from a checkpoint (for `ddpx export` and evaluation).
 void load_checkpoint_weights(const std::string& path, torch::nn::Module& model);

@@ -38,6 +38,12 @@ void validate(const TrainOptions& o) {
              "--loader_workers must be >= 0 (0: chosen from the cores per rank)");
   DDPX_CHECK(o.timeout_s > 0, usage, "--timeout must be positive seconds");
   DDPX_CHECK(o.keep_checkpoints >= 1, usage, "--keep_checkpoints must be at least 1");
+  DDPX_CHECK(
+      o.checkpoint_format != CheckpointFormat::kSharded || o.shard != parallel::ShardMode::kNone,
+      usage,
+      "--checkpoint_format sharded writes each rank's shards: it goes with --shard "
+      "optimizer|gradients|full (with --shard none every rank holds the whole state; use "
+      "auto or whole)");
   DDPX_CHECK(o.base_batch_size > 0, usage, "--base_batch_size must be positive, got {}",
              o.base_batch_size);
   DDPX_CHECK(o.clip_grad_norm >= 0, usage, "--clip_grad_norm must be >= 0 (0: off), got {}",

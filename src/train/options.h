@@ -20,6 +20,14 @@ namespace ddpx::train {
 // --image_size model: the model's own input size (ModelInfo::default_image_size).
 inline constexpr int64_t kModelImageSize = -1;
 
+// --checkpoint_format (keep_checkpoints' neighbour below).
+enum class CheckpointFormat { kAuto, kWhole, kSharded };
+inline constexpr NameTable<CheckpointFormat, 3> kCheckpointFormatNames{
+    {{CheckpointFormat::kAuto, "auto"},
+     {CheckpointFormat::kWhole, "whole"},
+     {CheckpointFormat::kSharded, "sharded"}}};
+inline const char* name(CheckpointFormat format) { return name_of(kCheckpointFormatNames, format); }
+
 struct TrainOptions {
   // model and data
   std::string model = "resnet18";
@@ -93,6 +101,10 @@ struct TrainOptions {
   std::string save_dir;  // empty: no checkpoints
   std::string resume;    // PATH or "auto" (newest good checkpoint in save_dir)
   int keep_checkpoints = 3;
+  // auto: a sharded plan on more than one rank writes each rank's part (sharded_checkpoint.h),
+  // other plans one file; whole: one file always (rank 0 gathers; for a --save_dir that is not
+  // shared across nodes); sharded: as auto, refused without --shard.
+  CheckpointFormat checkpoint_format = CheckpointFormat::kAuto;
 };
 
 // Throws ddpx::Error(kUsage) naming the flag when a value is out of range.

@@ -28,7 +28,7 @@ TrainPosition RunCheckpoints::resume() {
     path = *found;
   }
   DDPX_CHECK(std::filesystem::exists(path), ErrorKind::kUsage,
-             "--resume {}: no such file; give a checkpoint path or 'auto'", path);
+             "--resume {}: no such file or folder; give a checkpoint path or 'auto'", path);
   TrainPosition p = load_checkpoint(path, *state_.plan, state_.meta, ema_module());
   if (auto* ema = state_.ema; ema != nullptr && *ema) {
     if (p.ema_updates >= 0) {
@@ -63,10 +63,19 @@ TrainPosition RunCheckpoints::position(int64_t epochs_done, int64_t epoch_step,
   return position;
 }
 
+void RunCheckpoints::write(const std::string& path, const TrainPosition& position) {
+  // Collective either way: the sharded plan's state_dict() gathers, its parts do not.
+  if (o_.checkpoint_format != CheckpointFormat::kWhole && state_.plan->saves_sharded()) {
+    save_sharded_checkpoint(path, *state_.plan, position, state_.meta, ema_module(),
+                            context_.rank(), context_.world_size(), [this] { context_.barrier(); });
+  } else {
+    save_checkpoint(path, *state_.plan, position, state_.meta, ema_module(), context_.rank() == 0);
+  }
+}
+
 void RunCheckpoints::save(int64_t epochs_done, int64_t global_step) {
   const bool writer = context_.rank() == 0;
-  save_checkpoint(checkpoint_path(o_.save_dir, epochs_done), *state_.plan,
-                  position(epochs_done, 0, global_step), state_.meta, ema_module(), writer);
+  write(checkpoint_path(o_.save_dir, epochs_done), position(epochs_done, 0, global_step));
   if (writer) prune_checkpoints(o_.save_dir, o_.keep_checkpoints);
   context_.barrier();  // no rank runs ahead of a checkpoint it might resume from
 }
@@ -79,8 +88,7 @@ void RunCheckpoints::snapshot(int64_t epoch, int64_t step, int64_t steps_per_epo
   } else {
     const bool writer = context_.rank() == 0;
     std::string path = snapshot_path(o_.save_dir, epoch, step);
-    save_checkpoint(path, *state_.plan, position(epoch, step, global_step), state_.meta,
-                    ema_module(), writer);
+    write(path, position(epoch, step, global_step));
     if (writer) {
       log::out("Snapshot - epoch {} step {}/{}: {}", epoch, step, steps_per_epoch, path);
       if (stop) log::out("Stopping after the snapshot; resume with --resume {}", path);

@@ -1,13 +1,15 @@
 // A run's checkpoints: --resume (a path or `auto`), the checkpoint after every epoch
 // (--save_dir, --keep_checkpoints) and snapshots asked for while training. The model and
-// optimizer state come from the parallel plan's state_dict() (whole at any world size); beside
-// it the position, the weights' EMA and fp16's loss scale.
+// optimizer state come from the parallel plan's state_dict() (whole at any world size), or, for
+// a sharded plan, from each rank's part (--checkpoint_format, sharded_checkpoint.h); beside it
+// the position, the weights' EMA and fp16's loss scale.
 #pragma once
 
 #include <torch/nn/modules/container/any.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "optim/loss_scaler.h"
 #include "parallel/plan.h"
@@ -46,6 +48,7 @@ class RunCheckpoints {
 
  private:
   TrainPosition position(int64_t epochs_done, int64_t epoch_step, int64_t global_step) const;
+  void write(const std::string& path, const TrainPosition& position);  // whole or sharded
   torch::nn::Module* ema_module() const;
 
   const TrainOptions& o_;

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <regex>
 
 #include "models/zoo/registry.h"
@@ -67,7 +70,7 @@ TEST(ShardedTrainTest, ZeroThreeOnTwoWorkersTrainsToDdpsWeights) {
     EXPECT_LT(diff, 1e-5) << item.key();
   }
 
-  // The sharded checkpoint is a whole one: one process resumes it for a third epoch.
+  // The sharded checkpoint (each rank's part): one process resumes it for a third epoch.
   auto resumed = run_command(
       ddpx("train --model mlp --dataset synthetic --synthetic_size 256 --synthetic_image 8 "
            "--batch_size 32 --no_flip --threads 1 --seed 5 --num_epochs 3 --optimizer sgd "
@@ -76,6 +79,94 @@ TEST(ShardedTrainTest, ZeroThreeOnTwoWorkersTrainsToDdpsWeights) {
       300);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(numbers_after(resumed.output, "loss_train").size(), 1u) << resumed.output;
+}
+
+// The final weights of a checkpoint's run, by name.
+std::map<std::string, torch::Tensor> weights_of(const std::string& checkpoint) {
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 8;
+  auto model = models::create_model("mlp", config);
+  train::load_checkpoint_weights(checkpoint, *model.ptr());
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model.ptr()->named_parameters()) out[item.key()] = item.value();
+  return out;
+}
+
+// Each rank writes its part (AdamW's moments included) and rank 0 the index; the folder resumes
+// at 3 ranks under ZeRO-2 and at 4 under ZeRO-1 to the very weights the whole checkpoint of the
+// same run resumes to; a damaged part is named, and --resume auto falls back past it.
+TEST(ShardedTrainTest, ShardedCheckpointsLoadAtAnyWorldSizeAsTheWholeOneDoes) {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const std::string adamw = kMlpData + "--optimizer adamw ";
+  for (const std::string format : {"auto", "whole"}) {
+    auto r = run_command(ddpx("run 2 --log_dir " + dir.file("l" + format) + " -- " + adamw +
+                              "--num_epochs 2 --shard full --checkpoint_format " + format +
+                              " --save_dir " + dir.file(format)),
+                         300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const std::string sharded = train::checkpoint_path(dir.file("auto"), 2);
+  const std::string whole = train::checkpoint_path(dir.file("whole"), 2);
+  ASSERT_TRUE(fs::is_directory(sharded)) << "--shard full on 2 ranks writes a folder";
+  for (const char* file : {"index.ddpx", "rank00000-of-00002.ddpx", "rank00001-of-00002.ddpx"})
+    EXPECT_TRUE(fs::is_regular_file(sharded + "/" + file)) << file;
+  EXPECT_FALSE(fs::exists(sharded + ".partial")) << "the folder was renamed into place";
+  ASSERT_TRUE(fs::is_regular_file(whole)) << "--checkpoint_format whole writes one file";
+
+  const auto a = weights_of(sharded);
+  const auto b = weights_of(whole);
+  for (const auto& [name, value] : a) {
+    EXPECT_TRUE(torch::equal(value, b.at(name))) << name << ": the parts hold the whole";
+  }
+
+  // Resumed for a third epoch at other world sizes and shard modes, from each format.
+  for (const auto& [ranks, shard] :
+       std::vector<std::pair<int, std::string>>{{3, "gradients"}, {4, "optimizer"}}) {
+    std::map<std::string, std::map<std::string, torch::Tensor>> after;
+    for (const std::string format : {"auto", "whole"}) {
+      const std::string out = dir.file(format + std::to_string(ranks));
+      fs::create_directories(out);
+      fs::copy(train::checkpoint_path(dir.file(format), 2), train::checkpoint_path(out, 2),
+               fs::copy_options::recursive);
+      auto r = run_command(ddpx("run " + std::to_string(ranks) + " --log_dir " +
+                                dir.file("r" + format + std::to_string(ranks)) + " -- " + adamw +
+                                "--num_epochs 3 --shard " + shard +
+                                " --checkpoint_format whole --resume auto --save_dir " + out),
+                           300);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+      after[format] = weights_of(train::checkpoint_path(out, 3));
+    }
+    for (const auto& [name, value] : after["auto"]) {
+      EXPECT_TRUE(torch::allclose(value, after["whole"].at(name), 1e-6, 1e-7))
+          << name << " after resuming at " << ranks << " ranks, --shard " << shard;
+    }
+  }
+
+  // A damaged part: named when asked for; --resume auto goes back to the epoch before.
+  {
+    const std::string part = sharded + "/rank00001-of-00002.ddpx";
+    std::fstream f(part, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(part) / 2));
+    f.put('\x5a');
+  }
+  auto named = run_command(
+      ddpx(adamw + "--num_epochs 3 --resume " + sharded + " --save_dir " + dir.file("x")), 120);
+  EXPECT_EQ(named.exit_code, 1) << named.output;
+  EXPECT_NE(named.output.find("rank00001-of-00002.ddpx is corrupt (CRC-32 mismatch)"),
+            std::string::npos)
+      << named.output;
+  auto fallback =
+      run_command(ddpx("run 2 --log_dir " + dir.file("lf") + " -- " + adamw +
+                       "--num_epochs 3 --shard full --resume auto --save_dir " + dir.file("auto")),
+                  300);
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
+  EXPECT_NE(fallback.output.find("skipping checkpoint"), std::string::npos) << fallback.output;
+  EXPECT_NE(fallback.output.find("resumed from " + train::checkpoint_path(dir.file("auto"), 1)),
+            std::string::npos)
+      << fallback.output;
 }
 
 TEST(ShardedTrainTest, AZooResNetShardsByItsBlocks) {

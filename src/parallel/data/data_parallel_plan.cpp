@@ -13,7 +13,10 @@ namespace ddpx::parallel {
 DataParallelPlan::DataParallelPlan(torch::nn::AnyModule model, dist::Context& context,
                                    const OptimizerFactory& make_optimizer,
                                    DataParallelOptions options)
-    : model_(std::move(model)), context_(context), options_(std::move(options)) {
+    : model_(std::move(model)),
+      context_(context),
+      options_(std::move(options)),
+      make_optimizer_(make_optimizer) {
   if (options_.sync_bn) {
     sync_bn_layers_ = convert_sync_batch_norm(*model_.ptr(), context_);
     DDPX_CHECK(sync_bn_layers_ > 0, ErrorKind::kUsage,

@@ -52,6 +52,7 @@ class DataParallelPlan : public Plan {
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override { return model_; }
+  const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
 
   int sync_bn_layers() const { return sync_bn_layers_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
@@ -63,6 +64,7 @@ class DataParallelPlan : public Plan {
   torch::nn::AnyModule model_;
   dist::Context& context_;
   DataParallelOptions options_;
+  OptimizerFactory make_optimizer_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int sync_bn_layers_ = 0;
   // Built by wrap(), at the first call after construction and any load_state_dict().

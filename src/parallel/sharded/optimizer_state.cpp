@@ -13,11 +13,7 @@
 #include "optim/lars.h"
 
 namespace ddpx::parallel {
-namespace {
 
-using TensorMap = std::function<torch::Tensor(const torch::Tensor&)>;
-
-// Replaces each per-parameter tensor of `state` by map(tensor); undefined ones stay undefined.
 void map_state(torch::optim::OptimizerParamState& state, const TensorMap& map) {
   auto f = [&](const torch::Tensor& t) { return t.defined() ? map(t) : t; };
   if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
@@ -43,7 +39,6 @@ void map_state(torch::optim::OptimizerParamState& state, const TensorMap& map) {
   }
 }
 
-// The per-parameter state tensors of `state`, in map_state()'s order (undefined ones included).
 std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& state) {
   std::vector<torch::Tensor> out;
   auto copy = state.clone();
@@ -53,6 +48,8 @@ std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& stat
   });
   return out;
 }
+
+namespace {
 
 // Whole-shaped stand-ins of every parameter, in the model's order: what the unsharded optimizer
 // of a checkpoint is built over.
@@ -70,6 +67,8 @@ std::vector<torch::Tensor> whole_params(std::vector<ShardUnit>& units, const Mod
   return out;
 }
 
+}  // namespace
+
 void copy_groups(const torch::optim::Optimizer& from, torch::optim::Optimizer& to) {
   DDPX_CHECK(from.param_groups().size() == to.param_groups().size(), ErrorKind::kUsage,
              "sharded optimizer state: {} parameter groups where {} were expected",
@@ -78,8 +77,6 @@ void copy_groups(const torch::optim::Optimizer& from, torch::optim::Optimizer& t
     to.param_groups()[g].set_options(from.param_groups()[g].options().clone());
   }
 }
-
-}  // namespace
 
 void save_full_optimizer(torch::optim::Optimizer& sharded, std::vector<ShardUnit>& units,
                          const ModelOrder& order, c10d::ProcessGroup& group,

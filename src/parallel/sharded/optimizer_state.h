@@ -13,12 +13,23 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include <functional>
 #include <vector>
 
 #include "parallel/plan.h"
 #include "parallel/sharded/shard_unit.h"
 
 namespace ddpx::parallel {
+
+// Replaces each per-parameter tensor of `state` (momentum, Adam's moments) by map(tensor), in a
+// fixed order per optimizer; undefined ones stay undefined. Throws kUsage for an optimizer whose
+// state it does not know.
+using TensorMap = std::function<torch::Tensor(const torch::Tensor&)>;
+void map_state(torch::optim::OptimizerParamState& state, const TensorMap& map);
+// The per-parameter state tensors of `state`, in map_state()'s order (undefined ones included).
+std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& state);
+// Copies every parameter group's options (learning rate, momentum, ...) from `from` to `to`.
+void copy_groups(const torch::optim::Optimizer& from, torch::optim::Optimizer& to);
 
 // Where each unit's parameters stand in the model's parameter order: order[u][i] is the model
 // index of units[u].params()[i]. The unsharded optimizer is built over the parameters in the

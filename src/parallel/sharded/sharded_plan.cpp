@@ -15,6 +15,7 @@
 #include "parallel/data/sync_batch_norm.h"
 #include "parallel/ready_hook.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/sharded/sharded_state.h"
 #include "parallel/sharded/units.h"
 
 namespace ddpx::parallel {
@@ -323,6 +324,14 @@ void ShardedPlan::load_state_dict(torch::serialize::InputArchive& model,
   load_full_optimizer(*optimizer_, units_, model_order_, context_.rank(), make_optimizer_,
                       optimizer);
   if (gate_) release_all(/*keep_root=*/false);
+}
+
+void ShardedPlan::write_part(torch::serialize::OutputArchive& part) {
+  write_local_part(units_, model_order_, *optimizer_, part);
+}
+
+void ShardedPlan::write_index(torch::serialize::OutputArchive& index) {
+  write_part_index(*model_.ptr(), model_order_, context_.world_size(), options_.mode, index);
 }
 
 }  // namespace ddpx::parallel

@@ -22,8 +22,9 @@
 // Buffers (BatchNorm statistics) are whole on every rank and, as DDP does, rank 0's are
 // broadcast before each forward. state_dict() is the whole model and the whole optimizer state
 // of an unsharded optimizer (optimizer_state.h), so checkpoints load at any world size and
-// under any plan. module() is the whole model (gathered by `full`), for evaluation and EMA.
-// Needs a process group (more than one rank).
+// under any plan; write_part() is this rank's shards alone, for checkpoints written sharded.
+// module() is the whole model (gathered by `full`), for evaluation and EMA. Needs a process group
+// (more than one rank).
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -76,6 +77,11 @@ class ShardedPlan : public Plan, private GateListener {
   // summon_full_params) and stays whole, the gate quiet, until the next forward_backward() or
   // step(), so evaluation may run any number of batches on each rank without communicating.
   torch::nn::AnyModule& module() override;
+  // Sharded checkpoints (sharded_state.h): each rank writes its shards and its optimizer.
+  bool saves_sharded() override { return true; }
+  void write_part(torch::serialize::OutputArchive& part) override;
+  void write_index(torch::serialize::OutputArchive& index) override;
+  const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
 
   const std::vector<ShardUnit>& units() const { return units_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
