@@ -5,6 +5,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/flight_recorder.h"
 #include "core/log.h"
 #include "distributed/abort_watch.h"
 #include "distributed/bucket_policy.h"
@@ -148,6 +149,7 @@ std::vector<std::string> Context::gather_text(const std::string& text) {
 std::shared_ptr<Context> init(const InitOptions& options) { return init(detect_world(), options); }
 
 std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options) {
+  disable_flight_recorder();  // before the first process group (flight_recorder.h)
   log::set_rank(world.rank);
   Built built;
   built.device = select_device(options.device, world);

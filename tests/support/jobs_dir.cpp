@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/flight_recorder.h"
 #include "support/support.h"
 
 namespace ddpx::test {
@@ -77,6 +78,9 @@ class JobsDirPerTest : public ::testing::EmptyTestEventListener {
 
 const bool kInstalled = [] {
   ::testing::UnitTest::GetInstance()->listeners().Append(new JobsDirPerTest);
+  // Before any test makes a process group, with one thread running: tests run ranks as threads
+  // of one process, which c10d's Flight Recorder does not survive (core/flight_recorder.h).
+  disable_flight_recorder();
   return true;
 }();
 

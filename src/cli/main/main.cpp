@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/main/run_app.h"
+#include "core/flight_recorder.h"
 #include "core/malloc_tuning.h"
 #include "train/snapshot_request.h"
 
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   // First: a snapshot request held since `ddpx train` started is taken, not fatal.
   if (argc > 1 && !std::strcmp(argv[1], "train")) ddpx::train::install_snapshot_signals();
   ddpx::tune_malloc();  // before libtorch allocates anything that training frees and re-allocates
+  ddpx::disable_flight_recorder();  // before any process group (core/flight_recorder.h)
   // libtorch's own warnings that quote an error (c10d's connection retries) would print its C++
   // backtrace, frames of addresses no user can act on; ddpx's errors say what to do instead.
   // TORCH_SHOW_CPP_STACKTRACES=1, PyTorch's switch for them, keeps them.
