@@ -131,6 +131,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "with --shard: submodules gathered together, comma-separated dotted paths "
                   "(default: every block of the model's Sequential containers)")
       ->delimiter(',');
+  add_choice(cmd, "--shard_gather_dtype", o->shard_gather_dtype, train::kGatherDtypeNames,
+             "with --shard: what the all-gathers send: auto (--amp's dtype, else fp32) | fp32 | "
+             "bf16 | fp16 (half the bytes; the optimizer still steps fp32 shards)");
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,

@@ -75,6 +75,12 @@ void validate(const TrainOptions& o) {
     DDPX_CHECK(o.shard_units.empty(), usage,
                "--shard_units names the units of a sharded plan: add --shard full (or optimizer, "
                "gradients), or drop --shard_units");
+    DDPX_CHECK(
+        o.shard_gather_dtype == GatherDtype::kAuto || o.shard_gather_dtype == GatherDtype::kFp32,
+        usage,
+        "--shard_gather_dtype {} sets what a sharded plan's all-gathers send: add --shard "
+        "full (or optimizer, gradients), or drop --shard_gather_dtype",
+        name(o.shard_gather_dtype));
   }
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
              "--resume auto needs --save_dir to know where to look for checkpoints");

@@ -20,6 +20,14 @@ namespace ddpx::train {
 // --image_size model: the model's own input size (ModelInfo::default_image_size).
 inline constexpr int64_t kModelImageSize = -1;
 
+// --shard_gather_dtype (shard_units' neighbour below).
+enum class GatherDtype { kAuto, kFp32, kBf16, kFp16 };
+inline constexpr NameTable<GatherDtype, 4> kGatherDtypeNames{{{GatherDtype::kAuto, "auto"},
+                                                              {GatherDtype::kFp32, "fp32"},
+                                                              {GatherDtype::kBf16, "bf16"},
+                                                              {GatherDtype::kFp16, "fp16"}}};
+inline const char* name(GatherDtype dtype) { return name_of(kGatherDtypeNames, dtype); }
+
 // --checkpoint_format (keep_checkpoints' neighbour below).
 enum class CheckpointFormat { kAuto, kWhole, kSharded };
 inline constexpr NameTable<CheckpointFormat, 3> kCheckpointFormatNames{
@@ -90,10 +98,13 @@ struct TrainOptions {
   // Sharded data parallel (parallel/sharded/): what is split across the ranks; kNone is DDP.
   parallel::ShardMode shard = parallel::ShardMode::kNone;
   std::vector<std::string> shard_units;  // submodules gathered together; empty: every block
-  bool progress = true;                  // progress bar when stderr is a terminal
-  std::string metrics_json;              // optional JSON-lines file of per-epoch metrics
-  std::string tensorboard;               // optional TensorBoard log directory (rank 0 writes)
-  std::string profile;                   // optional directory for one Chrome trace per rank
+  // --shard_gather_dtype: what the sharded plan's all-gathers send. auto: --amp's dtype (bf16,
+  // fp16), else fp32; fp32: the shards as they are.
+  GatherDtype shard_gather_dtype = GatherDtype::kAuto;
+  bool progress = true;      // progress bar when stderr is a terminal
+  std::string metrics_json;  // optional JSON-lines file of per-epoch metrics
+  std::string tensorboard;   // optional TensorBoard log directory (rank 0 writes)
+  std::string profile;       // optional directory for one Chrome trace per rank
   int64_t profile_steps = 5;
   int64_t profile_skip = 3;  // warm-up steps before recording (allocator, cuDNN autotuning)
 

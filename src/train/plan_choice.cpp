@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "distributed/context.h"
+#include "optim/amp.h"
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/sharded/sharded_plan.h"
 
@@ -40,6 +41,19 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     sharded.broadcast_buffers = o.broadcast_buffers;
     sharded.sync_bn = o.sync_bn;
     sharded.model_name = o.model;
+    switch (o.shard_gather_dtype) {
+      case GatherDtype::kAuto:
+        if (auto dtype = optim::amp_dtype(o.amp)) sharded.gather_dtype = *dtype;
+        break;
+      case GatherDtype::kFp32:
+        break;
+      case GatherDtype::kBf16:
+        sharded.gather_dtype = torch::kBFloat16;
+        break;
+      case GatherDtype::kFp16:
+        sharded.gather_dtype = torch::kHalf;
+        break;
+    }
     auto plan =
         std::make_unique<parallel::ShardedPlan>(std::move(model), context, make_optimizer, sharded);
     chosen.sync_bn_layers = plan->sync_bn_layers();

@@ -169,6 +169,31 @@ TEST(ShardedTrainTest, ShardedCheckpointsLoadAtAnyWorldSizeAsTheWholeOneDoes) {
       << fallback.output;
 }
 
+// --shard_gather_dtype bf16 (auto with --amp bf16): the start-up line says so, and the losses
+// follow the fp32 gathers' to bf16's rounding of the weights.
+TEST(ShardedTrainTest, Bf16AllGathersTrainAsFp32OnesDo) {
+  test::TempDir dir;
+  std::map<std::string, std::vector<double>> losses;
+  for (const std::string gather : {"fp32", "bf16"}) {
+    auto r = run_command(ddpx("run 2 --log_dir " + dir.file(gather) + " -- " + kMlp +
+                              "--shard full --shard_gather_dtype " + gather),
+                         300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("all-gathers in BFloat16") != std::string::npos, gather == "bf16")
+        << r.output;
+    losses[gather] = numbers_after(r.output, "loss_train");
+    ASSERT_EQ(losses[gather].size(), 2u) << r.output;
+  }
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(losses["bf16"][i], losses["fp32"][i], 0.02) << "epoch " << i;
+  auto refused = run_command(ddpx(kMlp + "--shard_gather_dtype bf16"), 60);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--shard_gather_dtype bf16 sets what a sharded plan's all-gathers "
+                                "send: add --shard full"),
+            std::string::npos)
+      << refused.output;
+}
+
 TEST(ShardedTrainTest, AZooResNetShardsByItsBlocks) {
   test::TempDir dir;
   auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +

@@ -426,6 +426,86 @@ TEST(ShardedTrafficTest, TheRecordCountsTwoPsiForZeroOneAndTwoAndThreePsiForZero
   }
 }
 
+// Low-precision all-gathers (FSDP's param_dtype): with bf16 gathers, ZeRO-1 sends Psi / 2 by
+// all-gather and ZeRO-3 Psi (two gathers of Psi / 2), the reduce-scatter still Psi in fp32; the
+// optimizer steps fp32 shards, so training follows the fp32-gather run to bf16's rounding of the
+// weights, and a checkpoint's state is gathered in full precision (the shards' exact values).
+TEST(ShardedTrafficTest, Bf16AllGathersSendHalfTheBytesAndTheShardsStayFp32) {
+  auto make = [] {
+    torch::manual_seed(3);
+    return torch::nn::AnyModule(Chain());
+  };
+  const int64_t psi = (8 * 32 + 32 + 32 * 16 + 16 + 16 * 4 + 4) * 4;
+  for (ShardMode mode : {ShardMode::kOptimizer, ShardMode::kFull}) {
+    std::map<c10::ScalarType, std::vector<torch::Tensor>> final_params;  // rank 0's, by gather
+    for (c10::ScalarType gather : {c10::ScalarType::Undefined, c10::ScalarType::BFloat16}) {
+      std::vector<std::map<std::string, int64_t>> bytes(2);
+      std::vector<std::string> described(2);
+      auto errors = run_ranks(2, [&](int rank, Context& context) {
+        parallel::ShardedOptions options;
+        options.mode = mode;
+        options.gather_dtype = gather;
+        parallel::ShardedPlan plan(make(), context, make_sgd, options);
+        described[rank] = plan.describe();
+        torch::manual_seed(5);
+        auto step = [&] {
+          parallel::MicroBatch mb;
+          mb.input = torch::randn({4, 8}).requires_grad_(true);
+          mb.target = torch::randn({4, 4});
+          mb.loss = [](const torch::Tensor& o, const torch::Tensor& y) {
+            return (o - y).pow(2).mean();
+          };
+          plan.forward_backward(mb, true);
+          plan.step();
+          plan.zero_grad();
+        };
+        step();
+        const uint64_t before = context.trace()->snapshot().entries.back().seq;
+        step();
+        for (const auto& e : context.trace()->snapshot().entries) {
+          if (e.seq > before) bytes[rank][e.sig.op] += e.sig.bytes();
+        }
+        for (int s = 0; s < 4; ++s) step();
+        for (const auto& unit : plan.units())
+          for (const auto& shard : unit.shards()) EXPECT_EQ(shard.scalar_type(), torch::kFloat);
+        // A checkpoint's state is gathered in full precision: the shards' values, not bf16's.
+        torch::serialize::OutputArchive model_archive, optimizer_archive;
+        plan.state_dict(model_archive, optimizer_archive);
+        std::vector<torch::Tensor> whole;
+        for (const auto& p : plan.module().ptr()->parameters()) whole.push_back(p.detach().clone());
+        if (rank == 0) final_params[gather] = whole;
+        for (size_t u = 0; u < plan.units().size(); ++u) {
+          const auto& unit = plan.units()[u];
+          for (size_t i = 0; i < unit.params().size(); ++i) {
+            auto mine = parallel::take_shard(unit.params()[i].detach(), unit.shapes()[i], rank);
+            EXPECT_TRUE(torch::equal(mine, unit.shards()[i].detach()))
+                << unit.param_names()[i] << ": state_dict() gathers the fp32 shards' values";
+          }
+        }
+      });
+      EXPECT_ALL_RANKS_OK(errors);
+      const bool low = gather == c10::ScalarType::BFloat16;
+      for (int rank = 0; rank < 2; ++rank) {
+        auto& b = bytes[rank];
+        EXPECT_EQ(b["reduce_scatter_tensor"], psi) << parallel::name(mode);
+        EXPECT_EQ(b["allgather_into_tensor"],
+                  (mode == ShardMode::kFull ? 2 : 1) * psi / (low ? 2 : 1))
+            << parallel::name(mode) << (low ? " bf16" : " fp32") << " gathers, rank " << rank;
+        EXPECT_EQ(described[rank].find("all-gathers in BFloat16") != std::string::npos, low)
+            << described[rank];
+      }
+    }
+    const auto& a = final_params[c10::ScalarType::Undefined];
+    const auto& b = final_params[c10::ScalarType::BFloat16];
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], b[i], 2e-2, 2e-3))
+          << parallel::name(mode) << " #" << i << ": bf16 gathers follow the fp32 run, largest "
+          << "difference " << (a[i] - b[i]).abs().max().item<double>();
+    }
+  }
+}
+
 TEST(ShardedUnitsTest, UnitsFollowContainersAndNamesAreChecked) {
   auto model = make_model(Model::kConvNet);
   auto units = parallel::choose_units(*model.ptr(), {});

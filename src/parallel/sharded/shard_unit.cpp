@@ -48,6 +48,7 @@ ShardUnit::ShardUnit(std::string name, std::vector<torch::Tensor> params,
     aliases_.push_back(alias(p.storage(), 0, p.sizes(), options));
   }
   flat_ = torch::empty({total}, options);
+  gather_dtype_ = flat_.scalar_type();
   grad_flat_ = torch::zeros({total}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto shard = alias(flat_.storage(), offsets_[i], shapes_[i].shard_sizes, options);
@@ -106,20 +107,32 @@ void ShardUnit::release() {
   gathered_ = false;
 }
 
-void ShardUnit::start_gather(c10d::ProcessGroup& group) {
-  if (gathered_ || gather_work_) return;
-  gather_buffer_ = torch::empty({world_ * flat_.numel()}, flat_.options());
-  auto input = flat_;
-  gather_work_ = group._allgather_base(gather_buffer_, input);
+void ShardUnit::set_gather_dtype(c10::ScalarType dtype) {
+  if (!c10::isFloatingType(flat_.scalar_type()) || !c10::isFloatingType(dtype)) return;
+  gather_dtype_ = dtype;
+}
+
+void ShardUnit::start_gather(c10d::ProcessGroup& group, bool full_precision) {
+  const bool full = full_precision || gather_dtype_ == flat_.scalar_type();
+  if (gather_work_ && full && !pending_full_) finish_gather();  // then again, in full
+  if (gather_work_) return;
+  if (gathered_ && (gathered_full_ || !full)) return;
+  const auto dtype = full ? flat_.scalar_type() : gather_dtype_;
+  gather_input_ = dtype == flat_.scalar_type() ? flat_ : flat_.to(dtype);
+  gather_buffer_ = torch::empty({world_ * flat_.numel()}, flat_.options().dtype(dtype));
+  pending_full_ = full;
+  gather_work_ = group._allgather_base(gather_buffer_, gather_input_);
 }
 
 void ShardUnit::finish_gather() {
   if (!gather_work_) return;
   auto work = std::move(gather_work_);
   dist::wait_work(work, fmt::format("the all-gather of sharded unit '{}'", name_));
-  copy_out(gather_buffer_);
+  copy_out(gather_buffer_);  // widens a low-precision gather back to the parameters' dtype
   gather_buffer_ = torch::Tensor();
+  gather_input_ = torch::Tensor();
   gathered_ = true;
+  gathered_full_ = pending_full_;
 }
 
 void ShardUnit::gather(c10d::ProcessGroup& group) {

@@ -54,11 +54,18 @@ class ShardUnit {
   void restore_storage();
 
   // Starts the all-gather of the shards (prefetch); finish_gather() waits and fills the
-  // parameters. gather() is both. A gathered unit is left as it is.
-  void start_gather(c10d::ProcessGroup& group);
+  // parameters. gather() is both. A gathered unit is left as it is, unless `full_precision` asks
+  // for the shards' own dtype and it was gathered in a lower one (set_gather_dtype()).
+  void start_gather(c10d::ProcessGroup& group, bool full_precision = false);
   void finish_gather();
   void gather(c10d::ProcessGroup& group);
   bool gather_pending() const { return gather_work_ != nullptr; }
+
+  // Low-precision all-gathers (FSDP's param_dtype): the shards (fp32, what the optimizer steps)
+  // travel as `dtype`, half the bytes for bf16 and fp16, and the parameters hold the values
+  // rounded to it until a full-precision gather (checkpoints, module()). Floating units only.
+  void set_gather_dtype(c10::ScalarType dtype);
+  c10::ScalarType gather_dtype() const { return gather_dtype_; }
 
   // Frees the parameters' storage (nothing is communicated).
   void release();
@@ -93,9 +100,12 @@ class ShardUnit {
   torch::Tensor flat_;            // this rank's shards, one after another
   torch::Tensor grad_flat_;       // their averaged gradients
   std::vector<torch::Tensor> shards_, shard_grads_;
-  bool gathered_ = true;  // the parameters hold their values (at construction they do)
+  bool gathered_ = true;          // the parameters hold their values (at construction they do)
+  bool gathered_full_ = true;     // ... in the shards' own precision
+  c10::ScalarType gather_dtype_;  // what all-gathers send (flat_'s by default)
+  bool pending_full_ = true;      // the gather under way is in full precision
 
-  torch::Tensor gather_buffer_, reduce_input_;
+  torch::Tensor gather_buffer_, gather_input_, reduce_input_;
   c10::intrusive_ptr<c10d::Work> gather_work_, reduce_work_;
 };
 

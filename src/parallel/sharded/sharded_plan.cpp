@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
+#include "optim/foreach_sgd.h"
+#include "optim/sgd_kernel.h"
 #include "parallel/data/sync_batch_norm.h"
 #include "parallel/ready_hook.h"
 #include "parallel/sharded/optimizer_state.h"
@@ -83,6 +85,9 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     for (size_t i = 0; i < order.size(); ++i) shards_[order[i]] = units_.back().shards()[i];
   }
   optimizer_ = make_optimizer(shards_);
+  if (options_.gather_dtype != c10::ScalarType::Undefined) {
+    for (auto& unit : units_) unit.set_gather_dtype(options_.gather_dtype);
+  }
 
   expected_.assign(units_.size(), 0);
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -121,10 +126,15 @@ std::string ShardedPlan::describe() {
                      : options_.mode == ShardMode::kGradients
                          ? "gradients and optimizer state"
                          : "parameters, gradients and optimizer state";
+  const bool low = options_.gather_dtype != c10::ScalarType::Undefined && !units_.empty() &&
+                   units_[0].gather_dtype() != units_[0].shards()[0].scalar_type();
   return fmt::format(
-      "optimizer step: the optimizer's own, on this rank's shards | plan: sharded "
-      "data parallel over {} ranks (--shard {}, {}: {} split in {} units)",
-      context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size());
+      "optimizer step: {}, on this rank's shards | plan: sharded "
+      "data parallel over {} ranks (--shard {}, {}: {} split in {} units{})",
+      dynamic_cast<torch::optim::SGD*>(optimizer_.get()) != nullptr ? "fused SGD"
+                                                                    : "the optimizer's own",
+      context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size(),
+      low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "");
 }
 
 torch::nn::AnyModule& ShardedPlan::module() {
@@ -181,7 +191,7 @@ void ShardedPlan::start_reduce(size_t unit) {
 
 void ShardedPlan::gather_all() {
   ParamGate::Pause pause;
-  for (auto& unit : units_) unit.start_gather(*group_);
+  for (auto& unit : units_) unit.start_gather(*group_, /*full_precision=*/true);
   for (auto& unit : units_) unit.finish_gather();
 }
 
@@ -275,7 +285,13 @@ torch::Tensor ShardedPlan::clip_grad_norm(double max_norm) {
 }
 
 void ShardedPlan::step() {
-  optimizer_->step();
+  // SGD through the data-parallel plan's kernels (bit-identical to libtorch's step): one pass
+  // over memory on a CPU, ATen's multi-tensor kernel on a GPU; anything else its own step.
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(optimizer_.get());
+  const bool fused = sgd != nullptr && (shards_.empty() || shards_[0].device().is_cpu()
+                                            ? optim::fused_sgd_step(*sgd)
+                                            : optim::foreach_sgd_step(*sgd));
+  if (!fused) optimizer_->step();
   ParamGate::Pause pause;
   if (options_.mode == ShardMode::kFull) {
     release_all(/*keep_root=*/false);  // whatever is gathered is out of date

@@ -52,7 +52,12 @@ struct ShardedOptions {
   bool broadcast_buffers = true;   // rank 0's buffers before each forward, as DDP
   bool prefetch = true;            // start the next unit's all-gather early (full)
   bool sync_bn = false;            // --sync_bn: convert the model's BatchNorm layers
-  std::string model_name;          // for errors
+  // What the units' all-gathers send (FSDP's param_dtype): Undefined sends the shards as they
+  // are (fp32); kBFloat16 / kHalf half the bytes, the parameters rounded to it between
+  // full-precision gathers (state_dict(); module() under --shard full). Reduce-scatters stay in
+  // the gradients' dtype, and the optimizer steps fp32 shards.
+  c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
+  std::string model_name;  // for errors
 };
 
 class ShardedPlan : public Plan, private GateListener {
