@@ -11,6 +11,7 @@
 // both add the same two numbers, on 4 the order of sums may differ.
 #include "parallel/sharded/sharded_plan.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -378,6 +379,19 @@ TEST(ShardedMemoryTest, FullShardingHoldsNoWholeParameterBetweenSteps) {
 // all-reduce; ZeRO-3 moves Psi by reduce-scatter and 2 Psi by all-gather (each unit gathered
 // for forward and again for backward), 3 Psi. Rows divide by the 2 ranks (no padding) and
 // every unit's weight is read in backward (the input requires grad), so the counts are exact.
+// One step of the Chain on a random batch of 4 whose input requires grad (so every unit's weight
+// is read in backward), drawn from `gen`: ranks run as threads, and the global generator would
+// hand them numbers in whatever order they ask.
+void chain_step(parallel::Plan& plan, at::Generator& gen) {
+  parallel::MicroBatch mb;
+  mb.input = torch::randn({4, 8}, gen).requires_grad_(true);
+  mb.target = torch::randn({4, 4}, gen);
+  mb.loss = [](const torch::Tensor& o, const torch::Tensor& y) { return (o - y).pow(2).mean(); };
+  plan.forward_backward(mb, true);
+  plan.step();
+  plan.zero_grad();
+}
+
 TEST(ShardedTrafficTest, TheRecordCountsTwoPsiForZeroOneAndTwoAndThreePsiForZeroThree) {
   auto make = [] {
     torch::manual_seed(3);
@@ -391,18 +405,8 @@ TEST(ShardedTrafficTest, TheRecordCountsTwoPsiForZeroOneAndTwoAndThreePsiForZero
       parallel::ShardedOptions options;
       options.mode = mode;
       parallel::ShardedPlan plan(make(), context, make_sgd, options);
-      torch::manual_seed(5);
-      auto step = [&] {
-        parallel::MicroBatch mb;
-        mb.input = torch::randn({4, 8}).requires_grad_(true);
-        mb.target = torch::randn({4, 4});
-        mb.loss = [](const torch::Tensor& o, const torch::Tensor& y) {
-          return (o - y).pow(2).mean();
-        };
-        plan.forward_backward(mb, true);
-        plan.step();
-        plan.zero_grad();
-      };
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(5 + rank);
+      auto step = [&] { chain_step(plan, gen); };
       step();  // the first step records the units' order (prefetch starts with the second)
       const uint64_t before = context.trace()->snapshot().entries.back().seq;
       step();
@@ -441,24 +445,16 @@ TEST(ShardedTrafficTest, Bf16AllGathersSendHalfTheBytesAndTheShardsStayFp32) {
     for (c10::ScalarType gather : {c10::ScalarType::Undefined, c10::ScalarType::BFloat16}) {
       std::vector<std::map<std::string, int64_t>> bytes(2);
       std::vector<std::string> described(2);
+      // Built here, one after the other: the threads would share the global generator.
+      std::vector<torch::nn::AnyModule> models{make(), make()};
       auto errors = run_ranks(2, [&](int rank, Context& context) {
         parallel::ShardedOptions options;
         options.mode = mode;
         options.gather_dtype = gather;
-        parallel::ShardedPlan plan(make(), context, make_sgd, options);
+        parallel::ShardedPlan plan(models[rank], context, make_sgd, options);
         described[rank] = plan.describe();
-        torch::manual_seed(5);
-        auto step = [&] {
-          parallel::MicroBatch mb;
-          mb.input = torch::randn({4, 8}).requires_grad_(true);
-          mb.target = torch::randn({4, 4});
-          mb.loss = [](const torch::Tensor& o, const torch::Tensor& y) {
-            return (o - y).pow(2).mean();
-          };
-          plan.forward_backward(mb, true);
-          plan.step();
-          plan.zero_grad();
-        };
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(5 + rank);
+        auto step = [&] { chain_step(plan, gen); };
         step();
         const uint64_t before = context.trace()->snapshot().entries.back().seq;
         step();
