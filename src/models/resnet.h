@@ -79,6 +79,8 @@ class ResNetImpl : public torch::nn::Module {
   torch::nn::AdaptiveAvgPool2d avgpool{nullptr};
   torch::nn::Linear fc{nullptr};
 
+  const ResNetOptions& options() const { return options_; }
+
  private:
   torch::nn::Sequential make_layer(int64_t planes, int64_t blocks, int64_t stride);
 

@@ -111,6 +111,10 @@ VisionTransformerImpl::VisionTransformerImpl(const ViTOptions& o) : options_(o) 
 }
 
 torch::Tensor VisionTransformerImpl::forward(torch::Tensor x) {
+  return head(encoder->layers->forward(embed(std::move(x))));
+}
+
+torch::Tensor VisionTransformerImpl::embed(torch::Tensor x) {
   const int64_t p = options_.patch_size;
   DDPX_CHECK(x.dim() == 4 && x.size(1) == 3 && x.size(2) >= p && x.size(3) >= p &&
                  x.size(2) % p == 0 && x.size(3) % p == 0,
@@ -122,8 +126,11 @@ torch::Tensor VisionTransformerImpl::forward(torch::Tensor x) {
   x = conv_proj(x);                                                             // (B, D, gh, gw)
   x = x.reshape({n, options_.hidden_dim, grid_h * grid_w}).permute({0, 2, 1});  // (B, N, D)
   x = torch::cat({class_token.expand({n, -1, -1}), x}, 1);                      // (B, 1 + N, D)
-  x = encoder(x, grid_h, grid_w);
-  return heads->forward(x.select(1, 0));  // (B, num_classes)
+  return encoder->dropout(x + resize_position_embedding(encoder->pos_embedding, grid_h, grid_w));
+}
+
+torch::Tensor VisionTransformerImpl::head(torch::Tensor x) {
+  return heads->forward(encoder->ln(x).select(1, 0));  // (B, num_classes)
 }
 
 torch::Tensor resize_position_embedding(const torch::Tensor& pos, int64_t grid_h, int64_t grid_w) {

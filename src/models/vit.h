@@ -70,6 +70,10 @@ class VisionTransformerImpl : public torch::nn::Module {
   explicit VisionTransformerImpl(const ViTOptions& options);
   // x: (B, 3, H, W) float, H and W multiples of patch_size -> logits (B, num_classes)
   torch::Tensor forward(torch::Tensor x);
+  // forward() in three parts, for a pipeline's stages (layer_sequence.h):
+  // head(encoder->layers->forward(embed(x))) is forward(x).
+  torch::Tensor embed(torch::Tensor x);  // patches, class token, positions: (B, 1 + N, D)
+  torch::Tensor head(torch::Tensor x);   // the encoder's LayerNorm, the class token's logits
 
   torch::nn::Conv2d conv_proj{nullptr};
   torch::Tensor class_token;  // (1, 1, D)

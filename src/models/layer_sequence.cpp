@@ -1,0 +1,160 @@
+// Each family's forward() written as layers (see layer_sequence.h).
+#include "models/layer_sequence.h"
+
+#include "models/cifar_resnet.h"
+#include "models/densenet.h"
+#include "models/efficientnet.h"
+#include "models/mlp.h"
+#include "models/mobilenet.h"
+#include "models/mobilenet_v3.h"
+#include "models/resnet.h"
+#include "models/vgg.h"
+#include "models/vit.h"
+
+namespace ddpx::models {
+namespace {
+
+using Modules = std::vector<std::shared_ptr<torch::nn::Module>>;
+using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+
+Layer make_layer(std::string name, Forward forward, const Modules& modules,
+                 std::vector<torch::Tensor> extra = {}) {
+  Layer layer{std::move(name), std::move(forward), std::move(extra), {}};
+  for (const auto& m : modules) {
+    for (auto& p : m->parameters()) layer.parameters.push_back(p);
+    for (auto& b : m->buffers()) layer.buffers.push_back(b);
+  }
+  return layer;
+}
+
+// Each child of `sequential` a layer named prefix.child.
+void add_children(std::vector<Layer>& layers, const std::string& prefix,
+                  const torch::nn::Sequential& sequential) {
+  const auto names = sequential->named_children();
+  for (size_t i = 0; i < sequential->size(); ++i) {
+    torch::nn::AnyModule child = *(sequential->begin() + static_cast<std::ptrdiff_t>(i));
+    const std::string& key = names[i].key();
+    layers.push_back(make_layer(
+        prefix.empty() ? key : prefix + "." + key,
+        [child](const torch::Tensor& x) mutable { return child.forward<torch::Tensor>(x); },
+        {sequential->ptr(i)}));
+  }
+}
+
+std::vector<Layer> resnet_layers(const std::shared_ptr<ResNetImpl>& m) {
+  std::vector<Layer> layers;
+  const bool maxpool = m->options().stem == Stem::kImagenet;
+  layers.push_back(make_layer("stem",
+                              [m, maxpool](const torch::Tensor& x) {
+                                torch::Tensor y = m->relu(m->bn1(m->conv1(x)));
+                                return maxpool ? m->maxpool(y) : y;
+                              },
+                              {m->conv1.ptr(), m->bn1.ptr()}));
+  add_children(layers, "layer1", m->layer1);
+  add_children(layers, "layer2", m->layer2);
+  add_children(layers, "layer3", m->layer3);
+  add_children(layers, "layer4", m->layer4);
+  layers.push_back(make_layer(
+      "head", [m](const torch::Tensor& x) { return m->fc(torch::flatten(m->avgpool(x), 1)); },
+      {m->fc.ptr()}));
+  return layers;
+}
+
+std::vector<Layer> cifar_resnet_layers(const std::shared_ptr<CifarResNetImpl>& m) {
+  std::vector<Layer> layers;
+  layers.push_back(
+      make_layer("stem", [m](const torch::Tensor& x) { return torch::relu(m->bn1(m->conv1(x))); },
+                 {m->conv1.ptr(), m->bn1.ptr()}));
+  add_children(layers, "layer1", m->layer1);
+  add_children(layers, "layer2", m->layer2);
+  add_children(layers, "layer3", m->layer3);
+  layers.push_back(make_layer("head",
+                              [m](const torch::Tensor& x) {
+                                return m->fc(x.mean({2, 3}));
+                              },
+                              {m->fc.ptr()}));
+  return layers;
+}
+
+std::vector<Layer> vit_layers(const std::shared_ptr<VisionTransformerImpl>& m) {
+  std::vector<Layer> layers;
+  layers.push_back(make_layer("embed", [m](const torch::Tensor& x) { return m->embed(x); },
+                              {m->conv_proj.ptr(), m->encoder->dropout.ptr()},
+                              {m->class_token, m->encoder->pos_embedding}));
+  add_children(layers, "encoder.layers", m->encoder->layers);
+  layers.push_back(make_layer("head", [m](const torch::Tensor& x) { return m->head(x); },
+                              {m->encoder->ln.ptr(), m->heads.ptr()}));
+  return layers;
+}
+
+std::vector<Layer> mlp_layers(const std::shared_ptr<MlpImpl>& m) {
+  return {
+      make_layer("fc1", [m](const torch::Tensor& x) { return torch::relu(m->fc1(x.flatten(1))); },
+                 {m->fc1.ptr()}),
+      make_layer("fc2", [m](const torch::Tensor& x) { return torch::relu(m->fc2(x)); },
+                 {m->fc2.ptr()}),
+      make_layer("fc3", [m](const torch::Tensor& x) { return m->fc3(x); }, {m->fc3.ptr()})};
+}
+
+// features, then pooling and the classifier: VGG, MobileNet v2/v3, EfficientNet, DenseNet.
+template <typename Impl>
+std::vector<Layer> features_layers(const std::shared_ptr<Impl>& m, Forward head,
+                                   const Modules& head_modules) {
+  std::vector<Layer> layers;
+  add_children(layers, "features", m->features);
+  layers.push_back(make_layer("head", std::move(head), head_modules));
+  return layers;
+}
+
+torch::Tensor global_pool(const torch::Tensor& x) {
+  return torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);
+}
+
+}  // namespace
+
+std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& model) {
+  const std::shared_ptr<torch::nn::Module> module = model.ptr();
+  if (auto m = std::dynamic_pointer_cast<ResNetImpl>(module)) return resnet_layers(m);
+  if (auto m = std::dynamic_pointer_cast<CifarResNetImpl>(module)) return cifar_resnet_layers(m);
+  if (auto m = std::dynamic_pointer_cast<VisionTransformerImpl>(module)) return vit_layers(m);
+  if (auto m = std::dynamic_pointer_cast<MlpImpl>(module)) return mlp_layers(m);
+  if (auto m = std::dynamic_pointer_cast<VggImpl>(module)) {
+    std::vector<Layer> layers;
+    add_children(layers, "features", m->features);
+    layers.push_back(make_layer(
+        "avgpool", [m](const torch::Tensor& x) { return torch::flatten(m->avgpool(x), 1); }, {}));
+    add_children(layers, "classifier", m->classifier);
+    return layers;
+  }
+  if (auto m = std::dynamic_pointer_cast<MobileNetV2Impl>(module)) {
+    return features_layers(
+        m, [m](const torch::Tensor& x) { return m->classifier->forward(global_pool(x)); },
+        {m->classifier.ptr()});
+  }
+  if (auto m = std::dynamic_pointer_cast<MobileNetV3Impl>(module)) {
+    return features_layers(
+        m, [m](const torch::Tensor& x) { return m->classifier->forward(global_pool(x)); },
+        {m->classifier.ptr()});
+  }
+  if (auto m = std::dynamic_pointer_cast<EfficientNetImpl>(module)) {
+    return features_layers(m,
+                           [m](const torch::Tensor& x) {
+                             return m->classifier->forward(torch::flatten(m->avgpool(x), 1));
+                           },
+                           {m->classifier.ptr()});
+  }
+  if (auto m = std::dynamic_pointer_cast<DenseNetImpl>(module)) {
+    return features_layers(
+        m, [m](const torch::Tensor& x) { return m->classifier(global_pool(torch::relu(x))); },
+        {m->classifier.ptr()});
+  }
+  return std::nullopt;
+}
+
+std::vector<Layer> layer_sequence(const torch::nn::Sequential& sequential) {
+  std::vector<Layer> layers;
+  add_children(layers, "", sequential);
+  return layers;
+}
+
+}  // namespace ddpx::models
