@@ -152,6 +152,7 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
   disable_flight_recorder();  // before the first process group (flight_recorder.h)
   log::set_rank(world.rank);
   Built built;
+  built.options = options;
   built.device = select_device(options.device, world);
   // `ddpx run --gpus 0,0,1,1` tells every worker that GPUs are shared (launch/plan.h).
   const BackendChoice backend = choose_backend(options.backend, built.device, nccl_available(),
@@ -210,6 +211,7 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
                                 ? ""
                                 : local_address_towards(world.master_addr);
     cpu = make_gloo_backend(store, world.rank, world.world_size, options.timeout, gloo_host);
+    built.gloo_host = gloo_host;
     if (options.transport != Transport::kGloo) {
       if (auto shm = make_shm_backend(store, cpu, world.rank, world.world_size, options.timeout)) {
         built.shm = shm.get();
@@ -229,6 +231,7 @@ std::shared_ptr<Context> init(const WorldInfo& world, const InitOptions& options
       cuda = traced(make_nccl_backend(store, world.rank, world.world_size, nccl_timeout),
                     built.trace, options.timeout);
       built.backend = "nccl/" + built.backend;
+      built.nccl = true;
     }
   } catch (const std::exception& e) {
     watch.stop();

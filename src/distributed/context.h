@@ -47,6 +47,10 @@ struct Built {
   std::string backend = "none";        // "gloo", "gloo+shm", "nccl" (its CPU side after a '/')
   ShmBackend* shm = nullptr;           // the shared-memory transport, owned by the group
   std::shared_ptr<trace::CollectiveTrace> trace;  // the collective record, if on
+  // How the group was built, for the groups split from it (sub_group.h).
+  InitOptions options;
+  std::string gloo_host;  // the address Gloo binds ("": GLOO_SOCKET_IFNAME's interface)
+  bool nccl = false;      // an NCCL backend for CUDA tensors
 };
 
 class Context {
@@ -71,6 +75,10 @@ class Context {
   const std::shared_ptr<trace::CollectiveTrace>& trace() const { return built_.trace; }
   // Where DDP should put its gradient buckets and whether the group averages them itself.
   BucketPolicy bucket_policy() const;
+
+  // The rendezvous store (null when world size is 1, unless forced).
+  const std::shared_ptr<c10d::Store>& store() const { return store_; }
+  const Built& built() const { return built_; }
 
   // The process group (null when world size is 1, unless forced).
   std::shared_ptr<c10d::ProcessGroup> process_group() const { return group_; }

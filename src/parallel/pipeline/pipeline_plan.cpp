@@ -1,0 +1,544 @@
+// The pipeline-parallel plan (see pipeline_plan.h).
+#include "parallel/pipeline/pipeline_plan.h"
+
+#include <ATen/DeviceAccelerator.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <map>
+#include <sstream>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "distributed/collectives.h"
+#include "distributed/context.h"
+#include "distributed/sub_group.h"
+#include "parallel/sharded/optimizer_state.h"
+
+namespace ddpx::parallel {
+namespace {
+
+constexpr int kResultTag = 1 << 24;  // the loss and logits sent to the replica's first rank
+
+std::vector<models::Layer> layers_of(const torch::nn::AnyModule& model, const std::string& name) {
+  auto layers = models::layer_sequence(model);
+  DDPX_CHECK(layers.has_value(), ErrorKind::kUsage,
+             "--pipeline_parallel: {} is not a sequence of layers a pipeline can cut; the zoo's "
+             "ResNets, VGG, ViT, MLP, MobileNets, EfficientNet and DenseNet are (ddpx models), "
+             "or pass a torch::nn::Sequential from C++",
+             name);
+  return std::move(*layers);
+}
+
+// A user's Sequential as an AnyModule (which cannot hold a Sequential: its forward is a
+// template): the same children under the same names, so the same state_dict keys.
+class SequentialModelImpl : public torch::nn::SequentialImpl {
+ public:
+  explicit SequentialModelImpl(const torch::nn::Sequential& children) {
+    const auto names = children->named_children();
+    for (size_t i = 0; i < children->size(); ++i) {
+      push_back(names[i].key(), *(children->begin() + static_cast<std::ptrdiff_t>(i)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) { return SequentialImpl::forward<torch::Tensor>(x); }
+};
+TORCH_MODULE(SequentialModel);
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+}
+
+int64_t count(const std::vector<torch::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
+
+}  // namespace
+
+PipelinePlan::PipelinePlan(torch::nn::AnyModule model, dist::Context& context,
+                           const OptimizerFactory& make_optimizer, PipelineOptions options)
+    : PipelinePlan(model, layers_of(model, options.model_name), context, make_optimizer,
+                   std::move(options)) {}
+
+PipelinePlan::PipelinePlan(torch::nn::Sequential model, dist::Context& context,
+                           const OptimizerFactory& make_optimizer, PipelineOptions options)
+    : PipelinePlan(torch::nn::AnyModule(SequentialModel(model)), models::layer_sequence(model),
+                   context, make_optimizer, std::move(options)) {}
+
+PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer> layers,
+                           dist::Context& context, const OptimizerFactory& make_optimizer,
+                           PipelineOptions options)
+    : model_(std::move(model)),
+      layers_(std::move(layers)),
+      context_(context),
+      group_(context.process_group()),
+      make_optimizer_(make_optimizer),
+      options_(std::move(options)) {
+  const int p = options_.stages, world = context_.world_size();
+  const int v = options_.schedule == PipelineSchedule::kInterleaved ? options_.stages_per_rank : 1;
+  // Every check before the first collective: a refused layout never hangs a rank.
+  DDPX_CHECK(p >= 1 && world % p == 0, ErrorKind::kUsage,
+             "--pipeline_parallel {} does not divide the world of {} ranks; run a multiple of {} "
+             "ranks (stages x data-parallel replicas)",
+             p, world, p);
+  const std::string problem = schedule_problem(
+      options_.schedule, PipelineShape{p, options_.microbatches, options_.stages_per_rank});
+  DDPX_CHECK(problem.empty(), ErrorKind::kUsage, "--pipeline_schedule {}: {}",
+             name(options_.schedule), problem);
+  DDPX_CHECK(layers_.size() >= static_cast<size_t>(p * v), ErrorKind::kUsage,
+             "{} has {} layers a pipeline can cut between, fewer than the {} stages asked for; "
+             "lower --pipeline_parallel (or --stages_per_rank)",
+             options_.model_name, layers_.size(), p * v);
+  DDPX_CHECK(options_.bounds.empty() || options_.bounds.size() == static_cast<size_t>(p * v) + 1,
+             ErrorKind::kUsage, "a pipeline of {} stages needs {} stage bounds, got {}", p * v,
+             p * v + 1, options_.bounds.size());
+  options_.stages_per_rank = v;
+  pipeline_rank_ = context_.rank() % p;
+  replica_ = context_.rank() / p;
+  replica_count_ = world / p;
+
+  // The ranks start from rank 0's weights, as DDP's do.
+  if (group_) {
+    std::vector<torch::Tensor> state = model_.ptr()->parameters();
+    for (auto& b : model_.ptr()->buffers()) state.push_back(b);
+    dist::broadcast_coalesced(*group_, state, 0);
+  }
+  const std::vector<double> costs = layer_costs();
+  bounds_ =
+      options_.bounds.empty() ? balance_stages(costs, p * v, options_.model_name) : options_.bounds;
+  const bool timed = options_.balance == PipelineBalance::kTime && !options_.sample_shape.empty();
+  for (int s = 0; s < p * v; ++s) {
+    StageInfo info;
+    info.stage = s;
+    info.pipeline_rank = s % p;
+    info.first_layer = bounds_[s];
+    info.end_layer = bounds_[s + 1];
+    DDPX_CHECK(info.first_layer < info.end_layer && info.end_layer <= layers_.size(),
+               ErrorKind::kUsage, "pipeline stage {} has no layers (bounds {}..{})", s,
+               info.first_layer, info.end_layer);
+    info.first_name = layers_[info.first_layer].name;
+    info.last_name = layers_[info.end_layer - 1].name;
+    for (size_t l = info.first_layer; l < info.end_layer; ++l) {
+      info.parameters += count(layers_[l].parameters);
+      if (timed) info.cost_ms += costs[l] * 1e3;
+    }
+    table_.push_back(info);
+  }
+  for (int c = 0; c < v; ++c) {
+    const int stage = c * p + pipeline_rank_;
+    my_stages_.push_back(stage);
+    for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
+      for (auto& t : layers_[l].parameters) params_.push_back(t);
+      for (auto& t : layers_[l].buffers) buffers_.push_back(t);
+    }
+  }
+  if (!params_.empty()) optimizer_ = make_optimizer_(params_);
+  if (replica_count_ > 1) {
+    std::vector<std::vector<int>> groups(static_cast<size_t>(p));
+    for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r % p)].push_back(r);
+    replicas_ = dist::split_group(context_, groups, "pipeline_replicas");
+  }
+  for (const auto& line : stage_table_lines()) log::out("{}", line);
+}
+
+PipelinePlan::~PipelinePlan() {
+  // Sends still in flight after a failure: their buffers must outlive them.
+  for (auto& [work, tensor] : sends_) {
+    try {
+      work->wait();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+std::vector<double> PipelinePlan::layer_costs() {
+  std::vector<double> costs(layers_.size(), 0);
+  if (options_.balance == PipelineBalance::kParams || options_.sample_shape.empty()) {
+    for (size_t l = 0; l < layers_.size(); ++l)
+      costs[l] = static_cast<double>(count(layers_[l].parameters));
+    return costs;
+  }
+  // Rank 0 times each layer's forward and backward on one micro-batch of zeros, in evaluation
+  // mode (no BatchNorm statistics or dropout draws change), and the ranks split by its figures.
+  if (context_.rank() == 0) {
+    auto params = model_.ptr()->parameters();
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+    const bool training = model_.ptr()->is_training();
+    model_.ptr()->eval();
+    std::vector<int64_t> shape{std::max<int64_t>(options_.micro_batch, 1)};
+    shape.insert(shape.end(), options_.sample_shape.begin(), options_.sample_shape.end());
+    torch::Tensor x = torch::zeros(shape, torch::TensorOptions().device(device));
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      torch::Tensor out;
+      for (int round = 0; round < 2; ++round) {  // the first warms up
+        torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+        synchronize(device);
+        Stopwatch watch;
+        out = layers_[l].forward(in);
+        if (out.requires_grad()) out.backward(torch::ones_like(out));
+        synchronize(device);
+        costs[l] = watch.seconds();
+      }
+      x = out.detach();
+    }
+    for (auto& p : params) p.mutable_grad().reset();
+    if (training) model_.ptr()->train();
+  }
+  torch::Tensor shared = torch::tensor(costs, torch::kFloat64);
+  context_.broadcast(shared, 0);
+  return std::vector<double>(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
+}
+
+std::vector<std::string> PipelinePlan::stage_table_lines() const {
+  const bool timed = !table_.empty() && table_[0].cost_ms > 0;
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format("pipeline: {} stages on {} ranks a replica, {} replica{}",
+                              table_.size(), options_.stages, replica_count_,
+                              replica_count_ == 1 ? "" : "s"));
+  lines.push_back(fmt::format("  {:>5}  {:>12}  {:<44}  {:>12}  {:>9}", "stage", "ranks", "layers",
+                              "parameters", timed ? "ms" : ""));
+  for (const auto& s : table_) {
+    std::string ranks;
+    for (int d = 0; d < replica_count_; ++d)
+      ranks += (d ? "," : "") + std::to_string(d * options_.stages + s.pipeline_rank);
+    const std::string layers =
+        s.end_layer - s.first_layer == 1
+            ? s.first_name
+            : fmt::format("{} .. {} ({})", s.first_name, s.last_name, s.end_layer - s.first_layer);
+    lines.push_back(fmt::format("  {:>5}  {:>12}  {:<44}  {:>12}  {:>9}", s.stage, ranks, layers,
+                                s.parameters, timed ? fmt::format("{:.2f}", s.cost_ms) : ""));
+  }
+  return lines;
+}
+
+std::string PipelinePlan::describe() {
+  return fmt::format(
+      "pipeline parallel: {} stages x {} data-parallel replica{} ({}, {} micro-batches{}; "
+      "BatchNorm statistics per micro-batch)",
+      table_.size(), replica_count_, replica_count_ == 1 ? "" : "s", name(options_.schedule),
+      options_.microbatches,
+      options_.stages_per_rank > 1 ? fmt::format(", {} stages a rank", options_.stages_per_rank)
+                                   : "");
+}
+
+int PipelinePlan::rank_of(int stage) const {
+  return replica_ * options_.stages + stage % options_.stages;
+}
+
+torch::Tensor PipelinePlan::run_stage(int stage, torch::Tensor x) {
+  for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) x = layers_[l].forward(x);
+  return x;
+}
+
+void PipelinePlan::probe_boundaries(const MicroBatch& batch) {
+  torch::NoGradGuard no_grad;
+  const bool training = model_.ptr()->is_training();
+  model_.ptr()->eval();
+  auto probe = [&] {
+    torch::Tensor x = batch.input.narrow(0, 0, 1);
+    for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
+      x = run_stage(static_cast<int>(s), x);
+      boundaries_.push_back({x.sizes().slice(1).vec(), x.scalar_type()});
+    }
+  };
+  if (batch.in_forward_context) {
+    batch.in_forward_context(probe);
+  } else {
+    probe();
+  }
+  if (training) model_.ptr()->train();
+}
+
+namespace {
+int tag_of(int microbatch, int stage, int stages, bool forward) {
+  return (microbatch * stages + stage) * 2 + (forward ? 0 : 1);
+}
+}  // namespace
+
+torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch, bool forward,
+                                    const Boundary& boundary, int64_t rows,
+                                    const torch::Device& device) {
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), boundary.shape.begin(), boundary.shape.end());
+  std::vector<torch::Tensor> buffer{
+      torch::empty(shape, torch::TensorOptions().dtype(boundary.dtype).device(device))};
+  const int stages = static_cast<int>(table_.size());
+  const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
+  Stopwatch watch;
+  dist::wait_work(group_->recv(buffer, rank_of(from_stage), tag),
+                  fmt::format("pipeline {} of micro-batch {} from stage {} (rank {})",
+                              forward ? "activations" : "gradients", microbatch, from_stage,
+                              rank_of(from_stage)));
+  stats_.wait_seconds += watch.seconds();
+  return buffer[0];
+}
+
+void PipelinePlan::send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch,
+                        bool forward) {
+  std::vector<torch::Tensor> buffer{t.detach().contiguous()};
+  const int stages = static_cast<int>(table_.size());
+  const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
+  sends_.emplace_back(group_->send(buffer, rank_of(to_stage), tag), buffer[0]);
+}
+
+void PipelinePlan::finish_sends() {
+  Stopwatch watch;
+  for (auto& [work, tensor] : sends_) dist::wait_work(work, "a pipeline send");
+  sends_.clear();
+  stats_.wait_seconds += watch.seconds();
+}
+
+MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sync) {
+  Stopwatch total;
+  stats_ = {};
+  if (boundaries_.empty()) probe_boundaries(batch);
+  const int p = options_.stages, stages = static_cast<int>(table_.size());
+  const int64_t rows = batch.input.size(0);
+  int m = static_cast<int>(std::min<int64_t>(options_.microbatches, rows));
+  if (options_.schedule == PipelineSchedule::kInterleaved) m -= m % p;
+  DDPX_CHECK(m >= 1, ErrorKind::kData,
+             "a batch of {} samples cannot make {} micro-batches (interleaved: a multiple of {}); "
+             "raise --batch_size",
+             rows, options_.microbatches, p);
+  const std::vector<torch::Tensor> inputs = batch.input.tensor_split(m);
+  const std::vector<torch::Tensor> targets = batch.target.tensor_split(m);
+  const torch::Device device = batch.input.device();
+
+  std::map<std::pair<int, int>, InFlight> in_flight;  // (micro-batch, stage)
+  std::vector<torch::Tensor> outputs(static_cast<size_t>(m));
+  torch::Tensor loss_sum;
+  PipelineShape shape{p, m, options_.stages_per_rank};
+  for (const PipelineAction& a : schedule_actions(options_.schedule, shape, pipeline_rank_)) {
+    const int stage = a.chunk * p + pipeline_rank_;
+    const bool last = stage == stages - 1;
+    const int64_t n = inputs[a.microbatch].size(0);
+    if (a.forward) {
+      InFlight f;
+      if (stage == 0) {
+        f.input = inputs[a.microbatch];
+      } else {
+        f.input = receive(stage - 1, stage, a.microbatch, true, boundaries_[stage - 1], n, device);
+        if (f.input.is_floating_point()) f.input.requires_grad_(true);
+      }
+      auto forward = [&] {
+        torch::Tensor y = run_stage(stage, f.input);
+        if (!last) {
+          f.output = y;
+          return;
+        }
+        // The batch's mean loss is the micro-batches' means weighted by their share of rows.
+        torch::Tensor loss = batch.loss(y, targets[a.microbatch]) * (static_cast<double>(n) / rows);
+        f.output = batch.backward_root ? batch.backward_root(loss) : loss;
+        torch::Tensor detached = loss.detach().to(torch::kFloat);
+        loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
+        outputs[a.microbatch] = y.detach();
+      };
+      if (batch.in_forward_context) {
+        batch.in_forward_context(forward);
+      } else {
+        forward();
+      }
+      if (!last) send(f.output, stage, stage + 1, a.microbatch, true);
+      in_flight[{a.microbatch, stage}] = std::move(f);
+      stats_.max_activations = std::max(stats_.max_activations, static_cast<int>(in_flight.size()));
+    } else {
+      auto it = in_flight.find({a.microbatch, stage});
+      DDPX_CHECK(it != in_flight.end(), ErrorKind::kInternal,
+                 "pipeline schedule {}: backward of micro-batch {} on stage {} before its forward",
+                 name(options_.schedule), a.microbatch, stage);
+      InFlight f = std::move(it->second);
+      in_flight.erase(it);
+      auto backward = [&] {
+        if (last) {
+          f.output.backward();
+        } else {
+          torch::Tensor grad =
+              receive(stage + 1, stage, a.microbatch, false, boundaries_[stage], n, device);
+          torch::autograd::backward({f.output}, {grad});
+        }
+      };
+      if (batch.in_backward_context) {
+        batch.in_backward_context(backward);
+      } else {
+        backward();
+      }
+      if (stage > 0) {
+        torch::Tensor grad = f.input.grad();
+        if (!grad.defined()) grad = torch::zeros_like(f.input);
+        send(grad, stage, stage - 1, a.microbatch, false);
+      }
+    }
+  }
+  finish_sends();
+  if (sync && replicas_) average_replicas();
+
+  // The loss and logits go to the replica's first rank, which reports them.
+  MicroBatchResult result;
+  const int last_rank = rank_of(stages - 1), first_rank = rank_of(0);
+  if (last_rank == first_rank) {
+    result.loss = loss_sum;
+    result.output = torch::cat(outputs);
+  } else if (context_.rank() == last_rank) {
+    std::vector<torch::Tensor> loss{loss_sum.reshape({1}).contiguous()};
+    std::vector<torch::Tensor> logits{torch::cat(outputs).contiguous()};
+    dist::wait_work(group_->send(loss, first_rank, kResultTag), "sending the pipeline's loss");
+    dist::wait_work(group_->send(logits, first_rank, kResultTag + 1),
+                    "sending the pipeline's logits");
+  } else if (context_.rank() == first_rank) {
+    std::vector<torch::Tensor> loss{torch::empty({1}, torch::TensorOptions().device(device))};
+    const Boundary& out = boundaries_.back();
+    std::vector<int64_t> shape_out{rows};
+    shape_out.insert(shape_out.end(), out.shape.begin(), out.shape.end());
+    std::vector<torch::Tensor> logits{
+        torch::empty(shape_out, torch::TensorOptions().dtype(out.dtype).device(device))};
+    Stopwatch watch;
+    dist::wait_work(group_->recv(loss, last_rank, kResultTag), "receiving the pipeline's loss");
+    dist::wait_work(group_->recv(logits, last_rank, kResultTag + 1),
+                    "receiving the pipeline's logits");
+    stats_.wait_seconds += watch.seconds();
+    result.loss = loss[0].reshape({});
+    result.output = logits[0];
+  }
+  stats_.seconds = total.seconds();
+  return result;
+}
+
+void PipelinePlan::average_replicas() {
+  torch::NoGradGuard no_grad;
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (auto& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    by_dtype[p.grad().scalar_type()].push_back(p.grad());
+  }
+  for (auto& [dtype, grads] : by_dtype) {
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& g : grads) flat_parts.push_back(g.reshape({-1}));
+    torch::Tensor flat = torch::cat(flat_parts);
+    replicas_->all_reduce_sum(flat);
+    flat.div_(replica_count_);
+    int64_t offset = 0;
+    for (auto& g : grads) {
+      g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
+      offset += g.numel();
+    }
+  }
+}
+
+void PipelinePlan::set_learning_rate(double lr) {
+  if (!optimizer_) return;
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+}
+
+torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  // Each stage's squares once: the replicas hold the same averaged gradients.
+  torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
+  for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum().cpu();
+  context_.all_reduce_sum(squares);
+  torch::Tensor total = (squares / replica_count_).sqrt().reshape({});
+  if (grads.empty()) return total;
+  total = total.to(grads[0].device(), grads[0].scalar_type());
+  auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  at::_foreach_mul_(grads, coefficient);
+  return total;
+}
+
+void PipelinePlan::step() {
+  if (optimizer_) optimizer_->step();
+  whole_ = false;
+}
+
+void PipelinePlan::zero_grad() {
+  if (optimizer_) optimizer_->zero_grad();
+}
+
+std::vector<torch::Tensor> PipelinePlan::parameters() { return params_; }
+
+void PipelinePlan::gather_whole() {
+  torch::NoGradGuard no_grad;
+  if (group_) {
+    for (const StageInfo& s : table_) {
+      std::vector<torch::Tensor> state;
+      for (size_t l = s.first_layer; l < s.end_layer; ++l) {
+        for (auto& t : layers_[l].parameters) state.push_back(t);
+        for (auto& t : layers_[l].buffers) state.push_back(t);
+      }
+      dist::broadcast_coalesced(*group_, state, s.pipeline_rank);  // replica 0's rank
+    }
+  }
+  whole_ = true;
+}
+
+torch::nn::AnyModule& PipelinePlan::module() {
+  if (!whole_) gather_whole();
+  return model_;
+}
+
+void PipelinePlan::state_dict(torch::serialize::OutputArchive& model,
+                              torch::serialize::OutputArchive& optimizer) {
+  if (!whole_) gather_whole();
+  model_.ptr()->save(model);
+  // The unsplit optimizer's state: each pipeline rank's, from replica 0, moved into an optimizer
+  // over the whole model in its parameter order (the data-parallel plan's archive).
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(model_.ptr()->parameters());
+  if (optimizer_) copy_groups(*optimizer_, *whole);
+  for (int r = 0; r < options_.stages; ++r) {
+    std::string bytes;
+    if (r == context_.rank() && optimizer_) {
+      torch::serialize::OutputArchive archive;
+      optimizer_->save(archive);
+      std::ostringstream out;
+      archive.save_to(out);
+      bytes = out.str();
+    }
+    torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+    context_.broadcast(size, r);
+    if (size.item<int64_t>() == 0) continue;
+    torch::Tensor data = torch::empty({size.item<int64_t>()}, torch::kUInt8);
+    if (r == context_.rank()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+    context_.broadcast(data, r);
+    std::vector<torch::Tensor> theirs;
+    for (const StageInfo& s : table_) {
+      if (s.pipeline_rank != r) continue;
+      for (size_t l = s.first_layer; l < s.end_layer; ++l)
+        for (auto& t : layers_[l].parameters) theirs.push_back(t);
+    }
+    std::unique_ptr<torch::optim::Optimizer> part = make_optimizer_(theirs);
+    std::istringstream in(
+        std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(data.numel())));
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    part->load(archive);
+    for (auto& t : theirs) {
+      auto it = part->state().find(t.unsafeGetTensorImpl());
+      if (it != part->state().end())
+        whole->state()[t.unsafeGetTensorImpl()] = std::move(it->second);
+    }
+  }
+  whole->save(optimizer);
+}
+
+void PipelinePlan::load_state_dict(torch::serialize::InputArchive& model,
+                                   torch::serialize::InputArchive& optimizer) {
+  model_.ptr()->load(model);
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(model_.ptr()->parameters());
+  whole->load(optimizer);
+  if (optimizer_) {
+    for (auto& t : params_) {
+      auto it = whole->state().find(t.unsafeGetTensorImpl());
+      if (it != whole->state().end())
+        optimizer_->state()[t.unsafeGetTensorImpl()] = std::move(it->second);
+    }
+    copy_groups(*whole, *optimizer_);
+  }
+  whole_ = true;
+}
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,158 @@
+// The pipeline-parallel plan (--pipeline_parallel P): the model's layers (layer_sequence.h) cut
+// into P stages (stage_split.h; V*P with --stages_per_rank V), one a rank, and each batch cut into
+// M micro-batches that flow through the stages in the order of a schedule (schedule.h): GPipe,
+// 1F1B or interleaved 1F1B. Activations go forward and their gradients back by c10d send/recv
+// (Gloo or the shared-memory transport's Gloo on CPU, NCCL on GPUs), each micro-batch's loss is
+// taken on the last stage, and the gradients are those of the unsplit model over the whole
+// batch. A world of N ranks is P stages x N/P data-parallel replicas: global rank g is stage
+// g % P of replica g / P; every replica sees its own batch (the data's rank is the replica), and
+// a stage's replicas average their gradients over a group of their own (sub_group.h).
+//
+// Within the plan contract (plan.h):
+// - forward_backward() returns the batch's loss and logits on each replica's first rank (the
+//   last stage sends them there, so rank 0 reports), undefined tensors on the others.
+// - The optimizer is built over this rank's stages' parameters; step() updates them.
+// - Every rank keeps the whole model as built (only its stages train): module() and
+//   state_dict() first bring every stage's parameters and buffers from its replica-0 rank to all
+//   ranks, so evaluation, EMA-free export and checkpoints see the whole trained model, and a
+//   checkpoint is the unsplit model's (it loads in any plan). Holding only a stage's parameters
+//   is still to come.
+// - BatchNorm normalises each micro-batch by its own statistics (as in GPipe and PyTorch's
+//   pipelining), so a BatchNorm model's gradients differ from the unsplit batch's; models
+//   without BatchNorm match it to rounding.
+// Shapes and dtypes of what crosses each stage boundary are found once, at the first batch, by
+// running the whole model on one sample in the caller's forward context (autocast included), so
+// no rank sends a shape at run time.
+#pragma once
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/layer_sequence.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_split.h"
+#include "parallel/plan.h"
+
+namespace c10d {
+class ProcessGroup;
+class Work;
+}  // namespace c10d
+
+namespace ddpx::dist {
+class Context;
+}
+
+namespace ddpx::parallel {
+
+struct PipelineOptions {
+  int stages = 2;        // P: pipeline ranks
+  int microbatches = 2;  // M: per batch
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int stages_per_rank = 1;  // V (interleaved)
+  PipelineBalance balance = PipelineBalance::kTime;
+  // For the time balance: one sample's shape (C, H, W) and the micro-batch to time with. Empty:
+  // the balance falls back to parameter counts.
+  std::vector<int64_t> sample_shape;
+  int64_t micro_batch = 1;
+  // The first layer of each of the V*P stages (C++ callers and tests); empty: balanced.
+  std::vector<size_t> bounds;
+  std::string model_name = "the model";  // for errors
+};
+
+// One row of the stage table the plan prints at start.
+struct StageInfo {
+  int stage = 0;          // virtual stage: chunk * P + pipeline rank
+  int pipeline_rank = 0;  // which rank of each replica runs it
+  size_t first_layer = 0, end_layer = 0;
+  std::string first_name, last_name;
+  int64_t parameters = 0;
+  double cost_ms = 0;  // measured forward + backward (time balance), else 0
+};
+
+// What the last forward_backward() spent, on this rank.
+struct PipelineStats {
+  double seconds = 0;       // the whole forward_backward
+  double wait_seconds = 0;  // blocked on a receive (or on sends at the end): the bubble
+  int max_activations = 0;  // micro-batches whose activations this rank held at once
+  double idle_share() const { return seconds > 0 ? wait_seconds / seconds : 0; }
+};
+
+class PipelinePlan : public Plan {
+ public:
+  // Collective over the world (broadcasts rank 0's weights; the time balance's costs). Throws
+  // ddpx::Error(kUsage) before any collective for a layout that cannot run: a world that P does
+  // not divide, a schedule the shape cannot take, a model that is not sequential-shaped, fewer
+  // layers than stages. `context` must outlive the plan.
+  PipelinePlan(torch::nn::AnyModule model, dist::Context& context,
+               const OptimizerFactory& make_optimizer, PipelineOptions options);
+  // A user's Sequential: one layer per child.
+  PipelinePlan(torch::nn::Sequential model, dist::Context& context,
+               const OptimizerFactory& make_optimizer, PipelineOptions options);
+  ~PipelinePlan() override;
+
+  std::string describe() override;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
+  torch::Tensor clip_grad_norm(double max_norm) override;
+  void step() override;
+  void zero_grad() override;
+  std::vector<torch::Tensor> parameters() override;  // this rank's stages'
+  void state_dict(torch::serialize::OutputArchive& model,
+                  torch::serialize::OutputArchive& optimizer) override;
+  void load_state_dict(torch::serialize::InputArchive& model,
+                       torch::serialize::InputArchive& optimizer) override;
+  torch::nn::AnyModule& module() override;
+  const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+
+  const std::vector<StageInfo>& stage_table() const { return table_; }
+  std::vector<std::string> stage_table_lines() const;
+  const PipelineStats& last_stats() const { return stats_; }
+  int pipeline_rank() const { return pipeline_rank_; }
+  int replica() const { return replica_; }
+
+ private:
+  struct Boundary {  // what stage s sends to stage s+1, less the batch dimension
+    std::vector<int64_t> shape;
+    c10::ScalarType dtype = c10::ScalarType::Float;
+  };
+  struct InFlight {               // one micro-batch on one of this rank's stages
+    torch::Tensor input, output;  // output: the stage's; the loss's root on the last stage
+  };
+
+  PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer> layers,
+               dist::Context& context, const OptimizerFactory& make_optimizer,
+               PipelineOptions options);
+  std::vector<double> layer_costs();
+  void probe_boundaries(const MicroBatch& batch);
+  torch::Tensor run_stage(int stage, torch::Tensor x);
+  int rank_of(int stage) const;  // the global rank that runs `stage` in this replica
+  torch::Tensor receive(int from_stage, int to_stage, int microbatch, bool forward,
+                        const Boundary& boundary, int64_t rows, const torch::Device& device);
+  void send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch, bool forward);
+  void finish_sends();
+  void average_replicas();
+  void gather_whole();  // every stage's parameters and buffers from its replica-0 rank
+
+  torch::nn::AnyModule model_;
+  std::vector<models::Layer> layers_;
+  dist::Context& context_;
+  std::shared_ptr<c10d::ProcessGroup> group_;
+  std::shared_ptr<dist::Context> replicas_;  // this stage's data-parallel replicas
+  OptimizerFactory make_optimizer_;
+  PipelineOptions options_;
+  int pipeline_rank_ = 0, replica_ = 0, replica_count_ = 1;
+  std::vector<size_t> bounds_;  // stage s: layers [bounds_[s], bounds_[s+1])
+  std::vector<StageInfo> table_;
+  std::vector<int> my_stages_;                   // stage chunk * P + pipeline_rank_, by chunk
+  std::vector<torch::Tensor> params_, buffers_;  // this rank's stages'
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<Boundary> boundaries_;  // per stage: its output
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
+  PipelineStats stats_;
+  bool whole_ = true;  // every rank's copy of every stage is current
+};
+
+}  // namespace ddpx::parallel

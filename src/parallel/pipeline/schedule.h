@@ -1,0 +1,67 @@
+// --pipeline_schedule: the order in which a pipeline rank runs the forwards and backwards of its
+// micro-batches (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B and
+// ScheduleInterleaved1F1B; Narayanan et al. 2021 for the last two).
+//   gpipe        every forward, then every backward: M micro-batches of activations held
+//   1f1b         after a warm-up of P-1-rank forwards, one forward then one backward: at most
+//                P-rank micro-batches held, the same bubble as GPipe, (P-1)/(M+P-1)
+//   interleaved  1F1B over V stages a rank (--stages_per_rank, the model cut into V*P stages,
+//                rank r holding stages r, r+P, ...): the bubble shrinks to (P-1)/(V*M+P-1);
+//                M must be a multiple of P
+// The schedule is data: each rank's list of actions, and a simulation that runs the lists with
+// timed stages, so the bubble and the activations held are checked without processes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/names.h"
+
+namespace ddpx::parallel {
+
+enum class PipelineSchedule { kGpipe, k1F1B, kInterleaved };
+inline constexpr NameTable<PipelineSchedule, 3> kPipelineScheduleNames{
+    {{PipelineSchedule::kGpipe, "gpipe"},
+     {PipelineSchedule::k1F1B, "1f1b"},
+     {PipelineSchedule::kInterleaved, "interleaved"}}};
+inline const char* name(PipelineSchedule s) { return name_of(kPipelineScheduleNames, s); }
+
+struct PipelineAction {
+  bool forward = true;  // else backward
+  int microbatch = 0;
+  int chunk = 0;  // which of this rank's stages: stage chunk * ranks + rank
+  bool operator==(const PipelineAction& o) const {
+    return forward == o.forward && microbatch == o.microbatch && chunk == o.chunk;
+  }
+};
+
+struct PipelineShape {
+  int ranks = 1;         // P: pipeline ranks
+  int microbatches = 1;  // M
+  int chunks = 1;        // V: stages a rank (interleaved only; 1 otherwise)
+  int stages() const { return ranks * chunks; }
+};
+
+// Why `shape` cannot run `schedule` ("" when it can): fewer micro-batches than a schedule needs,
+// chunks with a schedule that has none, M not a multiple of P for interleaved.
+std::string schedule_problem(PipelineSchedule schedule, const PipelineShape& shape);
+
+// Rank `rank`'s actions, in order: each micro-batch's forward and backward once per chunk.
+std::vector<PipelineAction> schedule_actions(PipelineSchedule schedule, const PipelineShape& shape,
+                                             int rank);
+
+// The schedule run with every stage's forward taking `forward_time` and backward
+// `backward_time`, each rank starting an action once its input is there (the previous stage's
+// forward, the next stage's backward) and sends taking no time.
+struct ScheduleRun {
+  double makespan = 0;
+  std::vector<double> idle_share;    // per rank: the share of the makespan it waited
+  std::vector<int> max_activations;  // per rank: the most micro-batch activations it held
+  bool deadlocked = false;           // no rank could go on
+};
+ScheduleRun simulate_schedule(PipelineSchedule schedule, const PipelineShape& shape,
+                              double forward_time = 1.0, double backward_time = 2.0);
+
+// The bubble a schedule ideally has: (P-1)/(M+P-1), interleaved (P-1)/(V*M+P-1).
+double ideal_bubble(PipelineSchedule schedule, const PipelineShape& shape);
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,344 @@
+// The pipeline plan (parallel/pipeline/) against one process training the unsplit model: with
+// one seed and the same global batches, every schedule (GPipe, 1F1B, interleaved 1F1B), on 2
+// ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, and 4 stages), ends 6 SGD steps
+// with the single process's parameters, each step's loss reported on rank 0; its state_dict() is
+// the unsplit model's and optimizer's and loads back into a pipeline; layouts that cannot run
+// are refused on every rank before any collective. Each rank is a real member of a Gloo group on
+// 127.0.0.1. The schedules themselves are checked by simulation: no deadlock, each forward
+// before its backward, the bubble within 3 points of (P-1)/(M+P-1) ((P-1)/(V*M+P-1)
+// interleaved), and at most P - rank micro-batches of activations held under 1F1B, M under GPipe.
+//
+// Tolerance: 1e-6 relative (plus 1e-7 absolute). The micro-batches' losses are summed in another
+// order than one batch's mean, so the last bits may differ.
+#include "parallel/pipeline/pipeline_plan.h"
+
+#include <gtest/gtest.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <sstream>
+
+#include "core/error.h"
+#include "distributed/ranks.h"
+
+namespace ddpx::dist {
+namespace {
+
+using parallel::PipelineSchedule;
+using parallel::PipelineShape;
+using test::error_text;
+using test::run_ranks;
+
+constexpr int kSteps = 6;
+constexpr int64_t kBatch = 8;  // global
+
+torch::nn::Sequential make_net() {
+  torch::manual_seed(5);
+  return torch::nn::Sequential(
+      torch::nn::Linear(6, 24), torch::nn::Tanh(), torch::nn::Linear(24, 24), torch::nn::Tanh(),
+      torch::nn::Linear(24, 12), torch::nn::Tanh(), torch::nn::Linear(12, 4));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params) {
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
+}
+
+struct Batches {
+  std::vector<torch::Tensor> x, y;
+};
+
+Batches batches() {
+  Batches b;
+  torch::manual_seed(17);
+  for (int s = 0; s < kSteps; ++s) {
+    b.x.push_back(torch::randn({kBatch, 6}));
+    b.y.push_back(torch::randn({kBatch, 4}));
+  }
+  return b;
+}
+
+torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& y) {
+  return (out - y).pow(2).mean();
+}
+
+struct Reference {
+  std::vector<torch::Tensor> params, momenta;
+  std::vector<double> losses;
+};
+
+Reference single_process(const Batches& b) {
+  auto net = make_net();
+  auto optimizer = make_sgd(net->parameters());
+  Reference r;
+  for (int s = 0; s < kSteps; ++s) {
+    torch::Tensor loss = mse(net->forward(b.x[s]), b.y[s]);
+    r.losses.push_back(loss.item<double>());
+    loss.backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  for (auto& p : net->parameters()) {
+    r.params.push_back(p.detach().clone());
+    auto& state =
+        static_cast<torch::optim::SGDParamState&>(*optimizer->state().at(p.unsafeGetTensorImpl()));
+    r.momenta.push_back(state.momentum_buffer().clone());
+  }
+  return r;
+}
+
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+  const double scale = want.abs().max().item<double>();
+  const double diff = (got - want).abs().max().item<double>();
+  EXPECT_LE(diff, 1e-6 * scale + 1e-7) << what << ": max |diff| " << diff << " at scale " << scale;
+}
+
+parallel::MicroBatch micro_batch(const Batches& b, int s, int replica, int replicas) {
+  const int64_t n = kBatch / replicas;
+  parallel::MicroBatch mb;
+  mb.input = b.x[s].narrow(0, replica * n, n);
+  mb.target = b.y[s].narrow(0, replica * n, n);
+  mb.loss = mse;
+  return mb;
+}
+
+struct Layout {
+  int world;
+  int stages;
+  PipelineSchedule schedule;
+  int microbatches;
+  int stages_per_rank;
+};
+
+class PipelinePlanTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) {
+  const Layout layout = GetParam();
+  const Batches b = batches();
+  const Reference want = single_process(b);
+  std::vector<torch::nn::Sequential> nets;
+  for (int r = 0; r < layout.world; ++r) nets.push_back(make_net());
+  std::vector<std::string> saved(2);
+  auto errors = run_ranks(layout.world, [&](int rank, Context& context) {
+    parallel::PipelineOptions options;
+    options.stages = layout.stages;
+    options.microbatches = layout.microbatches;
+    options.schedule = layout.schedule;
+    options.stages_per_rank = layout.stages_per_rank;
+    parallel::PipelinePlan plan(nets[rank], context, make_sgd, options);
+    const int replicas = layout.world / layout.stages;
+    for (int s = 0; s < kSteps; ++s) {
+      plan.set_learning_rate(0.1);
+      auto out = plan.forward_backward(micro_batch(b, s, plan.replica(), replicas), true);
+      plan.step();
+      plan.zero_grad();
+      if (plan.pipeline_rank() == 0) {
+        ASSERT_TRUE(out.loss.defined()) << "rank " << rank << " step " << s;
+        ASSERT_EQ(out.output.size(0), kBatch / replicas);
+        if (replicas == 1) {
+          EXPECT_NEAR(out.loss.item<double>(), want.losses[s], 1e-6 * want.losses[s])
+              << "step " << s;
+        }
+      } else {
+        EXPECT_FALSE(out.loss.defined()) << "rank " << rank;
+      }
+    }
+    auto params = plan.module().ptr()->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      expect_close(params[i], want.params[i], fmt::format("rank {} parameter {}", rank, i));
+    torch::serialize::OutputArchive m, o;
+    plan.state_dict(m, o);
+    if (rank == 0) {
+      std::ostringstream mb, ob;
+      m.save_to(mb);
+      o.save_to(ob);
+      saved = {mb.str(), ob.str()};
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  ASSERT_FALSE(saved[0].empty());
+
+  // The checkpoint is the unsplit model's and optimizer's.
+  auto net = make_net();
+  auto optimizer = make_sgd(net->parameters());
+  torch::serialize::InputArchive m, o;
+  std::istringstream ms(saved[0]), os(saved[1]);
+  m.load_from(ms);
+  o.load_from(os);
+  net->load(m);
+  optimizer->load(o);
+  auto params = net->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    expect_close(params[i], want.params[i], fmt::format("saved parameter {}", i));
+    auto& state = static_cast<torch::optim::SGDParamState&>(
+        *optimizer->state().at(params[i].unsafeGetTensorImpl()));
+    expect_close(state.momentum_buffer(), want.momenta[i], fmt::format("saved momentum {}", i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PipelinePlanTest,
+                         ::testing::Values(Layout{2, 2, PipelineSchedule::kGpipe, 4, 1},
+                                           Layout{2, 2, PipelineSchedule::k1F1B, 4, 1},
+                                           Layout{2, 2, PipelineSchedule::kInterleaved, 4, 2},
+                                           Layout{4, 2, PipelineSchedule::k1F1B, 2, 1},
+                                           Layout{4, 4, PipelineSchedule::k1F1B, 8, 1},
+                                           Layout{3, 3, PipelineSchedule::kGpipe, 3, 1}),
+                         [](const auto& info) {
+                           const Layout& l = info.param;
+                           return fmt::format(
+                               "world{}_stages{}_{}_m{}_v{}", l.world, l.stages,
+                               l.schedule == PipelineSchedule::k1F1B ? "onef1b" : name(l.schedule),
+                               l.microbatches, l.stages_per_rank);
+                         });
+
+TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsTheSingleProcess) {
+  const Batches b = batches();
+  const Reference want = single_process(b);
+  // The single process's state after 3 steps, saved as the data-parallel plan saves it.
+  auto net = make_net();
+  auto optimizer = make_sgd(net->parameters());
+  for (int s = 0; s < 3; ++s) {
+    mse(net->forward(b.x[s]), b.y[s]).backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  torch::serialize::OutputArchive m, o;
+  net->save(m);
+  optimizer->save(o);
+  std::ostringstream mb, ob;
+  m.save_to(mb);
+  o.save_to(ob);
+  const std::string model_bytes = mb.str(), optimizer_bytes = ob.str();
+  std::vector<torch::nn::Sequential> nets{make_net(), make_net()};
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    parallel::PipelineOptions options;
+    options.microbatches = 2;
+    parallel::PipelinePlan plan(nets[rank], context, make_sgd, options);
+    torch::serialize::InputArchive mi, oi;
+    std::istringstream ms(model_bytes), os(optimizer_bytes);
+    mi.load_from(ms);
+    oi.load_from(os);
+    plan.load_state_dict(mi, oi);
+    for (int s = 3; s < kSteps; ++s) {
+      plan.set_learning_rate(0.1);
+      plan.forward_backward(micro_batch(b, s, 0, 1), true);
+      plan.step();
+      plan.zero_grad();
+    }
+    auto params = plan.module().ptr()->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      expect_close(params[i], want.params[i], fmt::format("rank {} parameter {}", rank, i));
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+}
+
+TEST(PipelinePlanRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAnyCollective) {
+  std::vector<torch::nn::Sequential> nets{make_net(), make_net(), make_net()};
+  auto refused = [&](int world, parallel::PipelineOptions options) {
+    auto errors = run_ranks(
+        world,
+        [&](int rank, Context& context) {
+          parallel::PipelinePlan plan(nets[rank], context, make_sgd, options);
+        },
+        std::chrono::seconds(5));
+    std::string first;
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(errors[r]) << "rank " << r << " was not refused";
+      if (r == 0) first = error_text(errors[r]);
+    }
+    return first;
+  };
+  parallel::PipelineOptions three;
+  three.stages = 2;
+  EXPECT_NE(refused(3, three).find("--pipeline_parallel 2 does not divide the world of 3 ranks"),
+            std::string::npos);
+  parallel::PipelineOptions interleaved;
+  interleaved.schedule = PipelineSchedule::kInterleaved;
+  interleaved.stages_per_rank = 2;
+  interleaved.microbatches = 3;
+  EXPECT_NE(refused(2, interleaved).find("3 micro-batches is not a multiple of 2"),
+            std::string::npos);
+  parallel::PipelineOptions deep;
+  deep.schedule = PipelineSchedule::kInterleaved;
+  deep.stages_per_rank = 4;
+  deep.microbatches = 2;
+  EXPECT_NE(refused(2, deep).find("7 layers a pipeline can cut between, fewer than the 8 stages"),
+            std::string::npos);
+}
+
+struct ScheduleCase {
+  PipelineSchedule schedule;
+  int chunks;
+};
+
+class PipelineScheduleTest : public ::testing::TestWithParam<ScheduleCase> {};
+
+TEST_P(PipelineScheduleTest, RunsWithoutDeadlockAndItsBubbleIsTheFormulas) {
+  const ScheduleCase c = GetParam();
+  for (int p : {2, 3, 4}) {
+    for (int m : {4, 8, 12}) {
+      PipelineShape shape{p, m, c.chunks};
+      if (!parallel::schedule_problem(c.schedule, shape).empty()) continue;
+      // Each rank runs every micro-batch's forward and backward once per chunk, forward first.
+      for (int r = 0; r < p; ++r) {
+        auto actions = parallel::schedule_actions(c.schedule, shape, r);
+        ASSERT_EQ(actions.size(), static_cast<size_t>(2 * m * c.chunks));
+        std::set<std::pair<int, int>> forwarded;
+        for (const auto& a : actions) {
+          if (a.forward) {
+            EXPECT_TRUE(forwarded.insert({a.microbatch, a.chunk}).second);
+          } else {
+            EXPECT_TRUE(forwarded.count({a.microbatch, a.chunk}))
+                << "backward before forward: rank " << r << " micro-batch " << a.microbatch;
+          }
+        }
+      }
+      auto run = parallel::simulate_schedule(c.schedule, shape);
+      ASSERT_FALSE(run.deadlocked) << name(c.schedule) << " P=" << p << " M=" << m;
+      const double ideal = parallel::ideal_bubble(c.schedule, shape);
+      for (int r = 0; r < p; ++r) {
+        EXPECT_NEAR(run.idle_share[r], ideal, 0.03)
+            << name(c.schedule) << " P=" << p << " M=" << m << " rank " << r;
+        if (c.schedule == PipelineSchedule::kGpipe) EXPECT_EQ(run.max_activations[r], m);
+        if (c.schedule == PipelineSchedule::k1F1B) EXPECT_EQ(run.max_activations[r], p - r);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, PipelineScheduleTest,
+                         ::testing::Values(ScheduleCase{PipelineSchedule::kGpipe, 1},
+                                           ScheduleCase{PipelineSchedule::k1F1B, 1},
+                                           ScheduleCase{PipelineSchedule::kInterleaved, 2},
+                                           ScheduleCase{PipelineSchedule::kInterleaved, 3}),
+                         [](const auto& info) {
+                           return fmt::format("{}_v{}",
+                                              info.param.schedule == PipelineSchedule::k1F1B
+                                                  ? "onef1b"
+                                                  : name(info.param.schedule),
+                                              info.param.chunks);
+                         });
+
+TEST(PipelineScheduleTest, TheIssuesFiguresForFourStagesAndEightMicroBatches) {
+  PipelineShape shape{4, 8, 1};
+  EXPECT_NEAR(parallel::ideal_bubble(PipelineSchedule::kGpipe, shape), 0.273, 0.001);
+  shape.chunks = 2;
+  EXPECT_NEAR(parallel::ideal_bubble(PipelineSchedule::kInterleaved, shape), 0.158, 0.001);
+}
+
+TEST(StageBalanceTest, CutsContiguousStagesWithTheSmallestLargestStage) {
+  EXPECT_EQ(parallel::balance_stages({1, 1, 1, 1}, 2, "m"), (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(parallel::balance_stages({8, 1, 1, 1, 1, 4}, 3, "m"),
+            (std::vector<size_t>{0, 1, 5, 6}));
+  EXPECT_EQ(parallel::balance_stages({0, 5, 0, 5}, 2, "m").size(), 3u);
+  const std::string error = test::usage_error([] {
+    parallel::balance_stages({1, 1}, 3, "resnet18");
+  });
+  EXPECT_NE(error.find("resnet18 has 2 layers"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace ddpx::dist
