@@ -134,6 +134,19 @@ void add_train_command(CLI::App& app, int& exit_code) {
   add_choice(cmd, "--shard_gather_dtype", o->shard_gather_dtype, train::kGatherDtypeNames,
              "with --shard: what the all-gathers send: auto (--amp's dtype, else fp32) | fp32 | "
              "bf16 | fp16 (half the bytes; the optimizer still steps fp32 shards)");
+  cmd->add_option("--pipeline_parallel", o->pipeline_parallel,
+                  "pipeline stages a data-parallel replica: the world is P stages x N/P replicas "
+                  "(1: no pipeline)");
+  cmd->add_option("--microbatches", o->microbatches,
+                  "with --pipeline_parallel: micro-batches a batch (0: 2 x --pipeline_parallel)");
+  add_choice(cmd, "--pipeline_schedule", o->pipeline_schedule, parallel::kPipelineScheduleNames,
+             "with --pipeline_parallel: gpipe | 1f1b | interleaved (--stages_per_rank stages a "
+             "rank)");
+  cmd->add_option("--stages_per_rank", o->stages_per_rank,
+                  "with --pipeline_schedule interleaved: stages a rank (0: 2)");
+  add_choice(cmd, "--pipeline_balance", o->pipeline_balance, parallel::kPipelineBalanceNames,
+             "how the pipeline cuts the model: time (each layer's forward and backward, timed "
+             "on rank 0 at start) | params");
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,

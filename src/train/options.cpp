@@ -5,13 +5,61 @@
 namespace ddpx::train {
 namespace {
 
-bool one_of(const std::string& value, std::initializer_list<const char*> choices) {
-  for (const char* c : choices)
-    if (value == c) return true;
-  return false;
+// The pipeline's flags, checked before the job joins: a layout refused here never starts a
+// collective. The world size is checked by the plan (it needs the job).
+void validate_pipeline(const TrainOptions& o) {
+  const auto usage = ErrorKind::kUsage;
+  DDPX_CHECK(o.pipeline_parallel >= 1, usage,
+             "--pipeline_parallel must be at least 1 (1: no pipeline), got {}",
+             o.pipeline_parallel);
+  DDPX_CHECK(o.microbatches >= 0 && o.stages_per_rank >= 0, usage,
+             "--microbatches and --stages_per_rank must be >= 0 (0: automatic), got {} and {}",
+             o.microbatches, o.stages_per_rank);
+  if (o.pipeline_parallel == 1) {
+    DDPX_CHECK(o.microbatches == 0 && o.stages_per_rank == 0, usage,
+               "--microbatches and --stages_per_rank set a pipeline: add --pipeline_parallel 2 "
+               "(or more), or drop them");
+    return;
+  }
+  const int p = o.pipeline_parallel;
+  const std::string problem = parallel::schedule_problem(
+      o.pipeline_schedule, {p, pipeline_microbatches(o), pipeline_stages_per_rank(o)});
+  DDPX_CHECK(problem.empty(), usage, "--pipeline_schedule {} with --pipeline_parallel {}: {}",
+             parallel::name(o.pipeline_schedule), p, problem);
+  // (--batch_size_scaled: the replica's batch is known once the job has joined; the plan
+  // checks each batch.)
+  DDPX_CHECK(o.batch_size_scaled || o.batch_size >= pipeline_microbatches(o), usage,
+             "--batch_size {} (per data-parallel replica) cannot make --microbatches {}; raise "
+             "--batch_size or lower --microbatches",
+             o.batch_size, pipeline_microbatches(o));
+  DDPX_CHECK(o.shard == parallel::ShardMode::kNone, usage,
+             "--shard {} with --pipeline_parallel {}: sharding a pipeline's stages is not built "
+             "yet; drop one of the two",
+             parallel::name(o.shard), p);
+  DDPX_CHECK(!o.sync_bn, usage,
+             "--sync_bn with --pipeline_parallel {}: a pipeline normalises each micro-batch by its "
+             "own statistics; drop --sync_bn",
+             p);
+  DDPX_CHECK(o.comm_hook == dist::CommHook::kAllreduce, usage,
+             "--comm_hook {} with --pipeline_parallel {}: a pipeline stage's replicas average "
+             "their gradients uncompressed; drop --comm_hook",
+             dist::name(o.comm_hook), p);
+  DDPX_CHECK(o.checkpoint_format != CheckpointFormat::kSharded, usage,
+             "--checkpoint_format sharded with --pipeline_parallel {}: a pipeline writes the whole "
+             "model's checkpoint; use auto or whole",
+             p);
 }
 
 }  // namespace
+
+int pipeline_microbatches(const TrainOptions& o) {
+  return o.microbatches > 0 ? o.microbatches : 2 * o.pipeline_parallel;
+}
+
+int pipeline_stages_per_rank(const TrainOptions& o) {
+  if (o.stages_per_rank > 0) return o.stages_per_rank;
+  return o.pipeline_schedule == parallel::PipelineSchedule::kInterleaved ? 2 : 1;
+}
 
 void validate(const TrainOptions& o) {
   auto usage = ErrorKind::kUsage;
@@ -82,6 +130,7 @@ void validate(const TrainOptions& o) {
         "full (or optimizer, gradients), or drop --shard_gather_dtype",
         name(o.shard_gather_dtype));
   }
+  validate_pipeline(o);
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
              "--resume auto needs --save_dir to know where to look for checkpoints");
 }

@@ -12,6 +12,8 @@
 #include "distributed/choices.h"
 #include "models/stem.h"
 #include "optim/amp.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_split.h"
 #include "parallel/sharded/shard_mode.h"
 #include "train/optim.h"
 
@@ -101,6 +103,13 @@ struct TrainOptions {
   // --shard_gather_dtype: what the sharded plan's all-gathers send. auto: --amp's dtype (bf16,
   // fp16), else fp32; fp32: the shards as they are.
   GatherDtype shard_gather_dtype = GatherDtype::kAuto;
+  // Pipeline parallel (parallel/pipeline/): P stages a replica; 1 is none. --batch_size stays per
+  // data-parallel replica (world / P of them).
+  int pipeline_parallel = 1;
+  int microbatches = 0;  // per batch; 0: 2 x pipeline_parallel
+  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  int stages_per_rank = 0;  // interleaved's V; 0: 2 for interleaved, else 1
+  parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
   bool progress = true;      // progress bar when stderr is a terminal
   std::string metrics_json;  // optional JSON-lines file of per-epoch metrics
   std::string tensorboard;   // optional TensorBoard log directory (rank 0 writes)
@@ -120,5 +129,9 @@ struct TrainOptions {
 
 // Throws ddpx::Error(kUsage) naming the flag when a value is out of range.
 void validate(const TrainOptions& options);
+
+// --microbatches and --stages_per_rank with their automatic values filled in.
+int pipeline_microbatches(const TrainOptions& options);
+int pipeline_stages_per_rank(const TrainOptions& options);
 
 }  // namespace ddpx::train

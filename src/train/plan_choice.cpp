@@ -6,7 +6,9 @@
 #include "distributed/context.h"
 #include "optim/amp.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/sharded_plan.h"
+#include "train/job.h"
 
 namespace ddpx::train {
 namespace {
@@ -31,9 +33,31 @@ class LoneShardPlan : public parallel::DataParallelPlan {
 
 }  // namespace
 
+DataRank data_rank(const TrainOptions& o, const dist::Context& context) {
+  if (o.pipeline_parallel <= 1) return {context.rank(), context.world_size()};
+  return {context.rank() / o.pipeline_parallel,
+          std::max(context.world_size() / o.pipeline_parallel, 1)};
+}
+
 ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn::AnyModule model,
-                       const parallel::OptimizerFactory& make_optimizer, bool loss_scaling) {
+                       const parallel::OptimizerFactory& make_optimizer, bool loss_scaling,
+                       const std::vector<int64_t>& sample_shape) {
   ChosenPlan chosen;
+  if (o.pipeline_parallel > 1) {
+    parallel::PipelineOptions pipeline;
+    pipeline.stages = o.pipeline_parallel;
+    pipeline.microbatches = pipeline_microbatches(o);
+    pipeline.schedule = o.pipeline_schedule;
+    pipeline.stages_per_rank = pipeline_stages_per_rank(o);
+    pipeline.balance = o.pipeline_balance;
+    pipeline.sample_shape = sample_shape;
+    pipeline.micro_batch =
+        std::max<int64_t>(per_rank_batch(o, data_rank(o, context).size) / pipeline.microbatches, 1);
+    pipeline.model_name = o.model;
+    chosen.plan = std::make_unique<parallel::PipelinePlan>(std::move(model), context,
+                                                           make_optimizer, pipeline);
+    return chosen;
+  }
   if (o.shard != parallel::ShardMode::kNone && context.distributed()) {
     parallel::ShardedOptions sharded;
     sharded.mode = o.shard;

@@ -1,7 +1,7 @@
 // Which parallel plan (parallel/plan.h) a run's options ask for, built over the placed model.
-// --shard none (or one process): the data-parallel plan; --shard optimizer|gradients|full over
-// more than one rank: the sharded plan. The pipeline and tensor-parallel plans will be chosen
-// here too, so the trainer's loop never names one.
+// --pipeline_parallel P > 1: the pipeline plan; else --shard none (or one process): the
+// data-parallel plan; --shard optimizer|gradients|full over more than one rank: the sharded
+// plan. The tensor-parallel plan will be chosen here too, so the trainer's loop never names one.
 #pragma once
 
 #include <torch/nn/modules/container/any.h>
@@ -23,11 +23,20 @@ struct ChosenPlan {
   int sync_bn_layers = 0;  // --sync_bn: the BatchNorm layers it switched (the start-up line)
 };
 
+// Where a rank's batches come from: its data-parallel replica. Every rank is a replica of its
+// own, but a pipeline's P stages share one: replica rank / P of world / P.
+struct DataRank {
+  int rank = 0;
+  int size = 1;
+};
+DataRank data_rank(const TrainOptions& options, const dist::Context& context);
+
+// `sample_shape`: one input sample's (C, H, W), which the pipeline times its layers with.
 // `loss_scaling`: fp16's scaler reads the gradients between backward and the step, so the
 // update may not run inside backward; neither may it with --clip_grad_norm, which also needs
 // every rank to hold the whole averaged gradient (no split step).
 ChosenPlan choose_plan(const TrainOptions& options, dist::Context& context,
                        torch::nn::AnyModule model, const parallel::OptimizerFactory& make_optimizer,
-                       bool loss_scaling);
+                       bool loss_scaling, const std::vector<int64_t>& sample_shape);
 
 }  // namespace ddpx::train

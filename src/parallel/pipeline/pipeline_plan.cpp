@@ -216,8 +216,9 @@ std::vector<std::string> PipelinePlan::stage_table_lines() const {
 
 std::string PipelinePlan::describe() {
   return fmt::format(
-      "pipeline parallel: {} stages x {} data-parallel replica{} ({}, {} micro-batches{}; "
-      "BatchNorm statistics per micro-batch)",
+      "optimizer step: the optimizer's own, on this rank's stages | plan: pipeline parallel: {} "
+      "stages x {} data-parallel replica{} ({}, {} micro-batches{}; BatchNorm statistics per "
+      "micro-batch)",
       table_.size(), replica_count_, replica_count_ == 1 ? "" : "s", name(options_.schedule),
       options_.microbatches,
       options_.stages_per_rank > 1 ? fmt::format(", {} stages a rank", options_.stages_per_rank)
