@@ -2,7 +2,10 @@
 """The PyTorch peer of `ddpx bench train`: the same workload through torchvision's model,
 PyTorch's DistributedDataParallel (gloo) and its DataLoader, started as torchrun would start it
 (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment). Prints one JSON line on rank 0
-with the same fields as ddpx's --json.
+with the same fields as ddpx's --json. With --fsdp: FSDP2's fully_shard instead of DDP. With
+--pipeline P (a ResNet, world size P): torch.distributed.pipelining's ScheduleGPipe or
+Schedule1F1B over the stem, the residual blocks and the head cut at --pipeline_cut, as ddpx's
+pipeline cuts them.
 
 Run with the torch ddpx was built against: .venv/bin/python bench/pytorch_train.py --help
 """
@@ -72,6 +75,12 @@ def main():
     p.add_argument("--channels_last", action="store_true")
     p.add_argument("--fsdp", action="store_true",
                    help="FSDP2: fully_shard each residual block, then the model (torchtitan's way)")
+    p.add_argument("--pipeline", type=int, default=1,
+                   help="pipeline stages (the world size; a ResNet): torch.distributed.pipelining")
+    p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--pipeline_cut", default="",
+                   help="first layer of each stage, then the layer count: 0,8,10 (stem, blocks, head)")
     a = p.parse_args()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if a.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
@@ -102,7 +111,8 @@ def main():
         ops += [T.RandomCrop(a.image_size, padding=4), T.RandomHorizontalFlip()]
     ops.append(T.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
     dataset = ImageDataset(images, labels, T.Compose(ops))
-    sampler = DistributedSampler(dataset, world, rank) if world > 1 else None
+    # A pipeline's stages all read the one replica's batches.
+    sampler = DistributedSampler(dataset, world, rank) if world > 1 and a.pipeline == 1 else None
     loader = DataLoader(dataset, batch_size=a.batch_size, sampler=sampler,
                         shuffle=sampler is None, drop_last=True, num_workers=a.workers,
                         persistent_workers=a.workers > 0, pin_memory=device.type == "cuda")
@@ -114,7 +124,20 @@ def main():
         model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
         model.maxpool = torch.nn.Identity()
     model = model.to(device, memory_format=torch.channels_last if a.channels_last else torch.contiguous_format)
-    if world > 1 and a.fsdp:
+    stage_schedule = None
+    if a.pipeline > 1:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        layers = [torch.nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)]
+        layers += [b for l in (model.layer1, model.layer2, model.layer3, model.layer4) for b in l]
+        layers.append(torch.nn.Sequential(model.avgpool, torch.nn.Flatten(1), model.fc))
+        bounds = [int(b) for b in a.pipeline_cut.split(",")]
+        assert world == a.pipeline and len(bounds) == a.pipeline + 1 and bounds[-1] == len(layers), \
+            f"--pipeline_cut {a.pipeline_cut}: {a.pipeline + 1} bounds ending at {len(layers)} layers"
+        model = torch.nn.Sequential(*layers[bounds[rank]:bounds[rank + 1]])
+        stage = PipelineStage(model, rank, a.pipeline, device)
+        kind = ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B
+        stage_schedule = kind(stage, n_microbatches=a.microbatches, loss_fn=F.cross_entropy)
+    elif world > 1 and a.fsdp:
         from torch.distributed.fsdp import fully_shard
         from torchvision.models.resnet import BasicBlock, Bottleneck
         for m in model.modules():
@@ -152,22 +175,30 @@ def main():
         y = y.to(device, non_blocking=True)
         if first_step is None:
             first_step = process_age_seconds()
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
-        loss.backward()
+        if stage_schedule is not None:
+            if rank == 0:
+                stage_schedule.step(x)
+            elif rank == a.pipeline - 1:
+                stage_schedule.step(target=y, losses=[])
+            else:
+                stage_schedule.step()
+        else:
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
         opt.step()
     if device.type == "cuda":
         torch.cuda.synchronize()
     elapsed = time.time() - t0
-    ips = a.steps * a.batch_size * world / elapsed
+    ips = a.steps * a.batch_size * (world // a.pipeline) / elapsed
     if rank == 0:
         line = {"peer": "pytorch", "world_size": world, "batch_size": a.batch_size,
                 "threads": a.threads, "workers": a.workers, "sync": "window ends",
                 "images_per_sec": ips, "step_ms": 1e3 * elapsed / a.steps,
                 "startup_s": first_step,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "fsdp": a.fsdp}
+                "fsdp": a.fsdp, "pipeline": a.pipeline}
         print(json.dumps(line), flush=True)
         if a.json:
             with open(a.json, "a") as f:

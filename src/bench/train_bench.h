@@ -30,6 +30,7 @@
 #include "distributed/choices.h"
 #include "models/stem.h"
 #include "optim/amp.h"
+#include "parallel/pipeline/schedule.h"
 #include "parallel/sharded/shard_mode.h"
 
 namespace ddpx::bench {
@@ -62,6 +63,10 @@ struct TrainBenchOptions {
   optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
   parallel::ShardMode shard = parallel::ShardMode::kNone;  // --loop trainer: ddpx train's --shard
+  // --loop trainer: ddpx train's --pipeline_parallel, --microbatches, --pipeline_schedule
+  int pipeline_parallel = 1;
+  int microbatches = 0;
+  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
 };
 
 struct TrainBenchResult {

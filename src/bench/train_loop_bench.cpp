@@ -54,6 +54,9 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.transport = b.transport;
   o.comm_hook = b.comm_hook;
   o.shard = b.shard;
+  o.pipeline_parallel = b.pipeline_parallel;
+  o.microbatches = b.microbatches;
+  o.pipeline_schedule = b.pipeline_schedule;
   o.progress = false;
   return o;
 }
@@ -102,7 +105,9 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   r.sync =
       "window ends (a barrier and a device sync before the first timed step, a device sync "
       "after the last)";
-  r.images_per_sec = static_cast<double>(b.steps * b.batch_size * world_size) / seconds;
+  // A pipeline's P ranks train one replica's batch.
+  const int replicas = std::max(world_size / std::max(b.pipeline_parallel, 1), 1);
+  r.images_per_sec = static_cast<double>(b.steps * b.batch_size * replicas) / seconds;
   r.step_ms = 1e3 * seconds / static_cast<double>(b.steps);
   r.startup_s = startup_s;
   models::ModelConfig config;
@@ -158,6 +163,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     if (r.peak_memory_gib) line["peak_memory_gib"] = *r.peak_memory_gib;
     line["peak_rss_mib"] = proc_status_mib("VmHWM");  // rank 0's process, resident
     line["shard"] = parallel::name(b.shard);
+    line["pipeline_parallel"] = b.pipeline_parallel;
+    if (b.pipeline_parallel > 1) line["pipeline_schedule"] = parallel::name(b.pipeline_schedule);
     std::ofstream(b.json, std::ios::app) << line.dump() << "\n";
   }
   return r;

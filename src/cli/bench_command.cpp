@@ -114,8 +114,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* train_shard = add_choice(train, "--shard", t->shard, parallel::kShardModeNames,
                                  "--loop trainer: ddpx train's --shard (none | optimizer | "
                                  "gradients | full)");
+  auto* train_pipeline = train->add_option("--pipeline_parallel", t->pipeline_parallel,
+                                           "--loop trainer: ddpx train's --pipeline_parallel");
+  train->add_option("--microbatches", t->microbatches,
+                    "with --pipeline_parallel: micro-batches a batch (0: 2 x P)");
+  add_choice(train, "--pipeline_schedule", t->pipeline_schedule, parallel::kPipelineScheduleNames,
+             "with --pipeline_parallel: gpipe | 1f1b | interleaved");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
-  train->callback([t, md, bucket, first_bucket, train_shard, &exit_code] {
+  train->callback([t, md, bucket, first_bucket, train_shard, train_pipeline, &exit_code] {
     t->model = md->model;
     t->stem = md->stem;
     t->data = md->dataset;
@@ -132,6 +138,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                ErrorKind::kUsage,
                "bench train: --shard runs ddpx train's loop; drop --loop phases (the phases loop "
                "times the data-parallel plan)");
+    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_pipeline->count() == 0,
+               ErrorKind::kUsage,
+               "bench train: --pipeline_parallel runs ddpx train's loop; drop --loop phases");
     bench::run_train_bench(*t);
     exit_code = 0;
   });

@@ -147,6 +147,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   add_choice(cmd, "--pipeline_balance", o->pipeline_balance, parallel::kPipelineBalanceNames,
              "how the pipeline cuts the model: time (each layer's forward and backward, timed "
              "on rank 0 at start) | params");
+  cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
+                  "none | blocks (recompute every block's forward in backward: less activation "
+                  "memory, more time) | every:K (every K-th block)");
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,

@@ -46,6 +46,8 @@
 // - module(): the model as this rank runs it, to evaluate, export and average (EMA): whole
 //   for data parallel, gathered by a sharded plan; a pipeline, which holds only its stages,
 //   will need an evaluate() of its own here.
+// - epoch_summary(): what the plan has to say after an epoch (the trainer prints it when it is
+//   not empty): a pipeline's bubble per rank.
 // - Collectives: any method may communicate, so every rank calls every method, in the same
 //   order (describe() and state_dict() included, though only rank 0 prints or writes).
 #pragma once
@@ -115,6 +117,10 @@ class Plan {
                                torch::serialize::InputArchive& optimizer) = 0;
 
   virtual torch::nn::AnyModule& module() = 0;
+
+  // A line for the end of an epoch about how the plan ran it (a pipeline's bubble), "" for none.
+  // Collective, like every method.
+  virtual std::string epoch_summary() { return ""; }
 
   virtual bool saves_sharded() { return false; }
   virtual void write_part(torch::serialize::OutputArchive& part) { no_parts(); }

@@ -1,6 +1,7 @@
 #include "train/options.h"
 
 #include "core/error.h"
+#include "models/activation_checkpoint.h"
 
 namespace ddpx::train {
 namespace {
@@ -131,6 +132,12 @@ void validate(const TrainOptions& o) {
         name(o.shard_gather_dtype));
   }
   validate_pipeline(o);
+  const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
+  DDPX_CHECK(checkpointing.every == 0 || o.shard != parallel::ShardMode::kFull, usage,
+             "--activation_checkpointing {} with --shard full: recomputing a block inside "
+             "backward would gather its released parameters again; use --shard gradients, or "
+             "drop --activation_checkpointing",
+             o.activation_checkpointing);
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
              "--resume auto needs --save_dir to know where to look for checkpoints");
 }

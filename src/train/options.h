@@ -110,6 +110,9 @@ struct TrainOptions {
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
   int stages_per_rank = 0;  // interleaved's V; 0: 2 for interleaved, else 1
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
+  // none | blocks | every:K (models/activation_checkpoint.h): blocks recompute their forward in
+  // backward.
+  std::string activation_checkpointing = "none";
   bool progress = true;      // progress bar when stderr is a terminal
   std::string metrics_json;  // optional JSON-lines file of per-epoch metrics
   std::string tensorboard;   // optional TensorBoard log directory (rank 0 writes)

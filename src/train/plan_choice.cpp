@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "core/log.h"
 #include "distributed/context.h"
+#include "models/checkpointed_model.h"
 #include "optim/amp.h"
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/pipeline/pipeline_plan.h"
@@ -43,6 +45,11 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
                        const parallel::OptimizerFactory& make_optimizer, bool loss_scaling,
                        const std::vector<int64_t>& sample_shape) {
   ChosenPlan chosen;
+  const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
+  if (checkpointing.every > 0) {
+    log::out("activation checkpointing: {} (those blocks recompute their forward in backward)",
+             models::name(checkpointing));
+  }
   if (o.pipeline_parallel > 1) {
     parallel::PipelineOptions pipeline;
     pipeline.stages = o.pipeline_parallel;
@@ -54,10 +61,13 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     pipeline.micro_batch =
         std::max<int64_t>(per_rank_batch(o, data_rank(o, context).size) / pipeline.microbatches, 1);
     pipeline.model_name = o.model;
+    pipeline.checkpointing = checkpointing;
     chosen.plan = std::make_unique<parallel::PipelinePlan>(std::move(model), context,
                                                            make_optimizer, pipeline);
     return chosen;
   }
+  // Every other plan runs the model's forward: the wrapper's, which recomputes the blocks.
+  model = models::with_activation_checkpointing(model, checkpointing, o.model);
   if (o.shard != parallel::ShardMode::kNone && context.distributed()) {
     parallel::ShardedOptions sharded;
     sharded.mode = o.shard;

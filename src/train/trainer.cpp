@@ -48,6 +48,7 @@ class Run {
     for (int64_t epoch = start_.epochs_done; epoch < o_.num_epochs; ++epoch) {
       EpochResult r = train_epoch(epoch);
       if (stopped_) break;  // after a snapshot asked for with SIGUSR2
+      if (std::string summary = plan_->epoch_summary(); !summary.empty()) log::out("{}", summary);
       if ((epoch + 1) % o_.log_every == 0 || epoch + 1 == o_.num_epochs) {
         r.test_accuracy = result.final_test_accuracy = evaluate(plan_->module());
         log::out("Accuracy on test dataset - {:.4f}", *r.test_accuracy);

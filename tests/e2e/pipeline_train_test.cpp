@@ -1,10 +1,12 @@
 // `ddpx run N -- train --pipeline_parallel P` as a user runs it: two stages train the MLP to the
 // single process's losses and weights, four workers as 2 stages x 2 replicas to DDP's on two,
 // the pipeline's checkpoint resumes in one process where the single process's own run ends, a
-// zoo ResNet is cut by timing its layers and the table says so, and layouts or flags that cannot
-// go together are refused in one line naming them.
+// zoo ResNet is cut by timing its layers and the table says so, layouts or flags that cannot go
+// together are refused in one line naming them, and a killed stage ends the job naming it.
+// --activation_checkpointing trains as without it: DDP, a pipeline and a BatchNorm ResNet.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <regex>
 
@@ -130,6 +132,13 @@ TEST(PipelineTrainTest, AZooResNetIsCutByItsTimedLayers) {
   EXPECT_NE(r.output.find("(interleaved, 4 micro-batches, 2 stages a rank;"), std::string::npos)
       << r.output;
   EXPECT_EQ(numbers_after(r.output, "loss_train").size(), 1u) << r.output;
+  // Each rank's bubble and the activations it held (interleaved: up to 2 stages x 4).
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex(R"(pipeline bubble \(idle share of each rank's forward and backward\) by )"
+                 R"(rank: 0 [0-9.]+% \| 1 [0-9.]+%; micro-batch activations held at )"
+                 R"(most: 0 [1-8] \| 1 [1-8])")))
+      << r.output;
 }
 
 TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) {
@@ -149,6 +158,12 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
   EXPECT_EQ(odd.exit_code, 2) << odd.output;
   EXPECT_NE(odd.output.find("3 micro-batches is not a multiple of 2"), std::string::npos)
       << odd.output;
+  auto few = run_command(ddpx(kMlp + "--pipeline_parallel 4 --microbatches 2"), 60);
+  EXPECT_EQ(few.exit_code, 2) << few.output;
+  EXPECT_NE(few.output.find("1f1b needs at least one micro-batch a stage to fill the pipeline: 2 "
+                            "micro-batches for 4 stages"),
+            std::string::npos)
+      << few.output;
   test::TempDir dir;
   auto world = run_command(
       ddpx("run 3 --log_dir " + dir.file("w") + " -- " + kMlp + "--pipeline_parallel 2"), 120);
@@ -164,6 +179,80 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
                              "stages asked for"),
             std::string::npos)
       << deep.output;
+}
+
+// A stage's worker killed mid-run ends the job within seconds, naming it; no rank waits out a
+// collective timeout, and no worker is left behind.
+TEST(PipelineTrainTest, AKilledStageEndsTheJobNamingIt) {
+  test::TempDir dir;
+  const std::string marker = "--seed 4344" + std::to_string(test::free_port());
+  std::string command = ddpx("run 2 --grace_s 2 --log_dir " + dir.path() +
+                             " -- train --model mlp --dataset synthetic --synthetic_size 200000 "
+                             "--synthetic_image 8 --batch_size 16 --num_epochs 1 "
+                             "--pipeline_parallel 2 " +
+                             marker);
+  const std::string pattern = "[-]" + marker.substr(1);
+  std::string killer =
+      "( for i in $(seq 1 300); do "
+      "if grep -q 'world size' " +
+      dir.path() +
+      "/*/rank0.log 2>/dev/null; then sleep 2; "
+      "for p in $(pgrep -f -- '" +
+      pattern +
+      "'); do "
+      "if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then "
+      "kill -KILL $p; exit 0; fi; done; fi; sleep 0.2; done ) & ";
+  auto start = std::chrono::steady_clock::now();
+  auto r = run_command(killer + command, 180);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(seconds, 60) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("rank 1 .*(killed|signal|SIGKILL)")))
+      << r.output;
+  EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "'", 10).output, "") << "no orphans";
+}
+
+// Recomputing blocks in backward changes no number: DDP on two workers and a two-stage pipeline
+// end with the weights they reach without it, and a ResNet (BatchNorm) prints the same losses.
+TEST(ActivationCheckpointingTrainTest, DdpAPipelineAndAResNetTrainAsWithoutIt) {
+  test::TempDir dir;
+  for (const std::string& layout : {std::string(""), std::string("--pipeline_parallel 2 ")}) {
+    std::string saves[2];
+    for (const std::string& policy : {std::string("none"), std::string("blocks")}) {
+      const std::string save = dir.file(policy + (layout.empty() ? "ddp" : "pipe"));
+      auto r = run_command(
+          ddpx("run 2 --log_dir " + dir.file("l" + policy) + " -- " + kMlp + "--num_epochs 1 " +
+               layout + "--activation_checkpointing " + policy + " --save_dir " + save),
+          300);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      if (policy == "blocks") {
+        EXPECT_NE(r.output.find("activation checkpointing: blocks"), std::string::npos) << r.output;
+      }
+      saves[policy == "blocks"] = train::checkpoint_path(save, 1);
+    }
+    auto a = weights_of(saves[0]), b = weights_of(saves[1]);
+    for (const auto& [name, value] : a)
+      EXPECT_TRUE(torch::equal(value, b.at(name))) << layout << name;
+  }
+  std::vector<double> losses[2];
+  for (const std::string& policy : {std::string("none"), std::string("every:2")}) {
+    auto r = run_command(
+        ddpx("train --model resnet18 --dataset synthetic --synthetic_size 32 --synthetic_image 32 "
+             "--image_size 32 --batch_size 8 --num_epochs 2 --threads 1 --limit_test_batches 1 "
+             "--activation_checkpointing " +
+             policy),
+        300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    losses[policy != "none"] = numbers_after(r.output, "loss_train");
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(losses[0].size(), 2u);
+  auto full = run_command(ddpx(kMlp + "--shard full --activation_checkpointing blocks"), 60);
+  EXPECT_EQ(full.exit_code, 2) << full.output;
+  EXPECT_NE(full.output.find("--activation_checkpointing blocks with --shard full"),
+            std::string::npos)
+      << full.output;
 }
 
 }  // namespace

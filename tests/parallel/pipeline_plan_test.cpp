@@ -261,6 +261,9 @@ TEST(PipelinePlanRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAny
   interleaved.microbatches = 3;
   EXPECT_NE(refused(2, interleaved).find("3 micro-batches is not a multiple of 2"),
             std::string::npos);
+  parallel::PipelineOptions few;
+  few.microbatches = 1;
+  EXPECT_NE(refused(2, few).find("1f1b needs at least one micro-batch a stage"), std::string::npos);
   parallel::PipelineOptions deep;
   deep.schedule = PipelineSchedule::kInterleaved;
   deep.stages_per_rank = 4;

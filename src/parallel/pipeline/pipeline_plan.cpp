@@ -225,12 +225,36 @@ std::string PipelinePlan::describe() {
                                    : "");
 }
 
+std::string PipelinePlan::epoch_summary() {
+  // One row a rank: its idle share in tenths of a percent and its most activations held.
+  const int world = context_.world_size();
+  torch::Tensor rows = torch::zeros({world, 2}, torch::kInt64);
+  rows[context_.rank()][0] = static_cast<int64_t>(std::llround(epoch_.idle_share() * 1000));
+  rows[context_.rank()][1] = epoch_.max_activations;
+  context_.all_reduce_sum(rows);
+  epoch_ = {};
+  std::string idle, held;
+  for (int r = 0; r < world; ++r) {
+    idle += fmt::format("{}{} {:.1f}%", r ? " | " : "", r, rows[r][0].item<int64_t>() / 10.0);
+    held += fmt::format("{}{} {}", r ? " | " : "", r, rows[r][1].item<int64_t>());
+  }
+  return fmt::format(
+      "pipeline bubble (idle share of each rank's forward and backward) by rank: {}; micro-batch "
+      "activations held at most: {}",
+      idle, held);
+}
+
 int PipelinePlan::rank_of(int stage) const {
   return replica_ * options_.stages + stage % options_.stages;
 }
 
 torch::Tensor PipelinePlan::run_stage(int stage, torch::Tensor x) {
-  for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) x = layers_[l].forward(x);
+  for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
+    const models::Layer& layer = layers_[l];
+    x = models::checkpoints_layer(options_.checkpointing, l, layers_.size())
+            ? models::checkpoint(layer.forward, x, layer.buffers)
+            : layer.forward(x);
+  }
   return x;
 }
 
@@ -404,6 +428,9 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
     result.output = logits[0];
   }
   stats_.seconds = total.seconds();
+  epoch_.seconds += stats_.seconds;
+  epoch_.wait_seconds += stats_.wait_seconds;
+  epoch_.max_activations = std::max(epoch_.max_activations, stats_.max_activations);
   return result;
 }
 

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "models/activation_checkpoint.h"
 #include "models/layer_sequence.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_split.h"
@@ -60,6 +61,8 @@ struct PipelineOptions {
   // The first layer of each of the V*P stages (C++ callers and tests); empty: balanced.
   std::vector<size_t> bounds;
   std::string model_name = "the model";  // for errors
+  // Which layers of the stages recompute their forward in backward (activation_checkpoint.h).
+  models::ActivationCheckpointing checkpointing;
 };
 
 // One row of the stage table the plan prints at start.
@@ -106,6 +109,9 @@ class PipelinePlan : public Plan {
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override;
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+  // "pipeline bubble (idle share of forward_backward) by rank: 0 27.1% | 1 26.0%; activations
+  // held at most: 0 4 | 1 2": since the last summary, every rank's. Collective.
+  std::string epoch_summary() override;
 
   const std::vector<StageInfo>& stage_table() const { return table_; }
   std::vector<std::string> stage_table_lines() const;
@@ -152,7 +158,8 @@ class PipelinePlan : public Plan {
   std::vector<Boundary> boundaries_;  // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
   PipelineStats stats_;
-  bool whole_ = true;  // every rank's copy of every stage is current
+  PipelineStats epoch_;  // summed since the last epoch_summary() (max_activations: the most)
+  bool whole_ = true;    // every rank's copy of every stage is current
 };
 
 }  // namespace ddpx::parallel

@@ -16,6 +16,12 @@ std::string schedule_problem(PipelineSchedule schedule, const PipelineShape& sha
     return fmt::format("{} stages a rank need --pipeline_schedule interleaved; {} runs one",
                        shape.chunks, name(schedule));
   }
+  if (schedule == PipelineSchedule::k1F1B && shape.microbatches < shape.ranks) {
+    return fmt::format(
+        "1f1b needs at least one micro-batch a stage to fill the pipeline: {} micro-batches for "
+        "{} stages; raise --microbatches to {} or use gpipe",
+        shape.microbatches, shape.ranks, shape.ranks);
+  }
   if (schedule == PipelineSchedule::kInterleaved) {
     if (shape.chunks < 2) return "interleaved needs --stages_per_rank 2 or more (1 is plain 1f1b)";
     if (shape.microbatches % shape.ranks != 0) {

@@ -41,8 +41,9 @@ struct PipelineShape {
   int stages() const { return ranks * chunks; }
 };
 
-// Why `shape` cannot run `schedule` ("" when it can): fewer micro-batches than a schedule needs,
-// chunks with a schedule that has none, M not a multiple of P for interleaved.
+// Why `shape` cannot run `schedule` ("" when it can): 1F1B with fewer micro-batches than stages
+// (PyTorch's Schedule1F1B refuses it too), chunks with a schedule that has none, M not a multiple
+// of P for interleaved. A batch's last, smaller part may still run fewer micro-batches.
 std::string schedule_problem(PipelineSchedule schedule, const PipelineShape& shape);
 
 // Rank `rank`'s actions, in order: each micro-batch's forward and backward once per chunk.
