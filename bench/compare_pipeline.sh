@@ -22,9 +22,9 @@ free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0));
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
 echo "# $model, ${size}x$size synthetic images, 10 classes, batch $batch in $micro micro-batches, $ranks stages x $threads thread(s), SGD momentum, $steps steps after $warmup"
 for schedule in gpipe 1f1b; do
-  "$ddpx" run "$ranks" --threads_per_worker "$threads" --tee none -- bench train --model "$model" \
-    --image_size "$size" --batch_size "$batch" --steps "$steps" --warmup "$warmup" --no_augment \
-    --pipeline_parallel "$ranks" --microbatches "$micro" --pipeline_schedule "$schedule" \
+  "$ddpx" run "$ranks" --threads_per_worker "$threads" --tee 0 --log_dir "$out/log" -- bench \
+    train --model "$model" --image_size "$size" --batch_size "$batch" --steps "$steps" \
+    --warmup "$warmup" --no_augment --pipeline_parallel "$ranks" --microbatches "$micro" --pipeline_schedule "$schedule" \
     --json "$out/ddpx_$schedule" > "$out/ddpx_$schedule.log" 2>&1
 done
 # ddpx's cut: the layer count of each stage row of its table ("stem .. layer4.0 (8)" or one name).

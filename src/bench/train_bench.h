@@ -22,7 +22,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "core/names.h"
@@ -67,6 +66,7 @@ struct TrainBenchOptions {
   int pipeline_parallel = 1;
   int microbatches = 0;
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  std::string activation_checkpointing = "none";  // --loop trainer: ddpx train's
 };
 
 struct TrainBenchResult {

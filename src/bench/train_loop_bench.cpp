@@ -57,6 +57,7 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.pipeline_parallel = b.pipeline_parallel;
   o.microbatches = b.microbatches;
   o.pipeline_schedule = b.pipeline_schedule;
+  o.activation_checkpointing = b.activation_checkpointing;
   o.progress = false;
   return o;
 }
@@ -164,6 +165,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     line["peak_rss_mib"] = proc_status_mib("VmHWM");  // rank 0's process, resident
     line["shard"] = parallel::name(b.shard);
     line["pipeline_parallel"] = b.pipeline_parallel;
+    line["activation_checkpointing"] = b.activation_checkpointing;
     if (b.pipeline_parallel > 1) line["pipeline_schedule"] = parallel::name(b.pipeline_schedule);
     std::ofstream(b.json, std::ios::app) << line.dump() << "\n";
   }

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "distributed/threads.h"
+#include "models/checkpointed_model.h"
 #include "models/zoo/registry.h"
 #include "optim/amp.h"
 #include "parallel/planner/memory_plan.h"
@@ -31,6 +32,7 @@ struct PlanOptions {
   double momentum = 0.9;
   int threads = 1;
   bool json = false;
+  std::string activation_checkpointing = "none";
 };
 
 // K: optimizer state bytes a parameter (fp32), as libtorch's optimizers keep it.
@@ -77,7 +79,10 @@ void run_plan(const PlanOptions& o) {
              o.threads);
   dist::set_threads(o.threads);
   torch::manual_seed(0);
-  torch::nn::AnyModule model = models::create_model(o.model, config);
+  // The probe runs the model as ddpx train would: its blocks recomputed in backward if asked.
+  torch::nn::AnyModule model = models::with_activation_checkpointing(
+      models::create_model(o.model, config),
+      models::parse_activation_checkpointing(o.activation_checkpointing), o.model);
   parallel::ProbeOptions probe;
   probe.image_size = config.image_size;
   probe.num_classes = o.num_classes;
@@ -163,6 +168,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--momentum", o->momentum, "SGD and LARS momentum (0: no momentum state)");
   cmd->add_option("--threads", o->threads,
                   "intra-op threads of the probe (1: no per-thread CPU buffers, as on a GPU)");
+  cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
+                  "none | blocks | every:K, as ddpx train's: the activations with those blocks "
+                  "recomputed in backward");
   cmd->add_flag("--json", o->json, "one JSON object per shard mode");
   cmd->callback([o, &exit_code] {
     run_plan(*o);
