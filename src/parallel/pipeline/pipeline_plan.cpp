@@ -288,8 +288,9 @@ torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch
                                     const torch::Device& device) {
   std::vector<int64_t> shape{rows};
   shape.insert(shape.end(), boundary.shape.begin(), boundary.shape.end());
+  // Through host memory (Gloo): see send().
   std::vector<torch::Tensor> buffer{
-      torch::empty(shape, torch::TensorOptions().dtype(boundary.dtype).device(device))};
+      torch::empty(shape, torch::TensorOptions().dtype(boundary.dtype))};
   const int stages = static_cast<int>(table_.size());
   const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
   Stopwatch watch;
@@ -298,12 +299,17 @@ torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch
                               forward ? "activations" : "gradients", microbatch, from_stage,
                               rank_of(from_stage)));
   stats_.wait_seconds += watch.seconds();
-  return buffer[0];
+  return buffer[0].to(device);
 }
 
 void PipelinePlan::send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch,
                         bool forward) {
-  std::vector<torch::Tensor> buffer{t.detach().contiguous()};
+  // GPU tensors go through host memory, by Gloo, whose sends never block: NCCL's send waits for
+  // its receive, and 1F1B's two ranks each send (activations one way, gradients the other)
+  // before they receive on the same pair's stream, which can deadlock unless the pairs are
+  // grouped (as torch.distributed.pipelining's batch_isend_irecv does). NCCL send/recv, grouped,
+  // comes once it has run on GPUs.
+  std::vector<torch::Tensor> buffer{t.detach().to(torch::kCPU).contiguous()};
   const int stages = static_cast<int>(table_.size());
   const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
   sends_.emplace_back(group_->send(buffer, rank_of(to_stage), tag), buffer[0]);
@@ -407,25 +413,25 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
     result.loss = loss_sum;
     result.output = torch::cat(outputs);
   } else if (context_.rank() == last_rank) {
-    std::vector<torch::Tensor> loss{loss_sum.reshape({1}).contiguous()};
-    std::vector<torch::Tensor> logits{torch::cat(outputs).contiguous()};
+    std::vector<torch::Tensor> loss{loss_sum.reshape({1}).to(torch::kCPU).contiguous()};
+    std::vector<torch::Tensor> logits{torch::cat(outputs).to(torch::kCPU).contiguous()};
     dist::wait_work(group_->send(loss, first_rank, kResultTag), "sending the pipeline's loss");
     dist::wait_work(group_->send(logits, first_rank, kResultTag + 1),
                     "sending the pipeline's logits");
   } else if (context_.rank() == first_rank) {
-    std::vector<torch::Tensor> loss{torch::empty({1}, torch::TensorOptions().device(device))};
+    std::vector<torch::Tensor> loss{torch::empty({1})};
     const Boundary& out = boundaries_.back();
     std::vector<int64_t> shape_out{rows};
     shape_out.insert(shape_out.end(), out.shape.begin(), out.shape.end());
     std::vector<torch::Tensor> logits{
-        torch::empty(shape_out, torch::TensorOptions().dtype(out.dtype).device(device))};
+        torch::empty(shape_out, torch::TensorOptions().dtype(out.dtype))};
     Stopwatch watch;
     dist::wait_work(group_->recv(loss, last_rank, kResultTag), "receiving the pipeline's loss");
     dist::wait_work(group_->recv(logits, last_rank, kResultTag + 1),
                     "receiving the pipeline's logits");
     stats_.wait_seconds += watch.seconds();
-    result.loss = loss[0].reshape({});
-    result.output = logits[0];
+    result.loss = loss[0].reshape({}).to(device);
+    result.output = logits[0].to(device);
   }
   stats_.seconds = total.seconds();
   epoch_.seconds += stats_.seconds;
