@@ -214,14 +214,18 @@ TEST(PipelineTrainTest, AKilledStageEndsTheJobNamingIt) {
   EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "'", 10).output, "") << "no orphans";
 }
 
-// Recomputing blocks in backward changes no number: DDP on two workers and a two-stage pipeline
-// end with the weights they reach without it, and a ResNet (BatchNorm) prints the same losses.
+// Recomputing blocks in backward changes no number: DDP on two workers, a two-stage pipeline and
+// ZeRO-2 end with the weights they reach without it, and a ResNet (BatchNorm) prints the same
+// losses.
 TEST(ActivationCheckpointingTrainTest, DdpAPipelineAndAResNetTrainAsWithoutIt) {
   test::TempDir dir;
-  for (const std::string& layout : {std::string(""), std::string("--pipeline_parallel 2 ")}) {
+  for (const std::string& layout : {std::string(""), std::string("--pipeline_parallel 2 "),
+                                    std::string("--shard gradients ")}) {
     std::string saves[2];
     for (const std::string& policy : {std::string("none"), std::string("blocks")}) {
-      const std::string save = dir.file(policy + (layout.empty() ? "ddp" : "pipe"));
+      const std::string save = dir.file(policy + (layout.empty()     ? "ddp"
+                                                  : layout[2] == 'p' ? "pipe"
+                                                                     : "zero2"));
       auto r = run_command(
           ddpx("run 2 --log_dir " + dir.file("l" + policy) + " -- " + kMlp + "--num_epochs 1 " +
                layout + "--activation_checkpointing " + policy + " --save_dir " + save),
