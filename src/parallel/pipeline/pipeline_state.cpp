@@ -1,0 +1,98 @@
+// The pipeline plan's whole model and state (see pipeline_plan.h): every stage brought to every
+// rank for evaluation and checkpoints, and the unsplit optimizer's state assembled from each
+// pipeline rank's, so a pipeline's checkpoint is the data-parallel plan's.
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "distributed/collectives.h"
+#include "distributed/context.h"
+#include "parallel/pipeline/pipeline_plan.h"
+#include "parallel/sharded/optimizer_state.h"
+
+namespace ddpx::parallel {
+
+void PipelinePlan::gather_whole() {
+  torch::NoGradGuard no_grad;
+  if (group_) {
+    for (const StageInfo& s : table_) {
+      std::vector<torch::Tensor> state;
+      for (size_t l = s.first_layer; l < s.end_layer; ++l) {
+        for (auto& t : layers_[l].parameters) state.push_back(t);
+        for (auto& t : layers_[l].buffers) state.push_back(t);
+      }
+      dist::broadcast_coalesced(*group_, state, s.pipeline_rank);  // replica 0's rank
+    }
+  }
+  whole_ = true;
+}
+
+torch::nn::AnyModule& PipelinePlan::module() {
+  if (!whole_) gather_whole();
+  return model_;
+}
+
+void PipelinePlan::state_dict(torch::serialize::OutputArchive& model,
+                              torch::serialize::OutputArchive& optimizer) {
+  if (!whole_) gather_whole();
+  model_.ptr()->save(model);
+  // The unsplit optimizer's state: each pipeline rank's, from replica 0, moved into an optimizer
+  // over the whole model in its parameter order (the data-parallel plan's archive).
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(model_.ptr()->parameters());
+  if (optimizer_) copy_groups(*optimizer_, *whole);
+  for (int r = 0; r < options_.stages; ++r) {
+    std::string bytes;
+    if (r == context_.rank() && optimizer_) {
+      torch::serialize::OutputArchive archive;
+      optimizer_->save(archive);
+      std::ostringstream out;
+      archive.save_to(out);
+      bytes = out.str();
+    }
+    torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+    context_.broadcast(size, r);
+    if (size.item<int64_t>() == 0) continue;
+    torch::Tensor data = torch::empty({size.item<int64_t>()}, torch::kUInt8);
+    if (r == context_.rank()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+    context_.broadcast(data, r);
+    std::vector<torch::Tensor> theirs;
+    for (const StageInfo& s : table_) {
+      if (s.pipeline_rank != r) continue;
+      for (size_t l = s.first_layer; l < s.end_layer; ++l)
+        for (auto& t : layers_[l].parameters) theirs.push_back(t);
+    }
+    std::unique_ptr<torch::optim::Optimizer> part = make_optimizer_(theirs);
+    std::istringstream in(
+        std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(data.numel())));
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    part->load(archive);
+    for (auto& t : theirs) {
+      auto it = part->state().find(t.unsafeGetTensorImpl());
+      if (it != part->state().end())
+        whole->state()[t.unsafeGetTensorImpl()] = std::move(it->second);
+    }
+  }
+  whole->save(optimizer);
+}
+
+void PipelinePlan::load_state_dict(torch::serialize::InputArchive& model,
+                                   torch::serialize::InputArchive& optimizer) {
+  model_.ptr()->load(model);
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(model_.ptr()->parameters());
+  whole->load(optimizer);
+  if (optimizer_) {
+    for (auto& t : params_) {
+      auto it = whole->state().find(t.unsafeGetTensorImpl());
+      if (it != whole->state().end())
+        optimizer_->state()[t.unsafeGetTensorImpl()] = std::move(it->second);
+    }
+    copy_groups(*whole, *optimizer_);
+  }
+  whole_ = true;
+}
+
+}  // namespace ddpx::parallel
