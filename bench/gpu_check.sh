@@ -15,6 +15,9 @@
 #                 prediction for it, a short run
 #          peer   ddpx beside PyTorch eager (DEVICE=cuda bench/compare_train.sh)
 #          recipes  the first epoch of each recipe whose data is here
+#          pipeline  a pipeline's stages on CUDA tensors (GPipe, 1F1B, interleaved; with activation
+#                 checkpointing), and activation checkpointing's step time and peak memory
+#                 against none on ResNet-101 and ViT-B/16 (issue #25)
 #   Every command is time-boxed; --budget cuts each box to what is left of SECONDS since the
 #   start (commands past it are skipped and say so), for a tool that limits a call's time. On one
 #   H100 all the steps take about 20 minutes; docs/performance.md splits them into 10-minute calls.
@@ -30,7 +33,7 @@ cd "$(dirname "$0")/.."
 dry_run=0
 budget=0
 steps=()
-all_steps=(build tests bench peer recipes)
+all_steps=(build tests bench pipeline peer recipes)
 while (($#)); do
   case "$1" in
     --dry-run) dry_run=1 ;;
@@ -204,6 +207,30 @@ step_bench() {
   else
     run_timed shard_full 180 env DDPX_FORCE_GROUP=1 "$ddpx" $bench_train --shard full
   fi
+}
+
+step_pipeline() {
+  # Two stages on CUDA tensors: one GPU each, or both on one GPU (Gloo between them), the
+  # activations crossing through host memory until grouped NCCL send/recv has run on a GPU.
+  local pp="$ddpx run 2 --"
+  ((gpus > 1)) || pp="$ddpx run 2 --gpus 0,0 --"
+  local short="--model resnet18 --num_epochs 1 --batch_size 128 --limit_train_batches 60 \
+--limit_test_batches 10 --no_progress --pipeline_parallel 2 --microbatches 4"
+  local s
+  for s in gpipe 1f1b interleaved; do
+    run_timed "pipeline_$s" 120 $pp train --device cuda $short --pipeline_schedule "$s"
+  done
+  run_timed pipeline_checkpointed 120 $pp train --device cuda $short --activation_checkpointing \
+    blocks
+  # Activation checkpointing against none on one GPU: step time and peak GPU memory.
+  local m p
+  for m in resnet101 vit_b_16; do
+    for p in none blocks; do
+      run_timed "checkpointing_${m}_$p" 120 "$ddpx" bench train --device cuda --amp bf16 \
+        --channels_last --model "$m" --image_size 224 --batch_size 128 --num_classes 100 \
+        --steps 20 --warmup 5 --no_augment --activation_checkpointing "$p"
+    done
+  done
 }
 
 step_peer() {
