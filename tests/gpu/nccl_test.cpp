@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/serialize.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "distributed/context.h"
@@ -115,37 +118,79 @@ TEST(NcclTest, WorldOfOneRunsDdpThroughNccl) {
   });
 }
 
+// The case two ranks sharing one GPU train: a linear layer and a batch of 8, on the GPU, the
+// same in every process (one seed).
+struct SharedGpuCase {
+  torch::Tensor x, y;
+  torch::nn::Linear reference{nullptr};
+};
+
+SharedGpuCase shared_gpu_case(const torch::Device& gpu) {
+  torch::manual_seed(3);
+  SharedGpuCase c;
+  c.x = torch::randn({8, 16}).to(gpu);
+  c.y = torch::randn({8, 4}).to(gpu);
+  c.reference = torch::nn::Linear(16, 4);
+  c.reference->to(gpu);
+  return c;
+}
+
+// One rank of TwoRanksSharingOneGpuMatchOneProcess, in a process of its own (that test runs this
+// binary twice with DDPX_GLOO_CUDA_RANK set); it skips when run alone.
+TEST(GlooCudaTest, OneRankOfTwoSharingOneGpu) {
+  const char* rank_env = std::getenv("DDPX_GLOO_CUDA_RANK");
+  if (rank_env == nullptr)
+    GTEST_SKIP() << "a rank of GlooCudaTest.TwoRanksSharingOneGpuMatchOneProcess, run by it";
+  const int rank = std::atoi(rank_env);
+  const int port = std::atoi(std::getenv("DDPX_GLOO_CUDA_PORT"));
+  const std::string out = std::getenv("DDPX_GLOO_CUDA_OUT");
+  const torch::Device gpu(torch::kCUDA, 0);
+  auto c = shared_gpu_case(gpu);
+  InitOptions options;
+  options.backend = BackendChoice::kGloo;
+  options.timeout = std::chrono::seconds(60);
+  auto context = init(test::loopback_world(rank, 2, port), options);
+  torch::nn::Linear model(16, 4);
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.copy_(c.reference->weight);
+    model->bias.copy_(c.reference->bias);
+  }
+  model->to(gpu);
+  parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), *context);
+  auto xs = c.x.narrow(0, rank * 4, 4), ys = c.y.narrow(0, rank * 4, 4);
+  (ddp.forward(xs) - ys).pow(2).mean().backward();
+  torch::save(model->weight.grad().cpu(), out + "/rank" + std::to_string(rank) + ".pt");
+}
+
 // Two ranks on one GPU through Gloo (staging in host memory): DDP's gradients equal one
-// process's on the whole batch.
+// process's on the whole batch. The ranks are processes, as `ddpx run 2 --gpus 0,0` makes them:
+// as threads of one process they would share autograd's one thread for the GPU, where one rank's
+// reducer waits for gradients of the other that are queued behind it.
 TEST(GlooCudaTest, TwoRanksSharingOneGpuMatchOneProcess) {
   if (torch::cuda::device_count() < 1)
     GTEST_SKIP() << "needs a visible GPU, this process sees none";
   const torch::Device gpu(torch::kCUDA, 0);
-  torch::manual_seed(3);
-  auto x = torch::randn({8, 16}).to(gpu), y = torch::randn({8, 4}).to(gpu);
-  torch::nn::Linear reference(16, 4);
-  reference->to(gpu);
-  (reference(x) - y).pow(2).mean().backward();
-  const auto expected = reference->weight.grad().cpu();
+  auto c = shared_gpu_case(gpu);
+  (c.reference(c.x) - c.y).pow(2).mean().backward();
+  const auto expected = c.reference->weight.grad().cpu();
 
-  InitOptions options;
-  options.backend = BackendChoice::kGloo;
-  std::vector<torch::Tensor> grads(2);
-  run_ranks(2, options, [&](int rank, Context& context) {
-    torch::nn::Linear model(16, 4);
-    torch::NoGradGuard no_grad;
-    model->weight.copy_(reference->weight.cpu());
-    model->bias.copy_(reference->bias.cpu());
-    model->to(gpu);
-    parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), context);
-    torch::AutoGradMode grad(true);
-    auto xs = x.narrow(0, rank * 4, 4), ys = y.narrow(0, rank * 4, 4);
-    (ddp.forward(xs) - ys).pow(2).mean().backward();
-    grads[rank] = model->weight.grad().cpu();
-  });
+  test::TempDir dir;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string env = "DDPX_GLOO_CUDA_PORT=" + std::to_string(test::free_port()) +
+                          " DDPX_GLOO_CUDA_OUT=" + test::shell_quote(dir.path()) + " ";
+  std::string command;
+  for (int r = 0; r < 2; ++r)
+    command += env + "DDPX_GLOO_CUDA_RANK=" + std::to_string(r) + " " + test::shell_quote(self) +
+               " --gtest_filter=GlooCudaTest.OneRankOfTwoSharingOneGpu & p" + std::to_string(r) +
+               "=$!; ";
+  command += "wait $p0; a=$?; wait $p1; exit $((a | $?))";
+  auto ranks = test::run_command(command, 180);
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(grads[r].defined());
-    EXPECT_LE((grads[r] - expected).abs().max().item<float>(), 1e-5) << "rank " << r;
+    torch::Tensor grad;
+    torch::load(grad, dir.file("rank" + std::to_string(r) + ".pt"));
+    EXPECT_LE((grad - expected).abs().max().item<float>(), 1e-5) << "rank " << r;
   }
 }
 

@@ -46,6 +46,8 @@ TEST(PlacementGpuTest, EveryEpochsFeederCopiesOnOneStream) {
   data::LoaderOptions options;
   options.batch_size = 64;
   options.pin_memory = true;
+  options.transform.dataset_mean = splits.mean;  // as the trainer passes them
+  options.transform.dataset_std = splits.std;
   data::DataLoader loader(splits.train, options);
   std::vector<int64_t> indices(512);
   for (int64_t i = 0; i < 512; ++i) indices[i] = i;
