@@ -60,6 +60,6 @@ bad=$(cd "$copy" && bash bench/gpu_check.sh --dry-run --step benchmarks 2>&1)
 rc=$?
 set -e
 ((rc == 2)) || fail "an unknown step exited $rc, not 2"
-[[ "$bad" == *"--step 'benchmarks' is not one of: build tests bench peer recipes"* ]] ||
+[[ "$bad" == *"--step 'benchmarks' is not one of: build tests bench pipeline peer recipes"* ]] ||
   fail "an unknown step was not named: $bad"
 echo "PASS: the dry run plans every pending GPU check"
