@@ -13,15 +13,11 @@
 #include "distributed/shm/shm_backend.h"
 
 namespace ddpx::bench {
-namespace {
 
 int64_t iterations_for(int64_t bytes, int64_t requested) {
   if (requested > 0) return requested;
-  // About 64 MiB moved per size, between 5 and 200 iterations.
   return std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(bytes, 1), 5, 200);
 }
-
-}  // namespace
 
 c10::ScalarType scalar_type(ReduceDtype dtype) {
   switch (dtype) {

@@ -29,6 +29,9 @@ inline constexpr NameTable<ReduceDtype, 3> kReduceDtypeNames{
      {ReduceDtype::kBFloat16, "bfloat16"}}};
 inline const char* name(ReduceDtype dtype) { return name_of(kReduceDtypeNames, dtype); }
 c10::ScalarType scalar_type(ReduceDtype dtype);
+// Timed iterations for one message size: `requested` where positive, else about 64 MiB moved
+// (between 5 and 200).
+int64_t iterations_for(int64_t bytes, int64_t requested);
 const char* type_column(ReduceDtype dtype);  // the table's type column: float, double, bfloat16
 
 // ordinary: a plain tensor (what a user's all-reduce passes). shared: allocated where DDP puts

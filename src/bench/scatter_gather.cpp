@@ -21,12 +21,6 @@ namespace {
 
 using Call = std::function<c10::intrusive_ptr<c10d::Work>()>;
 
-int64_t iterations_for(int64_t bytes, int64_t requested) {
-  if (requested > 0) return requested;
-  // About 64 MiB moved per size, between 5 and 200 iterations.
-  return std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(bytes, 1), 5, 200);
-}
-
 }  // namespace
 
 double run_scatter_gather(const AllreduceOptions& o, dist::Context& context) {
