@@ -110,7 +110,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   dp.ddp.bucket_bytes = o.bucket_mb << 20;
   dp.ddp.first_bucket_bytes = o.first_bucket_mb << 20;
   dp.ddp.comm_hook = o.comm_hook;
-  dp.step.split = dp.step.fused = o.fused_step;
+  dp.ddp.powersgd.rank = o.powersgd_rank;
+  dp.ddp.powersgd.start_iter = o.powersgd_start_iter;
+  dp.step.fused = o.fused_step;
+  dp.step.split = o.fused_step && o.comm_hook == dist::CommHook::kAllreduce;  // as ddpx train
   auto make_sgd =
       [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::SGD>(

@@ -55,6 +55,8 @@ struct TrainBenchOptions {
   int64_t bucket_mb = 25;  // DDP bucket cap (--loop phases; the trainer's are ddpx train's)
   int64_t first_bucket_mb = 1;
   dist::CommHook comm_hook = dist::CommHook::kAllreduce;
+  int64_t powersgd_rank = 1;  // with comm_hook powersgd
+  int64_t powersgd_start_iter = 1000;
   dist::Transport transport = dist::Transport::kAuto;
   bool fused_step = true;  // false: torch::optim::SGD::step, no split (--optimizer_step libtorch)
   std::string json;        // append a JSON line with the figures (rank 0)

@@ -53,6 +53,8 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.loader_workers = b.workers;
   o.transport = b.transport;
   o.comm_hook = b.comm_hook;
+  o.powersgd_rank = b.powersgd_rank;
+  o.powersgd_start_iter = b.powersgd_start_iter;
   o.shard = b.shard;
   o.pipeline_parallel = b.pipeline_parallel;
   o.microbatches = b.microbatches;

@@ -101,7 +101,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       train->add_option("--bucket_mb", t->bucket_mb, "DDP bucket cap in MiB (--loop phases)");
   auto* first_bucket = train->add_option("--first_bucket_mb", t->first_bucket_mb,
                                          "DDP first bucket cap in MiB (--loop phases)");
-  add_choice(train, "--comm_hook", t->comm_hook, dist::kCommHookNames, "allreduce | fp16 | bf16");
+  add_choice(train, "--comm_hook", t->comm_hook, dist::kCommHookNames,
+             "allreduce | fp16 | bf16 | powersgd");
+  train->add_option("--powersgd_rank", t->powersgd_rank, "with --comm_hook powersgd");
+  train->add_option("--powersgd_start_iter", t->powersgd_start_iter,
+                    "with --comm_hook powersgd: steps of plain all-reduce first");
   add_choice(train, "--transport", t->transport, dist::kTransportNames, "auto | shm | gloo");
   static constexpr NameTable<bool, 2> kStepNames{{{true, "fused"}, {false, "libtorch"}}};
   add_choice(train, "--optimizer_step", t->fused_step, kStepNames,

@@ -123,7 +123,11 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--find_unused_parameters", o->find_unused_parameters,
                 "DDP: allow parameters that get no gradient");
   add_choice(cmd, "--comm_hook", o->comm_hook, dist::kCommHookNames,
-             "DDP gradient reduction: allreduce | fp16 | bf16");
+             "DDP gradient reduction: allreduce | fp16 | bf16 | powersgd");
+  cmd->add_option("--powersgd_rank", o->powersgd_rank,
+                  "with --comm_hook powersgd: the rank of each gradient matrix's approximation");
+  cmd->add_option("--powersgd_start_iter", o->powersgd_start_iter,
+                  "with --comm_hook powersgd: steps of plain all-reduce before compressing");
   add_choice(cmd, "--shard", o->shard, parallel::kShardModeNames,
              "sharded data parallel: none (DDP) | optimizer (ZeRO-1) | gradients (ZeRO-2) | full "
              "(ZeRO-3/FSDP: parameters too)");

@@ -22,10 +22,11 @@ inline constexpr NameTable<Transport, 3> kTransportNames{
 
 // How a full gradient bucket is reduced: allreduce (average in the gradients' dtype), or fp16 /
 // bf16 compression (divide by the world size, cast, all-reduce, cast back when backward ends).
-enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress };
-inline constexpr NameTable<CommHook, 3> kCommHookNames{{{CommHook::kAllreduce, "allreduce"},
+enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress, kPowerSgd };
+inline constexpr NameTable<CommHook, 4> kCommHookNames{{{CommHook::kAllreduce, "allreduce"},
                                                         {CommHook::kFp16Compress, "fp16"},
-                                                        {CommHook::kBf16Compress, "bf16"}}};
+                                                        {CommHook::kBf16Compress, "bf16"},
+                                                        {CommHook::kPowerSgd, "powersgd"}}};
 
 // Where the model and its batches live: kAuto is the GPU when this process sees one.
 enum class DeviceChoice { kAuto, kCpu, kCuda };

@@ -110,6 +110,23 @@ void validate(const TrainOptions& o) {
   DDPX_CHECK(o.profile_steps > 0 && o.profile_skip >= 0, usage,
              "--profile_steps must be positive and --profile_skip >= 0, got {} and {}",
              o.profile_steps, o.profile_skip);
+  if (o.comm_hook == dist::CommHook::kPowerSgd) {
+    DDPX_CHECK(o.powersgd_rank >= 1, usage,
+               "--powersgd_rank {}: expected a matrix approximation rank of at least 1 (PowerSGD's "
+               "papers use 1 to 4)",
+               o.powersgd_rank);
+    DDPX_CHECK(o.powersgd_start_iter >= 0, usage,
+               "--powersgd_start_iter {}: expected a number of steps, 0 or more",
+               o.powersgd_start_iter);
+    DDPX_CHECK(o.amp != optim::Amp::kFp16, usage,
+               "--comm_hook powersgd with --amp fp16: an overflowed step's inf would enter "
+               "PowerSGD's error feedback and every later step; use --amp bf16 (no loss scaling) "
+               "or --amp off");
+  } else {
+    DDPX_CHECK(o.powersgd_rank == 1 && o.powersgd_start_iter == 1000, usage,
+               "--powersgd_rank and --powersgd_start_iter set PowerSGD: add --comm_hook powersgd, "
+               "or drop them");
+  }
   if (o.shard != parallel::ShardMode::kNone) {
     const char* shard = parallel::name(o.shard);
     DDPX_CHECK(o.comm_hook == dist::CommHook::kAllreduce, usage,

@@ -97,6 +97,8 @@ struct TrainOptions {
   bool broadcast_buffers = true;
   bool find_unused_parameters = false;
   dist::CommHook comm_hook = dist::CommHook::kAllreduce;
+  int64_t powersgd_rank = 1;           // --comm_hook powersgd: the approximation rank
+  int64_t powersgd_start_iter = 1000;  // plain all-reduce for this many steps first
   // Sharded data parallel (parallel/sharded/): what is split across the ranks; kNone is DDP.
   parallel::ShardMode shard = parallel::ShardMode::kNone;
   std::vector<std::string> shard_units;  // submodules gathered together; empty: every block

@@ -98,8 +98,12 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
   dp.ddp.broadcast_buffers = o.broadcast_buffers;
   dp.ddp.find_unused_parameters = o.find_unused_parameters;
   dp.ddp.comm_hook = o.comm_hook;
+  dp.ddp.powersgd.rank = o.powersgd_rank;
+  dp.ddp.powersgd.start_iter = o.powersgd_start_iter;
+  dp.ddp.powersgd.seed = static_cast<uint64_t>(o.seed);
   dp.step.inside_backward = !loss_scaling && o.clip_grad_norm == 0;
-  dp.step.split = o.clip_grad_norm == 0;
+  // The split step reduces in the shared-memory transport itself, uncompressed: not with a hook.
+  dp.step.split = o.clip_grad_norm == 0 && o.comm_hook == dist::CommHook::kAllreduce;
   dp.sync_bn = o.sync_bn;
   dp.model_name = o.model;
   std::unique_ptr<parallel::DataParallelPlan> plan;

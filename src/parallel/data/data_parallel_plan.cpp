@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "distributed/context.h"
 #include "optim/clip_grad.h"
+#include "parallel/data/powersgd.h"
 #include "parallel/data/sync_batch_norm.h"
 
 namespace ddpx::parallel {
@@ -24,6 +25,16 @@ DataParallelPlan::DataParallelPlan(torch::nn::AnyModule model, dist::Context& co
                options_.model_name);
   }
   optimizer_ = make_optimizer(model_.ptr()->parameters());
+  if (options_.ddp.comm_hook == dist::CommHook::kPowerSgd && context_.distributed()) {
+    // On every rank alike, before DDP's first broadcast.
+    std::vector<torch::Tensor> trained;
+    for (const auto& p : model_.ptr()->parameters())
+      if (p.requires_grad()) trained.push_back(p);
+    check_powersgd(trained, options_.ddp.powersgd,
+                   options_.model_name.empty() ? "the model" : "--model " + options_.model_name);
+    powersgd_line_ =
+        describe_powersgd(options_.ddp.powersgd, powersgd_traffic(trained, options_.ddp.powersgd));
+  }
 }
 
 DataParallelPlan::~DataParallelPlan() = default;
@@ -45,6 +56,7 @@ std::string DataParallelPlan::describe() {
   std::string plan = context_.distributed()
                          ? fmt::format("plan: data parallel over {} ranks", context_.world_size())
                          : std::string("plan: one process");
+  if (!powersgd_line_.empty()) plan += ", gradients by " + powersgd_line_;
   return fmt::format("optimizer step: {} | {}", step_->describe(), plan);
 }
 

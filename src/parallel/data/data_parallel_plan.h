@@ -70,6 +70,7 @@ class DataParallelPlan : public Plan {
   // Built by wrap(), at the first call after construction and any load_state_dict().
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<StepStrategy> step_;
+  std::string powersgd_line_;  // with --comm_hook powersgd: what it sends, for describe()
   bool last_synced_ = true;  // the last backward communicated (else step() has no update to check)
 };
 

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
+#include "parallel/data/powersgd.h"
 #include "parallel/data/reducer.h"
 
 namespace ddpx::parallel {
@@ -100,6 +101,8 @@ DistributedDataParallel::DistributedDataParallel(torch::nn::AnyModule module,
   }
   if (!params.empty()) {
     reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, options_);
+    if (options_.comm_hook == dist::CommHook::kPowerSgd)
+      reducer_->set_comm_hook(std::make_shared<PowerSgd>(group_, options_.powersgd)->hook());
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "distributed/bucket_policy.h"
 #include "distributed/choices.h"
+#include "parallel/data/powersgd_options.h"
 
 namespace ddpx::dist {
 class Context;
@@ -35,6 +36,7 @@ struct GradBucket {
   torch::Tensor buffer;               // flat; each parameter's .grad is a slice of it
   std::vector<torch::Tensor> params;  // the parameters in it, in buffer order
   std::vector<int64_t> offsets;       // where each one's gradient starts in buffer (elements)
+  bool last = false;                  // the last bucket of this backward
 };
 // Takes over a bucket's reduction: called on the backward thread as each bucket fills (in bucket
 // order), it returns the work that backward() waits for before returning; .grad then holds
@@ -47,6 +49,7 @@ struct DdpOptions {
   int64_t bucket_bytes = int64_t{25} << 20;       // bucket_cap_mb = 25
   bool find_unused_parameters = false;
   dist::CommHook comm_hook = dist::CommHook::kAllreduce;
+  PowerSgdOptions powersgd;  // with comm_hook kPowerSgd (powersgd.h)
   dist::BucketPolicy buckets;
 };
 

@@ -232,6 +232,7 @@ void Reducer::launch(Bucket& bucket) {
   if (hook_) {
     GradBucket view;
     view.index = static_cast<size_t>(&bucket - buckets_.data());
+    view.last = view.index + 1 == buckets_.size();
     view.buffer = bucket.buffer;
     int64_t offset = 0;
     for (size_t i : bucket.params) {
@@ -258,6 +259,7 @@ void Reducer::launch(Bucket& bucket) {
       bucket.buffer.scalar_type() == torch::kFloat || bucket.buffer.scalar_type() == torch::kDouble;
   switch (floating ? options_.comm_hook : dist::CommHook::kAllreduce) {
     case dist::CommHook::kAllreduce:
+    case dist::CommHook::kPowerSgd:  // DistributedDataParallel sets it as the hook
       bucket.comm = bucket.buffer;
       break;
     case dist::CommHook::kFp16Compress:

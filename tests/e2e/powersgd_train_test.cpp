@@ -1,0 +1,60 @@
+// `ddpx run N -- train --comm_hook powersgd` as a user runs it: two workers train Fashion-MNIST
+// with PowerSGD and say at start what it saves; settings that cannot work are refused in one line
+// before any collective.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/support.h"
+
+namespace ddpx {
+namespace {
+
+using test::run_command;
+
+std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+
+const std::string kTrain =
+    "train --model mlp --num_epochs 1 --limit_train_batches 80 --limit_test_batches 10 "
+    "--threads 1 --no_progress ";
+
+TEST(PowerSgdTrainTest, TwoWorkersTrainAndTheStartUpLineSaysWhatItSaves) {
+  test::TempDir dir;
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kTrain +
+                            "--comm_hook powersgd --powersgd_rank 2 --powersgd_start_iter 10"),
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradients by PowerSGD rank 2 from step 10: "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("x less gradient traffic"), std::string::npos) << r.output;
+  EXPECT_GT(test::printed_test_accuracy(r.output), 0.7) << r.output;
+}
+
+TEST(PowerSgdTrainTest, SettingsThatCannotWorkAreRefusedNamingTheFlags) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--comm_hook powersgd --powersgd_rank 0", "--powersgd_rank 0: expected"},
+      {"--comm_hook powersgd --amp fp16", "--comm_hook powersgd with --amp fp16"},
+      {"--powersgd_rank 2", "add --comm_hook powersgd"},
+      {"--comm_hook powersgd --shard optimizer", "--comm_hook powersgd compresses DDP's"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    auto r = run_command(ddpx(kTrain + flags), 60);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
+  }
+  // A rank no gradient matrix of the model can take: every rank refuses before DDP's first
+  // broadcast, and the job ends.
+  test::TempDir dir;
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kTrain +
+                            "--comm_hook powersgd --powersgd_rank 4096"),
+                       120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--powersgd_rank 4096: no gradient matrix of --model mlp compresses"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace ddpx
