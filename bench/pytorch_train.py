@@ -75,6 +75,10 @@ def main():
     p.add_argument("--channels_last", action="store_true")
     p.add_argument("--fsdp", action="store_true",
                    help="FSDP2: fully_shard each residual block, then the model (torchtitan's way)")
+    p.add_argument("--powersgd", type=int, default=0,
+                   help="DDP with powerSGD_hook at this matrix approximation rank (0: plain DDP)")
+    p.add_argument("--powersgd_start_iter", type=int, default=2,
+                   help="powerSGD_hook's start_powerSGD_iter (more than 1, as PyTorch requires)")
     p.add_argument("--pipeline", type=int, default=1,
                    help="pipeline stages (the world size; a ResNet): torch.distributed.pipelining")
     p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
@@ -125,6 +129,7 @@ def main():
         model.maxpool = torch.nn.Identity()
     model = model.to(device, memory_format=torch.channels_last if a.channels_last else torch.contiguous_format)
     stage_schedule = None
+    powersgd_state = None
     if a.pipeline > 1:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
         layers = [torch.nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)]
@@ -146,6 +151,12 @@ def main():
         fully_shard(model)
     elif world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if a.powersgd > 0:
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+            powersgd_state = powerSGD.PowerSGDState(
+                process_group=None, matrix_approximation_rank=a.powersgd,
+                start_powerSGD_iter=a.powersgd_start_iter)
+            model.register_comm_hook(powersgd_state, powerSGD.powerSGD_hook)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4,
                           fused=device.type == "cuda")
@@ -199,6 +210,9 @@ def main():
                 "startup_s": first_step,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "fsdp": a.fsdp, "pipeline": a.pipeline}
+        if powersgd_state is not None:
+            # The elements sent over those before compression, counted by the hook itself.
+            line["powersgd_ratio"] = float(powersgd_state.compression_stats()[0])
         print(json.dumps(line), flush=True)
         if a.json:
             with open(a.json, "a") as f:
