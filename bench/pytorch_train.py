@@ -150,7 +150,16 @@ def main():
                 fully_shard(m)
         fully_shard(model)
     elif world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp_args = {}
+        if a.powersgd > 0:
+            # powerSGD_hook issues its later all-reduces from future callbacks; over Gloo with
+            # two or more buckets the ranks then issue them in different orders ("Received data
+            # size doesn't match expected size", PyTorch 2.11, 2026-11-27). One bucket keeps the
+            # order.
+            dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
+            ddp_args["bucket_cap_mb"] = 1 << 20
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_args)
         if a.powersgd > 0:
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
             powersgd_state = powerSGD.PowerSGDState(
