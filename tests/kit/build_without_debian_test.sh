@@ -10,6 +10,7 @@
 # runs (ddpx, ddpx-torch, test_gpu: 140 steps) and checks that those binaries need none of the
 # service's or the download's libraries and that `ddpx serve` and `ddpx submit` say they are not
 # in that build.
+# It builds file by file (-DDDPX_UNITY_BUILD=OFF): the subset names single objects.
 # The build folder build-kit-test/ ($DDPX_KIT_TEST_BUILD) stays for the next run (ccache and ninja
 # reuse it).
 # Usage: tests/kit/build_without_debian_test.sh PYTHON   (the Python whose torch is built against)
@@ -38,7 +39,7 @@ export KEEP_ENV="CCACHE_DIR"
 configure_log="$build/configure.log"
 if ! "$hide" cmake -S "$src" -B "$build/b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DDDPX_GPU_CHECK=ON -DDDPX_KIT="$kit" -DDDPX_PYTHON="$python" -DDDPX_BUILD_TESTS=ON \
-  -DDDPX_BUILD_EXAMPLES=OFF >"$configure_log" 2>&1; then
+  -DDDPX_BUILD_EXAMPLES=OFF -DDDPX_UNITY_BUILD=OFF >"$configure_log" 2>&1; then
   cat "$configure_log"
   fail "configure with the Debian packages hidden"
 fi
