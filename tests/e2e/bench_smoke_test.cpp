@@ -16,7 +16,7 @@ namespace {
 
 using test::run_command;
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+using test::ddpx;
 
 // The seed's GEMM lines: every product checked against the fp64 reference (so a wrong multiply
 // fails here), and a GFLOPS figure that is a positive, finite number written with thousands

@@ -66,7 +66,7 @@ open(os.path.join(d, 'stats'), 'w').write(f'{{mean}} {{std}}')
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+using test::ddpx;
 
 // The error is one line naming what failed; the command exits 1.
 void expect_one_error_line(const test::CommandResult& r, const std::string& needle) {

@@ -29,7 +29,7 @@ std::string fixture() {
 const std::string kModel =
     "--model mlp --dataset synthetic --synthetic_image 4 --synthetic_classes 2 --batch_size 16 "
     "--momentum 0 --threads 1 --limit_test_batches 1 --no_progress ";
-const std::string kTrain = "train --device cpu --synthetic_size 32 " + kModel;
+const std::string kCpuTrain = "train --device cpu --synthetic_size 32 " + kModel;
 
 TEST(GpuPathsOnCpuTest, ResumeAutoGoesOnFromAGpuCheckpointOnTheCpu) {
   test::TempDir dir;
@@ -37,7 +37,7 @@ TEST(GpuPathsOnCpuTest, ResumeAutoGoesOnFromAGpuCheckpointOnTheCpu) {
   std::filesystem::create_directories(save_dir);
   std::filesystem::copy_file(fixture(), train::checkpoint_path(save_dir, 1));
   auto r = run_command(
-      test::ddpx_command(kTrain + "--num_epochs 2 --resume auto --save_dir " + save_dir), 300);
+      test::ddpx_command(kCpuTrain + "--num_epochs 2 --resume auto --save_dir " + save_dir), 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("skipping checkpoint"), std::string::npos) << r.output;
   EXPECT_NE(

@@ -12,9 +12,7 @@ namespace {
 using test::ddpx_command;
 using test::run_command;
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::has;
 
 // `--dataset fashion-mnist` gives tune the dataset's 28x28 images (random ones: no files are
 // read), where the default synthetic data is 32x32.

@@ -13,7 +13,7 @@ namespace {
 
 using test::run_command;
 
-const std::string kTrain =
+const std::string kOutsideTrain =
     " train --model mlp --dataset synthetic --synthetic_size 64 --synthetic_image 8 "
     "--batch_size 16 --num_epochs 1 --limit_test_batches 0 --timeout 60";
 
@@ -31,10 +31,11 @@ TEST(OutsideLauncherTest, TorchrunWorkersTakeTheOneThreadTorchrunSets) {
       (std::filesystem::path(test::python_binary()).parent_path() / "torchrun").string();
   if (!std::filesystem::exists(torchrun)) GTEST_SKIP() << "no torchrun beside " << torchrun;
   if (dist::usable_cores() < 2) GTEST_SKIP() << "one core: every choice gives one thread";
-  auto r = run_command("unset OMP_NUM_THREADS DDPX_THREADS; " + torchrun +
-                           " --nproc_per_node 2 --no-python --master_port " +
-                           std::to_string(test::free_port()) + " " + test::ddpx_binary() + kTrain,
-                       300);
+  auto r =
+      run_command("unset OMP_NUM_THREADS DDPX_THREADS; " + torchrun +
+                      " --nproc_per_node 2 --no-python --master_port " +
+                      std::to_string(test::free_port()) + " " + test::ddpx_binary() + kOutsideTrain,
+                  300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(header_threads(r.output), 1) << r.output;
 }
@@ -48,14 +49,14 @@ TEST(OutsideLauncherTest, RanksStartedByHandShareTheCores) {
       "unset OMP_NUM_THREADS DDPX_THREADS SLURM_CPUS_PER_TASK; "
       "export MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
       std::to_string(test::free_port()) + " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2; ";
-  const std::string rank1 = "RANK=1 LOCAL_RANK=1 " + test::ddpx_binary() + kTrain;
-  const std::string rank0 = "RANK=0 LOCAL_RANK=0 " + test::ddpx_binary() + kTrain;
+  const std::string rank1 = "RANK=1 LOCAL_RANK=1 " + test::ddpx_binary() + kOutsideTrain;
+  const std::string rank0 = "RANK=0 LOCAL_RANK=0 " + test::ddpx_binary() + kOutsideTrain;
   auto r = run_command(env + "(" + rank1 + " > /dev/null 2>&1 &); " + rank0, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(header_threads(r.output), cores / 2) << r.output;
   // What the user sets wins, whoever started the process.
   auto set = run_command(
-      "export OMP_NUM_THREADS=1; unset DDPX_THREADS; " + test::ddpx_binary() + kTrain, 300);
+      "export OMP_NUM_THREADS=1; unset DDPX_THREADS; " + test::ddpx_binary() + kOutsideTrain, 300);
   ASSERT_EQ(set.exit_code, 0) << set.output;
   EXPECT_EQ(header_threads(set.output), 1) << set.output;
 }

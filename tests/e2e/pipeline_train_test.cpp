@@ -20,7 +20,7 @@ namespace {
 
 using test::run_command;
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+using test::ddpx;
 
 std::vector<double> numbers_after(const std::string& text, const std::string& label) {
   std::vector<double> out;

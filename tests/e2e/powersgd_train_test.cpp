@@ -14,15 +14,15 @@ namespace {
 
 using test::run_command;
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+using test::ddpx;
 
-const std::string kTrain =
+const std::string kPowerSgdTrain =
     "train --model mlp --num_epochs 1 --limit_train_batches 80 --limit_test_batches 10 "
     "--threads 1 --no_progress ";
 
 TEST(PowerSgdTrainTest, TwoWorkersTrainAndTheStartUpLineSaysWhatItSaves) {
   test::TempDir dir;
-  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kTrain +
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kPowerSgdTrain +
                             "--comm_hook powersgd --powersgd_rank 2 --powersgd_start_iter 10"),
                        300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -40,14 +40,14 @@ TEST(PowerSgdTrainTest, SettingsThatCannotWorkAreRefusedNamingTheFlags) {
       {"--comm_hook powersgd --shard optimizer", "--comm_hook powersgd compresses DDP's"},
   };
   for (const auto& [flags, expected] : cases) {
-    auto r = run_command(ddpx(kTrain + flags), 60);
+    auto r = run_command(ddpx(kPowerSgdTrain + flags), 60);
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
     EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
   }
   // A rank no gradient matrix of the model can take: every rank refuses before DDP's first
   // broadcast, and the job ends.
   test::TempDir dir;
-  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kTrain +
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kPowerSgdTrain +
                             "--comm_hook powersgd --powersgd_rank 4096"),
                        120);
   EXPECT_NE(r.exit_code, 0) << r.output;

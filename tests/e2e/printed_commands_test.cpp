@@ -24,9 +24,7 @@ using test::ddpx_command;
 using test::run_command;
 using test::shell_quote;
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::has;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;

@@ -25,7 +25,7 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-const std::string kTrain =
+const std::string kInteropTrain =
     " train --model resnet18 --dataset synthetic --synthetic_size 128 --synthetic_image 32 "
     "--batch_size 16 --threads 1 --num_epochs 1 --limit_test_batches 1 --no_progress";
 
@@ -39,9 +39,10 @@ class TorchrunTest : public ::testing::Test {
 
 TEST_F(TorchrunTest, StartsDdpxWorkersThatTrainAsOneJob) {
   const int port = test::free_port();
-  auto r = run_command(torchrun() + " --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " +
-                           std::to_string(port) + " --no-python " + test::ddpx_binary() + kTrain,
-                       300);
+  auto r =
+      run_command(torchrun() + " --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " +
+                      std::to_string(port) + " --no-python " + test::ddpx_binary() + kInteropTrain,
+                  300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Rank 0 read torchrun's variables, joined the agent's store as a client, and alone printed
   // the seed's lines.
@@ -64,7 +65,7 @@ TEST_F(TorchrunTest, ARestartAfterAFailedWorkerTrainsToTheEnd) {
                     "  echo 'worker: rank 1 fails on purpose' >&2; exit 3\n"
                     "fi\n"
                     "exec " +
-                        test::ddpx_binary() + kTrain + "\n");
+                        test::ddpx_binary() + kInteropTrain + "\n");
   const int port = test::free_port();
   auto r =
       run_command(torchrun() + " --nproc_per_node 2 --max_restarts 1 --master_addr 127.0.0.1 " +

@@ -19,9 +19,7 @@ using test::ddpx_command;
 using test::printed_test_accuracy;
 using test::run_command;
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::has;
 
 const char* kEveryOption =
     " --label_smoothing 0.1 --mixup 0.2 --cutmix 1.0 --random_erasing 0.25 --ema_decay 0.99"

@@ -17,9 +17,7 @@ namespace {
 
 using test::SeedData;
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::has;
 
 // What every finished seed run prints: both ranks' hellos, the loader choice, the limits it
 // honoured, one epoch and the test accuracy.

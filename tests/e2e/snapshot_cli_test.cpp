@@ -25,7 +25,7 @@ using launch::testing::wait_exit_code;
 
 // Two ranks, four epochs of 400 steps each on synthetic data (about a second each). The
 // request lands in epoch 1, 2 or 3, wherever the signal arrives; the tests read which from the log.
-const std::string kTrain =
+const std::string kSnapshotTrain =
     "-- train --model mlp --dataset synthetic --synthetic_size 12800 --synthetic_image 8 "
     "--batch_size 16 --threads 1 --seed 5 --num_epochs 4 --limit_test_batches 1 --save_dir ck";
 
@@ -60,7 +60,8 @@ double weight_difference(const std::string& a_path, const std::string& b_path) {
 std::string run_asked(const test::TempDir& dir, const std::string& name,
                       const std::function<void(pid_t)>& ask, int* exit_code) {
   std::string log = dir.file("out.log");
-  pid_t pid = start_in_background(ddpx_run(dir, "2 --job_name " + name + " " + kTrain), log);
+  pid_t pid =
+      start_in_background(ddpx_run(dir, "2 --job_name " + name + " " + kSnapshotTrain), log);
   EXPECT_TRUE(wait_for_text(log, "Epoch - 0/4", 120)) << slurp(log);
   ask(pid);
   *exit_code = wait_exit_code(pid, 120);
@@ -73,7 +74,7 @@ std::string job_name(const char* what) {
 
 TEST(SnapshotCliTest, Usr1WritesASnapshotMidEpochAndTrainingGoesOn) {
   test::TempDir reference, dir;
-  auto full = test::run_command(ddpx_run(reference, "2 " + kTrain), 300);
+  auto full = test::run_command(ddpx_run(reference, "2 " + kSnapshotTrain), 300);
   ASSERT_EQ(full.exit_code, 0) << full.output;
 
   int code = 0;
@@ -145,7 +146,7 @@ TEST(SnapshotCliTest, SnapshotRefusesAJobWithoutSaveDirNamingTheFlag) {
   test::TempDir dir;
   std::string name = job_name("nosave");
   std::string log = dir.file("out.log");
-  std::string train = kTrain.substr(0, kTrain.find(" --save_dir"));
+  std::string train = kSnapshotTrain.substr(0, kSnapshotTrain.find(" --save_dir"));
   pid_t pid = start_in_background(ddpx_run(dir, "1 --job_name " + name + " " + train), log);
   ASSERT_TRUE(wait_for_text(log, "Epoch - 0/4", 120)) << slurp(log);
   auto r = test::run_command(test::ddpx_command("snapshot " + name), 30);
@@ -161,7 +162,7 @@ TEST(SnapshotCliTest, SnapshotRefusesAJobWithoutSaveDirNamingTheFlag) {
 
 TEST(SnapshotCliTest, StopAfterTheSnapshotAndResumeAutoEndsWhereAnUninterruptedRunDoes) {
   test::TempDir reference, dir;
-  auto full = test::run_command(ddpx_run(reference, "2 " + kTrain), 300);
+  auto full = test::run_command(ddpx_run(reference, "2 " + kSnapshotTrain), 300);
   ASSERT_EQ(full.exit_code, 0) << full.output;
 
   int code = 0;
@@ -186,7 +187,7 @@ TEST(SnapshotCliTest, StopAfterTheSnapshotAndResumeAutoEndsWhereAnUninterruptedR
   EXPECT_EQ(out.find("Epoch - " + epoch + "/4"), std::string::npos) << "it did not stop:\n" << out;
   EXPECT_FALSE(std::filesystem::exists(dir.file("ck/checkpoint_epoch0004.ddpx")));
 
-  auto resumed = test::run_command(ddpx_run(dir, "2 " + kTrain + " --resume auto"), 300);
+  auto resumed = test::run_command(ddpx_run(dir, "2 " + kSnapshotTrain + " --resume auto"), 300);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at epoch " + epoch + " step " + step), std::string::npos)
       << resumed.output;

@@ -16,7 +16,7 @@ namespace {
 
 using test::run_command;
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+using test::ddpx;
 
 // Lines of output that start with the given prefix.
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {

@@ -13,7 +13,7 @@ namespace {
 using test::run_command;
 using test::shell_quote;
 
-std::string ddpx(const std::string& args) { return test::ddpx_binary() + " " + args; }
+using test::ddpx;
 
 class WeightsCliTest : public ::testing::Test {
  protected:

@@ -38,6 +38,10 @@ bool python_has_module(const std::string& module);
 
 std::string ddpx_binary();                          // the built `ddpx`
 std::string ddpx_command(const std::string& args);  // "<ddpx_binary> args"
+inline std::string ddpx(const std::string& args) { return ddpx_command(args); }
+inline bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 // The number on the last "Accuracy on test dataset - X" line (a test failure and 0 if none).
 double printed_test_accuracy(const std::string& output);
 // The message of the ddpx::Error(kUsage) that `fn` throws (a test failure if it throws none).

@@ -230,7 +230,10 @@ c10::intrusive_ptr<c10d::Work> PowerSgd::reduce(const GradBucket& bucket) {
     return sum(*group_, buffer);
   }
   auto& state = state_[bucket.index];
-  if (state.numel != buffer.numel()) state = BucketState{buffer.numel()};  // a new layout
+  if (state.numel != buffer.numel()) {  // a new layout (DDP rebuilds its buckets once)
+    state = BucketState();
+    state.numel = buffer.numel();
+  }
   torch::Tensor input_copy;
   if (options_.error_feedback) {
     if (state.error.defined())
