@@ -1,12 +1,10 @@
 // The pipeline-parallel plan (see pipeline_plan.h).
 #include "parallel/pipeline/pipeline_plan.h"
 
-#include <ATen/DeviceAccelerator.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <sstream>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -47,10 +45,6 @@ class SequentialModelImpl : public torch::nn::SequentialImpl {
   torch::Tensor forward(torch::Tensor x) { return SequentialImpl::forward<torch::Tensor>(x); }
 };
 TORCH_MODULE(SequentialModel);
-
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
-}
 
 int64_t count(const std::vector<torch::Tensor>& tensors) {
   int64_t n = 0;
@@ -154,69 +148,6 @@ PipelinePlan::~PipelinePlan() {
     } catch (const std::exception&) {
     }
   }
-}
-
-std::vector<double> PipelinePlan::layer_costs() {
-  std::vector<double> costs(layers_.size(), 0);
-  if (options_.balance == PipelineBalance::kParams || options_.sample_shape.empty()) {
-    for (size_t l = 0; l < layers_.size(); ++l)
-      costs[l] = static_cast<double>(count(layers_[l].parameters));
-    return costs;
-  }
-  // Rank 0 times each layer's forward and backward on one micro-batch of zeros, in evaluation
-  // mode (no BatchNorm statistics or dropout draws change), and the ranks split by its figures.
-  if (context_.rank() == 0) {
-    auto params = model_.ptr()->parameters();
-    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
-    const bool training = model_.ptr()->is_training();
-    model_.ptr()->eval();
-    std::vector<int64_t> shape{std::max<int64_t>(options_.micro_batch, 1)};
-    shape.insert(shape.end(), options_.sample_shape.begin(), options_.sample_shape.end());
-    torch::Tensor x = torch::zeros(shape, torch::TensorOptions().device(device));
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      torch::Tensor out;
-      // The first round warms up; the layer costs the least of the others (on one H200 shared
-      // by two ranks, one round each timed ResNet-18's stem as long as the other 9 layers).
-      costs[l] = std::numeric_limits<double>::infinity();
-      for (int round = 0; round < 3; ++round) {
-        torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
-        synchronize(device);
-        Stopwatch watch;
-        out = layers_[l].forward(in);
-        if (out.requires_grad()) out.backward(torch::ones_like(out));
-        synchronize(device);
-        if (round > 0) costs[l] = std::min(costs[l], watch.seconds());
-      }
-      x = out.detach();
-    }
-    for (auto& p : params) p.mutable_grad().reset();
-    if (training) model_.ptr()->train();
-  }
-  torch::Tensor shared = torch::tensor(costs, torch::kFloat64);
-  context_.broadcast(shared, 0);
-  return std::vector<double>(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
-}
-
-std::vector<std::string> PipelinePlan::stage_table_lines() const {
-  const bool timed = !table_.empty() && table_[0].cost_ms > 0;
-  std::vector<std::string> lines;
-  lines.push_back(fmt::format("pipeline: {} stages on {} ranks a replica, {} replica{}",
-                              table_.size(), options_.stages, replica_count_,
-                              replica_count_ == 1 ? "" : "s"));
-  lines.push_back(fmt::format("  {:>5}  {:>12}  {:<44}  {:>12}  {:>9}", "stage", "ranks", "layers",
-                              "parameters", timed ? "ms" : ""));
-  for (const auto& s : table_) {
-    std::string ranks;
-    for (int d = 0; d < replica_count_; ++d)
-      ranks += (d ? "," : "") + std::to_string(d * options_.stages + s.pipeline_rank);
-    const std::string layers =
-        s.end_layer - s.first_layer == 1
-            ? s.first_name
-            : fmt::format("{} .. {} ({})", s.first_name, s.last_name, s.end_layer - s.first_layer);
-    lines.push_back(fmt::format("  {:>5}  {:>12}  {:<44}  {:>12}  {:>9}", s.stage, ranks, layers,
-                                s.parameters, timed ? fmt::format("{:.2f}", s.cost_ms) : ""));
-  }
-  return lines;
 }
 
 std::string PipelinePlan::describe() {
