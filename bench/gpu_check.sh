@@ -218,9 +218,14 @@ step_build() {
 
 step_tests() {
   # A few at a time on one GPU (they ran so on an H200, 2026-11-27), each boxed: one test that
-  # hangs costs its box, not the call.
-  TAIL_LINES=60 run_timed ctest 570 "cd $build && ctest -L gpu --output-on-failure \
+  # hangs costs its box, not the call. The tests that fill the GPU's memory run after, alone:
+  # beside them another test's ddpx finds the GPU taken and refuses it, and a batch-size trial
+  # runs out of memory early (both seen on the H200, 2026-11-27 19:11Z).
+  local alone='BatchSizeFinder|OutOfMemory'
+  TAIL_LINES=60 run_timed ctest 420 "cd $build && ctest -L gpu -E '$alone' --output-on-failure \
 --timeout 150 -j ${GPU_CHECK_TEST_JOBS:-3}"
+  TAIL_LINES=30 run_timed ctest_alone 240 "cd $build && ctest -L gpu -R '$alone' \
+--output-on-failure --timeout 150"
 }
 
 step_bench() {
@@ -237,8 +242,8 @@ step_bench() {
   else
     # One GPU: a world of one on NCCL, and two ranks sharing the GPU through Gloo (slower: up to
     # 64 MiB).
-    run_timed allreduce_nccl1 120 "$ddpx" run 1 -- bench allreduce --device cuda --backend nccl \
-      $sizes
+    run_timed allreduce_nccl1 120 env DDPX_FORCE_GROUP=1 "$ddpx" run 1 -- bench allreduce \
+      --device cuda --backend nccl $sizes
     run_timed allreduce_gloo2 180 "$ddpx" run 2 --gpus 0,0 -- bench allreduce --device cuda \
       --backend gloo -b 1024 -e 67108864
   fi

@@ -52,8 +52,10 @@ double run_allreduce(const AllreduceOptions& o) {
   init.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   auto context = dist::init(init);
   log::set_rank(context->rank());
-  DDPX_CHECK(context->distributed(), ErrorKind::kUsage,
-             "bench allreduce needs at least 2 ranks: run it as `ddpx run 2 -- bench allreduce`");
+  DDPX_CHECK(
+      context->distributed(), ErrorKind::kUsage,
+      "bench allreduce needs at least 2 ranks: run it as `ddpx run 2 -- bench allreduce` (on "
+      "one GPU, DDPX_FORCE_GROUP=1 times a group of one)");
   if (o.op != BenchCollective::kAllreduce) return run_scatter_gather(o, *context);
   auto& group = *context->process_group();
   int n = context->world_size();

@@ -30,11 +30,12 @@ $plan"
 }
 expect "-DDDPX_GPU_CHECK=ON"
 expect "ninja -C build-gpu-check -j $(nproc) ddpx ddpx-torch test_gpu"
-expect "ctest -L gpu"
+expect "ctest -L gpu -E 'BatchSizeFinder|OutOfMemory'"
+expect "ctest -L gpu -R 'BatchSizeFinder|OutOfMemory' --output-on-failure --timeout 150"  # the memory fillers, alone
 for dtype in fp32 tf32 bf16 fp16; do
   expect "bench gemm --device cuda --size 8192 --dtype $dtype"
 done
-expect "run 1 -- bench allreduce --device cuda --backend nccl"  # a world of one on NCCL
+expect "DDPX_FORCE_GROUP=1 build-gpu-check/src/ddpx run 1 -- bench allreduce --device cuda --backend nccl"  # a forced world of one on NCCL
 expect "run 2 --gpus 0,0 -- bench allreduce --device cuda --backend gloo"
 expect "src/ddpx bench train --device cuda --amp bf16"        # no DDP ...
 expect "run 1 -- bench train --device cuda --amp bf16"        # ... against world size 1
