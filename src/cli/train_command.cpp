@@ -151,6 +151,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   add_choice(cmd, "--pipeline_balance", o->pipeline_balance, parallel::kPipelineBalanceNames,
              "how the pipeline cuts the model: time (each layer's forward and backward, timed "
              "on rank 0 at start) | params");
+  cmd->add_option("--tensor_parallel", o->tensor_parallel,
+                  "ranks that split each layer of a ViT or the MLP (Megatron-style: heads and MLP "
+                  "width): the world is N/T data-parallel replicas of T ranks (1: none)");
   cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
                   "none | blocks (recompute every block's forward in backward: less activation "
                   "memory, more time) | every:K (every K-th block)");

@@ -60,10 +60,11 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
       name(o.optimizer), f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
       name(o.lr_schedule), o.warmup_epochs, data::name(o.normalize), f.threads, f.loader_workers));
   lines.push_back(fmt::format(
-      "world size {} ({}) | batch size {} per process, global batch {}, test batch {} | "
+      "world size {} ({}) | batch size {} per {}, global batch {}, test batch {} | "
       "accumulation steps {} | learning rate {}{}",
-      f.world_size, f.backend, f.batch_size, f.global_batch, o.eval_batch_size,
-      o.accumulation_steps, f.learning_rate,
+      f.world_size, f.backend, f.batch_size,
+      o.pipeline_parallel > 1 || o.tensor_parallel > 1 ? "data-parallel replica" : "process",
+      f.global_batch, o.eval_batch_size, o.accumulation_steps, f.learning_rate,
       o.lr_scale == LrScale::kNone
           ? std::string()
           : fmt::format(" (--learning_rate {} x ({} / {}), {} scaling)", o.learning_rate,

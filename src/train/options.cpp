@@ -51,6 +51,39 @@ void validate_pipeline(const TrainOptions& o) {
              p);
 }
 
+// Tensor parallelism's flags, checked before the job joins (the world and the model's heads
+// and widths are checked by the plan, before its first collective).
+void validate_tensor_parallel(const TrainOptions& o) {
+  const auto usage = ErrorKind::kUsage;
+  const int t = o.tensor_parallel;
+  DDPX_CHECK(t >= 1, usage, "--tensor_parallel must be at least 1 (1: none), got {}", t);
+  if (t == 1) return;
+  DDPX_CHECK(o.pipeline_parallel == 1, usage,
+             "--tensor_parallel {} with --pipeline_parallel {}: a mesh of pipeline and tensor "
+             "parallelism is not built yet; drop one of the two",
+             t, o.pipeline_parallel);
+  DDPX_CHECK(o.shard == parallel::ShardMode::kNone, usage,
+             "--tensor_parallel {} with --shard {}: sharding the tensor-parallel pieces is not "
+             "built yet; drop one of the two",
+             t, parallel::name(o.shard));
+  DDPX_CHECK(o.activation_checkpointing == "none", usage,
+             "--tensor_parallel {} with --activation_checkpointing {}: recomputing split blocks is "
+             "not built yet; drop --activation_checkpointing",
+             t, o.activation_checkpointing);
+  DDPX_CHECK(!o.sync_bn, usage,
+             "--tensor_parallel {} with --sync_bn: the models with a tensor-parallel plan have no "
+             "BatchNorm; drop --sync_bn",
+             t);
+  DDPX_CHECK(o.comm_hook == dist::CommHook::kAllreduce, usage,
+             "--comm_hook {} with --tensor_parallel {}: the replicas average their pieces "
+             "uncompressed; drop --comm_hook",
+             dist::name(o.comm_hook), t);
+  DDPX_CHECK(o.checkpoint_format != CheckpointFormat::kSharded, usage,
+             "--checkpoint_format sharded with --tensor_parallel {}: the plan writes the whole "
+             "model's checkpoint; use auto or whole",
+             t);
+}
+
 }  // namespace
 
 int pipeline_microbatches(const TrainOptions& o) {
@@ -149,6 +182,7 @@ void validate(const TrainOptions& o) {
         name(o.shard_gather_dtype));
   }
   validate_pipeline(o);
+  validate_tensor_parallel(o);
   const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
   DDPX_CHECK(checkpointing.every == 0 || o.shard != parallel::ShardMode::kFull, usage,
              "--activation_checkpointing {} with --shard full: recomputing a block inside "

@@ -112,6 +112,9 @@ struct TrainOptions {
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
   int stages_per_rank = 0;  // interleaved's V; 0: 2 for interleaved, else 1
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
+  // Tensor parallel (parallel/tensor/): T ranks split each layer of a replica; 1 is none. The
+  // world is world / T data-parallel replicas of T ranks; --batch_size stays per replica.
+  int tensor_parallel = 1;
   // none | blocks | every:K (models/activation_checkpoint.h): blocks recompute their forward in
   // backward.
   std::string activation_checkpointing = "none";

@@ -10,6 +10,7 @@
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/sharded_plan.h"
+#include "parallel/tensor/tensor_parallel_plan.h"
 #include "train/job.h"
 
 namespace ddpx::train {
@@ -36,9 +37,10 @@ class LoneShardPlan : public parallel::DataParallelPlan {
 }  // namespace
 
 DataRank data_rank(const TrainOptions& o, const dist::Context& context) {
-  if (o.pipeline_parallel <= 1) return {context.rank(), context.world_size()};
-  return {context.rank() / o.pipeline_parallel,
-          std::max(context.world_size() / o.pipeline_parallel, 1)};
+  // The ranks of one replica are neighbours: a pipeline's stages, or the tensor ranks of a layer.
+  const int replica_ranks = std::max(o.pipeline_parallel, 1) * std::max(o.tensor_parallel, 1);
+  if (replica_ranks <= 1) return {context.rank(), context.world_size()};
+  return {context.rank() / replica_ranks, std::max(context.world_size() / replica_ranks, 1)};
 }
 
 ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn::AnyModule model,
@@ -64,6 +66,16 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     pipeline.checkpointing = checkpointing;
     chosen.plan = std::make_unique<parallel::PipelinePlan>(std::move(model), context,
                                                            make_optimizer, pipeline);
+    return chosen;
+  }
+  if (o.tensor_parallel > 1) {
+    parallel::TensorParallelOptions tensor;
+    tensor.size = o.tensor_parallel;
+    tensor.replicas.ddp.broadcast_buffers = o.broadcast_buffers;
+    tensor.replicas.ddp.find_unused_parameters = o.find_unused_parameters;
+    tensor.model_name = o.model;
+    chosen.plan = std::make_unique<parallel::TensorParallelPlan>(std::move(model), context,
+                                                                 make_optimizer, tensor);
     return chosen;
   }
   // Every other plan runs the model's forward: the wrapper's, which recomputes the blocks.

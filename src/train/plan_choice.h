@@ -1,7 +1,8 @@
 // Which parallel plan (parallel/plan.h) a run's options ask for, built over the placed model.
-// --pipeline_parallel P > 1: the pipeline plan; else --shard none (or one process): the
-// data-parallel plan; --shard optimizer|gradients|full over more than one rank: the sharded
-// plan. The tensor-parallel plan will be chosen here too, so the trainer's loop never names one.
+// --pipeline_parallel P > 1: the pipeline plan; --tensor_parallel T > 1: the tensor-parallel
+// plan; else --shard none (or one process): the data-parallel plan; --shard
+// optimizer|gradients|full over more than one rank: the sharded plan. The trainer's loop never
+// names one.
 #pragma once
 
 #include <torch/nn/modules/container/any.h>
@@ -24,7 +25,8 @@ struct ChosenPlan {
 };
 
 // Where a rank's batches come from: its data-parallel replica. Every rank is a replica of its
-// own, but a pipeline's P stages share one: replica rank / P of world / P.
+// own, but a pipeline's P stages share one (replica rank / P of world / P), as do the T ranks
+// that split a layer (rank / T of world / T).
 struct DataRank {
   int rank = 0;
   int size = 1;

@@ -1,0 +1,46 @@
+// Self-attention with its heads split across a tensor-parallel group (Megatron-LM): the fused
+// q, k, v projection is column-parallel (rank r computes the q, k and v of heads
+// [r * H/T, (r + 1) * H/T)), attention runs on those heads alone, and the output projection is
+// row-parallel (one all-reduce forward, one backward at the input's copy_to_region).
+//
+// Built from a whole torch::nn::MultiheadAttention (libtorch's, as the ViT blocks use): the
+// parameters keep its names, `in_proj_weight`, `in_proj_bias`, `out_proj.weight` and
+// `out_proj.bias`, so a model's state_dict keys stay torchvision's. Inputs are batch first,
+// (B, S, D); attention takes no mask and computes with scaled_dot_product_attention, which is
+// MultiheadAttention's arithmetic to rounding. Attention dropout is not supported (refused).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include "parallel/tensor/parallel_linear.h"
+#include "parallel/tensor/shard_spec.h"
+
+namespace ddpx::dist {
+class Context;
+}
+
+namespace ddpx::parallel::tensor {
+
+class ParallelSelfAttentionImpl : public torch::nn::Module {
+ public:
+  // Throws ddpx::Error(kUsage) when the heads do not divide by the group's size.
+  ParallelSelfAttentionImpl(const torch::nn::MultiheadAttention& whole, dist::Context& group);
+  // x: (B, S, D) whole -> (B, S, D) whole, on every rank of the group
+  torch::Tensor forward(const torch::Tensor& x);
+
+  static ShardSpec in_proj_spec() { return {0, 3}; }
+  int64_t local_heads() const { return heads_; }
+
+  torch::Tensor in_proj_weight, in_proj_bias;  // this rank's rows of q, k and v
+  RowParallelLinear out_proj{nullptr};
+
+ private:
+  dist::Context& group_;
+  int64_t heads_ = 0, head_dim_ = 0;
+};
+TORCH_MODULE(ParallelSelfAttention);
+
+}  // namespace ddpx::parallel::tensor

@@ -1,0 +1,231 @@
+// The tensor-parallel plans of the zoo's ViTs and MLP, and of a user's Sequential (see
+// parallelize.h).
+#include "parallel/tensor/parallelize.h"
+
+#include <fmt/format.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/modules/linear.h>
+
+#include "core/error.h"
+#include "distributed/context.h"
+#include "models/mlp.h"
+#include "models/vit.h"
+#include "parallel/tensor/parallel_attention.h"
+#include "parallel/tensor/parallel_linear.h"
+
+namespace ddpx::parallel::tensor {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Linear linear_at(const nn::Sequential& seq, size_t i) {
+  return nn::Linear(seq->ptr<nn::LinearImpl>(i));
+}
+
+nn::AnyModule any_at(const nn::Sequential& seq, size_t i) {
+  return *(seq->begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+// torchvision's EncoderBlock with its attention and MLP split; LayerNorms and dropouts shared with
+// the whole block.
+class ParallelViTBlockImpl : public nn::Module {
+ public:
+  ParallelViTBlockImpl(const models::ViTEncoderBlock& whole, dist::Context& group) {
+    ln_1 = register_module("ln_1", whole->ln_1);
+    self_attention =
+        register_module("self_attention", ParallelSelfAttention(whole->self_attention, group));
+    dropout = register_module("dropout", whole->dropout);
+    ln_2 = register_module("ln_2", whole->ln_2);
+    const auto& m = whole->mlp;  // Linear, GELU, Dropout, Linear, Dropout (mlp.0 ... mlp.4)
+    mlp = register_module(
+        "mlp",
+        nn::Sequential(ColumnParallelLinear(linear_at(m, 0), group), any_at(m, 1), any_at(m, 2),
+                       RowParallelLinear(linear_at(m, 3), group), any_at(m, 4)));
+  }
+  torch::Tensor forward(torch::Tensor input) {
+    torch::Tensor x = dropout(self_attention(ln_1(input))) + input;
+    return x + mlp->forward(ln_2(x));
+  }
+
+  nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  ParallelSelfAttention self_attention{nullptr};
+  nn::Dropout dropout{nullptr};
+  nn::Sequential mlp{nullptr};
+};
+TORCH_MODULE(ParallelViTBlock);
+
+class ParallelViTEncoderImpl : public nn::Module {
+ public:
+  ParallelViTEncoderImpl(const models::ViTEncoder& whole, dist::Context& group) {
+    register_parameter("pos_embedding", whole->pos_embedding);
+    register_module("dropout", whole->dropout);
+    layers = register_module("layers", nn::Sequential());
+    for (const auto& child : whole->layers->named_children()) {
+      auto block = std::dynamic_pointer_cast<models::ViTEncoderBlockImpl>(child.value());
+      layers->push_back(std::string(child.key()),
+                        ParallelViTBlock(models::ViTEncoderBlock(block), group));
+    }
+    register_module("ln", whole->ln);
+  }
+  nn::Sequential layers{nullptr};
+};
+TORCH_MODULE(ParallelViTEncoder);
+
+// The whole ViT's embedding and head around the split blocks; names as torchvision's.
+class ParallelViTImpl : public nn::Module {
+ public:
+  ParallelViTImpl(models::VisionTransformer whole, dist::Context& group)
+      : whole_(std::move(whole)) {
+    register_module("conv_proj", whole_->conv_proj);
+    register_parameter("class_token", whole_->class_token);
+    encoder = register_module("encoder", ParallelViTEncoder(whole_->encoder, group));
+    register_module("heads", whole_->heads);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    return whole_->head(encoder->layers->forward(whole_->embed(std::move(x))));
+  }
+
+  ParallelViTEncoder encoder{nullptr};
+
+ private:
+  models::VisionTransformer whole_;
+};
+TORCH_MODULE(ParallelViT);
+
+class ParallelMlpImpl : public nn::Module {
+ public:
+  ParallelMlpImpl(const models::Mlp& whole, dist::Context& group)
+      : in_features_(whole->in_features) {
+    fc1 = register_module("fc1", ColumnParallelLinear(whole->fc1, group));
+    fc2 = register_module("fc2", RowParallelLinear(whole->fc2, group));
+    fc3 = register_module("fc3", whole->fc3);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    DDPX_CHECK(x.dim() >= 2 && x[0].numel() == in_features_, ErrorKind::kUsage,
+               "mlp expects {} input features per sample (3 x image_size^2)", in_features_);
+    x = torch::relu(fc1(x.flatten(1)));  // (B, hidden / T)
+    x = torch::relu(fc2(x));             // (B, hidden / 2), whole
+    return fc3->forward(x);
+  }
+
+  ColumnParallelLinear fc1{nullptr};
+  RowParallelLinear fc2{nullptr};
+  nn::Linear fc3{nullptr};
+
+ private:
+  int64_t in_features_;
+};
+TORCH_MODULE(ParallelMlp);
+
+void check_divides(int64_t size, int ranks, const std::string& what) {
+  DDPX_CHECK(size % ranks == 0, ErrorKind::kUsage,
+             "--tensor_parallel {}: {} ({}) do not split over {} ranks; pick a --tensor_parallel "
+             "that divides {}",
+             ranks, what, size, ranks, size);
+}
+
+}  // namespace
+
+void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name) {
+  auto* module = whole.ptr().get();
+  if (auto* vit = module->as<models::VisionTransformerImpl>()) {
+    auto block = vit->encoder->layers->ptr<models::ViTEncoderBlockImpl>(0);
+    const auto& attention = block->self_attention->options;
+    check_divides(attention.num_heads(), ranks, fmt::format("{}'s attention heads", model_name));
+    check_divides(block->mlp->ptr<nn::LinearImpl>(0)->options.out_features(), ranks,
+                  fmt::format("{}'s MLP features", model_name));
+    return;
+  }
+  if (auto* mlp = module->as<models::MlpImpl>()) {
+    check_divides(mlp->fc1->options.out_features(), ranks, "mlp's hidden features");
+    return;
+  }
+  throw Error(ErrorKind::kUsage,
+              fmt::format("--tensor_parallel {}: {} has no tensor-parallel plan; the models that "
+                          "have one are the ViTs (vit_b_16, vit_b_32, vit_l_16, their timm names, "
+                          "vit_tiny_patch4_32) and mlp",
+                          ranks, model_name));
+}
+
+SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group) {
+  SplitModel split;
+  const int ranks = group.world_size();
+  auto* module = whole.ptr().get();
+  if (auto* vit = module->as<models::VisionTransformerImpl>()) {
+    auto holder = models::VisionTransformer(
+        std::dynamic_pointer_cast<models::VisionTransformerImpl>(whole.ptr()));
+    ParallelViT parallel(holder, group);
+    const auto blocks = vit->encoder->layers->size();
+    for (size_t i = 0; i < blocks; ++i) {
+      const std::string b = fmt::format("encoder.layers.encoder_layer_{}.", i);
+      split.specs[b + "self_attention.in_proj_weight"] = ParallelSelfAttentionImpl::in_proj_spec();
+      split.specs[b + "self_attention.in_proj_bias"] = ParallelSelfAttentionImpl::in_proj_spec();
+      split.specs[b + "self_attention.out_proj.weight"] = RowParallelLinearImpl::weight_spec();
+      split.specs[b + "mlp.0.weight"] = {0, 1};
+      split.specs[b + "mlp.0.bias"] = {0, 1};
+      split.specs[b + "mlp.3.weight"] = RowParallelLinearImpl::weight_spec();
+    }
+    auto block = vit->encoder->layers->ptr<models::ViTEncoderBlockImpl>(0);
+    const int64_t heads = block->self_attention->options.num_heads();
+    const int64_t width = block->mlp->ptr<nn::LinearImpl>(0)->options.out_features();
+    split.summary = fmt::format(
+        "{} blocks: {} heads -> {} a rank, MLP width {} -> {}; two all-reduces a block forward, "
+        "two backward",
+        blocks, heads, heads / ranks, width, width / ranks);
+    split.module = torch::nn::AnyModule(parallel);
+    return split;
+  }
+  if (auto* mlp = module->as<models::MlpImpl>()) {
+    models::Mlp holder(std::dynamic_pointer_cast<models::MlpImpl>(whole.ptr()));
+    split.specs["fc1.weight"] = {0, 1};
+    split.specs["fc1.bias"] = {0, 1};
+    split.specs["fc2.weight"] = RowParallelLinearImpl::weight_spec();
+    const int64_t width = mlp->fc1->options.out_features();
+    split.summary = fmt::format(
+        "fc1 {} -> {} outputs a rank, fc2 split by inputs; one all-reduce forward, one backward",
+        width, width / ranks);
+    split.module = torch::nn::AnyModule(ParallelMlp(holder, group));
+    return split;
+  }
+  throw Error(ErrorKind::kInternal, "split_model: a model without a plan passed check_splittable");
+}
+
+torch::nn::Sequential parallelize(const torch::nn::Sequential& whole,
+                                  const std::map<std::string, LinearStyle>& styles,
+                                  dist::Context& group, std::map<std::string, ShardSpec>* specs) {
+  nn::Sequential split;
+  const auto children = whole->named_children();
+  size_t found = 0;
+  for (size_t i = 0; i < whole->size(); ++i) {
+    const std::string& name = children[i].key();
+    auto style = styles.find(name);
+    if (style == styles.end()) {
+      split->push_back(std::string(name), any_at(whole, i));
+      continue;
+    }
+    auto* linear = whole->ptr(i)->as<nn::LinearImpl>();
+    DDPX_CHECK(linear != nullptr, ErrorKind::kUsage,
+               "tensor parallel: child '{}' of the Sequential is not a Linear; only Linear "
+               "children split",
+               name);
+    nn::Linear layer(whole->ptr<nn::LinearImpl>(i));
+    ++found;
+    if (style->second == LinearStyle::kColumn) {
+      split->push_back(std::string(name), ColumnParallelLinear(layer, group));
+      if (specs != nullptr) {
+        (*specs)[name + ".weight"] = {0, 1};
+        if (layer->bias.defined()) (*specs)[name + ".bias"] = {0, 1};
+      }
+    } else {
+      split->push_back(std::string(name), RowParallelLinear(layer, group));
+      if (specs != nullptr) (*specs)[name + ".weight"] = RowParallelLinearImpl::weight_spec();
+    }
+  }
+  DDPX_CHECK(found == styles.size(), ErrorKind::kUsage,
+             "tensor parallel: {} of the {} layers named to split are not children of the "
+             "Sequential",
+             styles.size() - found, styles.size());
+  return split;
+}
+
+}  // namespace ddpx::parallel::tensor

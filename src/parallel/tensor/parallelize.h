@@ -1,0 +1,55 @@
+// Which layers of a model tensor parallelism splits, and the split model a rank runs.
+//
+// Plans, as Megatron-LM splits a transformer (and torchtitan's ColwiseParallel/RowwiseParallel):
+// - ViT (models/vit.h: every vit_* of the zoo): in each encoder block, the attention's fused q/k/v
+//   projection column-parallel and its output projection row-parallel (heads split), the MLP's
+//   first linear column-parallel and its second row-parallel. The patch embedding, class token,
+//   position embedding, LayerNorms and the classifier head stay whole on every rank.
+// - MLP (models/mlp.h): fc1 column-parallel, fc2 row-parallel, fc3 whole.
+// - A user's torch::nn::Sequential: parallelize(sequential, styles, group) splits the Linear
+//   children named in `styles`; other children run whole.
+// The split model shares the whole model's unsplit layers (the same tensors: their training is
+// the whole model's) and holds copies of this rank's pieces of the split ones.
+#pragma once
+
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <map>
+#include <string>
+
+#include "parallel/tensor/shard_spec.h"
+
+namespace ddpx::dist {
+class Context;
+}
+
+namespace ddpx::parallel::tensor {
+
+struct SplitModel {
+  torch::nn::AnyModule module;  // what this rank runs: its forward communicates over the group
+  // The split parameters by name (the split module's names are the whole model's); every other
+  // parameter and buffer is whole, and shared with the whole model.
+  std::map<std::string, ShardSpec> specs;
+  std::string summary;  // what was split, for the start-up line: "12 heads -> 6 a rank, ..."
+};
+
+// Throws ddpx::Error(kUsage), before any collective, for a model without a plan (naming the ones
+// with) or a size that does not split (heads, MLP width): `ranks` is the group's size.
+void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name);
+
+// The split model of this rank of `group` (which must outlive it). Not collective: every rank's
+// whole model must hold the same weights.
+SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group);
+
+enum class LinearStyle { kColumn, kRow };
+
+// A user's Sequential with the Linear children named in `styles` ("0", "2", or the names given
+// at construction) replaced by their column- or row-parallel pieces; `specs` receives the split
+// parameters' names ("0.weight"). Throws kUsage for a name that is not a Linear child.
+torch::nn::Sequential parallelize(const torch::nn::Sequential& whole,
+                                  const std::map<std::string, LinearStyle>& styles,
+                                  dist::Context& group,
+                                  std::map<std::string, ShardSpec>* specs = nullptr);
+
+}  // namespace ddpx::parallel::tensor

@@ -1,0 +1,198 @@
+// The tensor-parallel plan (see tensor_parallel_plan.h).
+#include "parallel/tensor/tensor_parallel_plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "distributed/collectives.h"
+#include "distributed/context.h"
+#include "distributed/sub_group.h"
+#include "parallel/sharded/optimizer_state.h"
+#include "parallel/tensor/parallelize.h"
+
+namespace ddpx::parallel {
+namespace {
+
+// The named parameters of `module`, by name.
+std::map<std::string, torch::Tensor> params_by_name(torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : module.named_parameters()) out[p.key()] = p.value();
+  return out;
+}
+
+}  // namespace
+
+TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context& context,
+                                       const OptimizerFactory& make_optimizer,
+                                       TensorParallelOptions options)
+    : whole_(std::move(model)),
+      context_(context),
+      make_optimizer_(make_optimizer),
+      options_(std::move(options)) {
+  const int t = options_.size, world = context.world_size();
+  DDPX_CHECK(t >= 1 && world % t == 0, ErrorKind::kUsage,
+             "--tensor_parallel {}: the world of {} ranks is not a whole number of tensor-parallel "
+             "groups; start a multiple of {} ranks (ddpx run {} -- ...)",
+             t, world, t, t);
+  tensor::check_splittable(whole_, t, options_.model_name);
+  // Every tensor rank cuts its pieces from the same weights: rank 0's.
+  if (context.distributed()) {
+    std::vector<torch::Tensor> state = whole_.ptr()->parameters();
+    for (const auto& b : whole_.ptr()->buffers()) state.push_back(b);
+    dist::broadcast_coalesced(*context.process_group(), state, 0);
+  }
+  replica_ = context.rank() / t;
+  const int replicas = world / t;
+  std::vector<std::vector<int>> tensor_groups(replicas), replica_groups(t);
+  for (int g = 0; g < world; ++g) {
+    tensor_groups[g / t].push_back(g);
+    replica_groups[g % t].push_back(g);
+  }
+  if (replicas == 1) {  // the job's own group: its collectives stay in the collective record
+    tensor_group_ = std::shared_ptr<dist::Context>(std::shared_ptr<dist::Context>(), &context);
+  } else {
+    tensor_group_ = dist::split_group(context, tensor_groups, "tensor");
+  }
+  replicas_ = dist::split_group(context, replica_groups, "tensor_replicas");
+  auto split = tensor::split_model(whole_, *tensor_group_);
+  split_ = split.module;
+  specs_ = std::move(split.specs);
+  summary_ = std::move(split.summary);
+  DataParallelOptions dp = options_.replicas;
+  dp.step.inside_backward = false;  // clip_grad_norm() reads the gradients across tensor ranks
+  dp.step.split = false;
+  dp.model_name = options_.model_name;
+  inner_ = std::make_unique<DataParallelPlan>(split_, *replicas_, make_optimizer_, dp);
+}
+
+TensorParallelPlan::~TensorParallelPlan() = default;
+
+int TensorParallelPlan::tensor_rank() const { return tensor_group_->rank(); }
+
+std::string TensorParallelPlan::mesh_line() const {
+  const int t = options_.size, world = context_.world_size();
+  std::vector<std::string> rows;
+  for (int r = 0; r < world / t; ++r) {
+    std::vector<int> ranks;
+    for (int i = 0; i < t; ++i) ranks.push_back(r * t + i);
+    rows.push_back(fmt::format("replica {}: ranks {}", r, fmt::join(ranks, " ")));
+  }
+  return fmt::format("mesh (data x tensor) {} x {}: {}", world / t, t, fmt::join(rows, " | "));
+}
+
+std::string TensorParallelPlan::describe() {
+  const int replicas = context_.world_size() / options_.size;
+  return fmt::format("tensor parallel: {} ranks a layer x {} data-parallel replica{} ({}); {}{}",
+                     options_.size, replicas, replicas == 1 ? "" : "s", summary_, mesh_line(),
+                     replicas == 1 ? "" : "; each piece averaged over its replicas by DDP");
+}
+
+MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
+  return inner_->forward_backward(batch, sync);
+}
+
+void TensorParallelPlan::set_learning_rate(double lr) { inner_->set_learning_rate(lr); }
+
+torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor split_squares, whole_squares;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : split_.ptr()->named_parameters()) {
+    const auto& g = p.value().grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    torch::Tensor squares = g.detach().to(torch::kFloat32).pow(2).sum();
+    auto& into = specs_.count(p.key()) ? split_squares : whole_squares;
+    into = into.defined() ? into + squares : squares;
+  }
+  if (grads.empty()) return torch::zeros({});
+  const auto options = grads[0].options().dtype(torch::kFloat32);
+  if (!split_squares.defined()) split_squares = torch::zeros({}, options);
+  if (!whole_squares.defined()) whole_squares = torch::zeros({}, options);
+  tensor_group_->all_reduce_sum(split_squares);
+  torch::Tensor norm = (split_squares + whole_squares).sqrt();
+  torch::Tensor scale = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(scale.to(g.scalar_type()));
+  return norm;
+}
+
+void TensorParallelPlan::step() {
+  inner_->step();
+  stale_ = true;
+}
+
+void TensorParallelPlan::zero_grad() { inner_->zero_grad(); }
+
+std::vector<torch::Tensor> TensorParallelPlan::parameters() { return inner_->parameters(); }
+
+void TensorParallelPlan::refresh_whole() {
+  if (!stale_) return;
+  torch::NoGradGuard no_grad;
+  auto whole = params_by_name(*whole_.ptr());
+  for (const auto& p : split_.ptr()->named_parameters()) {
+    auto spec = specs_.find(p.key());
+    if (spec == specs_.end()) continue;  // shared with the whole model
+    whole.at(p.key()).copy_(tensor::gather_whole(p.value(), spec->second, *tensor_group_));
+  }
+  stale_ = false;
+}
+
+torch::nn::AnyModule& TensorParallelPlan::module() {
+  refresh_whole();
+  return whole_;
+}
+
+void TensorParallelPlan::state_dict(torch::serialize::OutputArchive& model,
+                                    torch::serialize::OutputArchive& optimizer) {
+  refresh_whole();
+  whole_.ptr()->save(model);
+  // The unsplit optimizer's state: each piece's state tensors gathered like the piece.
+  auto whole = params_by_name(*whole_.ptr());
+  auto& mine = inner_->optimizer();
+  auto full = make_optimizer_(whole_.ptr()->parameters());
+  copy_groups(mine, *full);
+  for (const auto& p : split_.ptr()->named_parameters()) {
+    auto it = mine.state().find(p.value().unsafeGetTensorImpl());
+    if (it == mine.state().end()) continue;  // the same on every rank: all stepped or none
+    auto state = it->second->clone();
+    auto spec = specs_.find(p.key());
+    map_state(*state, [&](const torch::Tensor& t) {
+      if (spec == specs_.end()) return t.clone();
+      return tensor::gather_whole(t, spec->second, *tensor_group_);
+    });
+    full->state()[whole.at(p.key()).unsafeGetTensorImpl()] = std::move(state);
+  }
+  full->save(optimizer);
+}
+
+void TensorParallelPlan::load_state_dict(torch::serialize::InputArchive& model,
+                                         torch::serialize::InputArchive& optimizer) {
+  torch::NoGradGuard no_grad;
+  whole_.ptr()->load(model);
+  auto whole = params_by_name(*whole_.ptr());
+  auto full = make_optimizer_(whole_.ptr()->parameters());
+  full->load(optimizer);
+  auto& mine = inner_->optimizer();
+  copy_groups(*full, mine);
+  mine.state().clear();
+  const int rank = tensor_group_->rank(), ranks = tensor_group_->world_size();
+  for (const auto& p : split_.ptr()->named_parameters()) {
+    auto spec = specs_.find(p.key());
+    const torch::Tensor& source = whole.at(p.key());
+    if (spec != specs_.end()) {
+      p.value().copy_(tensor::take_shard(source, spec->second, rank, ranks));
+    }
+    auto it = full->state().find(source.unsafeGetTensorImpl());
+    if (it == full->state().end()) continue;
+    auto state = it->second->clone();
+    map_state(*state, [&](const torch::Tensor& t) {
+      if (spec == specs_.end()) return t.clone();
+      return tensor::take_shard(t, spec->second, rank, ranks);
+    });
+    mine.state()[p.value().unsafeGetTensorImpl()] = std::move(state);
+  }
+  stale_ = false;
+}
+
+}  // namespace ddpx::parallel

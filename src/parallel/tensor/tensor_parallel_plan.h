@@ -1,0 +1,96 @@
+// The tensor-parallel plan (--tensor_parallel T): each layer the model's plan names
+// (parallelize.h: a ViT's attention and MLP, the MLP's first two layers) split across T ranks,
+// Megatron-LM style, composed with data parallelism on a mesh of data x tensor. A world of N ranks
+// is N/T data-parallel replicas of T tensor-parallel ranks: global rank g is tensor rank g % T of
+// replica g / T (a replica's ranks are neighbours, so on one node they share its fastest links).
+// Every rank of a replica sees the replica's batch (the data's rank is the replica); the tensor
+// ranks of one replica communicate inside each block (two all-reduces forward, two backward), and
+// each rank's piece is averaged with the same piece of the other replicas by DDP over a group of
+// its own (sub_group.h), as the data-parallel plan averages a whole model.
+//
+// Within the plan contract (plan.h):
+// - forward_backward() returns the loss and logits on every rank (each tensor rank computes the
+//   whole output); the gradients are those of the unsplit model on the replicas' global batch.
+// - The optimizer steps this rank's pieces and the unsplit layers' parameters.
+// - clip_grad_norm() takes the norm over the whole model: the pieces' squares summed over the
+//   tensor ranks, the unsplit layers' counted once.
+// - state_dict() is the unsplit model's and optimizer's: every piece gathered from its tensor
+//   group, so a checkpoint loads at another mesh, in one process, or in any plan; load_state_dict()
+//   takes such a state and keeps this rank's pieces.
+// - module() is the whole model, its split layers gathered from the pieces when they changed
+//   (collective over the tensor group): evaluation, EMA and export see the trained model. The
+//   whole model's split layers are kept beside the pieces for that; holding only the pieces is
+//   still to come.
+// Refused before any collective: a world that T does not divide, a model without a plan, heads or
+// widths that T does not divide (one line naming the flag).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/data/data_parallel_plan.h"
+#include "parallel/plan.h"
+#include "parallel/tensor/shard_spec.h"
+
+namespace ddpx::dist {
+class Context;
+}
+
+namespace ddpx::parallel {
+
+struct TensorParallelOptions {
+  int size = 2;                  // T: ranks that split each layer
+  DataParallelOptions replicas;  // how the replicas average (comm hook, buffers)
+  std::string model_name = "the model";
+};
+
+class TensorParallelPlan : public Plan {
+ public:
+  // Collective over the world (rank 0's weights to every rank; the groups). `context` must
+  // outlive the plan.
+  TensorParallelPlan(torch::nn::AnyModule model, dist::Context& context,
+                     const OptimizerFactory& make_optimizer, TensorParallelOptions options);
+  ~TensorParallelPlan() override;
+
+  std::string describe() override;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
+  torch::Tensor clip_grad_norm(double max_norm) override;
+  void step() override;
+  void zero_grad() override;
+  std::vector<torch::Tensor> parameters() override;  // this rank's pieces and the unsplit ones
+  void state_dict(torch::serialize::OutputArchive& model,
+                  torch::serialize::OutputArchive& optimizer) override;
+  void load_state_dict(torch::serialize::InputArchive& model,
+                       torch::serialize::InputArchive& optimizer) override;
+  torch::nn::AnyModule& module() override;
+  const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+
+  int tensor_rank() const;
+  int replica() const { return replica_; }
+  // The model this rank runs: its pieces by the whole model's names.
+  torch::nn::Module& split_module() { return *split_.ptr(); }
+  // The split parameters of split_module() by name, and how each is cut.
+  const std::map<std::string, tensor::ShardSpec>& specs() const { return specs_; }
+  // "mesh (data x tensor): replica 0: ranks 0 1 | replica 1: ranks 2 3"
+  std::string mesh_line() const;
+
+ private:
+  void refresh_whole();  // collective over the tensor group, when the pieces changed
+
+  torch::nn::AnyModule whole_, split_;
+  std::map<std::string, tensor::ShardSpec> specs_;
+  std::string summary_;
+  dist::Context& context_;
+  std::shared_ptr<dist::Context> tensor_group_;  // the context itself when T is the world
+  std::shared_ptr<dist::Context> replicas_;      // this piece's data-parallel replicas
+  OptimizerFactory make_optimizer_;
+  TensorParallelOptions options_;
+  int replica_ = 0;
+  std::unique_ptr<DataParallelPlan> inner_;  // DDP of the pieces over the replicas
+  bool stale_ = false;                       // the whole model lags the pieces
+};
+
+}  // namespace ddpx::parallel

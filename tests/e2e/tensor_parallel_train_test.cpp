@@ -1,0 +1,145 @@
+// `ddpx run N -- train --tensor_parallel T` as a user runs it, each rank a real process: the
+// ViT split over 3 ranks prints the single process's loss and accuracy and saves a checkpoint
+// whose export torchvision's VisionTransformer loads with every key, holding the single
+// process's weights; a 2 x 2 mesh of data x tensor on the MLP prints what two data-parallel
+// workers print; layouts that cannot run are refused in one line naming the flag.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/support.h"
+
+namespace ddpx {
+namespace {
+
+using test::ddpx;
+using test::run_command;
+using test::shell_quote;
+
+// The figures of the epoch line and the test accuracy: "loss_train - 2.3178", ...
+std::vector<double> printed_figures(const std::string& output) {
+  static const std::regex figure(R"((loss_train|accuracy_train|test dataset) - ([0-9.]+))");
+  std::vector<double> out;
+  for (std::sregex_iterator it(output.begin(), output.end(), figure), end; it != end; ++it) {
+    out.push_back(std::stod((*it)[2]));
+  }
+  return out;
+}
+
+// The first `count` figures (loss_train, accuracy_train, test accuracy) agree to the printed
+// digits. The test accuracy compares only where both evaluate the whole test set: with
+// --limit_test_batches each rank evaluates that many batches of its share.
+void expect_same_figures(const std::string& got, const std::string& want, size_t count) {
+  const auto a = printed_figures(got), b = printed_figures(want);
+  ASSERT_EQ(a.size(), 3u) << got;
+  ASSERT_EQ(b.size(), 3u) << want;
+  for (size_t i = 0; i < count; ++i) EXPECT_NEAR(a[i], b[i], 2e-4) << got << "\n" << want;
+}
+
+const std::string kVitTrain =
+    "train --model vit_tiny_patch4_32 --optimizer sgd --num_epochs 1 --limit_train_batches 3 "
+    "--limit_test_batches 1 --batch_size 16 --eval_batch_size 64 --threads 1 --no_progress ";
+
+TEST(TensorParallelTrainTest, AViTOverThreeRanksTrainsAsOneProcessAndExportsTorchvisionsKeys) {
+  test::TempDir dir;
+  auto one = run_command(ddpx(kVitTrain + "--save_dir " + dir.file("one")), 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto split = run_command(ddpx("run 3 --log_dir " + dir.file("logs") + " -- " + kVitTrain +
+                                "--tensor_parallel 3 --save_dir " + dir.file("split")),
+                           300);
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_NE(split.output.find("tensor parallel: 3 ranks a layer x 1 data-parallel replica (6 "
+                              "blocks: 3 heads -> 1 a rank, MLP width 768 -> 256"),
+            std::string::npos)
+      << split.output;
+  EXPECT_NE(split.output.find("mesh (data x tensor) 1 x 3: replica 0: ranks 0 1 2"),
+            std::string::npos)
+      << split.output;
+  EXPECT_NE(split.output.find("batch size 16 per data-parallel replica, global batch 16"),
+            std::string::npos)
+      << split.output;
+  expect_same_figures(split.output, one.output, 2);
+
+  for (const std::string run : {"one", "split"}) {
+    auto exported = run_command(ddpx("export --checkpoint " + dir.file(run) +
+                                     "/checkpoint_epoch0001.ddpx --out " + dir.file(run + ".pt")),
+                                120);
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  }
+  auto py = test::run_python(
+      "import torch, torchvision\n"
+      "m = torchvision.models.VisionTransformer(image_size=32, patch_size=4, num_layers=6, "
+      "num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=10)\n"
+      "a = torch.load(" +
+      shell_quote(dir.file("split.pt")) + ")\nb = torch.load(" + shell_quote(dir.file("one.pt")) +
+      ")\n"
+      "r = m.load_state_dict(a)\n"
+      "print('missing', len(r.missing_keys), 'unexpected', len(r.unexpected_keys))\n"
+      "d = max(((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-6)).item() for k in b)\n"
+      "print('relative diff', d)\nassert d < 1e-4, d\n");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  EXPECT_NE(py.output.find("missing 0 unexpected 0"), std::string::npos) << py.output;
+}
+
+const std::string kMlpTrain =
+    "train --model mlp --num_epochs 1 --limit_train_batches 20 --batch_size 32 --threads 1 "
+    "--no_progress ";
+
+TEST(TensorParallelTrainTest, ATwoByTwoMeshPrintsWhatTwoDataParallelWorkersPrint) {
+  test::TempDir dir;
+  auto ddp = run_command(ddpx("run 2 --log_dir " + dir.file("a") + " -- " + kMlpTrain), 300);
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  auto mesh = run_command(
+      ddpx("run 4 --log_dir " + dir.file("b") + " -- " + kMlpTrain + "--tensor_parallel 2"), 300);
+  ASSERT_EQ(mesh.exit_code, 0) << mesh.output;
+  EXPECT_NE(mesh.output.find("mesh (data x tensor) 2 x 2: replica 0: ranks 0 1 | replica 1: "
+                             "ranks 2 3; each piece averaged over its replicas by DDP"),
+            std::string::npos)
+      << mesh.output;
+  expect_same_figures(mesh.output, ddp.output, 3);
+}
+
+TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> before_joining = {
+      {"--tensor_parallel 0", "--tensor_parallel must be at least 1"},
+      {"--tensor_parallel 2 --pipeline_parallel 2",
+       "--tensor_parallel 2 with --pipeline_parallel 2: a mesh of pipeline and tensor"},
+      {"--tensor_parallel 2 --shard full", "--tensor_parallel 2 with --shard full"},
+      {"--tensor_parallel 2 --activation_checkpointing blocks",
+       "--tensor_parallel 2 with --activation_checkpointing blocks"},
+  };
+  for (const auto& [flags, expected] : before_joining) {
+    auto r = run_command(ddpx(kMlpTrain + flags), 60);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
+  }
+  // Known once the job has joined, refused by every rank before the plan's first collective.
+  struct Joined {
+    int ranks;
+    std::string train, expected;
+  };
+  const std::string mlp = kMlpTrain + "--tensor_parallel 2";
+  const std::vector<Joined> joined = {
+      {3, mlp,
+       "--tensor_parallel 2: the world of 3 ranks is not a whole number of tensor-parallel "
+       "groups"},
+      {2, std::regex_replace(mlp, std::regex("--model mlp"), "--model resnet18"),
+       "--tensor_parallel 2: resnet18 has no tensor-parallel plan"},
+      {2, kVitTrain + "--tensor_parallel 2",
+       "--tensor_parallel 2: vit_tiny_patch4_32's attention heads (3) do not split over 2 ranks"},
+  };
+  for (const auto& j : joined) {
+    test::TempDir dir;
+    auto r = run_command(
+        ddpx(fmt::format("run {} --log_dir {} -- {}", j.ranks, dir.path(), j.train)), 120);
+    EXPECT_NE(r.exit_code, 0) << j.train << "\n" << r.output;
+    EXPECT_NE(r.output.find(j.expected), std::string::npos) << j.train << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace ddpx

@@ -1,0 +1,430 @@
+// The tensor-parallel plan (parallel/tensor/) against one process training the unsplit model on
+// the same global batches: a small ViT (4 heads, 2 blocks) split over 2 and 4 ranks, on a 2 x 2
+// mesh of data x tensor, and the MLP over 2 and 3 ranks. Each rank is a real member of a Gloo
+// group on 127.0.0.1. Checked: the first step's logits and loss on every rank, the first step's
+// gradients of every parameter (the pieces gathered), the parameters and momenta after 4 SGD
+// steps (through module() and through state_dict(), which loads into the unsplit model), a
+// checkpoint of the single process loaded into the plan going on as the single process does, the
+// collective record (exactly two all-reduces of the activations a block forward and two
+// backward), clipping by the whole model's norm, a user's Sequential split with parallelize(),
+// and the layouts refused before any collective.
+//
+// Tolerance: 1e-5 relative to the largest magnitude of each tensor (plus 1e-6 absolute): the
+// split matrix products and the all-reduce sum in another order than one product.
+#include <gtest/gtest.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "distributed/ranks.h"
+#include "models/mlp.h"
+#include "models/vit.h"
+#include "parallel/tensor/parallelize.h"
+#include "parallel/tensor/tensor_parallel_plan.h"
+#include "trace/collective_trace.h"
+
+namespace ddpx::dist {
+namespace tensor_parallel_test {
+
+using test::error_text;
+using test::run_ranks;
+
+constexpr int kSteps = 4;
+constexpr int64_t kGlobalBatch = 8;
+constexpr int64_t kClasses = 5;
+
+enum class Net { kViT, kMlp };
+
+models::ViTOptions vit_options() {
+  models::ViTOptions o;
+  o.image_size = 8;
+  o.patch_size = 4;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.hidden_dim = 16;
+  o.mlp_dim = 32;
+  o.num_classes = kClasses;
+  return o;
+}
+
+torch::nn::AnyModule make_net(Net net) {
+  torch::manual_seed(11);
+  if (net == Net::kMlp) {
+    models::MlpOptions o;
+    o.in_features = 3 * 8 * 8;
+    o.hidden = 24;
+    o.num_classes = kClasses;
+    return torch::nn::AnyModule(models::Mlp(o));
+  }
+  models::VisionTransformer vit(vit_options());
+  // torchvision zeroes the head: give it weights, so that the first step's gradients reach the
+  // blocks.
+  torch::NoGradGuard no_grad;
+  for (auto& p : vit->heads->parameters()) p.normal_(0, 0.2);
+  return torch::nn::AnyModule(vit);
+}
+
+std::unique_ptr<torch::optim::Optimizer> sgd(std::vector<torch::Tensor> params) {
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+}
+
+struct Batches {
+  std::vector<torch::Tensor> x, y;
+};
+
+Batches batches() {
+  Batches b;
+  torch::manual_seed(23);
+  for (int s = 0; s < kSteps; ++s) {
+    b.x.push_back(torch::randn({kGlobalBatch, 3, 8, 8}));
+    b.y.push_back(torch::randint(kClasses, {kGlobalBatch}));
+  }
+  return b;
+}
+
+torch::Tensor cross_entropy(const torch::Tensor& out, const torch::Tensor& y) {
+  return torch::nn::functional::cross_entropy(out, y);
+}
+
+struct Reference {
+  torch::Tensor first_logits;
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> first_grads, params, momenta;
+};
+
+Reference single_process(Net net, const Batches& b) {
+  auto model = make_net(net);
+  auto optimizer = sgd(model.ptr()->parameters());
+  Reference r;
+  for (int s = 0; s < kSteps; ++s) {
+    torch::Tensor logits = model.forward(b.x[s]);
+    torch::Tensor loss = cross_entropy(logits, b.y[s]);
+    if (s == 0) r.first_logits = logits.detach().clone();
+    r.losses.push_back(loss.item<double>());
+    loss.backward();
+    if (s == 0) {
+      for (const auto& p : model.ptr()->named_parameters())
+        r.first_grads[p.key()] = p.value().grad().clone();
+    }
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  for (const auto& p : model.ptr()->named_parameters()) {
+    r.params[p.key()] = p.value().detach().clone();
+    auto& state = static_cast<torch::optim::SGDParamState&>(
+        *optimizer->state().at(p.value().unsafeGetTensorImpl()));
+    r.momenta[p.key()] = state.momentum_buffer().clone();
+  }
+  return r;
+}
+
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const double scale = want.abs().max().item<double>();
+  const double diff = (got - want).abs().max().item<double>();
+  EXPECT_LE(diff, 1e-5 * scale + 1e-6) << what << ": max |diff| " << diff << " at scale " << scale;
+}
+
+parallel::MicroBatch micro_batch(const Batches& b, int s, int replica, int replicas) {
+  const int64_t n = kGlobalBatch / replicas;
+  parallel::MicroBatch mb;
+  mb.input = b.x[s].narrow(0, replica * n, n);
+  mb.target = b.y[s].narrow(0, replica * n, n);
+  mb.loss = cross_entropy;
+  return mb;
+}
+
+struct Layout {
+  Net net;
+  int world;
+  int tensor;
+};
+
+std::string layout_name(const Layout& l) {
+  return fmt::format("{}_world{}_tensor{}", l.net == Net::kViT ? "vit" : "mlp", l.world, l.tensor);
+}
+
+class TensorParallelPlanTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) {
+  const Layout layout = GetParam();
+  const Batches b = batches();
+  const Reference want = single_process(layout.net, b);
+  std::vector<torch::nn::AnyModule> nets;
+  for (int r = 0; r < layout.world; ++r) nets.push_back(make_net(layout.net));
+  std::vector<std::string> saved(2);
+  auto errors = run_ranks(layout.world, [&](int rank, Context& context) {
+    parallel::TensorParallelOptions options;
+    options.size = layout.tensor;
+    parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+    const int replicas = layout.world / layout.tensor;
+    ASSERT_EQ(plan.replica(), rank / layout.tensor);
+    ASSERT_EQ(plan.tensor_rank(), rank % layout.tensor);
+    for (int s = 0; s < kSteps; ++s) {
+      plan.set_learning_rate(0.05);
+      auto out = plan.forward_backward(micro_batch(b, s, plan.replica(), replicas), true);
+      ASSERT_TRUE(out.loss.defined()) << "rank " << rank;
+      if (s == 0) {
+        const int64_t n = kGlobalBatch / replicas;
+        expect_close(out.output, want.first_logits.narrow(0, plan.replica() * n, n),
+                     fmt::format("rank {} first logits", rank));
+      }
+      if (replicas == 1) {
+        EXPECT_NEAR(out.loss.item<double>(), want.losses[s], 1e-5 * want.losses[s])
+            << "rank " << rank << " step " << s;
+      }
+      plan.step();
+      plan.zero_grad();
+    }
+    for (const auto& p : plan.module().ptr()->named_parameters())
+      expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
+    torch::serialize::OutputArchive m, o;
+    plan.state_dict(m, o);
+    if (rank == 0) {
+      std::ostringstream mb, ob;
+      m.save_to(mb);
+      o.save_to(ob);
+      saved = {mb.str(), ob.str()};
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  ASSERT_FALSE(saved[0].empty());
+
+  // The checkpoint is the unsplit model's and optimizer's.
+  auto model = make_net(layout.net);
+  auto optimizer = sgd(model.ptr()->parameters());
+  torch::serialize::InputArchive m, o;
+  std::istringstream ms(saved[0]), os(saved[1]);
+  m.load_from(ms);
+  o.load_from(os);
+  model.ptr()->load(m);
+  optimizer->load(o);
+  for (const auto& p : model.ptr()->named_parameters()) {
+    expect_close(p.value(), want.params.at(p.key()), "saved " + p.key());
+    auto& state = static_cast<torch::optim::SGDParamState&>(
+        *optimizer->state().at(p.value().unsafeGetTensorImpl()));
+    expect_close(state.momentum_buffer(), want.momenta.at(p.key()), "saved momentum " + p.key());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelPlanTest,
+                         ::testing::Values(Layout{Net::kViT, 2, 2}, Layout{Net::kViT, 4, 4},
+                                           Layout{Net::kViT, 4, 2}, Layout{Net::kMlp, 2, 2},
+                                           Layout{Net::kMlp, 3, 3}),
+                         [](const auto& info) { return layout_name(info.param); });
+
+// The first step's gradients: each piece gathered from the tensor group is the unsplit model's
+// gradient of that parameter; the unsplit layers' gradients are whole on every rank.
+TEST(TensorParallelGradientTest, EveryGradientIsTheUnsplitModelsOnTheSameBatch) {
+  const Batches b = batches();
+  const Reference want = single_process(Net::kViT, b);
+  std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    auto split = parallel::tensor::split_model(nets[rank], context);
+    cross_entropy(split.module.forward(b.x[0]), b.y[0]).backward();
+    size_t checked = 0;
+    for (const auto& p : split.module.ptr()->named_parameters()) {
+      torch::Tensor grad = p.value().grad();
+      ASSERT_TRUE(grad.defined()) << p.key();
+      auto spec = split.specs.find(p.key());
+      if (spec != split.specs.end()) {
+        grad = parallel::tensor::gather_whole(grad, spec->second, context);
+      }
+      expect_close(grad, want.first_grads.at(p.key()),
+                   fmt::format("rank {} grad {}", rank, p.key()));
+      ++checked;
+    }
+    EXPECT_EQ(checked, want.first_grads.size()) << "every parameter of the model";
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+}
+
+// A single process's checkpoint loads into the plan, which goes on as the single process does.
+TEST(TensorParallelCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSingleProcess) {
+  const Batches b = batches();
+  const Reference want = single_process(Net::kViT, b);
+  // The single process after 2 steps, saved.
+  auto model = make_net(Net::kViT);
+  auto optimizer = sgd(model.ptr()->parameters());
+  for (int s = 0; s < 2; ++s) {
+    cross_entropy(model.forward(b.x[s]), b.y[s]).backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  std::ostringstream ms, os;
+  torch::serialize::OutputArchive m, o;
+  model.ptr()->save(m);
+  optimizer->save(o);
+  m.save_to(ms);
+  o.save_to(os);
+  std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    parallel::TensorParallelPlan plan(nets[rank], context, sgd, {});
+    torch::serialize::InputArchive mi, oi;
+    std::istringstream msi(ms.str()), osi(os.str());
+    mi.load_from(msi);
+    oi.load_from(osi);
+    plan.load_state_dict(mi, oi);
+    for (int s = 2; s < kSteps; ++s) {
+      plan.set_learning_rate(0.05);
+      plan.forward_backward(micro_batch(b, s, 0, 1), true);
+      plan.step();
+      plan.zero_grad();
+    }
+    for (const auto& p : plan.module().ptr()->named_parameters())
+      expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+}
+
+// Megatron's count: per block, one all-reduce of the activations after the attention and one
+// after the MLP forward, and one of their gradients before each backward; nothing else moves in
+// a step of a world that is one tensor-parallel group.
+TEST(TensorParallelTrafficTest, TwoAllReducesABlockForwardAndTwoBackward) {
+  const Batches b = batches();
+  const auto o = vit_options();
+  const int64_t tokens = (o.image_size / o.patch_size) * (o.image_size / o.patch_size) + 1;
+  const int64_t activation_bytes = kGlobalBatch * tokens * o.hidden_dim * 4;
+  std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
+  std::vector<std::vector<trace::Signature>> sent(2);
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    ASSERT_NE(context.trace(), nullptr);
+    parallel::TensorParallelPlan plan(nets[rank], context, sgd, {});
+    plan.forward_backward(micro_batch(b, 0, 0, 1), true);  // the first use wraps the replicas
+    plan.step();
+    plan.zero_grad();
+    const uint64_t before = context.trace()->snapshot().entries.back().seq;
+    plan.forward_backward(micro_batch(b, 1, 0, 1), true);
+    plan.step();
+    plan.zero_grad();
+    for (const auto& e : context.trace()->snapshot().entries) {
+      if (e.seq > before) sent[rank].push_back(e.sig);
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(sent[rank].size(), static_cast<size_t>(4 * o.num_layers)) << "rank " << rank;
+    for (const auto& sig : sent[rank]) {
+      EXPECT_EQ(sig.op, "allreduce") << sig.text();
+      EXPECT_EQ(sig.bytes(), activation_bytes) << sig.text();
+    }
+  }
+}
+
+// clip_grad_norm() clips by the norm of the whole model's gradient, as one process would.
+TEST(TensorParallelClipTest, ClipsByTheWholeModelsNorm) {
+  const Batches b = batches();
+  const Reference want = single_process(Net::kViT, b);
+  double want_norm = 0;
+  for (const auto& [name, g] : want.first_grads) want_norm += g.pow(2).sum().item<double>();
+  want_norm = std::sqrt(want_norm);
+  std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    parallel::TensorParallelPlan plan(nets[rank], context, sgd, {});
+    plan.forward_backward(micro_batch(b, 0, 0, 1), true);
+    const double norm = plan.clip_grad_norm(want_norm / 2).item<double>();
+    EXPECT_NEAR(norm, want_norm, 1e-5 * want_norm) << "rank " << rank;
+    // Every gradient, pieces gathered, is the unsplit one scaled by the same factor.
+    const double scale = (want_norm / 2) / (want_norm + 1e-6);
+    for (const auto& p : plan.split_module().named_parameters()) {
+      torch::Tensor grad = p.value().grad();
+      auto spec = plan.specs().find(p.key());
+      if (spec != plan.specs().end()) {
+        grad = parallel::tensor::gather_whole(grad, spec->second, context);
+      }
+      expect_close(grad, want.first_grads.at(p.key()) * scale,
+                   fmt::format("rank {} clipped {}", rank, p.key()));
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+}
+
+// A user's Sequential: the named Linear layers split, the output the unsplit model's.
+TEST(TensorParallelizeTest, AUsersSequentialSplitsByNameAndComputesTheSameOutput) {
+  auto make = [] {
+    torch::manual_seed(4);
+    return torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::Tanh(),
+                                 torch::nn::Linear(8, 4));
+  };
+  torch::manual_seed(9);
+  const torch::Tensor x = torch::randn({5, 6});
+  const torch::Tensor want = make()->forward(x);
+  std::vector<torch::nn::Sequential> nets{make(), make()};
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    std::map<std::string, parallel::tensor::ShardSpec> specs;
+    auto split = parallel::tensor::parallelize(
+        nets[rank],
+        {{"0", parallel::tensor::LinearStyle::kColumn}, {"2", parallel::tensor::LinearStyle::kRow}},
+        context, &specs);
+    expect_close(split->forward(x), want, fmt::format("rank {} output", rank));
+    EXPECT_EQ(specs.size(), 3u) << "0.weight, 0.bias, 2.weight";
+    EXPECT_EQ(split->named_parameters()["0.weight"].size(0), 4) << "half of the 8 outputs";
+    const std::string wrong = [&] {
+      try {
+        parallel::tensor::parallelize(nets[rank], {{"1", parallel::tensor::LinearStyle::kRow}},
+                                      context);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    }();
+    EXPECT_NE(wrong.find("child '1' of the Sequential is not a Linear"), std::string::npos)
+        << wrong;
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+}
+
+// Layouts that cannot run end on every rank with one line, before any collective.
+TEST(TensorParallelRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAnyCollective) {
+  auto refused = [](int world, int tensor, std::function<torch::nn::AnyModule()> make) {
+    std::vector<std::string> messages(world);
+    std::vector<size_t> collectives(world, 0);
+    std::vector<torch::nn::AnyModule> nets;
+    for (int r = 0; r < world; ++r) nets.push_back(make());
+    auto errors = run_ranks(
+        world,
+        [&](int rank, Context& context) {
+          const size_t before = context.trace() ? context.trace()->snapshot().entries.size() : 0;
+          parallel::TensorParallelOptions options;
+          options.size = tensor;
+          options.model_name = "the net";
+          try {
+            parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+          } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+            messages[rank] = e.what();
+          }
+          collectives[rank] =
+              (context.trace() ? context.trace()->snapshot().entries.size() : 0) - before;
+        },
+        std::chrono::seconds(5));
+    EXPECT_ALL_RANKS_OK(errors);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_FALSE(messages[r].empty()) << "rank " << r << " was not refused";
+      EXPECT_EQ(collectives[r], 0u) << "rank " << r << " communicated before refusing";
+    }
+    return messages[0];
+  };
+  auto vit = [] { return make_net(Net::kViT); };
+  EXPECT_NE(refused(3, 2, vit).find("--tensor_parallel 2: the world of 3 ranks is not a whole "
+                                    "number of tensor-parallel groups"),
+            std::string::npos);
+  EXPECT_NE(refused(3, 3, vit).find("--tensor_parallel 3: the net's attention heads (4) do not "
+                                    "split over 3 ranks"),
+            std::string::npos);
+  auto linear = [] { return torch::nn::AnyModule(torch::nn::Linear(4, 4)); };
+  EXPECT_NE(refused(2, 2, linear)
+                .find("the net has no tensor-parallel plan; the models that "
+                      "have one are the ViTs"),
+            std::string::npos);
+}
+
+}  // namespace tensor_parallel_test
+}  // namespace ddpx::dist
