@@ -31,7 +31,7 @@ TEST(DistributedTrainTest, TwoWorkersPrintTheSeedLinesOnce) {
   test::TempDir dir;
   auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
                             " -- train --model resnet18 --dataset fashion-mnist --num_epochs 1 "
-                            "--batch_size 32 --limit_train_batches 10 --limit_test_batches 2"),
+                            "--batch_size 32 --limit_train_batches 3 --limit_test_batches 1"),
                        600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(numbers_after(r.output, "loss_train").size(), 1u) << "rank 0 only\n" << r.output;

@@ -39,9 +39,9 @@ TEST(GpuOptionsTest, Bf16AutocastOnCpuTrainsAsWellAsFp32) {
 
 TEST(GpuOptionsTest, TwoWorkersWithChannelsLastTrainAndNameEachRanksDevice) {
   auto r =
-      run_command(ddpx_command("run 2 -- train --model resnet32 --optimizer adamw "
-                               "--learning_rate 0.002 --num_epochs 1 --batch_size 64 "
-                               "--limit_train_batches 40 --limit_test_batches 4 --channels_last "
+      run_command(ddpx_command("run 2 -- train --model resnet20 --optimizer adamw "
+                               "--learning_rate 0.002 --num_epochs 1 --batch_size 16 "
+                               "--limit_train_batches 40 --limit_test_batches 2 --channels_last "
                                "--no_progress"),
                   600);
   ASSERT_EQ(r.exit_code, 0) << r.output;

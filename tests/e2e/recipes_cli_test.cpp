@@ -66,7 +66,7 @@ TEST(RecipeOptionsTest, EveryOptionTrainsWithTwoWorkersAndResumesWithItsEma) {
   test::TempDir dir;
   const std::string common =
       " -- train --model resnet18 --num_epochs 1 --batch_size 32 "
-      "--limit_train_batches 10 --limit_test_batches 4 --no_progress"
+      "--limit_train_batches 10 --limit_test_batches 2 --no_progress"
       " --save_dir " +
       dir.file("ck") + kEveryOption;
   auto r = run_command(ddpx_command("run 2 --log_dir " + dir.file("log") + common +

@@ -13,7 +13,7 @@ namespace {
 
 // Writes `dir`/one.gz (bytes 0..255 four times), two.gz (two members: "ab", "cd") and
 // zeros.gz (1 MiB of zeros).
-void write_with_python(const test::TempDir& dir) {
+void write_gzips_with_python(const test::TempDir& dir) {
   auto result = test::run_python(fmt::format(R"(
 import gzip
 d = '{}'
@@ -25,7 +25,7 @@ open(d + '/zeros.gz', 'wb').write(gzip.compress(bytes(1 << 20)))
   ASSERT_EQ(result.exit_code, 0) << result.output;
 }
 
-std::string rejection(const std::string& bytes, int64_t max_bytes = kMaxInflatedBytes) {
+std::string gzip_rejection(const std::string& bytes, int64_t max_bytes = kMaxInflatedBytes) {
   try {
     gunzip(bytes, "x.gz", max_bytes);
   } catch (const Error& e) {
@@ -39,7 +39,7 @@ std::string rejection(const std::string& bytes, int64_t max_bytes = kMaxInflated
 
 TEST(GzipTest, ReadsOneOrSeveralMembersWrittenByPython) {
   test::TempDir dir;
-  write_with_python(dir);
+  write_gzips_with_python(dir);
   std::string one = read_maybe_gzip(dir.file("one.gz"));
   ASSERT_EQ(one.size(), 1024u);
   for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(static_cast<uint8_t>(one[i]), i % 256);
@@ -50,14 +50,14 @@ TEST(GzipTest, ReadsOneOrSeveralMembersWrittenByPython) {
 
 TEST(GzipTest, TruncatedCorruptAndOversizedStreamsAreRefused) {
   test::TempDir dir;
-  write_with_python(dir);
+  write_gzips_with_python(dir);
   const std::string one = read_file(dir.file("one.gz"));
-  EXPECT_NE(rejection(one.substr(0, one.size() / 2)).find("truncated"), std::string::npos);
+  EXPECT_NE(gzip_rejection(one.substr(0, one.size() / 2)).find("truncated"), std::string::npos);
   std::string flipped = one;
   flipped[one.size() - 6] ^= 0x55;  // inside the CRC-32 of the trailer
-  EXPECT_NE(rejection(flipped).find("corrupt gzip data"), std::string::npos);
+  EXPECT_NE(gzip_rejection(flipped).find("corrupt gzip data"), std::string::npos);
   const std::string zeros = read_file(dir.file("zeros.gz"));
-  EXPECT_NE(rejection(zeros, 1 << 19).find("inflates to more than 524288 bytes"),
+  EXPECT_NE(gzip_rejection(zeros, 1 << 19).find("inflates to more than 524288 bytes"),
             std::string::npos);
   EXPECT_EQ(gunzip(zeros, "x.gz", 1 << 20).size(), 1u << 20);
 }

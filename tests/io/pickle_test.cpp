@@ -14,7 +14,7 @@ namespace ddpx::io::pickle {
 namespace {
 
 // A CIFAR-shaped dict plus the scalar kinds a state_dict or meta file uses.
-std::string write_with_python(const std::string& dir, int protocol) {
+std::string write_pickle_with_python(const std::string& dir, int protocol) {
   std::string path = fmt::format("{}/p{}.pkl", dir, protocol);
   auto result = test::run_python(fmt::format(R"(
 import pickle, collections, numpy as np
@@ -39,7 +39,7 @@ class PickleProtocolTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(PickleProtocolTest, ReadsWhatPythonWrote) {
   test::TempDir dir;
-  Pickle doc = parse_file(write_with_python(dir.path(), GetParam()));
+  Pickle doc = parse_file(write_pickle_with_python(dir.path(), GetParam()));
   const Value* root = doc.root();
   ASSERT_EQ(root->kind, Kind::kDict);
 

@@ -22,7 +22,7 @@ std::string slurp(const std::string& path) {
 }
 
 // The error text of reading `bytes`, or "" (and a test failure) when it was accepted.
-std::string rejection(const std::string& bytes) {
+std::string torch_file_rejection(const std::string& bytes) {
   try {
     models::read_state_dict_bytes(bytes, "damaged.pth");
   } catch (const Error& e) {
@@ -60,7 +60,7 @@ TEST(TorchFileTest, EveryFuzzFindingIsAClearError) {
   for (const auto& entry :
        std::filesystem::directory_iterator(test::source_dir() + "/fuzz/regressions/state_dict")) {
     SCOPED_TRACE(entry.path().string());
-    rejection(slurp(entry.path().string()));
+    torch_file_rejection(slurp(entry.path().string()));
     ++files;
   }
   EXPECT_GE(files, 2);
@@ -71,7 +71,7 @@ TEST(TorchFileTest, StringLongerThanTheFileIsTruncatedNotAllocated) {
   std::string bytes =
       replaced(slurp(test::source_dir() + kPlainDict), std::string("X\x07\x00\x00\x00storage", 12),
                std::string("X\xff\xff\xff\xffstorage", 12));
-  EXPECT_NE(rejection(bytes).find("truncated"), std::string::npos);
+  EXPECT_NE(torch_file_rejection(bytes).find("truncated"), std::string::npos);
 }
 
 // libtorch takes sizes, strides and the element count from the pickle unchecked; reading such
@@ -80,10 +80,12 @@ TEST(TorchFileTest, TensorBeyondItsStorageIsRefused) {
   const std::string seed = slurp(test::source_dir() + kPlainDict);
   // "w" is 2x3 over 6 floats; make it 2x4.
   std::string wider = replaced(seed, "K\x02K\x03\x86", "K\x02K\x04\x86");
-  EXPECT_NE(rejection(wider).find("reaches past the end of its storage"), std::string::npos);
+  EXPECT_NE(torch_file_rejection(wider).find("reaches past the end of its storage"),
+            std::string::npos);
   // Its storage claims 96 floats while the record holds 6.
   std::string more = replaced(seed, "cpuq\x06K\x06t", "cpuq\x06K\x60t");
-  EXPECT_NE(rejection(more).find("claims more storage than its record holds"), std::string::npos);
+  EXPECT_NE(torch_file_rejection(more).find("claims more storage than its record holds"),
+            std::string::npos);
 }
 
 TEST(TorchFileTest, StackUnderflowAndUnknownGlobalsAreRefusedBeforeLibtorch) {
@@ -91,14 +93,16 @@ TEST(TorchFileTest, StackUnderflowAndUnknownGlobalsAreRefusedBeforeLibtorch) {
   // MARK then TUPLE1: it would pop past the mark (libtorch reads before its stack's start).
   const std::string first_key("}q\x00(X\x01\x00\x00\x00w", 10);
   const std::string underflow("}q\x00(\x85\x01\x00\x00\x00w", 10);
-  EXPECT_NE(rejection(replaced(seed, first_key, underflow)).find("underflow"), std::string::npos);
+  EXPECT_NE(torch_file_rejection(replaced(seed, first_key, underflow)).find("underflow"),
+            std::string::npos);
   // A global that is no tensor, storage or OrderedDict (same length, so the zip stays valid).
-  EXPECT_NE(rejection(replaced(seed, "ctorch\nFloatStorage", "cos\nsystem_________"))
+  EXPECT_NE(torch_file_rejection(replaced(seed, "ctorch\nFloatStorage", "cos\nsystem_________"))
                 .find("global os.system"),
             std::string::npos);
   // Quantized storages: libtorch rebuilds them without a quantizer (found by fuzz_state_dict).
-  EXPECT_NE(rejection(replaced(seed, "FloatStorage", "QInt8Storage")).find("QInt8Storage"),
-            std::string::npos);
+  EXPECT_NE(
+      torch_file_rejection(replaced(seed, "FloatStorage", "QInt8Storage")).find("QInt8Storage"),
+      std::string::npos);
 }
 
 // Past 4 GB (a big checkpoint), the end record's fields saturate and the zip64 end record
@@ -117,9 +121,9 @@ TEST(TorchFileTest, TruncatedAndNonZipFilesAreRefused) {
   const std::string seed = slurp(test::source_dir() + kPlainDict);
   for (size_t keep : {size_t(0), size_t(10), seed.size() / 2, seed.size() - 1}) {
     SCOPED_TRACE(keep);
-    rejection(seed.substr(0, keep));
+    torch_file_rejection(seed.substr(0, keep));
   }
-  EXPECT_NE(rejection("PK\x03\x04 not really a zip").find("not a torch zip archive"),
+  EXPECT_NE(torch_file_rejection("PK\x03\x04 not really a zip").find("not a torch zip archive"),
             std::string::npos);
 }
 

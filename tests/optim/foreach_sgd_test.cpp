@@ -8,7 +8,7 @@
 namespace ddpx::optim {
 namespace {
 
-std::vector<torch::Tensor> make_params(uint64_t seed) {
+std::vector<torch::Tensor> make_foreach_params(uint64_t seed) {
   torch::manual_seed(seed);
   std::vector<torch::Tensor> params;
   for (auto shape : std::vector<std::vector<int64_t>>{{16, 3, 3, 3}, {16}, {10, 64}}) {
@@ -17,20 +17,20 @@ std::vector<torch::Tensor> make_params(uint64_t seed) {
   return params;
 }
 
-void set_grads(std::vector<torch::Tensor>& params, int step) {
+void set_foreach_grads(std::vector<torch::Tensor>& params, int step) {
   torch::manual_seed(100 + step);
   for (auto& p : params) p.mutable_grad() = torch::randn_like(p);
 }
 
 TEST(ForeachSgdTest, MatchesLibtorchSgdOverSeveralSteps) {
   for (bool nesterov : {false, true}) {
-    auto mine = make_params(1), reference = make_params(1);
+    auto mine = make_foreach_params(1), reference = make_foreach_params(1);
     auto options =
         torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(5e-4).nesterov(nesterov);
     torch::optim::SGD fused(mine, options), plain(reference, options);
     for (int step = 0; step < 4; ++step) {
-      set_grads(mine, step);
-      set_grads(reference, step);
+      set_foreach_grads(mine, step);
+      set_foreach_grads(reference, step);
       ASSERT_TRUE(foreach_sgd_step(fused));
       plain.step();
     }
@@ -44,7 +44,7 @@ TEST(ForeachSgdTest, MatchesLibtorchSgdOverSeveralSteps) {
 }
 
 TEST(ForeachSgdTest, ParametersWithoutGradientsAreLeftAlone) {
-  auto params = make_params(2);
+  auto params = make_foreach_params(2);
   auto before = params[1].detach().clone();
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1).momentum(0.9));
   params[0].mutable_grad() = torch::ones_like(params[0]);
@@ -54,9 +54,9 @@ TEST(ForeachSgdTest, ParametersWithoutGradientsAreLeftAlone) {
 }
 
 TEST(ForeachSgdTest, DampeningIsNotCoveredAndChangesNothing) {
-  auto params = make_params(3);
+  auto params = make_foreach_params(3);
   auto before = params[0].detach().clone();
-  set_grads(params, 0);
+  set_foreach_grads(params, 0);
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1));
   EXPECT_FALSE(foreach_sgd_step(sgd));
   EXPECT_TRUE(torch::equal(params[0], before));

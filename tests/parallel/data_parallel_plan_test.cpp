@@ -22,22 +22,22 @@ namespace {
 using test::error_text;
 using test::run_ranks;
 
-struct NetImpl : torch::nn::Module {
-  NetImpl() {
+struct DpNetImpl : torch::nn::Module {
+  DpNetImpl() {
     a = register_module("a", torch::nn::Linear(8, 32));
     b = register_module("b", torch::nn::Linear(32, 4));
   }
   torch::Tensor forward(torch::Tensor x) { return b(torch::tanh(a(x))); }
   torch::nn::Linear a{nullptr}, b{nullptr};
 };
-TORCH_MODULE(Net);
+TORCH_MODULE(DpNet);
 
-Net make_model() {
+DpNet make_dp_model() {
   torch::manual_seed(3);
-  return Net();
+  return DpNet();
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params) {
+std::unique_ptr<torch::optim::Optimizer> make_dp_sgd(std::vector<torch::Tensor> params) {
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
 }
@@ -48,14 +48,14 @@ struct State {
 };
 
 // The plan's full state, loaded into a fresh plain model and optimizer.
-State read_back(parallel::Plan& plan) {
+State read_back_dp(parallel::Plan& plan) {
   torch::serialize::OutputArchive model_out, optimizer_out;
   plan.state_dict(model_out, optimizer_out);
   std::ostringstream model_bytes, optimizer_bytes;
   model_out.save_to(model_bytes);
   optimizer_out.save_to(optimizer_bytes);
-  Net fresh;
-  auto sgd = make_sgd(fresh->parameters());
+  DpNet fresh;
+  auto sgd = make_dp_sgd(fresh->parameters());
   torch::serialize::InputArchive model_in, optimizer_in;
   std::istringstream model_stream(model_bytes.str()), optimizer_stream(optimizer_bytes.str());
   model_in.load_from(model_stream);
@@ -73,7 +73,7 @@ State read_back(parallel::Plan& plan) {
 }
 
 // Three steps on fixed batches of 8, split over `world` ranks (each takes its slice).
-std::vector<State> train(int world) {
+std::vector<State> train_dp(int world) {
   std::vector<torch::Tensor> xs, ys;
   torch::manual_seed(11);
   for (int s = 0; s < 3; ++s) {
@@ -82,7 +82,8 @@ std::vector<State> train(int world) {
   }
   std::vector<State> out(world);
   auto errors = run_ranks(world, [&](int rank, Context& context) {
-    parallel::DataParallelPlan plan(torch::nn::AnyModule(make_model()), context, make_sgd, {});
+    parallel::DataParallelPlan plan(torch::nn::AnyModule(make_dp_model()), context, make_dp_sgd,
+                                    {});
     out[rank].description = plan.describe();
     const int64_t n = 8 / world;
     for (int s = 0; s < 3; ++s) {
@@ -97,7 +98,7 @@ std::vector<State> train(int world) {
       plan.step();
       plan.zero_grad();
     }
-    State s = read_back(plan);
+    State s = read_back_dp(plan);
     s.description = out[rank].description;
     out[rank] = s;
   });
@@ -106,7 +107,7 @@ std::vector<State> train(int world) {
 }
 
 TEST(DataParallelPlanTest, StateDictOfEachRankIsTheSingleProcessState) {
-  std::vector<State> one = train(1), two = train(2);
+  std::vector<State> one = train_dp(1), two = train_dp(2);
   ASSERT_EQ(one.size(), 1u);
   ASSERT_EQ(two.size(), 2u);
   ASSERT_EQ(one[0].weights.size(), 4u);
@@ -122,11 +123,11 @@ TEST(DataParallelPlanTest, StateDictOfEachRankIsTheSingleProcessState) {
     }
   }
   // The weights moved: the state is not simply the initial one.
-  EXPECT_FALSE(torch::allclose(one[0].weights[0], make_model()->parameters()[0]));
+  EXPECT_FALSE(torch::allclose(one[0].weights[0], make_dp_model()->parameters()[0]));
 }
 
 TEST(DataParallelPlanTest, DescribeSaysWhereTheUpdateRuns) {
-  std::vector<State> one = train(1), two = train(2);
+  std::vector<State> one = train_dp(1), two = train_dp(2);
   EXPECT_NE(one[0].description.find("plan: one process"), std::string::npos) << one[0].description;
   EXPECT_NE(one[0].description.find("optimizer step: fused SGD"), std::string::npos)
       << one[0].description;

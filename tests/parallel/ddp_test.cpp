@@ -17,8 +17,8 @@ using test::error_text;
 using test::run_ranks;
 
 // x: (B, 8) -> (B, 4). `unused` is registered but never used by forward().
-struct MlpImpl : torch::nn::Module {
-  explicit MlpImpl(int hidden = 16, bool with_unused = false) {
+struct DdpMlpImpl : torch::nn::Module {
+  explicit DdpMlpImpl(int hidden = 16, bool with_unused = false) {
     fc1 = register_module("fc1", torch::nn::Linear(8, hidden));
     fc2 = register_module("fc2", torch::nn::Linear(hidden, hidden));
     fc3 = register_module("fc3", torch::nn::Linear(hidden, 4));
@@ -29,13 +29,13 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr}, unused{nullptr};
   torch::Tensor steps;
 };
-TORCH_MODULE(Mlp);
+TORCH_MODULE(DdpMlp);
 
-constexpr int kBatch = 8;
+constexpr int kDdpBatch = 8;
 
 // A model with rank 0's weights: every rank and the reference start from the same point.
-Mlp copy_of(const Mlp& source, bool with_unused = false) {
-  Mlp copy(16, with_unused);
+DdpMlp copy_of_mlp(const DdpMlp& source, bool with_unused = false) {
+  DdpMlp copy(16, with_unused);
   torch::NoGradGuard no_grad;
   auto from = source->parameters();
   auto to = copy->parameters();
@@ -111,31 +111,31 @@ std::pair<Result, std::vector<Result>> train_both(parallel::DdpOptions options, 
                                                   bool with_unused = false,
                                                   ZeroGrad zero = ZeroGrad::kOptimizer) {
   torch::manual_seed(7);
-  Mlp init(16, with_unused);
+  DdpMlp init(16, with_unused);
   std::vector<torch::Tensor> xs, ys;
   for (int s = 0; s < steps; ++s) {
-    xs.push_back(torch::randn({kBatch, 8}));
-    ys.push_back(torch::randn({kBatch, 4}));
+    xs.push_back(torch::randn({kDdpBatch, 8}));
+    ys.push_back(torch::randn({kDdpBatch, 4}));
   }
   Result reference;
   {
-    Mlp model = copy_of(init, with_unused);
+    DdpMlp model = copy_of_mlp(init, with_unused);
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int s = 0; s < steps; ++s) {
       sgd.zero_grad();
-      loss_of(model->forward(xs[s]), ys[s], kBatch).backward();
+      loss_of(model->forward(xs[s]), ys[s], kDdpBatch).backward();
       reference.grads = grads_of(*model);
       sgd.step();
     }
     reference.weights = weights_of(*model);
   }
-  std::vector<Mlp> models{copy_of(init, with_unused), copy_of(init, with_unused)};
+  std::vector<DdpMlp> models{copy_of_mlp(init, with_unused), copy_of_mlp(init, with_unused)};
   std::vector<Result> results(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context, options);
     results[rank].buckets_before = ddp.buckets();
     torch::optim::SGD sgd(models[rank]->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    const int64_t half = kBatch / 2;
+    const int64_t half = kDdpBatch / 2;
     for (int s = 0; s < steps; ++s) {
       if (zero == ZeroGrad::kOptimizer) {
         sgd.zero_grad();
@@ -226,8 +226,8 @@ TEST(DdpTest, UnusedParameterGetsZeroGradientWithFindUnused) {
 }
 
 TEST(DdpTest, UnusedParameterWithoutFindUnusedIsAnErrorNamingIt) {
-  Mlp shared(16, /*with_unused=*/true);
-  std::vector<Mlp> models{copy_of(shared, true), copy_of(shared, true)};
+  DdpMlp shared(16, /*with_unused=*/true);
+  std::vector<DdpMlp> models{copy_of_mlp(shared, true), copy_of_mlp(shared, true)};
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
     ddp.forward(torch::randn({2, 8})).sum().backward();
@@ -242,14 +242,14 @@ TEST(DdpTest, UnusedParameterWithoutFindUnusedIsAnErrorNamingIt) {
 
 TEST(DdpTest, NoSyncAccumulationEqualsOneBigBatchStep) {
   torch::manual_seed(11);
-  Mlp init;
-  auto x = torch::randn({kBatch, 8});
-  auto y = torch::randn({kBatch, 4});
-  Mlp reference = copy_of(init);
-  loss_of(reference->forward(x), y, kBatch).backward();
+  DdpMlp init;
+  auto x = torch::randn({kDdpBatch, 8});
+  auto y = torch::randn({kDdpBatch, 4});
+  DdpMlp reference = copy_of_mlp(init);
+  loss_of(reference->forward(x), y, kDdpBatch).backward();
   auto expected = grads_of(*reference);
 
-  std::vector<Mlp> models{copy_of(init), copy_of(init)};
+  std::vector<DdpMlp> models{copy_of_mlp(init), copy_of_mlp(init)};
   std::vector<std::vector<torch::Tensor>> grads(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
@@ -289,15 +289,15 @@ TEST(DdpTest, CompressionHooksStayCloseToFp32) {
 
 TEST(DdpTest, ConstructionCopiesRankZeroWeightsAndBuffers) {
   torch::manual_seed(1);
-  Mlp zero;
+  DdpMlp zero;
   torch::manual_seed(2);
-  Mlp one;
+  DdpMlp one;
   {
     torch::NoGradGuard no_grad;
     one->steps.fill_(5);
   }
   auto expected = weights_of(*zero);
-  std::vector<Mlp> models{zero, one};
+  std::vector<DdpMlp> models{zero, one};
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
   });
@@ -307,7 +307,7 @@ TEST(DdpTest, ConstructionCopiesRankZeroWeightsAndBuffers) {
 }
 
 TEST(DdpTest, ShapeMismatchNamesParameterAndRank) {
-  std::vector<Mlp> models{Mlp(16), Mlp(17)};
+  std::vector<DdpMlp> models{DdpMlp(16), DdpMlp(17)};
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::DistributedDataParallel ddp(torch::nn::AnyModule(models[rank]), context);
   });
@@ -321,7 +321,7 @@ TEST(DdpTest, ShapeMismatchNamesParameterAndRank) {
 }
 
 TEST(DdpTest, SingleProcessWrapperJustRunsTheModule) {
-  Mlp model;
+  DdpMlp model;
   parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), nullptr);
   auto x = torch::randn({3, 8});
   EXPECT_TRUE(torch::equal(ddp.forward(x), model->forward(x)));

@@ -17,18 +17,18 @@ namespace ddpx::dist {
 namespace {
 
 // x: (B, 8) -> (B, 4)
-struct NetImpl : torch::nn::Module {
-  NetImpl() {
+struct OneNetImpl : torch::nn::Module {
+  OneNetImpl() {
     fc1 = register_module("fc1", torch::nn::Linear(8, 16));
     fc2 = register_module("fc2", torch::nn::Linear(16, 4));
   }
   torch::Tensor forward(torch::Tensor x) { return fc2(torch::tanh(fc1(x))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
-TORCH_MODULE(Net);
+TORCH_MODULE(OneNet);
 
-Net copy_of(const Net& source) {
-  Net copy;
+OneNet copy_of_net(const OneNet& source) {
+  OneNet copy;
   torch::NoGradGuard no_grad;
   auto from = source->parameters();
   auto to = copy->parameters();
@@ -37,9 +37,9 @@ Net copy_of(const Net& source) {
 }
 
 // Three SGD steps with momentum; the weights after them.
-std::vector<torch::Tensor> train(Net& model, parallel::DistributedDataParallel* ddp,
-                                 const std::vector<torch::Tensor>& xs,
-                                 const std::vector<torch::Tensor>& ys) {
+std::vector<torch::Tensor> train_alone(OneNet& model, parallel::DistributedDataParallel* ddp,
+                                       const std::vector<torch::Tensor>& xs,
+                                       const std::vector<torch::Tensor>& ys) {
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   for (size_t s = 0; s < xs.size(); ++s) {
     sgd.zero_grad();
@@ -64,14 +64,14 @@ std::shared_ptr<Context> init_one(Transport transport, bool force) {
 
 TEST(GroupOfOneTest, AForcedGroupRunsTheReducerAndEndsWhereNoDdpEnds) {
   torch::manual_seed(11);
-  Net init_weights;
+  OneNet init_weights;
   std::vector<torch::Tensor> xs, ys;
   for (int s = 0; s < 3; ++s) {
     xs.push_back(torch::randn({8, 8}));
     ys.push_back(torch::randn({8, 4}));
   }
-  Net plain = copy_of(init_weights);
-  const auto expected = train(plain, nullptr, xs, ys);
+  OneNet plain = copy_of_net(init_weights);
+  const auto expected = train_alone(plain, nullptr, xs, ys);
 
   for (Transport transport : {Transport::kGloo, Transport::kAuto}) {
     SCOPED_TRACE(name(transport));
@@ -80,7 +80,7 @@ TEST(GroupOfOneTest, AForcedGroupRunsTheReducerAndEndsWhereNoDdpEnds) {
     ASSERT_NE(context->process_group(), nullptr);
     // The shared-memory transport is for two ranks or more: one rank reduces through Gloo.
     EXPECT_EQ(context->backend(), "gloo");
-    Net model = copy_of(init_weights);
+    OneNet model = copy_of_net(init_weights);
     parallel::DdpOptions options;
     options.first_bucket_bytes = 64;  // several buckets: fc2.bias first, then the others
     options.bucket_bytes = 256;
@@ -88,7 +88,7 @@ TEST(GroupOfOneTest, AForcedGroupRunsTheReducerAndEndsWhereNoDdpEnds) {
     ASSERT_TRUE(ddp.distributed()) << "no reducer was built";
     const size_t buckets = ddp.buckets().size();
     EXPECT_GE(buckets, 2u);
-    const auto weights = train(model, &ddp, xs, ys);
+    const auto weights = train_alone(model, &ddp, xs, ys);
     for (size_t i = 0; i < weights.size(); ++i)
       EXPECT_TRUE(torch::equal(weights[i], expected[i])) << "parameter " << i;
     // Every bucket of every step went through the group: the collective record has them.
@@ -109,7 +109,7 @@ TEST(GroupOfOneTest, AForcedGroupRunsTheReducerAndEndsWhereNoDdpEnds) {
 TEST(GroupOfOneTest, WithoutForcingAWorldOfOneHasNoGroupAndNoReducer) {
   auto context = init_one(Transport::kAuto, /*force=*/false);
   EXPECT_FALSE(context->distributed());
-  Net model;
+  OneNet model;
   parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), *context);
   EXPECT_FALSE(ddp.distributed());
 }

@@ -33,7 +33,7 @@ using test::error_text;
 using test::run_ranks;
 
 constexpr int kSteps = 6;
-constexpr int64_t kBatch = 8;  // global
+constexpr int64_t kPipelineBatch = 8;  // global
 
 torch::nn::Sequential make_net() {
   torch::manual_seed(5);
@@ -42,21 +42,21 @@ torch::nn::Sequential make_net() {
       torch::nn::Linear(24, 12), torch::nn::Tanh(), torch::nn::Linear(12, 4));
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params) {
+std::unique_ptr<torch::optim::Optimizer> make_pipeline_sgd(std::vector<torch::Tensor> params) {
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
 }
 
-struct Batches {
+struct PipelineBatches {
   std::vector<torch::Tensor> x, y;
 };
 
-Batches batches() {
-  Batches b;
+PipelineBatches pipeline_batches() {
+  PipelineBatches b;
   torch::manual_seed(17);
   for (int s = 0; s < kSteps; ++s) {
-    b.x.push_back(torch::randn({kBatch, 6}));
-    b.y.push_back(torch::randn({kBatch, 4}));
+    b.x.push_back(torch::randn({kPipelineBatch, 6}));
+    b.y.push_back(torch::randn({kPipelineBatch, 4}));
   }
   return b;
 }
@@ -70,9 +70,9 @@ struct Reference {
   std::vector<double> losses;
 };
 
-Reference single_process(const Batches& b) {
+Reference single_process(const PipelineBatches& b) {
   auto net = make_net();
-  auto optimizer = make_sgd(net->parameters());
+  auto optimizer = make_pipeline_sgd(net->parameters());
   Reference r;
   for (int s = 0; s < kSteps; ++s) {
     torch::Tensor loss = mse(net->forward(b.x[s]), b.y[s]);
@@ -96,8 +96,8 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std
   EXPECT_LE(diff, 1e-6 * scale + 1e-7) << what << ": max |diff| " << diff << " at scale " << scale;
 }
 
-parallel::MicroBatch micro_batch(const Batches& b, int s, int replica, int replicas) {
-  const int64_t n = kBatch / replicas;
+parallel::MicroBatch micro_batch(const PipelineBatches& b, int s, int replica, int replicas) {
+  const int64_t n = kPipelineBatch / replicas;
   parallel::MicroBatch mb;
   mb.input = b.x[s].narrow(0, replica * n, n);
   mb.target = b.y[s].narrow(0, replica * n, n);
@@ -105,7 +105,7 @@ parallel::MicroBatch micro_batch(const Batches& b, int s, int replica, int repli
   return mb;
 }
 
-struct Layout {
+struct PipelineLayout {
   int world;
   int stages;
   PipelineSchedule schedule;
@@ -113,11 +113,11 @@ struct Layout {
   int stages_per_rank;
 };
 
-class PipelinePlanTest : public ::testing::TestWithParam<Layout> {};
+class PipelinePlanTest : public ::testing::TestWithParam<PipelineLayout> {};
 
 TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) {
-  const Layout layout = GetParam();
-  const Batches b = batches();
+  const PipelineLayout layout = GetParam();
+  const PipelineBatches b = pipeline_batches();
   const Reference want = single_process(b);
   std::vector<torch::nn::Sequential> nets;
   for (int r = 0; r < layout.world; ++r) nets.push_back(make_net());
@@ -128,7 +128,7 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
     options.microbatches = layout.microbatches;
     options.schedule = layout.schedule;
     options.stages_per_rank = layout.stages_per_rank;
-    parallel::PipelinePlan plan(nets[rank], context, make_sgd, options);
+    parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
     const int replicas = layout.world / layout.stages;
     for (int s = 0; s < kSteps; ++s) {
       plan.set_learning_rate(0.1);
@@ -137,7 +137,7 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
       plan.zero_grad();
       if (plan.pipeline_rank() == 0) {
         ASSERT_TRUE(out.loss.defined()) << "rank " << rank << " step " << s;
-        ASSERT_EQ(out.output.size(0), kBatch / replicas);
+        ASSERT_EQ(out.output.size(0), kPipelineBatch / replicas);
         if (replicas == 1) {
           EXPECT_NEAR(out.loss.item<double>(), want.losses[s], 1e-6 * want.losses[s])
               << "step " << s;
@@ -163,7 +163,7 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
 
   // The checkpoint is the unsplit model's and optimizer's.
   auto net = make_net();
-  auto optimizer = make_sgd(net->parameters());
+  auto optimizer = make_pipeline_sgd(net->parameters());
   torch::serialize::InputArchive m, o;
   std::istringstream ms(saved[0]), os(saved[1]);
   m.load_from(ms);
@@ -180,14 +180,15 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelinePlanTest,
-                         ::testing::Values(Layout{2, 2, PipelineSchedule::kGpipe, 4, 1},
-                                           Layout{2, 2, PipelineSchedule::k1F1B, 4, 1},
-                                           Layout{2, 2, PipelineSchedule::kInterleaved, 4, 2},
-                                           Layout{4, 2, PipelineSchedule::k1F1B, 2, 1},
-                                           Layout{4, 4, PipelineSchedule::k1F1B, 8, 1},
-                                           Layout{3, 3, PipelineSchedule::kGpipe, 3, 1}),
+                         ::testing::Values(PipelineLayout{2, 2, PipelineSchedule::kGpipe, 4, 1},
+                                           PipelineLayout{2, 2, PipelineSchedule::k1F1B, 4, 1},
+                                           PipelineLayout{2, 2, PipelineSchedule::kInterleaved, 4,
+                                                          2},
+                                           PipelineLayout{4, 2, PipelineSchedule::k1F1B, 2, 1},
+                                           PipelineLayout{4, 4, PipelineSchedule::k1F1B, 8, 1},
+                                           PipelineLayout{3, 3, PipelineSchedule::kGpipe, 3, 1}),
                          [](const auto& info) {
-                           const Layout& l = info.param;
+                           const PipelineLayout& l = info.param;
                            return fmt::format(
                                "world{}_stages{}_{}_m{}_v{}", l.world, l.stages,
                                l.schedule == PipelineSchedule::k1F1B ? "onef1b" : name(l.schedule),
@@ -195,11 +196,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelinePlanTest,
                          });
 
 TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsTheSingleProcess) {
-  const Batches b = batches();
+  const PipelineBatches b = pipeline_batches();
   const Reference want = single_process(b);
   // The single process's state after 3 steps, saved as the data-parallel plan saves it.
   auto net = make_net();
-  auto optimizer = make_sgd(net->parameters());
+  auto optimizer = make_pipeline_sgd(net->parameters());
   for (int s = 0; s < 3; ++s) {
     mse(net->forward(b.x[s]), b.y[s]).backward();
     optimizer->step();
@@ -216,7 +217,7 @@ TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsT
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::PipelineOptions options;
     options.microbatches = 2;
-    parallel::PipelinePlan plan(nets[rank], context, make_sgd, options);
+    parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
     torch::serialize::InputArchive mi, oi;
     std::istringstream ms(model_bytes), os(optimizer_bytes);
     mi.load_from(ms);
@@ -241,7 +242,7 @@ TEST(PipelinePlanRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAny
     auto errors = run_ranks(
         world,
         [&](int rank, Context& context) {
-          parallel::PipelinePlan plan(nets[rank], context, make_sgd, options);
+          parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
         },
         std::chrono::seconds(5));
     std::string first;

@@ -40,8 +40,8 @@ using test::error_text;
 using test::run_ranks;
 
 // No BatchNorm; 30 and 5 rows do not divide by 4 ranks (padded shards).
-struct MlpImpl : torch::nn::Module {
-  MlpImpl() {
+struct ShardedMlpImpl : torch::nn::Module {
+  ShardedMlpImpl() {
     body = register_module("body",
                            torch::nn::Sequential(torch::nn::Linear(8, 30), torch::nn::Tanh(),
                                                  torch::nn::Linear(30, 16), torch::nn::Tanh()));
@@ -51,7 +51,7 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::Sequential body{nullptr};
   torch::nn::Linear head{nullptr};
 };
-TORCH_MODULE(Mlp);
+TORCH_MODULE(ShardedMlp);
 
 // With BatchNorm (its own unit) and a root fc.
 struct ConvNetImpl : torch::nn::Module {
@@ -85,13 +85,13 @@ TORCH_MODULE(Chain);
 
 enum class Model { kMlp, kConvNet };
 
-torch::nn::AnyModule make_model(Model m) {
+torch::nn::AnyModule make_sharded_model(Model m) {
   torch::manual_seed(3);
-  if (m == Model::kMlp) return torch::nn::AnyModule(Mlp());
+  if (m == Model::kMlp) return torch::nn::AnyModule(ShardedMlp());
   return torch::nn::AnyModule(ConvNet());
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> params) {
+std::unique_ptr<torch::optim::Optimizer> make_sharded_sgd(std::vector<torch::Tensor> params) {
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
 }
@@ -101,12 +101,12 @@ std::unique_ptr<torch::optim::Optimizer> make_adam(std::vector<torch::Tensor> pa
                                               torch::optim::AdamOptions(0.01).weight_decay(1e-3));
 }
 
-struct Batches {
+struct ShardedBatches {
   std::vector<torch::Tensor> x, y;
 };
 
-Batches batches(Model m, int steps) {
-  Batches b;
+ShardedBatches sharded_batches(Model m, int steps) {
+  ShardedBatches b;
   torch::manual_seed(11);
   for (int s = 0; s < steps; ++s) {
     b.x.push_back(m == Model::kMlp ? torch::randn({8, 8}) : torch::randn({8, 3, 9, 9}));
@@ -138,10 +138,10 @@ void load(parallel::Plan& plan, const Saved& saved) {
 }
 
 // The saved state in a plain model and optimizer: every parameter, then every state tensor.
-std::vector<torch::Tensor> read_back(Model model, const Saved& saved, bool adam) {
-  auto fresh = make_model(model);
+std::vector<torch::Tensor> read_back_sharded(Model model, const Saved& saved, bool adam) {
+  auto fresh = make_sharded_model(model);
   auto params = fresh.ptr()->parameters();
-  auto optimizer = adam ? make_adam(params) : make_sgd(params);
+  auto optimizer = adam ? make_adam(params) : make_sharded_sgd(params);
   torch::serialize::InputArchive m, o;
   std::istringstream ms(saved.model), os(saved.optimizer);
   m.load_from(ms);
@@ -168,7 +168,7 @@ std::vector<torch::Tensor> read_back(Model model, const Saved& saved, bool adam)
 // other's numbers.
 std::unique_ptr<parallel::Plan> make_plan(ShardMode mode, torch::nn::AnyModule built,
                                           Context& context, bool adam) {
-  parallel::OptimizerFactory factory = adam ? make_adam : make_sgd;
+  parallel::OptimizerFactory factory = adam ? make_adam : make_sharded_sgd;
   if (mode == ShardMode::kNone) {
     return std::make_unique<parallel::DataParallelPlan>(built, context, factory,
                                                         parallel::DataParallelOptions{});
@@ -180,12 +180,12 @@ std::unique_ptr<parallel::Plan> make_plan(ShardMode mode, torch::nn::AnyModule b
 
 std::vector<torch::nn::AnyModule> make_models(Model model, int world) {
   std::vector<torch::nn::AnyModule> out;
-  for (int r = 0; r < world; ++r) out.push_back(make_model(model));
+  for (int r = 0; r < world; ++r) out.push_back(make_sharded_model(model));
   return out;
 }
 
 // One step of the global batch `s`: this rank's slice, in `accumulation` micro-batches.
-void train_step(parallel::Plan& plan, const Batches& b, int s, int rank, int world,
+void train_step(parallel::Plan& plan, const ShardedBatches& b, int s, int rank, int world,
                 int accumulation) {
   const int64_t n = 8 / world / accumulation;
   plan.set_learning_rate(0.05);
@@ -209,9 +209,9 @@ struct Trained {
   std::vector<std::string> descriptions;
 };
 
-Trained train(ShardMode mode, Model model, int world, int steps, int accumulation = 1,
-              bool adam = false) {
-  const Batches b = batches(model, steps);
+Trained train_sharded(ShardMode mode, Model model, int world, int steps, int accumulation = 1,
+                      bool adam = false) {
+  const ShardedBatches b = sharded_batches(model, steps);
   Trained run;
   run.saved.resize(world);
   run.descriptions.resize(world);
@@ -248,13 +248,13 @@ class ShardedPlanTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShardedPlanTest, TwentyStepsEndWithDdpsParametersAndMomentum) {
   const Case c = GetParam();
-  const Trained ddp = train(ShardMode::kNone, c.model, c.world, 20, c.accumulation);
-  const Trained sharded = train(c.mode, c.model, c.world, 20, c.accumulation);
-  const auto want = read_back(c.model, ddp.saved[0], false);
+  const Trained ddp = train_sharded(ShardMode::kNone, c.model, c.world, 20, c.accumulation);
+  const Trained sharded = train_sharded(c.mode, c.model, c.world, 20, c.accumulation);
+  const auto want = read_back_sharded(c.model, ddp.saved[0], false);
   // The weights moved from their initial values.
-  EXPECT_FALSE(torch::allclose(want[0], make_model(c.model).ptr()->parameters()[0]));
+  EXPECT_FALSE(torch::allclose(want[0], make_sharded_model(c.model).ptr()->parameters()[0]));
   for (int rank = 0; rank < c.world; ++rank) {
-    expect_same_state(read_back(c.model, sharded.saved[rank], false), want,
+    expect_same_state(read_back_sharded(c.model, sharded.saved[rank], false), want,
                       "rank " + std::to_string(rank));
   }
   EXPECT_NE(sharded.descriptions[0].find(std::string("--shard ") + parallel::name(c.mode)),
@@ -283,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ShardedPlanTest,
 // into 4 of ZeRO-1, whose state_dict() gives it back unchanged; and 5 more steps from it on 4
 // ranks of ZeRO-1 end where 5 more steps on the 2 ranks of ZeRO-3 do.
 TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
-  const Batches b = batches(Model::kMlp, 10);
+  const ShardedBatches b = sharded_batches(Model::kMlp, 10);
   Saved at5, at10;
   auto models = make_models(Model::kMlp, 2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
@@ -295,7 +295,7 @@ TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
     if (rank == 0) at5 = saved, at10 = end;
   });
   EXPECT_ALL_RANKS_OK(errors);
-  const auto want5 = read_back(Model::kMlp, at5, true);
+  const auto want5 = read_back_sharded(Model::kMlp, at5, true);
 
   std::vector<Saved> reloaded(3);
   models = make_models(Model::kMlp, 3);
@@ -305,7 +305,7 @@ TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
     reloaded[rank] = save(*plan);
   });
   EXPECT_ALL_RANKS_OK(errors);
-  expect_same_state(read_back(Model::kMlp, reloaded[0], true), want5, "3 ranks of ZeRO-2");
+  expect_same_state(read_back_sharded(Model::kMlp, reloaded[0], true), want5, "3 ranks of ZeRO-2");
 
   std::vector<Saved> continued(4);
   models = make_models(Model::kMlp, 4);
@@ -317,8 +317,8 @@ TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
   });
   EXPECT_ALL_RANKS_OK(errors);
   // Adam divides by sqrt of second moments: allow for 4 ranks' order of sums over 5 steps.
-  const auto got = read_back(Model::kMlp, continued[0], true);
-  const auto want = read_back(Model::kMlp, at10, true);
+  const auto got = read_back_sharded(Model::kMlp, continued[0], true);
+  const auto want = read_back_sharded(Model::kMlp, at10, true);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-5, 1e-6)) << "#" << i;
@@ -328,13 +328,14 @@ TEST(ShardedCheckpointTest, LoadsAtAnotherWorldSizeAndShardMode) {
 // Between steps ZeRO-3 keeps no whole parameter: every parameter's storage is released (its
 // bytes handed back), only the shards stay; ZeRO-2 keeps them whole but drops whole gradients.
 TEST(ShardedMemoryTest, FullShardingHoldsNoWholeParameterBetweenSteps) {
-  const Batches b = batches(Model::kMlp, 2);
+  const ShardedBatches b = sharded_batches(Model::kMlp, 2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::ShardedOptions options;
     options.mode = ShardMode::kFull;
-    parallel::ShardedPlan full(make_model(Model::kMlp), context, make_sgd, options);
+    parallel::ShardedPlan full(make_sharded_model(Model::kMlp), context, make_sharded_sgd, options);
     options.mode = ShardMode::kGradients;
-    parallel::ShardedPlan grads(make_model(Model::kMlp), context, make_sgd, options);
+    parallel::ShardedPlan grads(make_sharded_model(Model::kMlp), context, make_sharded_sgd,
+                                options);
     for (int s = 0; s < 2; ++s) {
       train_step(full, b, s, rank, 2, 1);
       parallel::MicroBatch mb;
@@ -404,7 +405,7 @@ TEST(ShardedTrafficTest, TheRecordCountsTwoPsiForZeroOneAndTwoAndThreePsiForZero
       ASSERT_NE(context.trace(), nullptr);
       parallel::ShardedOptions options;
       options.mode = mode;
-      parallel::ShardedPlan plan(make(), context, make_sgd, options);
+      parallel::ShardedPlan plan(make(), context, make_sharded_sgd, options);
       auto gen = at::make_generator<at::CPUGeneratorImpl>(5 + rank);
       auto step = [&] { chain_step(plan, gen); };
       step();  // the first step records the units' order (prefetch starts with the second)
@@ -451,7 +452,7 @@ TEST(ShardedTrafficTest, Bf16AllGathersSendHalfTheBytesAndTheShardsStayFp32) {
         parallel::ShardedOptions options;
         options.mode = mode;
         options.gather_dtype = gather;
-        parallel::ShardedPlan plan(models[rank], context, make_sgd, options);
+        parallel::ShardedPlan plan(models[rank], context, make_sharded_sgd, options);
         described[rank] = plan.describe();
         auto gen = at::make_generator<at::CPUGeneratorImpl>(5 + rank);
         auto step = [&] { chain_step(plan, gen); };
@@ -503,7 +504,7 @@ TEST(ShardedTrafficTest, Bf16AllGathersSendHalfTheBytesAndTheShardsStayFp32) {
 }
 
 TEST(ShardedUnitsTest, UnitsFollowContainersAndNamesAreChecked) {
-  auto model = make_model(Model::kConvNet);
+  auto model = make_sharded_model(Model::kConvNet);
   auto units = parallel::choose_units(*model.ptr(), {});
   std::vector<std::string> names;
   for (const auto& u : units) names.push_back(u.name);

@@ -20,8 +20,8 @@ namespace {
 using test::error_text;
 using test::run_ranks;
 
-struct NetImpl : torch::nn::Module {
-  NetImpl() {
+struct SplitNetImpl : torch::nn::Module {
+  SplitNetImpl() {
     a = register_module("a", torch::nn::Linear(8, 32));
     b = register_module("b", torch::nn::Linear(32, 16));
     c = register_module("c", torch::nn::Linear(16, 4));
@@ -29,11 +29,11 @@ struct NetImpl : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) { return c(torch::tanh(b(torch::tanh(a(x))))); }
   torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
 };
-TORCH_MODULE(Net);
+TORCH_MODULE(SplitNet);
 
-Net make_model() {
+SplitNet make_split_model() {
   torch::manual_seed(3);
-  return Net();
+  return SplitNet();
 }
 
 struct Outcome {
@@ -46,7 +46,7 @@ enum class Mode { kPlain, kSharded, kInBackward };
 
 // Three SGD steps (momentum, weight decay) of two DDP ranks on halves of fixed batches, with
 // the gradients in several buckets.
-std::vector<Outcome> train(Mode mode) {
+std::vector<Outcome> train_split(Mode mode) {
   const bool sharded = mode != Mode::kPlain;
   std::vector<torch::Tensor> xs, ys;
   torch::manual_seed(11);
@@ -54,7 +54,7 @@ std::vector<Outcome> train(Mode mode) {
     xs.push_back(torch::randn({8, 8}));
     ys.push_back(torch::randn({8, 4}));
   }
-  std::vector<Net> models{make_model(), make_model()};
+  std::vector<SplitNet> models{make_split_model(), make_split_model()};
   std::vector<Outcome> out(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::DdpOptions small;  // several buckets, each split between the ranks mid-parameter
@@ -118,8 +118,8 @@ void expect_identical(const std::vector<torch::Tensor>& a, const std::vector<tor
 }
 
 TEST(ShardedSgdTest, HalfTheUpdatesPerRankSameWeightsAndMomentumBitForBit) {
-  auto plain = train(Mode::kPlain);
-  auto sharded = train(Mode::kSharded);
+  auto plain = train_split(Mode::kPlain);
+  auto sharded = train_split(Mode::kSharded);
   ASSERT_EQ(sharded.size(), 2u);
   for (int r = 0; r < 2; ++r) {
     expect_identical(sharded[r].weights, plain[r].weights, "weights on rank " + std::to_string(r));
@@ -134,8 +134,8 @@ TEST(ShardedSgdTest, HalfTheUpdatesPerRankSameWeightsAndMomentumBitForBit) {
 
 // The step inside backward: each bucket averaged and stepped in one pass, half per rank.
 TEST(ShardedSgdTest, StepInBackwardGivesTheSameWeightsAndMomentumBitForBit) {
-  auto plain = train(Mode::kPlain);
-  auto fused = train(Mode::kInBackward);
+  auto plain = train_split(Mode::kPlain);
+  auto fused = train_split(Mode::kInBackward);
   for (int r = 0; r < 2; ++r) {
     expect_identical(fused[r].weights, plain[r].weights, "weights on rank " + std::to_string(r));
     expect_identical(fused[r].momenta, plain[r].momenta, "momentum on rank " + std::to_string(r));
@@ -145,7 +145,7 @@ TEST(ShardedSgdTest, StepInBackwardGivesTheSameWeightsAndMomentumBitForBit) {
 TEST(ShardedSgdTest, StepInBackwardRefusesAStepAfterABackwardThatDidNotSynchronise) {
   std::vector<std::string> messages(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    auto model = make_model();
+    auto model = make_split_model();
     parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), context);
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     auto shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.shm());
@@ -164,7 +164,7 @@ TEST(ShardedSgdTest, StepInBackwardRefusesAStepAfterABackwardThatDidNotSynchroni
 TEST(ShardedSgdTest, DeclinesWhatItCannotDoExactlyOnEveryRank) {
   std::vector<int> declined(2, 0);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    auto model = make_model();
+    auto model = make_split_model();
     torch::optim::SGD damped(model->parameters(),
                              torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1));
     declined[rank] +=
@@ -183,7 +183,7 @@ TEST(ShardedSgdTest, DeclinesWhatItCannotDoExactlyOnEveryRank) {
 TEST(ShardedSgdTest, AMomentumBufferReplacedAfterSetUpIsRefused) {
   std::vector<std::string> messages(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    auto model = make_model();
+    auto model = make_split_model();
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     auto shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.shm());
     ASSERT_NE(shard, nullptr);
