@@ -59,6 +59,8 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.pipeline_parallel = b.pipeline_parallel;
   o.microbatches = b.microbatches;
   o.pipeline_schedule = b.pipeline_schedule;
+  o.tensor_parallel = b.tensor_parallel;
+  o.sequence_parallel = b.sequence_parallel;
   o.activation_checkpointing = b.activation_checkpointing;
   o.progress = false;
   return o;
@@ -108,8 +110,9 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   r.sync =
       "window ends (a barrier and a device sync before the first timed step, a device sync "
       "after the last)";
-  // A pipeline's P ranks train one replica's batch.
-  const int replicas = std::max(world_size / std::max(b.pipeline_parallel, 1), 1);
+  // A pipeline's P ranks train one replica's batch, as do the T ranks that split its layers.
+  const int replicas =
+      std::max(world_size / (std::max(b.pipeline_parallel, 1) * std::max(b.tensor_parallel, 1)), 1);
   r.images_per_sec = static_cast<double>(b.steps * b.batch_size * replicas) / seconds;
   r.step_ms = 1e3 * seconds / static_cast<double>(b.steps);
   r.startup_s = startup_s;
@@ -167,6 +170,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     line["peak_rss_mib"] = proc_status_mib("VmHWM");  // rank 0's process, resident
     line["shard"] = parallel::name(b.shard);
     line["pipeline_parallel"] = b.pipeline_parallel;
+    line["tensor_parallel"] = b.tensor_parallel;
+    line["sequence_parallel"] = b.sequence_parallel;
     line["activation_checkpointing"] = b.activation_checkpointing;
     if (b.pipeline_parallel > 1) line["pipeline_schedule"] = parallel::name(b.pipeline_schedule);
     std::ofstream(b.json, std::ios::app) << line.dump() << "\n";

@@ -124,12 +124,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                     "with --pipeline_parallel: micro-batches a batch (0: 2 x P)");
   add_choice(train, "--pipeline_schedule", t->pipeline_schedule, parallel::kPipelineScheduleNames,
              "with --pipeline_parallel: gpipe | 1f1b | interleaved");
+  auto* train_tensor = train->add_option("--tensor_parallel", t->tensor_parallel,
+                                         "--loop trainer: ddpx train's --tensor_parallel");
+  train->add_flag("--sequence_parallel", t->sequence_parallel,
+                  "with --tensor_parallel: ddpx train's --sequence_parallel");
   auto* train_checkpointing =
       train->add_option("--activation_checkpointing", t->activation_checkpointing,
                         "--loop trainer: ddpx train's (none | blocks | every:K)");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
-  train->callback([t, md, bucket, first_bucket, train_shard, train_pipeline, train_checkpointing,
-                   &exit_code] {
+  train->callback([t, md, bucket, first_bucket, train_shard, train_pipeline, train_tensor,
+                   train_checkpointing, &exit_code] {
     t->model = md->model;
     t->stem = md->stem;
     t->data = md->dataset;
@@ -149,6 +153,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_pipeline->count() == 0,
                ErrorKind::kUsage,
                "bench train: --pipeline_parallel runs ddpx train's loop; drop --loop phases");
+    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_tensor->count() == 0,
+               ErrorKind::kUsage,
+               "bench train: --tensor_parallel runs ddpx train's loop; drop --loop phases");
     DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_checkpointing->count() == 0,
                ErrorKind::kUsage,
                "bench train: --activation_checkpointing runs ddpx train's loop; drop --loop "

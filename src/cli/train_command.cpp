@@ -154,6 +154,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tensor_parallel", o->tensor_parallel,
                   "ranks that split each layer of a ViT or the MLP (Megatron-style: heads and MLP "
                   "width): the world is N/T data-parallel replicas of T ranks (1: none)");
+  cmd->add_flag("--sequence_parallel", o->sequence_parallel,
+                "with --tensor_parallel on a ViT: LayerNorms, dropouts and residuals over 1/T of "
+                "the tokens a rank (all-gathers and reduce-scatters instead of all-reduces)");
   cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
                   "none | blocks (recompute every block's forward in backward: less activation "
                   "memory, more time) | every:K (every K-th block)");

@@ -57,6 +57,9 @@ void validate_tensor_parallel(const TrainOptions& o) {
   const auto usage = ErrorKind::kUsage;
   const int t = o.tensor_parallel;
   DDPX_CHECK(t >= 1, usage, "--tensor_parallel must be at least 1 (1: none), got {}", t);
+  DDPX_CHECK(t > 1 || !o.sequence_parallel, usage,
+             "--sequence_parallel splits the tokens among the ranks of --tensor_parallel: add "
+             "--tensor_parallel 2 (or more), or drop --sequence_parallel");
   if (t == 1) return;
   DDPX_CHECK(o.pipeline_parallel == 1, usage,
              "--tensor_parallel {} with --pipeline_parallel {}: a mesh of pipeline and tensor "

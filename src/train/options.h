@@ -115,6 +115,7 @@ struct TrainOptions {
   // Tensor parallel (parallel/tensor/): T ranks split each layer of a replica; 1 is none. The
   // world is world / T data-parallel replicas of T ranks; --batch_size stays per replica.
   int tensor_parallel = 1;
+  bool sequence_parallel = false;  // with tensor_parallel: activations cut over tokens (ViTs)
   // none | blocks | every:K (models/activation_checkpoint.h): blocks recompute their forward in
   // backward.
   std::string activation_checkpointing = "none";

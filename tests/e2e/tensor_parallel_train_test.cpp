@@ -1,8 +1,9 @@
 // `ddpx run N -- train --tensor_parallel T` as a user runs it, each rank a real process: the
-// ViT split over 3 ranks prints the single process's loss and accuracy and saves a checkpoint
-// whose export torchvision's VisionTransformer loads with every key, holding the single
-// process's weights; a 2 x 2 mesh of data x tensor on the MLP prints what two data-parallel
-// workers print; layouts that cannot run are refused in one line naming the flag.
+// ViT split over 3 ranks (and with sequence parallelism) prints the single process's loss and
+// accuracy and saves a checkpoint whose export torchvision's VisionTransformer loads with every
+// key, holding the single process's weights; a 2 x 2 mesh of data x tensor on the MLP prints
+// what two data-parallel workers print; layouts that cannot run are refused in one line naming
+// the flag.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -63,6 +64,15 @@ TEST(TensorParallelTrainTest, AViTOverThreeRanksTrainsAsOneProcessAndExportsTorc
             std::string::npos)
       << split.output;
   expect_same_figures(split.output, one.output, 2);
+  // With sequence parallelism: 65 tokens in shares of 22, 22 and 21.
+  auto sequence = run_command(ddpx("run 3 --log_dir " + dir.file("logs_sequence") + " -- " +
+                                   kVitTrain + "--tensor_parallel 3 --sequence_parallel"),
+                              300);
+  ASSERT_EQ(sequence.exit_code, 0) << sequence.output;
+  EXPECT_NE(sequence.output.find("sequence parallel: LayerNorms, dropouts and residuals over 1/T"),
+            std::string::npos)
+      << sequence.output;
+  expect_same_figures(sequence.output, one.output, 2);
 
   for (const std::string run : {"one", "split"}) {
     auto exported = run_command(ddpx("export --checkpoint " + dir.file(run) +
@@ -106,6 +116,7 @@ TEST(TensorParallelTrainTest, ATwoByTwoMeshPrintsWhatTwoDataParallelWorkersPrint
 TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
   const std::vector<std::pair<std::string, std::string>> before_joining = {
       {"--tensor_parallel 0", "--tensor_parallel must be at least 1"},
+      {"--sequence_parallel", "--sequence_parallel splits the tokens among the ranks of"},
       {"--tensor_parallel 2 --pipeline_parallel 2",
        "--tensor_parallel 2 with --pipeline_parallel 2: a mesh of pipeline and tensor"},
       {"--tensor_parallel 2 --shard full", "--tensor_parallel 2 with --shard full"},

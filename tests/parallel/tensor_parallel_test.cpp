@@ -1,13 +1,14 @@
 // The tensor-parallel plan (parallel/tensor/) against one process training the unsplit model on
 // the same global batches: a small ViT (4 heads, 2 blocks) split over 2 and 4 ranks, on a 2 x 2
-// mesh of data x tensor, and the MLP over 2 and 3 ranks. Each rank is a real member of a Gloo
-// group on 127.0.0.1. Checked: the first step's logits and loss on every rank, the first step's
-// gradients of every parameter (the pieces gathered), the parameters and momenta after 4 SGD
-// steps (through module() and through state_dict(), which loads into the unsplit model), a
-// checkpoint of the single process loaded into the plan going on as the single process does, the
-// collective record (exactly two all-reduces of the activations a block forward and two
-// backward), clipping by the whole model's norm, a user's Sequential split with parallelize(),
-// and the layouts refused before any collective.
+// mesh of data x tensor, with and without sequence parallelism, and the MLP over 2 and 3 ranks.
+// Each rank is a real member of a Gloo group on 127.0.0.1. Checked: the first step's logits and
+// loss on every rank, the first step's gradients of every parameter (the pieces gathered), the
+// parameters and momenta after 4 SGD steps (through module() and through state_dict(), which loads
+// into the unsplit model), a checkpoint of the single process loaded into the plan going on as the
+// single process does, the collective record (exactly two all-reduces of the activations a block
+// forward and two backward; with sequence parallelism all-gathers and reduce-scatters instead),
+// clipping by the whole model's norm, a user's Sequential split with parallelize(), and the layouts
+// refused before any collective.
 //
 // Tolerance: 1e-5 relative to the largest magnitude of each tensor (plus 1e-6 absolute): the
 // split matrix products and the all-reduce sum in another order than one product.
@@ -145,10 +146,12 @@ struct Layout {
   Net net;
   int world;
   int tensor;
+  bool sequence = false;  // sequence parallel
 };
 
 std::string layout_name(const Layout& l) {
-  return fmt::format("{}_world{}_tensor{}", l.net == Net::kViT ? "vit" : "mlp", l.world, l.tensor);
+  return fmt::format("{}_world{}_tensor{}{}", l.net == Net::kViT ? "vit" : "mlp", l.world, l.tensor,
+                     l.sequence ? "_sequence" : "");
 }
 
 class TensorParallelPlanTest : public ::testing::TestWithParam<Layout> {};
@@ -163,6 +166,7 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
   auto errors = run_ranks(layout.world, [&](int rank, Context& context) {
     parallel::TensorParallelOptions options;
     options.size = layout.tensor;
+    options.sequence_parallel = layout.sequence;
     parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
     const int replicas = layout.world / layout.tensor;
     ASSERT_EQ(plan.replica(), rank / layout.tensor);
@@ -217,7 +221,11 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelPlanTest,
                          ::testing::Values(Layout{Net::kViT, 2, 2}, Layout{Net::kViT, 4, 4},
                                            Layout{Net::kViT, 4, 2}, Layout{Net::kMlp, 2, 2},
-                                           Layout{Net::kMlp, 3, 3}),
+                                           Layout{Net::kMlp, 3, 3},
+                                           // 5 tokens: shares of 3 and 2; of 2, 1, 1 and 1
+                                           Layout{Net::kViT, 2, 2, true},
+                                           Layout{Net::kViT, 4, 4, true},
+                                           Layout{Net::kViT, 4, 2, true}),
                          [](const auto& info) { return layout_name(info.param); });
 
 // The first step's gradients: each piece gathered from the tensor group is the unsplit model's
@@ -225,25 +233,35 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelPlanTest,
 TEST(TensorParallelGradientTest, EveryGradientIsTheUnsplitModelsOnTheSameBatch) {
   const Batches b = batches();
   const Reference want = single_process(Net::kViT, b);
-  std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
-  auto errors = run_ranks(2, [&](int rank, Context& context) {
-    auto split = parallel::tensor::split_model(nets[rank], context);
-    cross_entropy(split.module.forward(b.x[0]), b.y[0]).backward();
-    size_t checked = 0;
-    for (const auto& p : split.module.ptr()->named_parameters()) {
-      torch::Tensor grad = p.value().grad();
-      ASSERT_TRUE(grad.defined()) << p.key();
-      auto spec = split.specs.find(p.key());
-      if (spec != split.specs.end()) {
-        grad = parallel::tensor::gather_whole(grad, spec->second, context);
+  for (bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
+    std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
+    auto errors = run_ranks(2, [&](int rank, Context& context) {
+      auto split = parallel::tensor::split_model(nets[rank], context, sequence);
+      EXPECT_EQ(split.partial_grads.size(), sequence ? 12u : 0u) << "6 a block";
+      cross_entropy(split.module.forward(b.x[0]), b.y[0]).backward();
+      // Sequence parallel: what each rank's tokens gave, summed (the plan does this after
+      // backward).
+      for (const auto& name : split.partial_grads) {
+        torch::Tensor g = split.module.ptr()->named_parameters()[name].grad();
+        context.all_reduce_sum(g);
       }
-      expect_close(grad, want.first_grads.at(p.key()),
-                   fmt::format("rank {} grad {}", rank, p.key()));
-      ++checked;
-    }
-    EXPECT_EQ(checked, want.first_grads.size()) << "every parameter of the model";
-  });
-  EXPECT_ALL_RANKS_OK(errors);
+      size_t checked = 0;
+      for (const auto& p : split.module.ptr()->named_parameters()) {
+        torch::Tensor grad = p.value().grad();
+        ASSERT_TRUE(grad.defined()) << p.key();
+        auto spec = split.specs.find(p.key());
+        if (spec != split.specs.end()) {
+          grad = parallel::tensor::gather_whole(grad, spec->second, context);
+        }
+        expect_close(grad, want.first_grads.at(p.key()),
+                     fmt::format("rank {} grad {}", rank, p.key()));
+        ++checked;
+      }
+      EXPECT_EQ(checked, want.first_grads.size()) << "every parameter of the model";
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+  }
 }
 
 // A single process's checkpoint loads into the plan, which goes on as the single process does.
@@ -318,6 +336,46 @@ TEST(TensorParallelTrafficTest, TwoAllReducesABlockForwardAndTwoBackward) {
   }
 }
 
+// Sequence parallel: the all-reduces become all-gathers and reduce-scatters of the same
+// activations (each rank's share padded to ceil(S / T) tokens), plus entering and leaving the
+// region (an all-gather each way) and one all-reduce of the LayerNorms' and biases' gradients.
+TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInstead) {
+  const Batches b = batches();
+  const auto o = vit_options();
+  const int64_t tokens = (o.image_size / o.patch_size) * (o.image_size / o.patch_size) + 1;
+  const int64_t padded_bytes = 2 * ((tokens + 1) / 2) * kGlobalBatch * o.hidden_dim * 4;
+  const int64_t partial_bytes = o.num_layers * (4 * o.hidden_dim + 2 * o.hidden_dim) * 4;
+  std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
+  std::vector<std::map<std::string, std::vector<int64_t>>> sent(2);
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    parallel::TensorParallelOptions options;
+    options.sequence_parallel = true;
+    parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+    plan.forward_backward(micro_batch(b, 0, 0, 1), true);
+    plan.step();
+    plan.zero_grad();
+    const uint64_t before = context.trace()->snapshot().entries.back().seq;
+    plan.forward_backward(micro_batch(b, 1, 0, 1), true);
+    plan.step();
+    plan.zero_grad();
+    for (const auto& e : context.trace()->snapshot().entries) {
+      if (e.seq > before) sent[rank][e.sig.op].push_back(e.sig.bytes());
+    }
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto& ops = sent[rank];
+    EXPECT_EQ(ops["allgather_into_tensor"].size(), static_cast<size_t>(4 * o.num_layers + 2));
+    EXPECT_EQ(ops["reduce_scatter_tensor"].size(), static_cast<size_t>(4 * o.num_layers));
+    for (const char* op : {"allgather_into_tensor", "reduce_scatter_tensor"}) {
+      for (int64_t bytes : ops[op]) EXPECT_EQ(bytes, padded_bytes) << op << " rank " << rank;
+    }
+    ASSERT_EQ(ops["allreduce"].size(), 1u) << "the LayerNorms' and biases' gradients, once";
+    EXPECT_EQ(ops["allreduce"][0], partial_bytes);
+    EXPECT_EQ(ops.size(), 3u) << "nothing else is sent";
+  }
+}
+
 // clip_grad_norm() clips by the norm of the whole model's gradient, as one process would.
 TEST(TensorParallelClipTest, ClipsByTheWholeModelsNorm) {
   const Batches b = batches();
@@ -383,7 +441,8 @@ TEST(TensorParallelizeTest, AUsersSequentialSplitsByNameAndComputesTheSameOutput
 
 // Layouts that cannot run end on every rank with one line, before any collective.
 TEST(TensorParallelRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAnyCollective) {
-  auto refused = [](int world, int tensor, std::function<torch::nn::AnyModule()> make) {
+  auto refused = [](int world, int tensor, std::function<torch::nn::AnyModule()> make,
+                    bool sequence = false) {
     std::vector<std::string> messages(world);
     std::vector<size_t> collectives(world, 0);
     std::vector<torch::nn::AnyModule> nets;
@@ -394,6 +453,7 @@ TEST(TensorParallelRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeA
           const size_t before = context.trace() ? context.trace()->snapshot().entries.size() : 0;
           parallel::TensorParallelOptions options;
           options.size = tensor;
+          options.sequence_parallel = sequence;
           options.model_name = "the net";
           try {
             parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
@@ -420,6 +480,9 @@ TEST(TensorParallelRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeA
                                     "split over 3 ranks"),
             std::string::npos);
   auto linear = [] { return torch::nn::AnyModule(torch::nn::Linear(4, 4)); };
+  auto mlp = [] { return make_net(Net::kMlp); };
+  EXPECT_NE(refused(2, 2, mlp, true).find("--sequence_parallel: the net has no sequence of tokens"),
+            std::string::npos);
   EXPECT_NE(refused(2, 2, linear)
                 .find("the net has no tensor-parallel plan; the models that "
                       "have one are the ViTs"),

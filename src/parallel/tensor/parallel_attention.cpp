@@ -37,14 +37,20 @@ ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(const torch::nn::MultiheadA
 }
 
 torch::Tensor ParallelSelfAttentionImpl::forward(const torch::Tensor& x) {
+  return out_proj(attend(copy_to_region(x, group_)));
+}
+
+torch::Tensor ParallelSelfAttentionImpl::forward_partial(const torch::Tensor& x) {
+  return out_proj->forward_partial(attend(x));
+}
+
+torch::Tensor ParallelSelfAttentionImpl::attend(const torch::Tensor& x) {
   const int64_t batch = x.size(0), tokens = x.size(1);
-  torch::Tensor qkv =
-      torch::nn::functional::linear(copy_to_region(x, group_), in_proj_weight, in_proj_bias);
+  torch::Tensor qkv = torch::nn::functional::linear(x, in_proj_weight, in_proj_bias);
   // (B, S, 3 * h * d) -> three of (B, h, S, d)
   auto split = qkv.view({batch, tokens, 3, heads_, head_dim_}).permute({2, 0, 3, 1, 4});
   torch::Tensor attended = at::scaled_dot_product_attention(split[0], split[1], split[2]);
-  attended = attended.transpose(1, 2).reshape({batch, tokens, heads_ * head_dim_});
-  return out_proj(attended);
+  return attended.transpose(1, 2).reshape({batch, tokens, heads_ * head_dim_});
 }
 
 }  // namespace ddpx::parallel::tensor

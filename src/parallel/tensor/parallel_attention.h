@@ -30,6 +30,9 @@ class ParallelSelfAttentionImpl : public torch::nn::Module {
   ParallelSelfAttentionImpl(const torch::nn::MultiheadAttention& whole, dist::Context& group);
   // x: (B, S, D) whole -> (B, S, D) whole, on every rank of the group
   torch::Tensor forward(const torch::Tensor& x);
+  // x: (B, S, D) gathered by gather_tokens -> this rank's heads' partial sum of the output
+  // projection, without its all-reduce and bias (sequence parallelism, regions.h).
+  torch::Tensor forward_partial(const torch::Tensor& x);
 
   static ShardSpec in_proj_spec() { return {0, 3}; }
   int64_t local_heads() const { return heads_; }
@@ -38,6 +41,8 @@ class ParallelSelfAttentionImpl : public torch::nn::Module {
   RowParallelLinear out_proj{nullptr};
 
  private:
+  torch::Tensor attend(const torch::Tensor& x);  // this rank's heads: (B, S, D / T)
+
   dist::Context& group_;
   int64_t heads_ = 0, head_dim_ = 0;
 };

@@ -38,7 +38,11 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t 
           group) {}
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(copy_to_region(x, group_), weight, bias);
+  return forward_local(copy_to_region(x, group_));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward_local(const torch::Tensor& x) {
+  return torch::nn::functional::linear(x, weight, bias);
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(const torch::nn::Linear& whole, dist::Context& group)
@@ -58,8 +62,12 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in_features, int64_t out_fe
           group) {}
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = reduce_from_region(torch::nn::functional::linear(x, weight), group_);
+  torch::Tensor y = reduce_from_region(forward_partial(x), group_);
   return bias.defined() ? y + bias : y;
+}
+
+torch::Tensor RowParallelLinearImpl::forward_partial(const torch::Tensor& x) {
+  return torch::nn::functional::linear(x, weight);
 }
 
 }  // namespace ddpx::parallel::tensor

@@ -36,6 +36,8 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
                            bool bias = true);
   // x: (..., in) whole -> (..., out / T)
   torch::Tensor forward(const torch::Tensor& x);
+  // The same without copy_to_region: for an input gathered by gather_tokens (regions.h).
+  torch::Tensor forward_local(const torch::Tensor& x);
   ShardSpec spec() const { return {0, parts_}; }
 
   torch::Tensor weight, bias;
@@ -53,6 +55,8 @@ class RowParallelLinearImpl : public torch::nn::Module {
                         bool bias = true);
   // x: (..., in / T), this rank's features -> (..., out) whole, on every rank
   torch::Tensor forward(const torch::Tensor& x);
+  // This rank's partial sum, without the all-reduce and the bias: for reduce_scatter_tokens.
+  torch::Tensor forward_partial(const torch::Tensor& x);
   static ShardSpec weight_spec() { return {1, 1}; }
 
   torch::Tensor weight, bias;  // bias: the whole layer's (shared), added after the all-reduce

@@ -12,6 +12,7 @@
 #include "models/vit.h"
 #include "parallel/tensor/parallel_attention.h"
 #include "parallel/tensor/parallel_linear.h"
+#include "parallel/tensor/regions.h"
 
 namespace ddpx::parallel::tensor {
 namespace {
@@ -30,7 +31,7 @@ nn::AnyModule any_at(const nn::Sequential& seq, size_t i) {
 // the whole block.
 class ParallelViTBlockImpl : public nn::Module {
  public:
-  ParallelViTBlockImpl(const models::ViTEncoderBlock& whole, dist::Context& group) {
+  ParallelViTBlockImpl(const models::ViTEncoderBlock& whole, dist::Context& group) : group_(group) {
     ln_1 = register_module("ln_1", whole->ln_1);
     self_attention =
         register_module("self_attention", ParallelSelfAttention(whole->self_attention, group));
@@ -46,11 +47,31 @@ class ParallelViTBlockImpl : public nn::Module {
     torch::Tensor x = dropout(self_attention(ln_1(input))) + input;
     return x + mlp->forward(ln_2(x));
   }
+  // Sequence parallel: input (B, count, D), this rank's share of `tokens` (regions.h).
+  torch::Tensor forward_sequence(torch::Tensor input, int64_t tokens) {
+    torch::Tensor h = gather_tokens(ln_1(input), tokens, group_);
+    torch::Tensor x =
+        dropout(with_bias(reduce_scatter_tokens(self_attention->forward_partial(h), group_),
+                          self_attention->out_proj->bias)) +
+        input;
+    h = gather_tokens(ln_2(x), tokens, group_);
+    h = mlp->ptr<ColumnParallelLinearImpl>(0)->forward_local(h);
+    h = any_at(mlp, 2).forward(any_at(mlp, 1).forward(h));
+    auto fc2 = mlp->ptr<RowParallelLinearImpl>(3);
+    h = with_bias(reduce_scatter_tokens(fc2->forward_partial(h), group_), fc2->bias);
+    return x + any_at(mlp, 4).forward(h);
+  }
 
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   ParallelSelfAttention self_attention{nullptr};
   nn::Dropout dropout{nullptr};
   nn::Sequential mlp{nullptr};
+
+ private:
+  static torch::Tensor with_bias(const torch::Tensor& x, const torch::Tensor& bias) {
+    return bias.defined() ? x + bias : x;
+  }
+  dist::Context& group_;
 };
 TORCH_MODULE(ParallelViTBlock);
 
@@ -74,21 +95,30 @@ TORCH_MODULE(ParallelViTEncoder);
 // The whole ViT's embedding and head around the split blocks; names as torchvision's.
 class ParallelViTImpl : public nn::Module {
  public:
-  ParallelViTImpl(models::VisionTransformer whole, dist::Context& group)
-      : whole_(std::move(whole)) {
+  ParallelViTImpl(models::VisionTransformer whole, dist::Context& group, bool sequence_parallel)
+      : whole_(std::move(whole)), group_(group), sequence_parallel_(sequence_parallel) {
     register_module("conv_proj", whole_->conv_proj);
     register_parameter("class_token", whole_->class_token);
     encoder = register_module("encoder", ParallelViTEncoder(whole_->encoder, group));
     register_module("heads", whole_->heads);
   }
   torch::Tensor forward(torch::Tensor x) {
-    return whole_->head(encoder->layers->forward(whole_->embed(std::move(x))));
+    x = whole_->embed(std::move(x));
+    if (!sequence_parallel_) return whole_->head(encoder->layers->forward(x));
+    const int64_t tokens = x.size(1);
+    x = split_tokens(x, group_);
+    for (size_t i = 0; i < encoder->layers->size(); ++i) {
+      x = encoder->layers->ptr<ParallelViTBlockImpl>(i)->forward_sequence(x, tokens);
+    }
+    return whole_->head(whole_tokens(x, tokens, group_));
   }
 
   ParallelViTEncoder encoder{nullptr};
 
  private:
   models::VisionTransformer whole_;
+  dist::Context& group_;
+  bool sequence_parallel_;
 };
 TORCH_MODULE(ParallelViT);
 
@@ -126,8 +156,14 @@ void check_divides(int64_t size, int ranks, const std::string& what) {
 
 }  // namespace
 
-void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name) {
+void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name,
+                      bool sequence_parallel) {
   auto* module = whole.ptr().get();
+  DDPX_CHECK(!sequence_parallel || module->as<models::VisionTransformerImpl>() != nullptr,
+             ErrorKind::kUsage,
+             "--sequence_parallel: {} has no sequence of tokens to split; only the ViTs have, or "
+             "drop --sequence_parallel",
+             model_name);
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto block = vit->encoder->layers->ptr<models::ViTEncoderBlockImpl>(0);
     const auto& attention = block->self_attention->options;
@@ -147,14 +183,15 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
                           ranks, model_name));
 }
 
-SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group) {
+SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
+                       bool sequence_parallel) {
   SplitModel split;
   const int ranks = group.world_size();
   auto* module = whole.ptr().get();
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto holder = models::VisionTransformer(
         std::dynamic_pointer_cast<models::VisionTransformerImpl>(whole.ptr()));
-    ParallelViT parallel(holder, group);
+    ParallelViT parallel(holder, group, sequence_parallel);
     const auto blocks = vit->encoder->layers->size();
     for (size_t i = 0; i < blocks; ++i) {
       const std::string b = fmt::format("encoder.layers.encoder_layer_{}.", i);
@@ -164,14 +201,23 @@ SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group) 
       split.specs[b + "mlp.0.weight"] = {0, 1};
       split.specs[b + "mlp.0.bias"] = {0, 1};
       split.specs[b + "mlp.3.weight"] = RowParallelLinearImpl::weight_spec();
+      if (sequence_parallel) {  // applied to this rank's tokens only
+        for (const char* name : {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias",
+                                 "self_attention.out_proj.bias", "mlp.3.bias"}) {
+          split.partial_grads.push_back(b + name);
+        }
+      }
     }
     auto block = vit->encoder->layers->ptr<models::ViTEncoderBlockImpl>(0);
     const int64_t heads = block->self_attention->options.num_heads();
     const int64_t width = block->mlp->ptr<nn::LinearImpl>(0)->options.out_features();
-    split.summary = fmt::format(
-        "{} blocks: {} heads -> {} a rank, MLP width {} -> {}; two all-reduces a block forward, "
-        "two backward",
-        blocks, heads, heads / ranks, width, width / ranks);
+    split.summary =
+        fmt::format("{} blocks: {} heads -> {} a rank, MLP width {} -> {}; {}", blocks, heads,
+                    heads / ranks, width, width / ranks,
+                    sequence_parallel ? "sequence parallel: LayerNorms, dropouts and residuals "
+                                        "over 1/T of the tokens, two all-gathers and two "
+                                        "reduce-scatters a block each way"
+                                      : "two all-reduces a block forward, two backward");
     split.module = torch::nn::AnyModule(parallel);
     return split;
   }

@@ -17,6 +17,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "parallel/tensor/shard_spec.h"
 
@@ -32,15 +33,22 @@ struct SplitModel {
   // parameter and buffer is whole, and shared with the whole model.
   std::map<std::string, ShardSpec> specs;
   std::string summary;  // what was split, for the start-up line: "12 heads -> 6 a rank, ..."
+  // Sequence parallel: the whole parameters applied to this rank's tokens only (the blocks'
+  // LayerNorms, the row-parallel biases), whose gradients are summed over the group after
+  // backward.
+  std::vector<std::string> partial_grads;
 };
 
 // Throws ddpx::Error(kUsage), before any collective, for a model without a plan (naming the ones
 // with) or a size that does not split (heads, MLP width): `ranks` is the group's size.
-void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name);
+// `sequence_parallel` (regions.h) is for the ViTs only.
+void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name,
+                      bool sequence_parallel = false);
 
 // The split model of this rank of `group` (which must outlive it). Not collective: every rank's
 // whole model must hold the same weights.
-SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group);
+SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
+                       bool sequence_parallel = false);
 
 enum class LinearStyle { kColumn, kRow };
 

@@ -7,6 +7,15 @@
 //   (after a row-parallel layer): each rank's output is a partial sum.
 // A transformer block has one of each around its attention and one around its MLP: two
 // all-reduces forward, two backward. On a group of one both are the identity.
+//
+// Sequence parallelism (Megatron-LM's, Korthikanti et al. 2022) keeps the activations between
+// the split layers (LayerNorm, dropout, the residual) cut over tokens, dimension 1 of (B, S, D):
+// rank r holds a balanced share, tokens [start, start + count). f becomes gather_tokens (an
+// all-gather forward, a reduce-scatter backward) and g becomes reduce_scatter_tokens (a
+// reduce-scatter forward, an all-gather backward): the same bytes as the all-reduces they replace,
+// and each rank's LayerNorm and dropout activations are 1/T of the sequence. split_tokens and
+// whole_tokens enter and leave the region from whole activations. A sequence that T does not
+// divide is padded inside the collectives only.
 #pragma once
 
 #include <torch/types.h>
@@ -20,5 +29,22 @@ namespace ddpx::parallel::tensor {
 // `group` must outlive the autograd graph the result is part of.
 torch::Tensor copy_to_region(const torch::Tensor& x, dist::Context& group);
 torch::Tensor reduce_from_region(const torch::Tensor& x, dist::Context& group);
+
+struct TokenShard {
+  int64_t start = 0, count = 0;
+};
+// Rank `rank`'s share of `tokens` among `ranks`: the first tokens % ranks ranks one more.
+TokenShard token_shard(int64_t tokens, int rank, int ranks);
+
+// x: (B, S, D) whole -> (B, count, D) this rank's; backward: the gradients all-gathered.
+torch::Tensor split_tokens(const torch::Tensor& x, dist::Context& group);
+// x: (B, count, D) -> (B, tokens, D); backward: the gradients reduce-scattered to each share.
+torch::Tensor gather_tokens(const torch::Tensor& x, int64_t tokens, dist::Context& group);
+// x: (B, S, D) partial sums -> (B, count, D) this rank's share of their sum; backward: the
+// gradients all-gathered.
+torch::Tensor reduce_scatter_tokens(const torch::Tensor& x, dist::Context& group);
+// x: (B, count, D) -> (B, tokens, D) whole, for layers that run whole on every rank; backward:
+// this rank's share of the (identical) gradients.
+torch::Tensor whole_tokens(const torch::Tensor& x, int64_t tokens, dist::Context& group);
 
 }  // namespace ddpx::parallel::tensor

@@ -35,7 +35,7 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
              "--tensor_parallel {}: the world of {} ranks is not a whole number of tensor-parallel "
              "groups; start a multiple of {} ranks (ddpx run {} -- ...)",
              t, world, t, t);
-  tensor::check_splittable(whole_, t, options_.model_name);
+  tensor::check_splittable(whole_, t, options_.model_name, options_.sequence_parallel);
   // Every tensor rank cuts its pieces from the same weights: rank 0's.
   if (context.distributed()) {
     std::vector<torch::Tensor> state = whole_.ptr()->parameters();
@@ -55,9 +55,11 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     tensor_group_ = dist::split_group(context, tensor_groups, "tensor");
   }
   replicas_ = dist::split_group(context, replica_groups, "tensor_replicas");
-  auto split = tensor::split_model(whole_, *tensor_group_);
+  auto split = tensor::split_model(whole_, *tensor_group_, options_.sequence_parallel);
   split_ = split.module;
   specs_ = std::move(split.specs);
+  auto named = split_.ptr()->named_parameters();
+  for (const auto& name : split.partial_grads) partial_grads_.push_back(named[name]);
   summary_ = std::move(split.summary);
   DataParallelOptions dp = options_.replicas;
   dp.step.inside_backward = false;  // clip_grad_norm() reads the gradients across tensor ranks
@@ -89,7 +91,21 @@ std::string TensorParallelPlan::describe() {
 }
 
 MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
-  return inner_->forward_backward(batch, sync);
+  MicroBatchResult result = inner_->forward_backward(batch, sync);
+  if (sync && !partial_grads_.empty() && tensor_group_->distributed()) {
+    // Each rank's share of the tokens gave its share of these gradients: one all-reduce of all.
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : partial_grads_) grads.push_back(p.grad().view({-1}));
+    torch::Tensor flat = torch::cat(grads);
+    tensor_group_->all_reduce_sum(flat);
+    int64_t offset = 0;
+    for (auto& g : grads) {
+      g.copy_(flat.narrow(0, offset, g.numel()));
+      offset += g.numel();
+    }
+  }
+  return result;
 }
 
 void TensorParallelPlan::set_learning_rate(double lr) { inner_->set_learning_rate(lr); }

@@ -41,7 +41,10 @@ class Context;
 namespace ddpx::parallel {
 
 struct TensorParallelOptions {
-  int size = 2;                  // T: ranks that split each layer
+  int size = 2;  // T: ranks that split each layer
+  // Megatron's sequence parallelism (tensor/regions.h; the ViTs): the activations between the
+  // split layers cut over tokens, all-gathers and reduce-scatters in place of the all-reduces.
+  bool sequence_parallel = false;
   DataParallelOptions replicas;  // how the replicas average (comm hook, buffers)
   std::string model_name = "the model";
 };
@@ -82,6 +85,7 @@ class TensorParallelPlan : public Plan {
 
   torch::nn::AnyModule whole_, split_;
   std::map<std::string, tensor::ShardSpec> specs_;
+  std::vector<torch::Tensor> partial_grads_;  // sequence parallel: summed over the tensor group
   std::string summary_;
   dist::Context& context_;
   std::shared_ptr<dist::Context> tensor_group_;  // the context itself when T is the world

@@ -1,0 +1,144 @@
+"""The PyTorch peer of ddpx's --tensor_parallel (bench/compare_tensor_parallel.sh): DTensor tensor
+parallelism (parallelize_module with ColwiseParallel and RowwiseParallel, as torchtitan splits a
+transformer) on a ViT of torchvision's shape, on CPU over Gloo, one rank a process (started with
+torchrun's environment). torchvision's ViT runs its attention through nn.MultiheadAttention's fused
+in_proj, which DTensor cannot split by heads, so the blocks here hold q, k and v as three Linear
+layers (torchtitan's wq, wk, wv) with the same sizes and arithmetic; the MLP and the rest are
+torchvision's. Prints and appends (--json) images/s, the step time and rank 0's peak resident
+memory, the fields ddpx's `bench train --json` writes.
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                               parallelize_module)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk, self.wv = (nn.Linear(dim, dim) for _ in range(3))
+        self.wo = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (w(x).view(b, s, self.heads, -1).transpose(1, 2)
+                   for w in (self.wq, self.wk, self.wv))
+        out = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, -1)
+        return self.wo(out)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, mlp):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attention = Attention(dim, heads)
+        self.ln_2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp), nn.GELU(), nn.Dropout(0.0),
+                                 nn.Linear(mlp, dim), nn.Dropout(0.0))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class ViT(nn.Module):
+    def __init__(self, image, patch, layers, heads, dim, mlp, classes):
+        super().__init__()
+        self.patch = patch
+        self.conv_proj = nn.Conv2d(3, dim, patch, stride=patch)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embedding = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.conv_proj(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embedding
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x)[:, 0])
+
+
+MODELS = {  # torchvision's (and ddpx's) shapes: image, patch, layers, heads, dim, mlp
+    "vit_tiny_patch4_32": (32, 4, 6, 3, 192, 768),
+    "vit_b_16": (224, 16, 12, 12, 768, 3072),
+    "vit_b_32": (224, 32, 12, 12, 768, 3072),
+}
+
+
+def peak_rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="vit_tiny_patch4_32", choices=sorted(MODELS))
+    p.add_argument("--image_size", type=int, default=0, help="0: the model's")
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--num_classes", type=int, default=10)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    image, patch, layers, heads, dim, mlp = MODELS[a.model]
+    size = a.image_size or image
+    torch.manual_seed(0)
+    model = ViT(size, patch, layers, heads, dim, mlp, a.num_classes)
+    mesh = init_device_mesh("cpu", (world,))
+    for block in model.blocks:
+        parallelize_module(block, mesh, {
+            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(),
+            "mlp.0": ColwiseParallel(), "mlp.3": RowwiseParallel()})
+        block.attention.heads //= world  # this rank's heads
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(a.batch_size, 3, size, size, generator=g)
+    y = torch.randint(a.num_classes, (a.batch_size,), generator=g)
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dist.barrier()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        line = {"images_per_sec": a.steps * a.batch_size / seconds,
+                "step_ms": 1e3 * seconds / a.steps, "peak_rss_mib": peak_rss_mib(),
+                "ranks": world, "model": a.model, "batch_size": a.batch_size}
+        print(f"pytorch DTensor tensor parallel: {a.model} over {world} ranks, "
+              f"{line['images_per_sec']:.1f} images/s, {line['step_ms']:.1f} ms a step, "
+              f"peak RSS {line['peak_rss_mib']:.0f} MiB")
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(line) + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
