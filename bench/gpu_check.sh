@@ -10,7 +10,8 @@
 # Usage: bench/gpu_check.sh [--dry-run] [--budget SECONDS] [--step STEP]...
 #   (default: every step, in order; a step other than build builds first where nothing is built)
 #   steps: build  configure -DDDPX_GPU_CHECK=ON and build ddpx, ddpx-torch and test_gpu
-#          tests  ctest -L gpu
+#          tests  ctest -L gpu (then tests_alone)
+#          tests_alone  the gpu tests that fill the GPU's memory, one at a time
 #          bench  GEMM per dtype, the all-reduce table, world size 1 against no DDP, `ddpx plan`'s
 #                 prediction for it, a short run
 #          peer   ddpx beside PyTorch eager (DEVICE=cuda bench/compare_train.sh)
@@ -18,6 +19,8 @@
 #          pipeline  a pipeline's stages on CUDA tensors (GPipe, 1F1B, interleaved; with activation
 #                 checkpointing), and activation checkpointing's step time and peak memory
 #                 against none on ResNet-101 and ViT-B/16 (issue #25)
+#          parallel  tensor parallelism (with and without sequence parallelism) and PowerSGD on
+#                 CUDA tensors, each beside the run it must match
 #   Every command is time-boxed; --budget cuts each box to what is left of SECONDS since the
 #   start (commands past it are skipped and say so), for a tool that limits a call's time. On one
 #   H100 all the steps take about 20 minutes; docs/performance.md splits them into 10-minute calls.
@@ -33,7 +36,7 @@ cd "$(dirname "$0")/.."
 dry_run=0
 budget=0
 steps=()
-all_steps=(build tests bench pipeline peer recipes)
+all_steps=(build tests tests_alone bench pipeline parallel peer recipes)
 while (($#)); do
   case "$1" in
     --dry-run) dry_run=1 ;;
@@ -216,22 +219,26 @@ step_build() {
   run_timed ninja 450 ninja -C "$build" -j "$jobs" ddpx ddpx-torch test_gpu
 }
 
+alone_tests='BatchSizeFinder|OutOfMemory'
 step_tests() {
   # A few at a time on one GPU (they ran so on an H200, 2026-11-27), each boxed: one test that
   # hangs costs its box, not the call. The tests that fill the GPU's memory run after, alone:
   # beside them another test's ddpx finds the GPU taken and refuses it, and a batch-size trial
   # runs out of memory early (both seen on the H200, 2026-11-27 19:11Z).
-  local alone='BatchSizeFinder|OutOfMemory'
-  TAIL_LINES=60 run_timed ctest 420 "cd $build && ctest -L gpu -E '$alone' --output-on-failure \
---timeout 150 -j ${GPU_CHECK_TEST_JOBS:-3}"
-  TAIL_LINES=30 run_timed ctest_alone 240 "cd $build && ctest -L gpu -R '$alone' \
+  TAIL_LINES=60 run_timed ctest 420 "cd $build && ctest -L gpu -E '$alone_tests' \
+--output-on-failure --timeout 150 -j ${GPU_CHECK_TEST_JOBS:-3}"
+  step_tests_alone
+}
+
+step_tests_alone() {
+  TAIL_LINES=30 run_timed ctest_alone 240 "cd $build && ctest -L gpu -R '$alone_tests' \
 --output-on-failure --timeout 150"
 }
 
 step_bench() {
   local gpu_flags="--device cuda --amp bf16 --channels_last"
   local bench_train="bench train $gpu_flags --model resnet50 --image_size 224 --batch_size 128 \
---num_classes 100 --steps 50 --warmup 10 --no_augment"
+--num_classes 100 --steps 50 --warmup 10 --no_augment --workers 8"
   for dtype in fp32 tf32 bf16 fp16; do
     run_timed "gemm_$dtype" 60 "$ddpx" bench gemm --device cuda --size 8192 --dtype "$dtype"
   done
@@ -247,10 +254,12 @@ step_bench() {
     run_timed allreduce_gloo2 180 "$ddpx" run 2 --gpus 0,0 -- bench allreduce --device cuda \
       --backend gloo -b 1024 -e 67108864
   fi
-  # World size 1 against no DDP: the same workload twice each, interleaved.
+  # World size 1 against no DDP: the same workload twice each, interleaved. `ddpx run 1` forms no
+  # process group (the same loop as no DDP), so the world of one is forced: DDP's buckets, hooks
+  # and all-reduces on a NCCL group of one rank.
   for round in 1 2; do
     run_timed "no_ddp_$round" 120 "$ddpx" $bench_train
-    run_timed "world1_$round" 120 "$ddpx" run 1 -- $bench_train
+    run_timed "world1_$round" 120 env DDPX_FORCE_GROUP=1 "$ddpx" $bench_train
   done
   # `ddpx plan`'s prediction for the no-DDP run above (one GPU, bf16, batch 128; probed on this
   # host's CPU), to set beside that run's peak GPU memory.
@@ -288,6 +297,27 @@ step_pipeline() {
         --steps 20 --warmup 5 --no_augment --activation_checkpointing "$p"
     done
   done
+}
+
+step_parallel() {
+  # Tensor parallelism over 3 ranks sharing the GPU (Gloo between them: NCCL refuses two ranks
+  # on one GPU), with and without sequence parallelism, beside one process: the same losses and
+  # accuracies to print precision. PowerSGD (rank 2, compressing from step 10) beside plain
+  # averaging, 2 ranks.
+  local vit="train --device cuda --model vit_tiny_patch4_32 --optimizer sgd --num_epochs 1 \
+--limit_train_batches 20 --limit_test_batches 2 --batch_size 32 --eval_batch_size 64 --no_progress"
+  local three="$ddpx run 3 --gpus 0,0,0 --" two="$ddpx run 2 --gpus 0,0 --"
+  ((gpus > 2)) && three="$ddpx run 3 --"
+  ((gpus > 1)) && two="$ddpx run 2 --"
+  TAIL_LINES=6 run_timed vit_one 120 "$ddpx" $vit
+  TAIL_LINES=6 run_timed tensor_parallel_3 150 $three $vit --tensor_parallel 3
+  TAIL_LINES=6 run_timed sequence_parallel_3 150 $three $vit --tensor_parallel 3 \
+    --sequence_parallel
+  local r18="train --device cuda --model resnet18 --num_epochs 1 --batch_size 128 \
+--limit_train_batches 40 --limit_test_batches 5 --no_progress"
+  TAIL_LINES=6 run_timed ddp_2 150 $two $r18
+  TAIL_LINES=6 run_timed powersgd_2 150 $two $r18 --comm_hook powersgd --powersgd_rank 2 \
+    --powersgd_start_iter 10
 }
 
 step_peer() {

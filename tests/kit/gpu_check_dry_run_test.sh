@@ -38,9 +38,12 @@ done
 expect "DDPX_FORCE_GROUP=1 build-gpu-check/src/ddpx run 1 -- bench allreduce --device cuda --backend nccl"  # a forced world of one on NCCL
 expect "run 2 --gpus 0,0 -- bench allreduce --device cuda --backend gloo"
 expect "src/ddpx bench train --device cuda --amp bf16"        # no DDP ...
-expect "run 1 -- bench train --device cuda --amp bf16"        # ... against world size 1
+expect "DDPX_FORCE_GROUP=1 build-gpu-check/src/ddpx bench train --device cuda"  # ... against DDP on a world of one
 expect "plan --model resnet50 --image_size 224 --batch_size 128"  # the planner beside it
 expect "train --device cuda --amp bf16 --channels_last --num_epochs 1"
+expect "run 3 --gpus 0,0,0 -- train --device cuda --model vit_tiny_patch4_32"  # tensor parallel ...
+expect "--tensor_parallel 3 --sequence_parallel"                               # ... and sequence parallel
+expect "--comm_hook powersgd --powersgd_rank 2 --powersgd_start_iter 10"
 expect "DEVICE=cuda"
 expect "bench/compare_train.sh 50"
 for recipe in fashion-mnist-best cifar10-resnet18 cifar100-resnet18; do
@@ -61,6 +64,6 @@ bad=$(cd "$copy" && bash bench/gpu_check.sh --dry-run --step benchmarks 2>&1)
 rc=$?
 set -e
 ((rc == 2)) || fail "an unknown step exited $rc, not 2"
-[[ "$bad" == *"--step 'benchmarks' is not one of: build tests bench pipeline peer recipes"* ]] ||
+[[ "$bad" == *"--step 'benchmarks' is not one of: build tests tests_alone bench pipeline parallel peer recipes"* ]] ||
   fail "an unknown step was not named: $bad"
 echo "PASS: the dry run plans every pending GPU check"
