@@ -68,7 +68,9 @@ struct TrainBenchOptions {
   int pipeline_parallel = 1;
   int microbatches = 0;
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
-  int tensor_parallel = 1;                        // --loop trainer: ddpx train's --tensor_parallel
+  int tensor_parallel = 1;     // --loop trainer: ddpx train's --tensor_parallel
+  bool deterministic = false;  // --loop trainer: ddpx train's --deterministic
+  int64_t deterministic_atom = 8;
   bool sequence_parallel = false;                 // and --sequence_parallel
   std::string activation_checkpointing = "none";  // --loop trainer: ddpx train's
 };

@@ -60,6 +60,8 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.microbatches = b.microbatches;
   o.pipeline_schedule = b.pipeline_schedule;
   o.tensor_parallel = b.tensor_parallel;
+  o.deterministic = b.deterministic;
+  o.deterministic_atom = b.deterministic_atom;
   o.sequence_parallel = b.sequence_parallel;
   o.activation_checkpointing = b.activation_checkpointing;
   o.progress = false;
@@ -171,6 +173,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     line["shard"] = parallel::name(b.shard);
     line["pipeline_parallel"] = b.pipeline_parallel;
     line["tensor_parallel"] = b.tensor_parallel;
+    line["deterministic"] = b.deterministic;
     line["sequence_parallel"] = b.sequence_parallel;
     line["activation_checkpointing"] = b.activation_checkpointing;
     if (b.pipeline_parallel > 1) line["pipeline_schedule"] = parallel::name(b.pipeline_schedule);

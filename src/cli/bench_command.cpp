@@ -128,12 +128,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                          "--loop trainer: ddpx train's --tensor_parallel");
   train->add_flag("--sequence_parallel", t->sequence_parallel,
                   "with --tensor_parallel: ddpx train's --sequence_parallel");
+  auto* train_deterministic = train->add_flag("--deterministic", t->deterministic,
+                                              "--loop trainer: ddpx train's --deterministic");
+  train->add_option("--deterministic_atom", t->deterministic_atom,
+                    "with --deterministic: samples an atom");
   auto* train_checkpointing =
       train->add_option("--activation_checkpointing", t->activation_checkpointing,
                         "--loop trainer: ddpx train's (none | blocks | every:K)");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, md, bucket, first_bucket, train_shard, train_pipeline, train_tensor,
-                   train_checkpointing, &exit_code] {
+                   train_deterministic, train_checkpointing, &exit_code] {
     t->model = md->model;
     t->stem = md->stem;
     t->data = md->dataset;
@@ -156,6 +160,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_tensor->count() == 0,
                ErrorKind::kUsage,
                "bench train: --tensor_parallel runs ddpx train's loop; drop --loop phases");
+    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_deterministic->count() == 0,
+               ErrorKind::kUsage,
+               "bench train: --deterministic runs ddpx train's loop; drop --loop phases");
     DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_checkpointing->count() == 0,
                ErrorKind::kUsage,
                "bench train: --activation_checkpointing runs ddpx train's loop; drop --loop "

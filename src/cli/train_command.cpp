@@ -157,6 +157,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--sequence_parallel", o->sequence_parallel,
                 "with --tensor_parallel on a ViT: LayerNorms, dropouts and residuals over 1/T of "
                 "the tokens a rank (all-gathers and reduce-scatters instead of all-reduces)");
+  cmd->add_flag("--deterministic", o->deterministic,
+                "bitwise the same weights on 1, 2, 4, ... processes for one seed and global batch "
+                "(--batch_size_scaled): the batch in atoms, each its own forward and backward, "
+                "summed in a fixed tree; BatchNorm over each atom; --threads fixed (1 unless "
+                "given); slower");
+  cmd->add_option("--deterministic_atom", o->deterministic_atom,
+                  "with --deterministic: samples an atom (the same on every run)");
   cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
                   "none | blocks (recompute every block's forward in backward: less activation "
                   "memory, more time) | every:K (every K-th block)");

@@ -58,10 +58,24 @@ Batch DataLoader::build_batch(int64_t batch_index) const {
   auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
   auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
   const uint64_t seed = options_.seed, epoch = epoch_, k = batch_index;
-  std::seed_seq seq{lo(seed), hi(seed), lo(epoch), hi(epoch), lo(k), hi(k)};
-  std::mt19937_64 rng(seq);
   Batch batch;
-  batch.images = transform_batch(dataset_.images.index_select(0, idx), options_.transform, rng);
+  if (options_.per_sample_streams) {
+    // One stream a sample (a fourth pair, so never the batch stream of the same numbers).
+    std::vector<torch::Tensor> images;
+    images.reserve(end - begin);
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t sample = indices_[i];
+      std::seed_seq seq{lo(seed), hi(seed), lo(epoch), hi(epoch), lo(sample), hi(sample), 1u, 0u};
+      std::mt19937_64 rng(seq);
+      images.push_back(
+          transform_batch(dataset_.images.narrow(0, indices_[i], 1), options_.transform, rng));
+    }
+    batch.images = torch::cat(images);
+  } else {
+    std::seed_seq seq{lo(seed), hi(seed), lo(epoch), hi(epoch), lo(k), hi(k)};
+    std::mt19937_64 rng(seq);
+    batch.images = transform_batch(dataset_.images.index_select(0, idx), options_.transform, rng);
+  }
   batch.labels = dataset_.labels.index_select(0, idx);
   if (options_.pin_memory) {
     batch.images = batch.images.pin_memory();

@@ -1,7 +1,10 @@
 // A prefetching data loader. Background threads gather uint8 samples by index, apply the
 // batch transforms and queue ready float batches `prefetch` deep, so the training loop only
 // waits when the model outruns the loader. Deterministic: batch k of an epoch is built from
-// a random stream seeded by (seed, epoch, k), whichever thread builds it. The dataset is held
+// a random stream seeded by (seed, epoch, k), whichever thread builds it; with
+// `per_sample_streams` (the deterministic mode) each sample is augmented alone from a stream
+// seeded by (seed, epoch, sample index), so that it gets the same crop and flip whichever rank
+// and batch it lands in. The dataset is held
 // by reference and must outlive the loader. Errors raised while building a batch in a worker
 // thread are rethrown by next().
 #pragma once
@@ -35,7 +38,8 @@ struct LoaderOptions {
   int prefetch = 4;           // ready batches kept ahead
   int64_t limit_batches = 0;  // 0 = all
   uint64_t seed = 0;
-  bool pin_memory = false;  // page-locked batches, for non-blocking copies to a GPU
+  bool pin_memory = false;          // page-locked batches, for non-blocking copies to a GPU
+  bool per_sample_streams = false;  // augmentation keyed by the sample, not the batch (above)
   TransformOptions transform;
 };
 

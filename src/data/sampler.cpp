@@ -14,6 +14,14 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
              options.rank, options.world_size);
   DDPX_CHECK(dataset_size >= 0, ErrorKind::kInternal, "negative dataset size {}", dataset_size);
   const int64_t w = options.world_size;
+  DDPX_CHECK(options.block >= 0, ErrorKind::kInternal, "negative sampler block {}", options.block);
+  if (options.block > 0) {  // whole global batches of block * w
+    const int64_t global = options.block * w;
+    const int64_t batches =
+        options.drop_last ? dataset_size / global : (dataset_size + global - 1) / global;
+    num_samples_ = batches * options.block;
+    return;
+  }
   // As torch.utils.data.DistributedSampler.__init__.
   if (options.drop_last && dataset_size % w != 0)
     num_samples_ = (dataset_size - w + w - 1) / w;  // ceil((n - w) / w)
@@ -43,7 +51,12 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   }
   std::vector<int64_t> mine;
   mine.reserve(num_samples_);
-  for (int64_t i = options_.rank; i < total; i += w) mine.push_back(all[i]);
+  if (const int64_t b = options_.block; b > 0) {
+    for (int64_t start = options_.rank * b; start < total; start += b * w)
+      mine.insert(mine.end(), all.begin() + start, all.begin() + start + b);
+  } else {
+    for (int64_t i = options_.rank; i < total; i += w) mine.push_back(all[i]);
+  }
   return mine;
 }
 

@@ -1,8 +1,11 @@
 // Which samples each rank sees. DistributedSampler follows torch.utils.data.DistributedSampler:
 // a permutation seeded by seed + epoch (torch.randperm with a seeded generator), padded by
 // repeating from the start (or truncated with drop_last) to a multiple of world_size, and
-// rank r takes every world_size-th index starting at r. For evaluation, eval_indices splits
-// the dataset exactly: every sample is counted once across ranks, with no padding.
+// rank r takes every world_size-th index starting at r. With `block` B > 0 (the deterministic
+// mode) the permutation is cut into global batches of B * world_size indices, padded or
+// truncated to whole ones, and rank r takes the r-th run of B in each: a global batch then holds
+// the same samples in the same order on any world size. For evaluation, eval_indices splits the
+// dataset exactly: every sample is counted once across ranks, with no padding.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,7 @@ struct SamplerOptions {
   bool shuffle = true;
   bool drop_last = false;
   uint64_t seed = 0;
+  int64_t block = 0;  // > 0: contiguous runs of this many per rank (see above); 0: interleaved
 };
 
 class DistributedSampler {

@@ -76,11 +76,15 @@ std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int 
   sampler.rank = rank;
   sampler.world_size = world_size;
   sampler.seed = o.seed;
+  // --deterministic: each rank a contiguous run of every global batch, and augmentation keyed
+  // by the sample, so that a global batch is the same on any world size.
+  if (o.deterministic) sampler.block = batch_size;
   d.sampler = std::make_unique<data::DistributedSampler>(d.splits.train.size(), sampler);
-  const auto stream = static_cast<uint64_t>(rank);
-  d.train_loader = std::make_unique<data::DataLoader>(
-      d.splits.train,
-      loader_options(o, d.splits, true, batch_size, d.image_size, stream, pin_memory));
+  const auto stream = o.deterministic ? uint64_t{0} : static_cast<uint64_t>(rank);
+  auto train_options =
+      loader_options(o, d.splits, true, batch_size, d.image_size, stream, pin_memory);
+  train_options.per_sample_streams = o.deterministic;
+  d.train_loader = std::make_unique<data::DataLoader>(d.splits.train, train_options);
   d.test_loader = std::make_unique<data::DataLoader>(
       d.splits.test,
       loader_options(o, d.splits, false, o.eval_batch_size, d.image_size, stream, pin_memory));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -17,7 +18,10 @@
 namespace ddpx::train {
 
 std::shared_ptr<dist::Context> join_job(const TrainOptions& o) {
-  dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());
+  // --deterministic: a kernel may split a reduction by thread count, so the count is fixed (1
+  // unless given), and cuBLAS needs a fixed workspace before CUDA starts.
+  if (o.deterministic) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  dist::set_threads(o.threads > 0 ? o.threads : o.deterministic ? 1 : dist::default_threads());
   dist::InitOptions init;
   init.device = o.device;
   init.backend = o.backend;
@@ -26,7 +30,12 @@ std::shared_ptr<dist::Context> join_job(const TrainOptions& o) {
   auto context = dist::init(init);
   log::set_rank(context->rank());
   optim::check_amp(o.amp, context->device());
-  if (context->device().is_cuda()) at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark);
+  if (context->device().is_cuda())
+    at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark && !o.deterministic);
+  if (o.deterministic) {
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  }
   return context;
 }
 

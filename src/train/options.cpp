@@ -87,6 +87,40 @@ void validate_tensor_parallel(const TrainOptions& o) {
              t);
 }
 
+// The deterministic mode's flags: what would make a run depend on the world size or the rank
+// is refused (the world size itself is checked by the plan, before its first collective).
+void validate_deterministic(const TrainOptions& o) {
+  const auto usage = ErrorKind::kUsage;
+  DDPX_CHECK(o.deterministic || o.deterministic_atom == 8, usage,
+             "--deterministic_atom sets the deterministic mode's atoms: add --deterministic, or "
+             "drop --deterministic_atom");
+  if (!o.deterministic) return;
+  DDPX_CHECK(o.deterministic_atom >= 1, usage,
+             "--deterministic_atom {}: expected at least 1 sample an atom", o.deterministic_atom);
+  DDPX_CHECK(o.batch_size_scaled || o.batch_size % o.deterministic_atom == 0, usage,
+             "--deterministic: --batch_size {} is not a whole number of atoms of {} "
+             "(--deterministic_atom); pick a multiple of {}",
+             o.batch_size, o.deterministic_atom, o.deterministic_atom);
+  auto refuse = [&](bool bad, const std::string& flag, const char* why) {
+    DDPX_CHECK(!bad, usage, "--deterministic with {}: {}; drop one of the two", flag, why);
+  };
+  refuse(o.shard != parallel::ShardMode::kNone, "--shard " + std::string(parallel::name(o.shard)),
+         "the sharded plan reduce-scatters in the transport's order, not the fixed tree");
+  refuse(o.pipeline_parallel > 1, "--pipeline_parallel " + std::to_string(o.pipeline_parallel),
+         "a pipeline's micro-batches are not the atoms");
+  refuse(o.tensor_parallel > 1, "--tensor_parallel " + std::to_string(o.tensor_parallel),
+         "the tensor ranks' partial sums follow the all-reduce's order");
+  refuse(o.comm_hook != dist::CommHook::kAllreduce,
+         "--comm_hook " + std::string(dist::name(o.comm_hook)),
+         "the gradients are gathered whole and summed in a fixed order, never compressed");
+  refuse(o.sync_bn, "--sync_bn",
+         "BatchNorm normalizes each atom by its own statistics, the same on any world size");
+  refuse(o.accumulation_steps > 1, "--accumulation_steps " + std::to_string(o.accumulation_steps),
+         "raise --batch_size instead (the atoms already split the batch)");
+  refuse(o.mixup > 0 || o.cutmix > 0, o.mixup > 0 ? "--mixup" : "--cutmix",
+         "their mixing draws per batch, and a batch differs with the world size");
+}
+
 }  // namespace
 
 int pipeline_microbatches(const TrainOptions& o) {
@@ -186,6 +220,7 @@ void validate(const TrainOptions& o) {
   }
   validate_pipeline(o);
   validate_tensor_parallel(o);
+  validate_deterministic(o);
   const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
   DDPX_CHECK(checkpointing.every == 0 || o.shard != parallel::ShardMode::kFull, usage,
              "--activation_checkpointing {} with --shard full: recomputing a block inside "

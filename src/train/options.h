@@ -116,6 +116,10 @@ struct TrainOptions {
   // world is world / T data-parallel replicas of T ranks; --batch_size stays per replica.
   int tensor_parallel = 1;
   bool sequence_parallel = false;  // with tensor_parallel: activations cut over tokens (ViTs)
+  // --deterministic (parallel/data/deterministic_plan.h): bitwise the same weights on any
+  // power-of-two world size for one seed and global batch; atoms of this many samples.
+  bool deterministic = false;
+  int64_t deterministic_atom = 8;
   // none | blocks | every:K (models/activation_checkpoint.h): blocks recompute their forward in
   // backward.
   std::string activation_checkpointing = "none";

@@ -8,6 +8,7 @@
 #include "models/checkpointed_model.h"
 #include "optim/amp.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/data/deterministic_plan.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/sharded_plan.h"
 #include "parallel/tensor/tensor_parallel_plan.h"
@@ -81,6 +82,15 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
   }
   // Every other plan runs the model's forward: the wrapper's, which recomputes the blocks.
   model = models::with_activation_checkpointing(model, checkpointing, o.model);
+  if (o.deterministic) {
+    parallel::DeterministicOptions deterministic;
+    deterministic.atom = o.deterministic_atom;
+    deterministic.seed = static_cast<uint64_t>(o.seed);
+    deterministic.model_name = o.model;
+    chosen.plan = std::make_unique<parallel::DeterministicPlan>(std::move(model), context,
+                                                                make_optimizer, deterministic);
+    return chosen;
+  }
   if (o.shard != parallel::ShardMode::kNone && context.distributed()) {
     parallel::ShardedOptions sharded;
     sharded.mode = o.shard;

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <vector>
+
 #include "core/error.h"
 
 namespace ddpx::data {
@@ -93,6 +96,37 @@ TEST(LoaderTest, AugmentationIsDeterministicWhateverTheThreadCount) {
   EXPECT_TRUE(run(4, 5, 1).equal(reference));
   EXPECT_FALSE(run(2, 5, 2).equal(reference));  // a new epoch draws new crops
   EXPECT_FALSE(run(2, 6, 1).equal(reference));
+}
+
+// The deterministic mode's streams: a sample gets the same crop and flip whichever batch and
+// position it lands in (the batch streams give it another).
+TEST(LoaderTest, PerSampleStreamsAugmentASampleAlikeInAnyBatch) {
+  Dataset d = indexed(16);
+  d.images = torch::randint(0, 256, {16, 8, 8, 3}, torch::kUInt8);
+  auto run = [&](int64_t batch, std::vector<int64_t> order, bool per_sample) {
+    LoaderOptions o = plain(batch, 1);
+    o.seed = 3;
+    o.per_sample_streams = per_sample;
+    o.transform.out_channels = 3;
+    o.transform.random_crop = o.transform.horizontal_flip = true;
+    DataLoader loader(d, o);
+    loader.start_epoch(order, 0);
+    std::map<int64_t, torch::Tensor> by_sample;
+    while (auto b = loader.next())
+      for (int64_t i = 0; i < b->size(); ++i)
+        by_sample[b->labels[i].item<int64_t>()] = b->images[i];
+    return by_sample;
+  };
+  std::vector<int64_t> forward(16), backward = reversed(16);
+  for (int64_t i = 0; i < 16; ++i) forward[i] = i;
+  auto a = run(8, forward, true), b = run(4, backward, true);
+  auto c = run(8, forward, false), e = run(4, backward, false);
+  int same_batch_streams = 0;
+  for (int64_t i = 0; i < 16; ++i) {
+    EXPECT_TRUE(a.at(i).equal(b.at(i))) << "sample " << i;
+    same_batch_streams += c.at(i).equal(e.at(i));
+  }
+  EXPECT_LT(same_batch_streams, 16);  // without them, the batch decides the crop
 }
 
 TEST(LoaderTest, RestartMidEpochAndDestroyWithBatchesInFlight) {

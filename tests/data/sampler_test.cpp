@@ -59,6 +59,34 @@ TEST(SamplerTest, ShardsCoverTheDatasetAndDifferByEpoch) {
   EXPECT_EQ(static_cast<int64_t>(seen.size()), n);
 }
 
+// The deterministic mode's blocks: global batch j holds the same samples in the same order on
+// 1, 2 and 4 ranks (rank r's run of each global batch is the r-th), padded to whole batches.
+TEST(SamplerTest, BlocksMakeEveryGlobalBatchTheSameOnAnyWorldSize) {
+  const int64_t n = 103, global = 16;
+  for (bool drop_last : {false, true}) {
+    SamplerOptions one_rank{0, 1, true, drop_last, 7};
+    one_rank.block = global;
+    const auto whole = DistributedSampler(n, one_rank).indices(2);
+    EXPECT_EQ(static_cast<int64_t>(whole.size()), drop_last ? 96 : 112);
+    for (int64_t world : {2, 4}) {
+      const int64_t block = global / world;
+      std::vector<std::vector<int64_t>> ranks;
+      for (int64_t r = 0; r < world; ++r) {
+        SamplerOptions o{r, world, true, drop_last, 7};
+        o.block = block;
+        DistributedSampler sampler(n, o);
+        ranks.push_back(sampler.indices(2));
+        EXPECT_EQ(static_cast<int64_t>(ranks.back().size()), sampler.num_samples());
+      }
+      std::vector<int64_t> joined;  // global batch after global batch, rank after rank
+      for (size_t start = 0; start < ranks[0].size(); start += block)
+        for (const auto& mine : ranks)
+          joined.insert(joined.end(), mine.begin() + start, mine.begin() + start + block);
+      EXPECT_EQ(joined, whole) << "world " << world << " drop_last " << drop_last;
+    }
+  }
+}
+
 TEST(SamplerTest, EvalCountsEachSampleOnce) {
   for (int64_t world : {1, 3, 7}) {
     std::vector<int> count(50, 0);

@@ -147,7 +147,7 @@ class ParallelMlpImpl : public nn::Module {
 };
 TORCH_MODULE(ParallelMlp);
 
-void check_divides(int64_t size, int ranks, const std::string& what) {
+void check_splits(int64_t size, int ranks, const std::string& what) {
   DDPX_CHECK(size % ranks == 0, ErrorKind::kUsage,
              "--tensor_parallel {}: {} ({}) do not split over {} ranks; pick a --tensor_parallel "
              "that divides {}",
@@ -167,13 +167,13 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto block = vit->encoder->layers->ptr<models::ViTEncoderBlockImpl>(0);
     const auto& attention = block->self_attention->options;
-    check_divides(attention.num_heads(), ranks, fmt::format("{}'s attention heads", model_name));
-    check_divides(block->mlp->ptr<nn::LinearImpl>(0)->options.out_features(), ranks,
-                  fmt::format("{}'s MLP features", model_name));
+    check_splits(attention.num_heads(), ranks, fmt::format("{}'s attention heads", model_name));
+    check_splits(block->mlp->ptr<nn::LinearImpl>(0)->options.out_features(), ranks,
+                 fmt::format("{}'s MLP features", model_name));
     return;
   }
   if (auto* mlp = module->as<models::MlpImpl>()) {
-    check_divides(mlp->fc1->options.out_features(), ranks, "mlp's hidden features");
+    check_splits(mlp->fc1->options.out_features(), ranks, "mlp's hidden features");
     return;
   }
   throw Error(ErrorKind::kUsage,

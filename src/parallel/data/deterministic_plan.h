@@ -1,0 +1,97 @@
+// The deterministic plan (--deterministic, plan.h): data parallelism whose weights are bitwise
+// the same for one seed and one global batch on 1, 2, 4, ... processes.
+//
+// What differs between world sizes in ordinary data parallelism is the order of the sums: a
+// rank's backward sums its local batch inside the kernels (a batch of 64 is not two of 32), and
+// the all-reduce sums the ranks in the order of its ring or tree. Here neither depends on the
+// world size:
+// - The global batch is cut into atoms of a fixed number of samples (--deterministic_atom), the
+//   same on any world size; the sampler gives each rank a contiguous run of atoms (data/
+//   sampler.h's block) and the loader augments each sample from its own stream. Every atom's
+//   forward and backward runs alone, its dropout drawn from a stream of (seed, step, atom).
+// - The atoms' gradients are summed in one fixed binary tree over the global batch's atoms
+//   (halving: [0, A) = [0, A/2) + [A/2, A), down to single atoms). With a power-of-two world
+//   size dividing the atom count, each rank's run is a whole subtree: a rank sums its own, the
+//   ranks' sums are all-gathered (fp32, in rank order) and every rank adds them up the rest of
+//   the tree, then divides by A. Every rank gets the same bits, and so does one process.
+// - BatchNorm normalizes each atom by the atom's statistics (ghost batches of the atom's size,
+//   on any world size; so --sync_bn is not needed and refused). The running statistics replay
+//   the atoms in order: each atom's mean and variance are recorded (the layers run with
+//   momentum 1 for it), all-gathered, and folded into the step's starting statistics, atom
+//   after atom, with the layers' momentum.
+// - Intra-op threads are fixed by the caller (--threads, else 1): a kernel may split a
+//   reduction by thread count. On a GPU the caller also turns on PyTorch's deterministic
+//   algorithms.
+// The cost: atoms of a few samples run below a kernel's best batch size, and the all-gather
+// sends world_size x the gradient a rank (a ring all-reduce sends about 2x). Gradient
+// accumulation, hooks and sharding are refused (train/options.cpp); clipping, AMP, EMA and
+// checkpoints work as in the data-parallel plan, whose state this plan saves and loads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/plan.h"
+
+namespace ddpx::dist {
+class Context;
+}
+
+namespace ddpx::parallel {
+
+struct DeterministicOptions {
+  int64_t atom = 8;        // samples an atom
+  uint64_t seed = 0;       // the dropout streams' seed (--seed)
+  std::string model_name;  // for errors
+};
+
+class DeterministicPlan : public Plan {
+ public:
+  // Throws ddpx::Error(kUsage), before any collective, where the world size is not a power of
+  // two. `context` must outlive the plan.
+  DeterministicPlan(torch::nn::AnyModule model, dist::Context& context,
+                    const OptimizerFactory& make_optimizer, DeterministicOptions options);
+  ~DeterministicPlan() override;
+
+  std::string describe() override;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
+  torch::Tensor clip_grad_norm(double max_norm) override;
+  void step() override;
+  void zero_grad() override;
+  std::vector<torch::Tensor> parameters() override;
+  void state_dict(torch::serialize::OutputArchive& model,
+                  torch::serialize::OutputArchive& optimizer) override;
+  void load_state_dict(torch::serialize::InputArchive& model,
+                       torch::serialize::InputArchive& optimizer) override;
+  torch::nn::AnyModule& module() override { return model_; }
+  const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+
+  // The binary tree's sum of `parts` (halving, as above): the same bits for the same parts
+  // however they were computed. Exposed for the tests.
+  static torch::Tensor tree_sum(const std::vector<torch::Tensor>& parts);
+
+ private:
+  struct Norms;  // the BatchNorm layers and their statistics (deterministic_plan.cpp)
+
+  void broadcast_once();  // rank 0's weights and buffers, at the first call after construction
+  torch::Tensor atoms_gradient(const MicroBatch& batch, int64_t lo, int64_t hi,
+                               MicroBatchResult& result, std::vector<torch::Tensor>& losses);
+  torch::Tensor flat_gradient();
+  void set_gradient(const torch::Tensor& flat);
+  std::vector<torch::Tensor> gather(const torch::Tensor& local);
+
+  torch::nn::AnyModule model_;
+  dist::Context& context_;
+  DeterministicOptions options_;
+  OptimizerFactory make_optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<torch::Tensor> params_;  // those that train, in the model's order
+  std::unique_ptr<Norms> norms_;
+  bool broadcast_ = false;
+  int64_t steps_ = 0;  // synchronized backwards so far: the dropout streams' step
+};
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,105 @@
+// `ddpx [run N --] train --deterministic` as a user runs it, each rank a real process: ResNet-18
+// (BatchNorm) with random crops and flips, one global batch of 32 on 1, 2 and 4 processes, ends
+// with bitwise the same weights and BatchNorm statistics (checked by PyTorch on the exported
+// state dicts, with torch.equal); what would break it is refused in one line naming the flags.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/support.h"
+
+namespace ddpx {
+namespace {
+
+using test::ddpx;
+using test::run_command;
+using test::shell_quote;
+
+const std::string kTrain =
+    "train --model resnet18 --optimizer sgd --num_epochs 1 --limit_train_batches 3 "
+    "--limit_test_batches 1 --batch_size 32 --batch_size_scaled --random_crop --deterministic "
+    "--deterministic_atom 4 --no_progress ";
+
+TEST(DeterministicTrainTest, OneTwoAndFourProcessesEndWithBitwiseTheSameWeights) {
+  test::TempDir dir;
+  auto one = run_command(ddpx(kTrain + "--save_dir " + dir.file("w1")), 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("plan: deterministic data parallel over 1 rank(s) (atoms of 4 "
+                            "samples"),
+            std::string::npos)
+      << one.output;
+  EXPECT_NE(one.output.find("BatchNorm over each atom (20 layers, running statistics replayed)"),
+            std::string::npos)
+      << one.output;
+  EXPECT_NE(one.output.find("threads 1 |"), std::string::npos) << one.output;
+  for (int w : {2, 4}) {
+    auto run = run_command(ddpx(fmt::format("run {} --log_dir {} -- {}--save_dir {}", w,
+                                            dir.file(fmt::format("logs{}", w)), kTrain,
+                                            dir.file(fmt::format("w{}", w)))),
+                           300);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find(fmt::format("batch size {} per process, global batch 32", 32 / w)),
+              std::string::npos)
+        << run.output;
+  }
+  for (int w : {1, 2, 4}) {
+    auto exported = run_command(
+        ddpx(fmt::format("export --checkpoint {}/checkpoint_epoch0001.ddpx --out {}",
+                         dir.file(fmt::format("w{}", w)), dir.file(fmt::format("w{}.pt", w)))),
+        120);
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  }
+  auto py = test::run_python(
+      "import torch\n"
+      "one = torch.load(" +
+      shell_quote(dir.file("w1.pt")) +
+      ")\n"
+      "for w in (2, 4):\n"
+      "    other = torch.load(" +
+      shell_quote(dir.file("w")) +
+      " + str(w) + '.pt')\n"
+      "    assert one.keys() == other.keys(), w\n"
+      "    differ = [k for k in one if not torch.equal(one[k], other[k])]\n"
+      "    print('world', w, 'tensors', len(one), 'differ', len(differ), differ[:3])\n"
+      "print('trained', any(v.abs().sum() > 0 for k, v in one.items() if 'running_mean' in k))\n");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  EXPECT_NE(py.output.find("world 2 tensors 122 differ 0"), std::string::npos) << py.output;
+  EXPECT_NE(py.output.find("world 4 tensors 122 differ 0"), std::string::npos) << py.output;
+  EXPECT_NE(py.output.find("trained True"), std::string::npos) << py.output;
+}
+
+TEST(DeterministicTrainTest, WhatWouldBreakItIsRefusedNamingTheFlags) {
+  const std::string mlp =
+      "train --model mlp --num_epochs 1 --limit_train_batches 2 --batch_size 16 --no_progress ";
+  const std::vector<std::pair<std::string, std::string>> before_joining = {
+      {"--deterministic_atom 4",
+       "--deterministic_atom sets the deterministic mode's atoms: add "
+       "--deterministic"},
+      {"--deterministic --deterministic_atom 5",
+       "--deterministic: --batch_size 16 is not a whole number of atoms of 5"},
+      {"--deterministic --shard full", "--deterministic with --shard full:"},
+      {"--deterministic --sync_bn", "--deterministic with --sync_bn:"},
+      {"--deterministic --comm_hook powersgd", "--deterministic with --comm_hook powersgd:"},
+      {"--deterministic --accumulation_steps 2", "--deterministic with --accumulation_steps 2:"},
+      {"--deterministic --mixup 0.2", "--deterministic with --mixup:"},
+  };
+  for (const auto& [flags, expected] : before_joining) {
+    auto r = run_command(ddpx(mlp + flags), 60);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
+  }
+  // Known once the job has joined: refused by every rank before the plan's first collective.
+  test::TempDir dir;
+  auto r = run_command(
+      ddpx(fmt::format("run 3 --log_dir {} -- {}--deterministic", dir.path(), mlp)), 120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--deterministic: the world size 3 is not a power of two"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace ddpx
