@@ -66,7 +66,7 @@ TEST(RecipeOptionsTest, EveryOptionTrainsWithTwoWorkersAndResumesWithItsEma) {
   test::TempDir dir;
   const std::string common =
       " -- train --model resnet18 --num_epochs 1 --batch_size 32 "
-      "--limit_train_batches 10 --limit_test_batches 2 --no_progress"
+      "--limit_train_batches 10 --limit_test_batches 1 --no_progress"
       " --save_dir " +
       dir.file("ck") + kEveryOption;
   auto r = run_command(ddpx_command("run 2 --log_dir " + dir.file("log") + common +
@@ -106,7 +106,7 @@ TEST(RecipeOptionsTest, EveryOptionTrainsInOneProcess) {
   test::TempDir dir;
   auto r = run_command(
       ddpx_command(std::string("train --model resnet18 --num_epochs 1 --batch_size 32 "
-                               "--limit_train_batches 12 --limit_test_batches 4 --no_progress "
+                               "--limit_train_batches 10 --limit_test_batches 2 --no_progress "
                                "--threads 2 --tensorboard ") +
                    dir.file("tb") + " --profile " + dir.file("prof") +
                    " --profile_steps 2 --profile_skip 1" + kEveryOption),

@@ -89,7 +89,7 @@ AFTER_JOINING = [r for r in RULES if r[4] in (
     "does not divide the world of 1 ranks", "not a whole number of tensor-parallel groups")]
 
 BATCH = 32  # the global batch (--batch_size_scaled: split over the data-parallel ranks)
-STEPS = 4
+STEPS = 3
 
 
 def refusals(c):
