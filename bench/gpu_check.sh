@@ -19,8 +19,8 @@
 #          pipeline  a pipeline's stages on CUDA tensors (GPipe, 1F1B, interleaved; with activation
 #                 checkpointing), and activation checkpointing's step time and peak memory
 #                 against none on ResNet-101 and ViT-B/16 (issue #25)
-#          parallel  tensor parallelism (with and without sequence parallelism) and PowerSGD on
-#                 CUDA tensors, each beside the run it must match
+#          parallel  tensor parallelism (with and without sequence parallelism), PowerSGD and
+#                 --deterministic on CUDA tensors, each beside the run it must match
 #   Every command is time-boxed; --budget cuts each box to what is left of SECONDS since the
 #   start (commands past it are skipped and say so), for a tool that limits a call's time. On one
 #   H100 all the steps take about 20 minutes; docs/performance.md splits them into 10-minute calls.
@@ -318,6 +318,22 @@ step_parallel() {
   TAIL_LINES=6 run_timed ddp_2 150 $two $r18
   TAIL_LINES=6 run_timed powersgd_2 150 $two $r18 --comm_hook powersgd --powersgd_rank 2 \
     --powersgd_start_iter 10
+  # --deterministic on CUDA: one process and two ranks, one global batch of 32, the exported
+  # weights compared bit for bit (PyTorch's deterministic algorithms on: an operation without a
+  # deterministic kernel fails by name).
+  local det="train --device cuda --model resnet18 --num_epochs 1 --limit_train_batches 5 \
+--limit_test_batches 1 --batch_size 32 --batch_size_scaled --deterministic --no_progress"
+  local w
+  rm -rf "$build/deterministic"
+  TAIL_LINES=6 run_timed deterministic_1 120 "$ddpx" $det --save_dir "$build/deterministic/w1"
+  TAIL_LINES=6 run_timed deterministic_2 150 $two $det --save_dir "$build/deterministic/w2"
+  for w in 1 2; do
+    run_timed "deterministic_export_$w" 60 "$ddpx" export --checkpoint \
+      "$build/deterministic/w$w/checkpoint_epoch0001.ddpx" --out "$build/deterministic/w$w.pt"
+  done
+  run_timed deterministic_compare 60 "$python" -c "'import torch; \
+a = torch.load(\"$build/deterministic/w1.pt\"); b = torch.load(\"$build/deterministic/w2.pt\"); \
+d = [k for k in a if not torch.equal(a[k], b[k])]; print(\"tensors\", len(a), \"differ\", len(d), d[:3])'"
 }
 
 step_peer() {

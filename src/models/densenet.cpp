@@ -110,7 +110,7 @@ torch::Tensor DenseNetImpl::forward(torch::Tensor x) {
       "three 2x2 pools), got {}; resize with --image_size 32 or larger",
       kMinInputSize, fmt::format("{}", fmt::join(x.sizes(), "x")));
   x = torch::relu(features->forward(x));                         // (B, C, H/32, W/32)
-  x = torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);  // (B, C)
+  x = x.mean({2, 3});  // (B, C)
   return classifier(x);                                          // (B, num_classes)
 }
 

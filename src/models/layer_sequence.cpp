@@ -14,6 +14,11 @@
 namespace ddpx::models {
 namespace {
 
+torch::Tensor global_pool(const torch::Tensor& x) {
+  return x.mean({2, 3});  // as the models' forward (resnet.cpp)
+}
+
+
 using Modules = std::vector<std::shared_ptr<torch::nn::Module>>;
 using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
 
@@ -55,7 +60,7 @@ std::vector<Layer> resnet_layers(const std::shared_ptr<ResNetImpl>& m) {
   add_children(layers, "layer3", m->layer3);
   add_children(layers, "layer4", m->layer4);
   layers.push_back(make_layer(
-      "head", [m](const torch::Tensor& x) { return m->fc(torch::flatten(m->avgpool(x), 1)); },
+      "head", [m](const torch::Tensor& x) { return m->fc(global_pool(x)); },
       {m->fc.ptr()}));
   return layers;
 }
@@ -106,10 +111,6 @@ std::vector<Layer> features_layers(const std::shared_ptr<Impl>& m, Forward head,
   return layers;
 }
 
-torch::Tensor global_pool(const torch::Tensor& x) {
-  return torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);
-}
-
 }  // namespace
 
 std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& model) {
@@ -139,7 +140,7 @@ std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& mod
   if (auto m = std::dynamic_pointer_cast<EfficientNetImpl>(module)) {
     return features_layers(m,
                            [m](const torch::Tensor& x) {
-                             return m->classifier->forward(torch::flatten(m->avgpool(x), 1));
+                             return m->classifier->forward(global_pool(x));
                            },
                            {m->classifier.ptr()});
   }

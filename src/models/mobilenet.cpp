@@ -86,7 +86,7 @@ torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
              "to 3 channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
   x = features->forward(x);                                      // (B, 1280, H/32, W/32)
-  x = torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);  // (B, 1280)
+  x = x.mean({2, 3});  // (B, 1280)
   return classifier->forward(x);                                 // (B, num_classes)
 }
 

@@ -91,7 +91,7 @@ SqueezeExcitationImpl::SqueezeExcitationImpl(int64_t channels, int64_t squeeze) 
 }
 
 torch::Tensor SqueezeExcitationImpl::forward(torch::Tensor x) {
-  torch::Tensor scale = torch::adaptive_avg_pool2d(x, {1, 1});  // (B, C, 1, 1)
+  torch::Tensor scale = x.mean({2, 3}, /*keepdim=*/true);  // (B, C, 1, 1)
   scale = torch::hardsigmoid(fc2(torch::relu(fc1(scale))));
   return scale * x;
 }
@@ -138,7 +138,7 @@ torch::Tensor MobileNetV3Impl::forward(torch::Tensor x) {
              "to 3 channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
   x = features->forward(x);                                      // (B, 6 * out, H/32, W/32)
-  x = torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), 1);  // (B, 6 * out)
+  x = x.mean({2, 3});  // (B, 6 * out)
   return classifier->forward(x);                                 // (B, num_classes)
 }
 

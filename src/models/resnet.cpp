@@ -143,8 +143,9 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
   // Sequential's call operator cannot deduce a return type; forward() defaults to Tensor.
   for (auto* stage : {&layer1, &layer2, &layer3, &layer4}) x = (*stage)->forward(x);
   // x: (B, 512 * expansion, H/32, W/32)
-  x = torch::flatten(avgpool(x), 1);  // (B, 512 * expansion)
-  return fc(x);                       // (B, num_classes)
+  // The mean over H and W: adaptive pooling's CUDA backward has no deterministic kernel.
+  x = x.mean({2, 3});  // (B, 512 * expansion)
+  return fc(x);        // (B, num_classes)
 }
 
 int64_t resnet_parameter_count(const ResNetOptions& options) {
