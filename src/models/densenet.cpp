@@ -109,9 +109,9 @@ torch::Tensor DenseNetImpl::forward(torch::Tensor x) {
       "DenseNet expects input of shape (B, 3, H, W) with H, W >= {} (a stride-4 stem and "
       "three 2x2 pools), got {}; resize with --image_size 32 or larger",
       kMinInputSize, fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = torch::relu(features->forward(x));                         // (B, C, H/32, W/32)
-  x = x.mean({2, 3});  // (B, C)
-  return classifier(x);                                          // (B, num_classes)
+  x = torch::relu(features->forward(x));  // (B, C, H/32, W/32)
+  x = x.mean({2, 3});                     // (B, C)
+  return classifier(x);                   // (B, num_classes)
 }
 
 int64_t densenet_parameter_count(const DenseNetOptions& o) {

@@ -119,7 +119,8 @@ MBConvSqueezeExcitationImpl::MBConvSqueezeExcitationImpl(int64_t channels,
 
 torch::Tensor MBConvSqueezeExcitationImpl::forward(torch::Tensor x) {
   // scale: (B, C, 1, 1), one gate per channel
-  const torch::Tensor scale = scale_activation(fc2(activation(fc1(x.mean({2, 3}, /*keepdim=*/true)))));
+  const torch::Tensor scale =
+      scale_activation(fc2(activation(fc1(x.mean({2, 3}, /*keepdim=*/true)))));
   return scale * x;
 }
 
@@ -187,7 +188,7 @@ torch::Tensor EfficientNetImpl::forward(torch::Tensor x) {
              "EfficientNet expects input of shape (B, 3, H, W), got {}; convert grayscale images "
              "to 3 channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = features->forward(x);           // (B, 4 * C_last, H/32, W/32)
+  x = features->forward(x);       // (B, 4 * C_last, H/32, W/32)
   x = x.mean({2, 3});             // (B, 4 * C_last); see resnet.cpp
   return classifier->forward(x);  // (B, num_classes)
 }

@@ -18,7 +18,6 @@ torch::Tensor global_pool(const torch::Tensor& x) {
   return x.mean({2, 3});  // as the models' forward (resnet.cpp)
 }
 
-
 using Modules = std::vector<std::shared_ptr<torch::nn::Module>>;
 using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
 
@@ -59,9 +58,8 @@ std::vector<Layer> resnet_layers(const std::shared_ptr<ResNetImpl>& m) {
   add_children(layers, "layer2", m->layer2);
   add_children(layers, "layer3", m->layer3);
   add_children(layers, "layer4", m->layer4);
-  layers.push_back(make_layer(
-      "head", [m](const torch::Tensor& x) { return m->fc(global_pool(x)); },
-      {m->fc.ptr()}));
+  layers.push_back(make_layer("head", [m](const torch::Tensor& x) { return m->fc(global_pool(x)); },
+                              {m->fc.ptr()}));
   return layers;
 }
 
@@ -138,11 +136,9 @@ std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& mod
         {m->classifier.ptr()});
   }
   if (auto m = std::dynamic_pointer_cast<EfficientNetImpl>(module)) {
-    return features_layers(m,
-                           [m](const torch::Tensor& x) {
-                             return m->classifier->forward(global_pool(x));
-                           },
-                           {m->classifier.ptr()});
+    return features_layers(
+        m, [m](const torch::Tensor& x) { return m->classifier->forward(global_pool(x)); },
+        {m->classifier.ptr()});
   }
   if (auto m = std::dynamic_pointer_cast<DenseNetImpl>(module)) {
     return features_layers(

@@ -85,9 +85,9 @@ torch::Tensor MobileNetV2Impl::forward(torch::Tensor x) {
              "MobileNetV2 expects input of shape (B, 3, H, W), got {}; convert grayscale images "
              "to 3 channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = features->forward(x);                                      // (B, 1280, H/32, W/32)
-  x = x.mean({2, 3});  // (B, 1280)
-  return classifier->forward(x);                                 // (B, num_classes)
+  x = features->forward(x);       // (B, 1280, H/32, W/32)
+  x = x.mean({2, 3});             // (B, 1280)
+  return classifier->forward(x);  // (B, num_classes)
 }
 
 }  // namespace ddpx::models

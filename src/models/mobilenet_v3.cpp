@@ -137,9 +137,9 @@ torch::Tensor MobileNetV3Impl::forward(torch::Tensor x) {
              "MobileNetV3 expects input of shape (B, 3, H, W), got {}; convert grayscale images "
              "to 3 channels first",
              fmt::format("{}", fmt::join(x.sizes(), "x")));
-  x = features->forward(x);                                      // (B, 6 * out, H/32, W/32)
-  x = x.mean({2, 3});  // (B, 6 * out)
-  return classifier->forward(x);                                 // (B, num_classes)
+  x = features->forward(x);       // (B, 6 * out, H/32, W/32)
+  x = x.mean({2, 3});             // (B, 6 * out)
+  return classifier->forward(x);  // (B, num_classes)
 }
 
 int64_t mobilenet_v3_parameter_count(const MobileNetV3Options& options) {
