@@ -104,8 +104,15 @@ void validate_deterministic(const TrainOptions& o) {
   auto refuse = [&](bool bad, const std::string& flag, const char* why) {
     DDPX_CHECK(!bad, usage, "--deterministic with {}: {}; drop one of the two", flag, why);
   };
-  refuse(o.shard != parallel::ShardMode::kNone, "--shard " + std::string(parallel::name(o.shard)),
-         "the sharded plan reduce-scatters in the transport's order, not the fixed tree");
+  const bool sharded = o.shard != parallel::ShardMode::kNone;
+  DDPX_CHECK(!(sharded && o.clip_grad_norm > 0), usage,
+             "--deterministic with --shard {} and --clip_grad_norm: the norm over the shards "
+             "sums the ranks' squares in the transport's order; drop --clip_grad_norm or --shard",
+             parallel::name(o.shard));
+  refuse(sharded && (o.shard_gather_dtype == GatherDtype::kBf16 ||
+                     o.shard_gather_dtype == GatherDtype::kFp16),
+         "--shard_gather_dtype " + std::string(name(o.shard_gather_dtype)),
+         "the atoms run on the parameters as the optimizer left them (fp32 gathers)");
   refuse(o.pipeline_parallel > 1, "--pipeline_parallel " + std::to_string(o.pipeline_parallel),
          "a pipeline's micro-batches are not the atoms");
   refuse(o.tensor_parallel > 1, "--tensor_parallel " + std::to_string(o.tensor_parallel),

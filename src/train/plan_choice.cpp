@@ -82,7 +82,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
   }
   // Every other plan runs the model's forward: the wrapper's, which recomputes the blocks.
   model = models::with_activation_checkpointing(model, checkpointing, o.model);
-  if (o.deterministic) {
+  if (o.deterministic && (o.shard == parallel::ShardMode::kNone || !context.distributed())) {
     parallel::DeterministicOptions deterministic;
     deterministic.atom = o.deterministic_atom;
     deterministic.seed = static_cast<uint64_t>(o.seed);
@@ -98,7 +98,11 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     sharded.broadcast_buffers = o.broadcast_buffers;
     sharded.sync_bn = o.sync_bn;
     sharded.model_name = o.model;
-    switch (o.shard_gather_dtype) {
+    if (o.deterministic) {
+      sharded.deterministic_atom = o.deterministic_atom;
+      sharded.seed = static_cast<uint64_t>(o.seed);
+    }
+    switch (o.deterministic ? GatherDtype::kFp32 : o.shard_gather_dtype) {
       case GatherDtype::kAuto:
         if (auto dtype = optim::amp_dtype(o.amp)) sharded.gather_dtype = *dtype;
         break;

@@ -1,7 +1,8 @@
 // `ddpx [run N --] train --deterministic` as a user runs it, each rank a real process: ResNet-18
-// (BatchNorm) with random crops and flips, one global batch of 32 on 1, 2 and 4 processes, ends
-// with bitwise the same weights and BatchNorm statistics (checked by PyTorch on the exported
-// state dicts, with torch.equal); what would break it is refused in one line naming the flags.
+// (BatchNorm) with random crops and flips, one global batch of 32 on 1, 2 and 4 processes, plain
+// and sharded (ZeRO-2 on 2, ZeRO-3 on 4), ends with bitwise the same weights and BatchNorm
+// statistics (checked by PyTorch on the exported state dicts, with torch.equal); what would
+// break it is refused in one line naming the flags.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -23,7 +24,7 @@ const std::string kTrain =
     "--limit_test_batches 1 --batch_size 32 --batch_size_scaled --random_crop --deterministic "
     "--deterministic_atom 4 --no_progress ";
 
-TEST(DeterministicTrainTest, OneTwoAndFourProcessesEndWithBitwiseTheSameWeights) {
+TEST(DeterministicTrainTest, OneTwoAndFourProcessesPlainOrShardedEndWithBitwiseTheSameWeights) {
   test::TempDir dir;
   auto one = run_command(ddpx(kTrain + "--save_dir " + dir.file("w1")), 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -35,21 +36,32 @@ TEST(DeterministicTrainTest, OneTwoAndFourProcessesEndWithBitwiseTheSameWeights)
             std::string::npos)
       << one.output;
   EXPECT_NE(one.output.find("threads 1 |"), std::string::npos) << one.output;
-  for (int w : {2, 4}) {
-    auto run = run_command(ddpx(fmt::format("run {} --log_dir {} -- {}--save_dir {}", w,
-                                            dir.file(fmt::format("logs{}", w)), kTrain,
-                                            dir.file(fmt::format("w{}", w)))),
-                           300);
+  struct Run {
+    std::string name;
+    int world;
+    std::string flags, plan;
+  };
+  const std::vector<Run> runs = {
+      {"2", 2, "", "plan: deterministic data parallel over 2 rank(s)"},
+      {"2z2", 2, "--shard gradients ", "(--shard gradients, ZeRO-2: gradients and optimizer"},
+      {"4z3", 4, "--shard full ", "(--shard full, ZeRO-3: parameters, gradients and optimizer"}};
+  for (const auto& r : runs) {
+    auto run = run_command(
+        ddpx(fmt::format("run {} --log_dir {} -- {}{}--save_dir {}", r.world,
+                         dir.file("logs" + r.name), kTrain, r.flags, dir.file("w" + r.name))),
+        300);
     ASSERT_EQ(run.exit_code, 0) << run.output;
-    EXPECT_NE(run.output.find(fmt::format("batch size {} per process, global batch 32", 32 / w)),
-              std::string::npos)
+    EXPECT_NE(
+        run.output.find(fmt::format("batch size {} per process, global batch 32", 32 / r.world)),
+        std::string::npos)
         << run.output;
+    EXPECT_NE(run.output.find(r.plan), std::string::npos) << run.output;
   }
-  for (int w : {1, 2, 4}) {
-    auto exported = run_command(
-        ddpx(fmt::format("export --checkpoint {}/checkpoint_epoch0001.ddpx --out {}",
-                         dir.file(fmt::format("w{}", w)), dir.file(fmt::format("w{}.pt", w)))),
-        120);
+  for (const std::string w : {"1", "2", "2z2", "4z3"}) {
+    auto exported =
+        run_command(ddpx(fmt::format("export --checkpoint {}/checkpoint_epoch0001.ddpx --out {}",
+                                     dir.file("w" + w), dir.file("w" + w + ".pt"))),
+                    120);
     ASSERT_EQ(exported.exit_code, 0) << exported.output;
   }
   auto py = test::run_python(
@@ -57,17 +69,19 @@ TEST(DeterministicTrainTest, OneTwoAndFourProcessesEndWithBitwiseTheSameWeights)
       "one = torch.load(" +
       shell_quote(dir.file("w1.pt")) +
       ")\n"
-      "for w in (2, 4):\n"
+      "for w in ('2', '2z2', '4z3'):\n"
       "    other = torch.load(" +
       shell_quote(dir.file("w")) +
-      " + str(w) + '.pt')\n"
+      " + w + '.pt')\n"
       "    assert one.keys() == other.keys(), w\n"
       "    differ = [k for k in one if not torch.equal(one[k], other[k])]\n"
       "    print('world', w, 'tensors', len(one), 'differ', len(differ), differ[:3])\n"
       "print('trained', any(v.abs().sum() > 0 for k, v in one.items() if 'running_mean' in k))\n");
   ASSERT_EQ(py.exit_code, 0) << py.output;
-  EXPECT_NE(py.output.find("world 2 tensors 122 differ 0"), std::string::npos) << py.output;
-  EXPECT_NE(py.output.find("world 4 tensors 122 differ 0"), std::string::npos) << py.output;
+  for (const char* w : {"2", "2z2", "4z3"}) {
+    EXPECT_NE(py.output.find(fmt::format("world {} tensors 122 differ 0", w)), std::string::npos)
+        << py.output;
+  }
   EXPECT_NE(py.output.find("trained True"), std::string::npos) << py.output;
 }
 
@@ -80,7 +94,10 @@ TEST(DeterministicTrainTest, WhatWouldBreakItIsRefusedNamingTheFlags) {
        "--deterministic"},
       {"--deterministic --deterministic_atom 5",
        "--deterministic: --batch_size 16 is not a whole number of atoms of 5"},
-      {"--deterministic --shard full", "--deterministic with --shard full:"},
+      {"--deterministic --shard full --clip_grad_norm 1",
+       "--deterministic with --shard full and --clip_grad_norm:"},
+      {"--deterministic --shard optimizer --shard_gather_dtype bf16",
+       "--deterministic with --shard_gather_dtype bf16:"},
       {"--deterministic --sync_bn", "--deterministic with --sync_bn:"},
       {"--deterministic --comm_hook powersgd", "--deterministic with --comm_hook powersgd:"},
       {"--deterministic --accumulation_steps 2", "--deterministic with --accumulation_steps 2:"},

@@ -46,7 +46,8 @@ def hook_compresses(c):
 
 
 # Refused pairs: (flag a, predicate on a's value, flag b, predicate on b's value, what ddpx
-# prints). A cell that holds the pair is refused with a line holding the text.
+# prints[, also]). A cell that holds the pair is refused with a line holding the text; `also`,
+# a list of (flag, predicate), makes it a refused triple: the pair alone trains.
 RULES = [
     ("shard", lambda v: v != "none", "comm_hook", lambda v: v != "allreduce",
      "reduce-scatters gradients uncompressed"),
@@ -65,7 +66,8 @@ RULES = [
      "the replicas average their pieces"),
     ("tensor_parallel", lambda v: v > 1, "model", lambda v: v == "resnet20",
      "resnet20 has no tensor-parallel plan"),
-    ("deterministic", lambda v: v, "shard", lambda v: v != "none", "--deterministic with --shard"),
+    ("deterministic", lambda v: v, "shard", lambda v: v != "none",
+     "and --clip_grad_norm: the norm over the shards", [("clip_grad_norm", lambda v: v > 0)]),
     ("deterministic", lambda v: v, "pipeline_parallel", lambda v: v > 1,
      "--deterministic with --pipeline_parallel"),
     ("deterministic", lambda v: v, "tensor_parallel", lambda v: v > 1,
@@ -92,8 +94,15 @@ BATCH = 32  # the global batch (--batch_size_scaled: split over the data-paralle
 STEPS = 3
 
 
+def also(rule):
+    return rule[5] if len(rule) > 5 else []
+
+
 def refusals(c):
-    return [r for r in RULES if r[0] in c and r[2] in c and r[1](c[r[0]]) and r[3](c[r[2]])]
+    def holds(r):
+        conditions = [(r[0], r[1]), (r[2], r[3])] + also(r)
+        return all(name in c and pred(c[name]) for name, pred in conditions)
+    return [r for r in RULES if holds(r)]
 
 
 def tolerance(c):
@@ -157,10 +166,10 @@ def refused_cells():
     """One cell a refused pair: the base cell with the pair's first refused values."""
     out = []
     for rule in RULES:
-        a, pa, b, pb, text = rule
         c = dict(BASE)
-        c[a] = next(v for v in dict(FACTORS)[a] if pa(v))
-        c[b] = next(v for v in dict(FACTORS)[b] if pb(v))
+        for name, pred in [(rule[0], rule[1]), (rule[2], rule[3])] + also(rule):
+            c[name] = next(v for v in dict(FACTORS)[name] if pred(v))
+        a = rule[0]
         if c["pipeline_parallel"] > 1 or c["tensor_parallel"] > 1:
             c["world"] = 1 if a == "world" else 2
         # Refused before joining (train/options.cpp) comes first: a plan's own refusal (the
@@ -179,7 +188,7 @@ def flags(c):
             f += ["--powersgd_rank", "2", "--powersgd_start_iter", "2"]
     for name in ("accumulation_steps", "clip_grad_norm", "ema_decay", "pipeline_parallel",
                  "tensor_parallel"):
-        if c[name] not in (0, 1):
+        if c[name] != BASE[name]:
             f += ["--" + name, str(c[name])]
     if c["amp"] != "off":
         f += ["--amp", c["amp"]]
@@ -292,8 +301,10 @@ def docs_table():
         return " or ".join(show(v) for v in vs)
     rows = ["| with | refused: | ddpx says (one line, exit 2, or before the first collective) |",
             "|---|---|---|"]
-    for a, pa, b, pb, text in RULES:
-        rows.append(f"| {values(a, pa)} | {values(b, pb)} | \"...{text}...\" |")
+    for rule in RULES:
+        a, pa, b, pb, text = rule[:5]
+        with_also = "".join(f" (with {values(n, p)})" for n, p in also(rule))
+        rows.append(f"| {values(a, pa)} | {values(b, pb)}{with_also} | \"...{text}...\" |")
     def level(v):
         return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
     factors = ", ".join(f"`{n}` ({' / '.join(str(level(v)) for v in vs)})" for n, vs in FACTORS)

@@ -15,15 +15,15 @@ TEST(DeterministicPlanTest, RanksSubtreeSumsGiveOneProcesssBitsWhereALeftToRight
   torch::manual_seed(0);
   std::vector<torch::Tensor> atoms;
   for (int i = 0; i < 8; ++i) atoms.push_back(torch::randn({4096}) * std::pow(10.0, i % 4));
-  const auto one = DeterministicPlan::tree_sum(atoms);
+  const auto one = tree_sum(atoms);
   for (int world : {2, 4, 8}) {
     std::vector<torch::Tensor> ranks;
     const int per_rank = 8 / world;
     for (int r = 0; r < world; ++r) {
-      ranks.push_back(DeterministicPlan::tree_sum(std::vector<torch::Tensor>(
-          atoms.begin() + r * per_rank, atoms.begin() + (r + 1) * per_rank)));
+      ranks.push_back(tree_sum(std::vector<torch::Tensor>(atoms.begin() + r * per_rank,
+                                                          atoms.begin() + (r + 1) * per_rank)));
     }
-    EXPECT_TRUE(DeterministicPlan::tree_sum(ranks).equal(one)) << "world " << world;
+    EXPECT_TRUE(tree_sum(ranks).equal(one)) << "world " << world;
   }
   auto left = atoms[0].clone();
   for (int i = 1; i < 8; ++i) left.add_(atoms[i]);

@@ -5,6 +5,7 @@
 // rank's backward sums its local batch inside the kernels (a batch of 64 is not two of 32), and
 // the all-reduce sums the ranks in the order of its ring or tree. Here neither depends on the
 // world size:
+// (atoms.h holds the atoms, which the sharded plan runs too.)
 // - The global batch is cut into atoms of a fixed number of samples (--deterministic_atom), the
 //   same on any world size; the sampler gives each rank a contiguous run of atoms (data/
 //   sampler.h's block) and the loader augments each sample from its own stream. Every atom's
@@ -24,8 +25,9 @@
 //   algorithms.
 // The cost: atoms of a few samples run below a kernel's best batch size, and the all-gather
 // sends world_size x the gradient a rank (a ring all-reduce sends about 2x). Gradient
-// accumulation, hooks and sharding are refused (train/options.cpp); clipping, AMP, EMA and
-// checkpoints work as in the data-parallel plan, whose state this plan saves and loads.
+// accumulation and hooks are refused (train/options.cpp); clipping, AMP, EMA and checkpoints
+// work as in the data-parallel plan, whose state this plan saves and loads. With --shard the
+// sharded plan runs the same atoms (sharded_plan.h) and ends with the same bits.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/data/atoms.h"
 #include "parallel/plan.h"
 
 namespace ddpx::dist {
@@ -69,27 +72,17 @@ class DeterministicPlan : public Plan {
   torch::nn::AnyModule& module() override { return model_; }
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
 
-  // The binary tree's sum of `parts` (halving, as above): the same bits for the same parts
-  // however they were computed. Exposed for the tests.
-  static torch::Tensor tree_sum(const std::vector<torch::Tensor>& parts);
+  int norm_layers() const;
 
  private:
-  struct Norms;  // the BatchNorm layers and their statistics (deterministic_plan.cpp)
-
   void broadcast_once();  // rank 0's weights and buffers, at the first call after construction
-  torch::Tensor atoms_gradient(const MicroBatch& batch, int64_t lo, int64_t hi,
-                               MicroBatchResult& result, std::vector<torch::Tensor>& losses);
-  torch::Tensor flat_gradient();
-  void set_gradient(const torch::Tensor& flat);
-  std::vector<torch::Tensor> gather(const torch::Tensor& local);
 
   torch::nn::AnyModule model_;
   dist::Context& context_;
   DeterministicOptions options_;
   OptimizerFactory make_optimizer_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<torch::Tensor> params_;  // those that train, in the model's order
-  std::unique_ptr<Norms> norms_;
+  std::unique_ptr<Atoms> atoms_;
   bool broadcast_ = false;
   int64_t steps_ = 0;  // synchronized backwards so far: the dropout streams' step
 };

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "distributed/collectives.h"
+#include "parallel/data/atoms.h"
 
 namespace ddpx::parallel {
 namespace {
@@ -155,11 +156,9 @@ void ShardUnit::copy_out(const torch::Tensor& gathered) {
   }
 }
 
-void ShardUnit::start_reduce(c10d::ProcessGroup& group, bool free_full) {
-  if (reduce_work_) return;
-  torch::NoGradGuard no_grad;
-  reduce_input_ = torch::empty({world_ * flat_.numel()}, flat_.options());
-  auto rows = reduce_input_.view({world_, flat_.numel()});
+torch::Tensor ShardUnit::pack_gradients(bool free_full) {
+  auto packed = torch::empty({world_ * flat_.numel()}, flat_.options());
+  auto rows = packed.view({world_, flat_.numel()});
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& grad = params_[i].grad();
     for (int q = 0; q < world_; ++q) {
@@ -172,6 +171,13 @@ void ShardUnit::start_reduce(c10d::ProcessGroup& group, bool free_full) {
     }
     if (free_full) params_[i].mutable_grad() = torch::Tensor();
   }
+  return packed;
+}
+
+void ShardUnit::start_reduce(c10d::ProcessGroup& group, bool free_full) {
+  if (reduce_work_) return;
+  torch::NoGradGuard no_grad;
+  reduce_input_ = pack_gradients(free_full);
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   reduce_work_ = group._reduce_scatter_base(grad_flat_, reduce_input_, options);
@@ -184,6 +190,21 @@ void ShardUnit::finish_reduce() {
   reduce_input_ = torch::Tensor();
   torch::NoGradGuard no_grad;
   grad_flat_.div_(world_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].requires_grad()) shards_[i].mutable_grad() = shard_grads_[i];
+  }
+}
+
+void ShardUnit::reduce_in_tree(c10d::ProcessGroup& group, int64_t atoms, bool free_full) {
+  torch::NoGradGuard no_grad;
+  auto input = pack_gradients(free_full);
+  auto output = torch::empty_like(input);
+  std::vector<int64_t> equal_splits;  // empty: world_ equal rows
+  dist::wait_work(
+      group.alltoall_base(output, input, equal_splits, equal_splits),
+      fmt::format("--deterministic: the all-to-all of sharded unit '{}''s gradients", name_));
+  grad_flat_.copy_(tree_sum(output.view({world_, flat_.numel()}).unbind(0)));
+  grad_flat_.div_(static_cast<double>(atoms));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].requires_grad()) shards_[i].mutable_grad() = shard_grads_[i];
   }

@@ -81,12 +81,22 @@ class ShardUnit {
   void finish_reduce();
   bool reduce_pending() const { return reduce_work_ != nullptr; }
 
+  // The deterministic mode's reduce (parallel/data/atoms.h), synchronous: every rank's
+  // gradients are this rank's sum of its atoms; each rank is sent every rank's rows of its shard
+  // (an all-to-all), sums them in the atoms' tree, in rank order, and divides by `atoms` (the
+  // global batch's), so its shard holds the bits of the same slice of the deterministic
+  // data-parallel plan's gradient. `free_full` as start_reduce().
+  void reduce_in_tree(c10d::ProcessGroup& group, int64_t atoms, bool free_full);
+
   // Every rank's shards of `local` (one tensor per parameter, each of its shard's shape) put
   // back together into tensors of the parameters' shapes. Collective.
   std::vector<torch::Tensor> gather_full(c10d::ProcessGroup& group,
                                          const std::vector<torch::Tensor>& local);
 
  private:
+  // The parameters' gradients (zeros for none) as the world_ rows of a reduce-scatter's input,
+  // row q rank q's shards' layout.
+  torch::Tensor pack_gradients(bool free_full);
   void materialize(size_t i);
   void copy_out(const torch::Tensor& gathered);
 

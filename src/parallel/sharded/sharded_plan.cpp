@@ -50,6 +50,8 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
   DDPX_CHECK(options_.mode != ShardMode::kNone, ErrorKind::kInternal,
              "--shard none is the data-parallel plan");
   auto& module = *model_.ptr();
+  if (options_.deterministic_atom > 0)
+    check_atoms(context_.world_size(), options_.deterministic_atom);
   if (options_.sync_bn) {
     sync_bn_layers_ = convert_sync_batch_norm(module, context_);
     DDPX_CHECK(sync_bn_layers_ > 0, ErrorKind::kUsage,
@@ -85,6 +87,13 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     for (size_t i = 0; i < order.size(); ++i) shards_[order[i]] = units_.back().shards()[i];
   }
   optimizer_ = make_optimizer(shards_);
+  if (options_.deterministic_atom > 0) {
+    std::vector<torch::Tensor> trained;
+    for (const auto& p : module.parameters())
+      if (p.requires_grad()) trained.push_back(p);
+    atoms_ = std::make_unique<Atoms>(module, std::move(trained), options_.deterministic_atom,
+                                     options_.seed, options_.model_name);
+  }
   if (options_.gather_dtype != c10::ScalarType::Undefined) {
     for (auto& unit : units_) unit.set_gather_dtype(options_.gather_dtype);
   }
@@ -128,13 +137,24 @@ std::string ShardedPlan::describe() {
                          : "parameters, gradients and optimizer state";
   const bool low = options_.gather_dtype != c10::ScalarType::Undefined && !units_.empty() &&
                    units_[0].gather_dtype() != units_[0].shards()[0].scalar_type();
+  const std::string atoms =
+      atoms_ ? fmt::format(
+                   "; deterministic: atoms of {} samples, each its own forward and "
+                   "backward, summed in a fixed tree{}, reduced by all-to-all",
+                   atoms_->atom(),
+                   atoms_->norm_layers() > 0
+                       ? fmt::format(", BatchNorm over each atom ({} layers, running "
+                                     "statistics replayed)",
+                                     atoms_->norm_layers())
+                       : std::string())
+             : std::string();
   return fmt::format(
       "optimizer step: {}, on this rank's shards | plan: sharded "
-      "data parallel over {} ranks (--shard {}, {}: {} split in {} units{})",
+      "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{})",
       dynamic_cast<torch::optim::SGD*>(optimizer_.get()) != nullptr ? "fused SGD"
                                                                     : "the optimizer's own",
       context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size(),
-      low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "");
+      low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "", atoms);
 }
 
 torch::nn::AnyModule& ShardedPlan::module() {
@@ -203,7 +223,41 @@ void ShardedPlan::release_all(bool keep_root) {
   }
 }
 
+MicroBatchResult ShardedPlan::forward_backward_atoms(const MicroBatch& batch, bool sync) {
+  DDPX_CHECK(sync, ErrorKind::kInternal,
+             "the deterministic mode takes no gradient accumulation (train/options.cpp refuses "
+             "it)");
+  if (gate_ && !whole_) {  // the atoms run on the whole model, the gate quiet
+    gather_all();
+    whole_ = true;
+  }
+  MicroBatchResult r;
+  auto zero = [this] {
+    for (auto& unit : units_) {
+      for (auto p : unit.params()) p.mutable_grad() = torch::Tensor();
+    }
+  };
+  try {
+    atoms_->set_gradient(atoms_->run(model_, batch, context_.rank(), steps_, zero, r));
+  } catch (...) {
+    if (gate_) gate_->rethrow_pending();
+    throw;
+  }
+  const int64_t atoms = batch.input.size(0) / atoms_->atom() * context_.world_size();
+  for (auto& unit : units_) {
+    unit.reduce_in_tree(*group_, atoms, /*free_full=*/options_.mode != ShardMode::kOptimizer);
+  }
+  atoms_->replay_norms(group_.get());
+  ++steps_;
+  if (gate_) {
+    ParamGate::Pause pause;
+    release_all(/*keep_root=*/false);
+  }
+  return r;
+}
+
 MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool sync) {
+  if (atoms_) return forward_backward_atoms(batch, sync);
   auto& module = *model_.ptr();
   if (options_.broadcast_buffers) {
     auto buffers = module.buffers();

@@ -25,6 +25,15 @@
 // under any plan; write_part() is this rank's shards alone, for checkpoints written sharded.
 // module() is the whole model (gathered by `full`), for evaluation and EMA. Needs a process group
 // (more than one rank).
+//
+// Deterministic (--deterministic with --shard): each rank runs its atoms of the batch
+// (parallel/data/atoms.h) on the whole model (`full` gathers every unit for the atoms and
+// reshards after them: between steps the parameters stay sharded), sums their gradients in the
+// atoms' tree, and each unit's reduce becomes an all-to-all whose rows every rank sums in the
+// same tree (shard_unit.h). Buffers are replayed from the atoms' statistics, not broadcast.
+// The shards then hold the bits of the deterministic data-parallel plan's gradient slices, and
+// the optimizer's step is elementwise, so the weights are that plan's on any world size.
+// Needs a power-of-two world size; no gradient accumulation.
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -35,6 +44,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
+#include "parallel/data/atoms.h"
 #include "parallel/plan.h"
 #include "parallel/sharded/param_gate.h"
 #include "parallel/sharded/shard_mode.h"
@@ -57,6 +67,9 @@ struct ShardedOptions {
   // full-precision gathers (state_dict(); module() under --shard full). Reduce-scatters stay in
   // the gradients' dtype, and the optimizer steps fp32 shards.
   c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
+  // --deterministic: atoms of this many samples, 0 for off (see "Deterministic" above).
+  int64_t deterministic_atom = 0;
+  uint64_t seed = 0;       // the atoms' dropout streams
   std::string model_name;  // for errors
 };
 
@@ -101,6 +114,7 @@ class ShardedPlan : public Plan, private GateListener {
   void gather_all();               // every unit's parameters whole (state_dict, load, refresh)
   void release_all(bool keep_root);
   void finish_backward();
+  MicroBatchResult forward_backward_atoms(const MicroBatch& batch, bool sync);
 
   torch::nn::AnyModule model_;
   dist::Context& context_;
@@ -114,6 +128,8 @@ class ShardedPlan : public Plan, private GateListener {
   std::vector<torch::Tensor> shards_;             // in the model's parameter order
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ParamGate> gate_;  // full only
+  std::unique_ptr<Atoms> atoms_;     // deterministic only
+  int64_t steps_ = 0;                // deterministic: the atoms' dropout streams' step
 
   // Gradient hooks.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
