@@ -47,7 +47,8 @@
 //   for data parallel, gathered by a sharded plan; a pipeline, which holds only its stages,
 //   will need an evaluate() of its own here.
 // - epoch_summary(): what the plan has to say after an epoch (the trainer prints it when it is
-//   not empty): a pipeline's bubble per rank.
+//   not empty): a pipeline's bubble per rank. epoch_metrics(): figures for the run's metrics
+//   (--metrics_json, TensorBoard) at the same moment, by name: PowerSGD's compression.
 // - Collectives: any method may communicate, so every rank calls every method, in the same
 //   order (describe() and state_dict() included, though only rank 0 prints or writes).
 #pragma once
@@ -61,6 +62,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddpx::parallel {
@@ -121,6 +123,8 @@ class Plan {
   // A line for the end of an epoch about how the plan ran it (a pipeline's bubble), "" for none.
   // Collective, like every method.
   virtual std::string epoch_summary() { return ""; }
+  // Named figures for the run's metrics, after each epoch; none by default. Not collective.
+  virtual std::vector<std::pair<std::string, double>> epoch_metrics() { return {}; }
 
   virtual bool saves_sharded() { return false; }
   virtual void write_part(torch::serialize::OutputArchive& part) { no_parts(); }

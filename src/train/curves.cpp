@@ -45,6 +45,8 @@ void Curves::epoch(const EpochResult& r, int64_t global_step) {
     if (r.test_accuracy) tensorboard_->add_scalar("test/accuracy", *r.test_accuracy, global_step);
     if (r.test_accuracy_ema)
       tensorboard_->add_scalar("test/accuracy_ema", *r.test_accuracy_ema, global_step);
+    for (const auto& [name, value] : r.plan_metrics)
+      tensorboard_->add_scalar("plan/" + name, value, global_step);
     tensorboard_->flush();
   }
   if (metrics_json_.empty()) return;
@@ -58,6 +60,7 @@ void Curves::epoch(const EpochResult& r, int64_t global_step) {
                          {"global_step", global_step}};
   if (r.test_accuracy) line["accuracy_test"] = *r.test_accuracy;
   if (r.test_accuracy_ema) line["accuracy_test_ema"] = *r.test_accuracy_ema;
+  for (const auto& [name, value] : r.plan_metrics) line[name] = value;
   std::ofstream out(metrics_json_, std::ios::app);
   DDPX_CHECK(out.good(), ErrorKind::kIo, "--metrics_json {}: cannot open for appending",
              metrics_json_);

@@ -1,6 +1,7 @@
 // The run's numbers beside the seed's lines, written by rank 0: JSON lines (--metrics_json, one
 // object per epoch) and TensorBoard event files (--tensorboard DIR: per-step loss, accuracy,
-// learning rate, images/s, step time and GPU memory; per-epoch train and test figures).
+// learning rate, images/s, step time and GPU memory; per-epoch train and test figures and the
+// plan's own, such as PowerSGD's compression, under plan/).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace ddpx::train {
@@ -17,6 +19,8 @@ struct EpochResult {
   double data_wait_s = 0;     // rank 0's time waiting for its loader (the GPU starved)
   std::optional<double> test_accuracy;
   std::optional<double> test_accuracy_ema;  // --ema_decay: the averaged weights' accuracy
+  // The plan's own figures (Plan::epoch_metrics(): PowerSGD's compression), by name.
+  std::vector<std::pair<std::string, double>> plan_metrics;
 };
 
 struct TrainResult {

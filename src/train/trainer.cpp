@@ -57,6 +57,7 @@ class Run {
           log::out("Accuracy on test dataset (EMA) - {:.4f}", *r.test_accuracy_ema);
         }
       }
+      r.plan_metrics = plan_->epoch_metrics();
       curves_->epoch(r, global_step_);
       if (!o_.save_dir.empty()) checkpoints_->save(epoch + 1, global_step_);
       result.epochs.push_back(r);

@@ -1,8 +1,11 @@
 // `ddpx run N -- train --comm_hook powersgd` as a user runs it: two workers train Fashion-MNIST
-// with PowerSGD and say at start what it saves; settings that cannot work are refused in one line
-// before any collective.
+// with PowerSGD and say at start what it saves, and --metrics_json says it again; settings that
+// cannot work are refused in one line before any collective.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,13 +26,26 @@ const std::string kPowerSgdTrain =
 TEST(PowerSgdTrainTest, TwoWorkersTrainAndTheStartUpLineSaysWhatItSaves) {
   test::TempDir dir;
   auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kPowerSgdTrain +
-                            "--comm_hook powersgd --powersgd_rank 2 --powersgd_start_iter 10"),
+                            "--comm_hook powersgd --powersgd_rank 2 --powersgd_start_iter 10 "
+                            "--metrics_json " +
+                            dir.file("metrics.jsonl")),
                        300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("gradients by PowerSGD rank 2 from step 10: "), std::string::npos)
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(r.output, said,
+                                std::regex("gradients by PowerSGD rank 2 from step 10: ([0-9.]+)x "
+                                           "less gradient traffic .* error feedback ([0-9.]+) MB")))
       << r.output;
-  EXPECT_NE(r.output.find("x less gradient traffic"), std::string::npos) << r.output;
   EXPECT_GT(test::printed_test_accuracy(r.output), 0.7) << r.output;
+  // The metrics: the same ratio and memory, and the steps compressed after the first 10.
+  std::ifstream in(dir.file("metrics.jsonl"));
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "no metrics line";
+  const auto m = nlohmann::json::parse(line);
+  EXPECT_NEAR(m.at("powersgd_ratio").get<double>(), std::stod(said[1]), 0.05) << line;
+  EXPECT_NEAR(m.at("powersgd_error_feedback_bytes").get<double>() / 1e6, std::stod(said[2]), 0.05)
+      << line;
+  EXPECT_EQ(m.at("powersgd_compressed_steps").get<int>(), 70) << line;
 }
 
 TEST(PowerSgdTrainTest, SettingsThatCannotWorkAreRefusedNamingTheFlags) {

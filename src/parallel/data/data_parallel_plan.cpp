@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "distributed/context.h"
 #include "optim/clip_grad.h"
@@ -32,8 +34,8 @@ DataParallelPlan::DataParallelPlan(torch::nn::AnyModule model, dist::Context& co
       if (p.requires_grad()) trained.push_back(p);
     check_powersgd(trained, options_.ddp.powersgd,
                    options_.model_name.empty() ? "the model" : "--model " + options_.model_name);
-    powersgd_line_ =
-        describe_powersgd(options_.ddp.powersgd, powersgd_traffic(trained, options_.ddp.powersgd));
+    powersgd_traffic_ = powersgd_traffic(trained, options_.ddp.powersgd);
+    powersgd_line_ = describe_powersgd(options_.ddp.powersgd, *powersgd_traffic_);
   }
 }
 
@@ -92,7 +94,17 @@ MicroBatchResult DataParallelPlan::forward_backward(const MicroBatch& batch, boo
     run();
   }
   last_synced_ = sync;
+  if (sync && ddp_) ++synced_steps_;
   return r;
+}
+
+std::vector<std::pair<std::string, double>> DataParallelPlan::epoch_metrics() {
+  if (!powersgd_traffic_) return {};
+  const auto compressed = std::max<int64_t>(synced_steps_ - options_.ddp.powersgd.start_iter, 0);
+  return {{"powersgd_ratio", powersgd_traffic_->ratio()},
+          {"powersgd_compressed_steps", static_cast<double>(compressed)},
+          {"powersgd_error_feedback_bytes",
+           static_cast<double>(powersgd_traffic_->error_feedback_bytes)}};
 }
 
 void DataParallelPlan::set_learning_rate(double lr) {

@@ -12,11 +12,14 @@
 // parameters, as before.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "parallel/data/ddp.h"
+#include "parallel/data/powersgd.h"
 #include "parallel/data/step_strategy.h"
 #include "parallel/plan.h"
 
@@ -53,6 +56,9 @@ class DataParallelPlan : public Plan {
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override { return model_; }
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+  // With --comm_hook powersgd: powersgd_ratio (elements a compressed step does not send, as a
+  // factor), powersgd_compressed_steps (so far) and powersgd_error_feedback_bytes.
+  std::vector<std::pair<std::string, double>> epoch_metrics() override;
 
   int sync_bn_layers() const { return sync_bn_layers_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
@@ -71,7 +77,9 @@ class DataParallelPlan : public Plan {
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<StepStrategy> step_;
   std::string powersgd_line_;  // with --comm_hook powersgd: what it sends, for describe()
-  bool last_synced_ = true;  // the last backward communicated (else step() has no update to check)
+  std::optional<PowerSgdTraffic> powersgd_traffic_;
+  int64_t synced_steps_ = 0;  // backwards that communicated: PowerSGD compresses after start_iter
+  bool last_synced_ = true;   // the last backward communicated (else step() has no update to check)
 };
 
 }  // namespace ddpx::parallel
