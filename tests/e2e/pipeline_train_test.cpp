@@ -47,10 +47,13 @@ std::map<std::string, torch::Tensor> weights_of(const std::string& checkpoint) {
   return out;
 }
 
+// After 48 SGD steps whose gradients were summed in another order (4 micro-batches of 4 against
+// one batch of 16), the rounding grows to about 1e-5 (1.1e-5 on an AVX-512 host); a mistake in
+// the schedule (a micro-batch lost or counted twice) moves the weights by 1e-2 and more.
 void expect_same_weights(const std::string& a, const std::string& b) {
   auto wa = weights_of(a), wb = weights_of(b);
   for (const auto& [name, value] : wa) {
-    EXPECT_LT((value - wb.at(name)).abs().max().item<double>(), 1e-5) << name;
+    EXPECT_LT((value - wb.at(name)).abs().max().item<double>(), 5e-5) << name;
   }
 }
 
