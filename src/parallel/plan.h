@@ -86,6 +86,11 @@ struct MicroBatch {
   // (autocast, the profiler's ranges); null: as they are. A pipeline calls them once per stage.
   std::function<void(const std::function<void()>& forward)> in_forward_context;
   std::function<void(const std::function<void()>& backward)> in_backward_context;
+  // The optimizer step this micro-batch's update makes, counted from the run's start and
+  // carried by its checkpoints (the trainer's global step); -1: not known, the plan counts its
+  // own. The deterministic mode keys its dropout streams by it, so a resumed run draws what an
+  // uninterrupted one does.
+  int64_t step = -1;
 };
 
 // What forward_backward() leaves for the metrics, on the device; undefined on ranks that hold

@@ -185,6 +185,7 @@ class Run {
   // fp16 and accumulation); at an accumulation boundary also the step and the EMA update.
   parallel::MicroBatchResult train_step(const data::Batch& batch, bool boundary) {
     parallel::MicroBatch mb = recipe_micro_batch(o_, device_, batch, *mixer_, scaler_.get());
+    mb.step = global_step_;
     // Before backward: the update may run inside it (the plan's describe() says so).
     if (boundary) plan_->set_learning_rate(schedule_->lr_at(global_step_));
     parallel::MicroBatchResult out = plan_->forward_backward(mb, /*sync=*/boundary);

@@ -193,15 +193,15 @@ torch::Tensor Atoms::subtree(torch::nn::AnyModule& model, const MicroBatch& batc
 }
 
 torch::Tensor Atoms::run(torch::nn::AnyModule& model, const MicroBatch& batch, int rank,
-                         int64_t step, const std::function<void()>& zero_grad,
-                         MicroBatchResult& result) {
+                         const std::function<void()>& zero_grad, MicroBatchResult& result) {
   const int64_t size = batch.input.size(0);
   DDPX_CHECK(size % atom_ == 0 && size > 0, ErrorKind::kUsage,
              "--deterministic: rank {}'s batch of {} samples is not a whole number of atoms of {} "
              "(--deterministic_atom); make the batch per process a multiple of {}",
              rank, size, atom_, atom_);
   first_atom_ = rank * (size / atom_);  // every rank holds as many atoms
-  step_ = step;
+  step_ = batch.step >= 0 ? batch.step : runs_;
+  ++runs_;
   zero_grad_ = &zero_grad;
   std::vector<torch::Tensor> losses;
   norms_->begin();

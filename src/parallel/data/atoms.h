@@ -52,10 +52,11 @@ class Atoms {
   // This rank's atoms of `batch`, each its own forward and backward (through the batch's
   // contexts), after `zero_grad` clears the parameters' gradients: their gradients' tree sum,
   // flat, fp32, in params' order. Every rank holds as many atoms, rank r's the r-th run of the
-  // global batch (the dropout streams are keyed by the global atom); `step` is the step's
-  // number. Fills `result` (every atom's output, their mean loss). Throws kUsage naming `rank`
-  // when the batch is not a whole number of atoms.
-  torch::Tensor run(torch::nn::AnyModule& model, const MicroBatch& batch, int rank, int64_t step,
+  // global batch (the dropout streams are keyed by the global atom and the step's
+  // number: the batch's (MicroBatch::step), else the runs counted so far. Fills `result` (every
+  // atom's output, their mean loss). Throws kUsage naming `rank` when the batch is not a whole
+  // number of atoms.
+  torch::Tensor run(torch::nn::AnyModule& model, const MicroBatch& batch, int rank,
                     const std::function<void()>& zero_grad, MicroBatchResult& result);
 
   // Sets the parameters' gradients from a flat tensor in params' order.
@@ -79,6 +80,7 @@ class Atoms {
   std::unique_ptr<Norms> norms_;
   // The run under way: the global index of its first atom, its step and the gradients' reset.
   int64_t first_atom_ = 0, step_ = 0;
+  int64_t runs_ = 0;  // run() calls so far: the step where the batch does not say it
   const std::function<void()>* zero_grad_ = nullptr;
 };
 

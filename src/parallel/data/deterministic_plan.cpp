@@ -66,14 +66,13 @@ MicroBatchResult DeterministicPlan::forward_backward(const MicroBatch& batch, bo
   broadcast_once();
   MicroBatchResult result;
   const auto mine = atoms_->run(
-      model_, batch, context_.rank(), steps_, [this] { optimizer_->zero_grad(); }, result);
+      model_, batch, context_.rank(), [this] { optimizer_->zero_grad(); }, result);
   auto* group = context_.distributed() ? context_.process_group().get() : nullptr;
   auto total = tree_sum(
       gather_ranks(group, mine, "--deterministic: all-gather of the ranks' gradient sums"));
   total.div_(static_cast<double>(batch.input.size(0) / options_.atom * context_.world_size()));
   atoms_->set_gradient(total);
   atoms_->replay_norms(group);
-  ++steps_;
   return result;
 }
 

@@ -84,7 +84,6 @@ class DeterministicPlan : public Plan {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<Atoms> atoms_;
   bool broadcast_ = false;
-  int64_t steps_ = 0;  // synchronized backwards so far: the dropout streams' step
 };
 
 }  // namespace ddpx::parallel

@@ -223,39 +223,6 @@ void ShardedPlan::release_all(bool keep_root) {
   }
 }
 
-MicroBatchResult ShardedPlan::forward_backward_atoms(const MicroBatch& batch, bool sync) {
-  DDPX_CHECK(sync, ErrorKind::kInternal,
-             "the deterministic mode takes no gradient accumulation (train/options.cpp refuses "
-             "it)");
-  if (gate_ && !whole_) {  // the atoms run on the whole model, the gate quiet
-    gather_all();
-    whole_ = true;
-  }
-  MicroBatchResult r;
-  auto zero = [this] {
-    for (auto& unit : units_) {
-      for (auto p : unit.params()) p.mutable_grad() = torch::Tensor();
-    }
-  };
-  try {
-    atoms_->set_gradient(atoms_->run(model_, batch, context_.rank(), steps_, zero, r));
-  } catch (...) {
-    if (gate_) gate_->rethrow_pending();
-    throw;
-  }
-  const int64_t atoms = batch.input.size(0) / atoms_->atom() * context_.world_size();
-  for (auto& unit : units_) {
-    unit.reduce_in_tree(*group_, atoms, /*free_full=*/options_.mode != ShardMode::kOptimizer);
-  }
-  atoms_->replay_norms(group_.get());
-  ++steps_;
-  if (gate_) {
-    ParamGate::Pause pause;
-    release_all(/*keep_root=*/false);
-  }
-  return r;
-}
-
 MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool sync) {
   if (atoms_) return forward_backward_atoms(batch, sync);
   auto& module = *model_.ptr();

@@ -129,7 +129,6 @@ class ShardedPlan : public Plan, private GateListener {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ParamGate> gate_;  // full only
   std::unique_ptr<Atoms> atoms_;     // deterministic only
-  int64_t steps_ = 0;                // deterministic: the atoms' dropout streams' step
 
   // Gradient hooks.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
