@@ -14,11 +14,10 @@ One bucket (bucket_cap_mb 1000): PyTorch's hook over gloo fails with more than o
 Usage: .venv/bin/python bench/pytorch_powersgd_accuracy.py [--epochs 5] [--hook both]
 """
 import argparse
-import gzip
 import os
+import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -26,13 +25,8 @@ import torch.nn.functional as F
 import torchvision
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_train import read_idx  # noqa: E402  (the IDX reader of the throughput peer)
 
 
 def load(data_dir, split):
