@@ -96,12 +96,13 @@ void run_plan(const PlanOptions& o) {
           "{{\"model\": \"{}\", \"gpus\": {}, \"batch_size\": {}, \"image_size\": {}, \"amp\": "
           "\"{}\", \"optimizer\": \"{}\", \"shard\": \"{}\", \"param_bytes\": {:.0f}, "
           "\"grad_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"transient_bytes\": {:.0f}, "
-          "\"activation_bytes\": {:.0f}, \"peak_bytes\": {:.0f}, \"usable_bytes\": {:.0f}, "
+          "\"backward_transient_bytes\": {:.0f}, \"activation_bytes\": {:.0f}, \"peak_bytes\": "
+          "{:.0f}, \"usable_bytes\": {:.0f}, "
           "\"fits\": {}, \"recommended\": {}}}\n",
           o.model, o.gpus, o.batch_size, config.image_size, optim::name(o.amp),
           train::name(o.optimizer), parallel::name(p.mode), p.params, p.grads, p.optimizer,
-          p.transient, p.activations, p.peak(), plan.usable, p.fits ? "true" : "false",
-          plan.recommended == p.mode ? "true" : "false");
+          p.transient, p.backward_transient, p.activations, p.peak(), plan.usable,
+          p.fits ? "true" : "false", plan.recommended == p.mode ? "true" : "false");
     }
     return;
   }
@@ -117,7 +118,10 @@ void run_plan(const PlanOptions& o) {
       m.amp ? " under bf16 autocast" : "", m.probe_bytes_small / 1048576.0, m.probe_batch_small,
       m.probe_bytes_large / 1048576.0, m.probe_batch_large, m.activation_fixed / 1048576.0,
       m.activation_per_sample / 1048576.0);
-  fmt::print("# GiB per GPU; transient: communication buffers and gathered units (ZeRO-3)\n");
+  fmt::print(
+      "# GiB per GPU; transient: communication buffers and gathered units (ZeRO-3); peak: the "
+      "states plus the larger of transient and activations (ZeRO-2/3: plus a unit's gradients "
+      "and their reduce-scatter input, alive as backward starts)\n");
   fmt::print("  {:<10} {:>8} {:>8} {:>9} {:>9} {:>11} {:>8}  {}\n", "shard", "params", "grads",
              "optimizer", "transient", "activations", "peak", "fits");
   for (const auto& p : plan.modes) {

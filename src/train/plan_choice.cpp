@@ -41,7 +41,11 @@ DataRank data_rank(const TrainOptions& o, const dist::Context& context) {
   // The ranks of one replica are neighbours: a pipeline's stages, or the tensor ranks of a layer.
   const int replica_ranks = std::max(o.pipeline_parallel, 1) * std::max(o.tensor_parallel, 1);
   if (replica_ranks <= 1) return {context.rank(), context.world_size()};
-  return {context.rank() / replica_ranks, std::max(context.world_size() / replica_ranks, 1)};
+  // Checked here, before the sampler, so every rank refuses the layout with the plan's words.
+  const int world = context.world_size();
+  if (o.pipeline_parallel > 1) parallel::check_pipeline_world(o.pipeline_parallel, world);
+  if (o.tensor_parallel > 1) parallel::check_tensor_world(o.tensor_parallel, world);
+  return {context.rank() / replica_ranks, world / replica_ranks};
 }
 
 ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn::AnyModule model,

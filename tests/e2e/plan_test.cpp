@@ -70,6 +70,8 @@ TEST(PlanCliTest, PredictedPeaksAgreeWithBenchMemoryWithinTenPercent) {
       const auto& rows = measured.at(shard);
       const double peak = *std::max_element(rows.begin(), rows.end());
       const double guess = predicted[ranks].at(shard)[0];
+      std::printf("%s --shard %s: predicted %.1f MiB, measured %.1f MiB (%+.1f%%)\n", c.model,
+                  shard.c_str(), guess / 1048576, peak / 1048576, (guess / peak - 1) * 100);
       EXPECT_NEAR(guess / peak, 1.0, 0.10)
           << c.model << " --shard " << shard << " on " << ranks << " rank(s): predicted "
           << guess / 1048576 << " MiB, measured " << peak / 1048576 << " MiB\n"

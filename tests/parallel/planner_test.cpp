@@ -63,6 +63,13 @@ TEST(MemoryPlanTest, EachModeHoldsZerosFormulaOnPaddedShards) {
   // ZeRO-3 gathers: the root (padded to 8 x 2) and five of the largest unit (padded to 12 x 3).
   EXPECT_DOUBLE_EQ(z3.transient, 4 * (16 + 5 * 36.0));
   EXPECT_DOUBLE_EQ(z3.activations, none.activations) << "activations do not shard";
+  // Beside the activations as backward starts: ZeRO-2 a unit's gradients and their packed copy,
+  // ZeRO-3 also the gathered root and the prefetched unit; DDP and ZeRO-1 nothing.
+  EXPECT_DOUBLE_EQ(z2.backward_transient, 4 * 2 * 36.0);
+  EXPECT_DOUBLE_EQ(z2.peak(), 4 * 47.0 + 16 * shard + std::max(z2.transient, 130 + 4 * 2 * 36.0));
+  EXPECT_DOUBLE_EQ(z3.backward_transient, 4 * (16 + 3 * 36.0));
+  EXPECT_DOUBLE_EQ(none.backward_transient, 0);
+  EXPECT_DOUBLE_EQ(z1.backward_transient, 0);
 }
 
 TEST(MemoryPlanTest, RecommendsTheLeastShardedModeThatFits) {
@@ -119,9 +126,12 @@ TEST(MemoryPlanTest, WhenNothingFitsTheBatchAndGpuCountItNamesFit) {
   EXPECT_TRUE(predict(m, ShardMode::kFull, smaller).fits);
   smaller.batch_size = plan.full_max_batch + 1;
   EXPECT_FALSE(predict(m, ShardMode::kFull, smaller).fits) << "the largest batch that fits";
-  EXPECT_EQ(plan.full_max_batch, 97);  // (79 - 29.8 - 0.5) GiB / 0.5 GiB a sample
-  // Activations never shard; the states do: 5 GPUs hold 11.9 GiB of them beside 64.5.
-  EXPECT_EQ(plan.full_min_world, 5);
+  // (79 - 29.8 - 11.2 - 0.5) GiB / 0.5 GiB a sample: beside the activations as backward starts,
+  // three 3.7 GiB units (the running and the prefetched unit gathered, the running one's grads).
+  EXPECT_EQ(plan.full_max_batch, 75);
+  // Activations and gathered units never shard; the states do: 19 GPUs hold 3.1 GiB of them
+  // beside 64.5 + 11.2 GiB.
+  EXPECT_EQ(plan.full_min_world, 19);
   {
     PlanRequest wider = r;
     wider.world_size = plan.full_min_world;

@@ -54,6 +54,13 @@ int64_t count(const std::vector<torch::Tensor>& tensors) {
 
 }  // namespace
 
+void check_pipeline_world(int stages, int world) {
+  DDPX_CHECK(stages >= 1 && world % stages == 0, ErrorKind::kUsage,
+             "--pipeline_parallel {} does not divide the world of {} ranks; run a multiple of {} "
+             "ranks (stages x data-parallel replicas)",
+             stages, world, stages);
+}
+
 PipelinePlan::PipelinePlan(torch::nn::AnyModule model, dist::Context& context,
                            const OptimizerFactory& make_optimizer, PipelineOptions options)
     : PipelinePlan(model, layers_of(model, options.model_name), context, make_optimizer,
@@ -76,10 +83,7 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
   const int p = options_.stages, world = context_.world_size();
   const int v = options_.schedule == PipelineSchedule::kInterleaved ? options_.stages_per_rank : 1;
   // Every check before the first collective: a refused layout never hangs a rank.
-  DDPX_CHECK(p >= 1 && world % p == 0, ErrorKind::kUsage,
-             "--pipeline_parallel {} does not divide the world of {} ranks; run a multiple of {} "
-             "ranks (stages x data-parallel replicas)",
-             p, world, p);
+  check_pipeline_world(p, world);
   const std::string problem = schedule_problem(
       options_.schedule, PipelineShape{p, options_.microbatches, options_.stages_per_rank});
   DDPX_CHECK(problem.empty(), ErrorKind::kUsage, "--pipeline_schedule {}: {}",

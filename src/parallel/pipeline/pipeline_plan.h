@@ -83,6 +83,10 @@ struct PipelineStats {
   double idle_share() const { return seconds > 0 ? wait_seconds / seconds : 0; }
 };
 
+// Throws ddpx::Error(kUsage) naming --pipeline_parallel where `stages` does not divide `world`.
+// Every rank calls it before anything that depends on its replica (the sampler, the plan).
+void check_pipeline_world(int stages, int world);
+
 class PipelinePlan : public Plan {
  public:
   // Collective over the world (broadcasts rank 0's weights; the time balance's costs). Throws

@@ -139,12 +139,15 @@ ModePrediction predict(const ModelMemory& model, ShardMode mode, const PlanReque
       p.grads = kFp32 * shard;
       p.optimizer = k * shard;
       p.transient = kFp32 * 3 * largest;
+      p.backward_transient = kFp32 * 2 * largest;  // its gradients and their packed copy
       break;
     case ShardMode::kFull:
       p.params = kFp32 * shard;
       p.grads = kFp32 * shard;
       p.optimizer = k * shard;
       p.transient = kFp32 * (root + 5 * largest);
+      // the root, the running and the prefetched unit gathered, the running unit's gradients
+      p.backward_transient = kFp32 * (root + 3 * largest);
       break;
   }
   if (n == 1 && mode != ShardMode::kNone) {  // one rank: the plan shards over itself
@@ -167,10 +170,10 @@ MemoryPlan plan_memory(const ModelMemory& model, const PlanRequest& r) {
   // Nothing fits: the batch `full` fits at this world size, and the world `full` needs.
   const ModePrediction full = plan.modes.back();
   const double room = plan.usable - (full.params + full.grads + full.optimizer);
-  if (full.transient <= room && room - model.activation_fixed > 0 &&
-      model.activation_per_sample > 0) {
-    plan.full_max_batch = static_cast<int64_t>(
-        std::floor((room - model.activation_fixed) / model.activation_per_sample));
+  const double for_activations = room - full.backward_transient - model.activation_fixed;
+  if (full.transient <= room && for_activations > 0 && model.activation_per_sample > 0) {
+    plan.full_max_batch =
+        static_cast<int64_t>(std::floor(for_activations / model.activation_per_sample));
   }
   for (int world = r.world_size + 1; world <= 4096; ++world) {
     PlanRequest more = r;

@@ -88,9 +88,14 @@ struct PlanRequest {
 struct ModePrediction {
   ShardMode mode = ShardMode::kNone;
   double params = 0, grads = 0, optimizer = 0, transient = 0, activations = 0;
-  // Activations peak where backward starts; the transient buffers come later in backward and in
-  // the step, as activations are freed: the peak holds the larger of the two.
-  double peak() const { return params + grads + optimizer + std::max(transient, activations); }
+  // Buffers alive beside the whole activations: ZeRO-2 and -3 free a unit's gradients only once
+  // the whole unit's are in, and backward reaches the last (usually largest) units first.
+  double backward_transient = 0;
+  // Activations peak where backward starts; the other transient buffers come later in backward
+  // and in the step, as activations are freed: the peak holds the larger of the two.
+  double peak() const {
+    return params + grads + optimizer + std::max(transient, activations + backward_transient);
+  }
   bool fits = false;
 };
 

@@ -23,6 +23,13 @@ std::map<std::string, torch::Tensor> params_by_name(torch::nn::Module& module) {
 
 }  // namespace
 
+void check_tensor_world(int size, int world) {
+  DDPX_CHECK(size >= 1 && world % size == 0, ErrorKind::kUsage,
+             "--tensor_parallel {}: the world of {} ranks is not a whole number of tensor-parallel "
+             "groups; start a multiple of {} ranks (ddpx run {} -- ...)",
+             size, world, size, size);
+}
+
 TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context& context,
                                        const OptimizerFactory& make_optimizer,
                                        TensorParallelOptions options)
@@ -31,10 +38,7 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
       make_optimizer_(make_optimizer),
       options_(std::move(options)) {
   const int t = options_.size, world = context.world_size();
-  DDPX_CHECK(t >= 1 && world % t == 0, ErrorKind::kUsage,
-             "--tensor_parallel {}: the world of {} ranks is not a whole number of tensor-parallel "
-             "groups; start a multiple of {} ranks (ddpx run {} -- ...)",
-             t, world, t, t);
+  check_tensor_world(t, world);
   tensor::check_splittable(whole_, t, options_.model_name, options_.sequence_parallel);
   // Every tensor rank cuts its pieces from the same weights: rank 0's.
   if (context.distributed()) {

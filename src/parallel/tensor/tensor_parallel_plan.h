@@ -49,6 +49,10 @@ struct TensorParallelOptions {
   std::string model_name = "the model";
 };
 
+// Throws ddpx::Error(kUsage) naming --tensor_parallel where `size` does not divide `world`.
+// Every rank calls it before anything that depends on its replica (the sampler, the plan).
+void check_tensor_world(int size, int world);
+
 class TensorParallelPlan : public Plan {
  public:
   // Collective over the world (rank 0's weights to every rank; the groups). `context` must
