@@ -1,7 +1,8 @@
 // The pipeline plan (parallel/pipeline/) against one process training the unsplit model: with
 // one seed and the same global batches, every schedule (GPipe, 1F1B, interleaved 1F1B), on 2
 // ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, and 4 stages), ends 6 SGD steps
-// with the single process's parameters, each step's loss reported on rank 0; its state_dict() is
+// with the single process's parameters, each step's loss reported on rank 0, each rank holding
+// memory for its own stages' parameters only while it trains; its state_dict() is
 // the unsplit model's and optimizer's and loads back into a pipeline; layouts that cannot run
 // are refused on every rank before any collective. Each rank is a real member of a Gloo group on
 // 127.0.0.1. The schedules themselves are checked by simulation: no deadlock, each forward
@@ -146,6 +147,12 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
         EXPECT_FALSE(out.loss.defined()) << "rank " << rank;
       }
     }
+    // While it trains, a rank holds memory for its stages' parameters only.
+    size_t held = 0, mine = 0;
+    for (const auto& p : nets[rank]->parameters()) held += p.storage().nbytes();
+    for (const auto& p : plan.parameters()) mine += p.nbytes();
+    EXPECT_EQ(held, mine) << "rank " << rank << " holds other stages' parameters";
+    EXPECT_LT(mine, size_t{4} * 3 * 24 * 24) << "rank " << rank;
     auto params = plan.module().ptr()->parameters();
     for (size_t i = 0; i < params.size(); ++i)
       expect_close(params[i], want.params[i], fmt::format("rank {} parameter {}", rank, i));

@@ -20,6 +20,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -187,6 +188,20 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
       plan.step();
       plan.zero_grad();
     }
+    // While it trains, a rank holds memory for its pieces and the unsplit layers only.
+    std::set<const void*> storages;
+    size_t held = 0, mine = 0, whole = 0;
+    auto whole_params = nets[rank].ptr()->parameters(), pieces = plan.parameters();
+    for (const auto* list : {&whole_params, &pieces}) {
+      for (const auto& p : *list) {
+        if (storages.insert(p.storage().unsafeGetStorageImpl()).second)
+          held += p.storage().nbytes();
+      }
+    }
+    for (const auto& p : pieces) mine += p.nbytes();
+    for (const auto& p : whole_params) whole += p.numel() * p.element_size();
+    EXPECT_EQ(held, mine) << "rank " << rank << " holds the whole model's split layers";
+    EXPECT_LT(mine, whole) << "rank " << rank;
     for (const auto& p : plan.module().ptr()->named_parameters())
       expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
     torch::serialize::OutputArchive m, o;

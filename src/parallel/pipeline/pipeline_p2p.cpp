@@ -1,21 +1,88 @@
-// The pipeline plan's transfers between stages (see pipeline_plan.h): activations forward and
-// their gradients back, by c10d send/recv with a tag per (micro-batch, stage, direction), through
-// host memory.
+// The pipeline plan's transfers between stages (see pipeline_plan.h): the boundaries' shapes,
+// agreed once, then activations forward and their gradients back, by c10d send/recv with a tag
+// per (micro-batch, stage, direction), through host memory.
 #include <fmt/format.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "core/error.h"
 #include "core/timer.h"
 #include "distributed/collectives.h"
+#include "distributed/context.h"
 #include "parallel/pipeline/pipeline_plan.h"
 
 namespace ddpx::parallel {
 
 namespace {
+
+constexpr int kShapeTag = (1 << 24) + 16;  // the boundaries' table, handed from stage to stage
+constexpr int64_t kMaxDims = 8;            // of a boundary, less the batch dimension
+
 int tag_of(int microbatch, int stage, int stages, bool forward) {
   return (microbatch * stages + stage) * 2 + (forward ? 0 : 1);
 }
+
 }  // namespace
+
+void PipelinePlan::probe_boundaries(const MicroBatch& batch) {
+  // Row s of the table: stage s's output as [dtype, dims, size 1, size 2, ...], less the batch
+  // dimension. Each stage's rank runs its stage on one sample (zeros of the shape its
+  // predecessor wrote, or the batch's first sample) and hands the table on; the last stage's
+  // rank of replica 0 then gives every rank the whole table.
+  torch::NoGradGuard no_grad;
+  const int stages = static_cast<int>(table_.size()), me = context_.rank();
+  torch::Tensor table = torch::zeros({stages, 2 + kMaxDims}, torch::kInt64);
+  auto row = [&](int s) { return table.accessor<int64_t, 2>()[s]; };
+  const bool training = model_.ptr()->is_training();
+  model_.ptr()->eval();
+  for (int s = 0; s < stages; ++s) {
+    if (rank_of(s) != me) continue;
+    if (s > 0 && rank_of(s - 1) != me) {
+      std::vector<torch::Tensor> in{table};
+      dist::wait_work(
+          group_->recv(in, rank_of(s - 1), kShapeTag),
+          fmt::format("pipeline stage {}'s input shape from rank {}", s, rank_of(s - 1)));
+    }
+    torch::Tensor x;
+    if (s == 0) {
+      x = batch.input.narrow(0, 0, 1);
+    } else {
+      auto r = row(s - 1);
+      std::vector<int64_t> shape{1};
+      for (int64_t d = 0; d < r[1]; ++d) shape.push_back(r[2 + d]);
+      x = torch::zeros(shape, batch.input.options().dtype(static_cast<c10::ScalarType>(r[0])));
+    }
+    auto run = [&] { x = run_stage(s, x); };
+    if (batch.in_forward_context) {
+      batch.in_forward_context(run);
+    } else {
+      run();
+    }
+    DDPX_CHECK(x.dim() >= 1 && x.dim() - 1 <= kMaxDims, ErrorKind::kUsage,
+               "pipeline stage {} ({} .. {}) outputs a tensor of {} dimensions; a stage boundary "
+               "takes a batch dimension and at most {} more",
+               s, table_[s].first_name, table_[s].last_name, x.dim(), kMaxDims);
+    auto r = row(s);
+    r[0] = static_cast<int64_t>(x.scalar_type());
+    r[1] = x.dim() - 1;
+    for (int64_t d = 1; d < x.dim(); ++d) r[1 + d] = x.size(d);
+    if (s + 1 < stages && rank_of(s + 1) != me) {
+      std::vector<torch::Tensor> out{table};
+      dist::wait_work(
+          group_->send(out, rank_of(s + 1), kShapeTag),
+          fmt::format("pipeline stage {}'s output shape to rank {}", s, rank_of(s + 1)));
+    }
+  }
+  if (training) model_.ptr()->train();
+  if (group_) context_.broadcast(table, (stages - 1) % options_.stages);
+  for (int s = 0; s < stages; ++s) {
+    auto r = row(s);
+    Boundary b;
+    b.dtype = static_cast<c10::ScalarType>(r[0]);
+    for (int64_t d = 0; d < r[1]; ++d) b.shape.push_back(r[2 + d]);
+    boundaries_.push_back(std::move(b));
+  }
+}
 
 torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch, bool forward,
                                     const Boundary& boundary, int64_t rows,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
@@ -135,6 +136,18 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
       for (auto& t : layers_[l].buffers) buffers_.push_back(t);
     }
   }
+  std::set<const c10::TensorImpl*> mine;
+  for (const auto& t : params_) mine.insert(t.unsafeGetTensorImpl());
+  for (const auto& t : buffers_) mine.insert(t.unsafeGetTensorImpl());
+  for (const auto& layer : layers_) {
+    for (const auto* list : {&layer.parameters, &layer.buffers}) {
+      for (const auto& t : *list) {
+        if (mine.count(t.unsafeGetTensorImpl()) || !t.defined()) continue;
+        others_.push_back(t);
+        others_nbytes_.push_back(t.storage().nbytes());
+      }
+    }
+  }
   if (!params_.empty()) optimizer_ = make_optimizer_(params_);
   if (replica_count_ > 1) {
     std::vector<std::vector<int>> groups(static_cast<size_t>(p));
@@ -142,6 +155,7 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
     replicas_ = dist::split_group(context_, groups, "pipeline_replicas");
   }
   for (const auto& line : stage_table_lines()) log::out("{}", line);
+  free_others();
 }
 
 PipelinePlan::~PipelinePlan() {
@@ -198,28 +212,10 @@ torch::Tensor PipelinePlan::run_stage(int stage, torch::Tensor x) {
   return x;
 }
 
-void PipelinePlan::probe_boundaries(const MicroBatch& batch) {
-  torch::NoGradGuard no_grad;
-  const bool training = model_.ptr()->is_training();
-  model_.ptr()->eval();
-  auto probe = [&] {
-    torch::Tensor x = batch.input.narrow(0, 0, 1);
-    for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
-      x = run_stage(static_cast<int>(s), x);
-      boundaries_.push_back({x.sizes().slice(1).vec(), x.scalar_type()});
-    }
-  };
-  if (batch.in_forward_context) {
-    batch.in_forward_context(probe);
-  } else {
-    probe();
-  }
-  if (training) model_.ptr()->train();
-}
-
 MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sync) {
   Stopwatch total;
   stats_ = {};
+  if (others_held_) free_others();
   if (boundaries_.empty()) probe_boundaries(batch);
   const int p = options_.stages, stages = static_cast<int>(table_.size());
   const int64_t rows = batch.input.size(0);

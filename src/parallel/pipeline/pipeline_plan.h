@@ -12,17 +12,19 @@
 // - forward_backward() returns the batch's loss and logits on each replica's first rank (the
 //   last stage sends them there, so rank 0 reports), undefined tensors on the others.
 // - The optimizer is built over this rank's stages' parameters; step() updates them.
-// - Every rank keeps the whole model as built (only its stages train): module() and
-//   state_dict() first bring every stage's parameters and buffers from its replica-0 rank to all
-//   ranks, so evaluation, EMA-free export and checkpoints see the whole trained model, and a
-//   checkpoint is the unsplit model's (it loads in any plan). Holding only a stage's parameters
-//   is still to come.
+// - A rank holds only its stages' parameters and buffers while it trains: the other stages'
+//   tensors keep their shapes but not their memory (storage.h) from construction on.
+//   module() and state_dict() bring every stage's parameters and buffers from its replica-0
+//   rank to all ranks, so evaluation, export and checkpoints see the whole trained model, and a
+//   checkpoint is the unsplit model's (it loads in any plan); the next forward_backward() frees
+//   the other stages again. The model as handed over is whole on every rank (rank 0's weights
+//   are broadcast, rank 0 times the layers), so it must fit once, at start.
 // - BatchNorm normalises each micro-batch by its own statistics (as in GPipe and PyTorch's
 //   pipelining), so a BatchNorm model's gradients differ from the unsplit batch's; models
 //   without BatchNorm match it to rounding.
-// Shapes and dtypes of what crosses each stage boundary are found once, at the first batch, by
-// running the whole model on one sample in the caller's forward context (autocast included), so
-// no rank sends a shape at run time.
+// Shapes and dtypes of what crosses each stage boundary are found once, at the first batch: each
+// stage's rank runs its stage on one sample in the caller's forward context (autocast
+// included), in stage order, handing the shapes on, so no rank sends a shape at run time.
 #pragma once
 
 #include <torch/nn/modules/container/sequential.h>
@@ -145,6 +147,7 @@ class PipelinePlan : public Plan {
   void finish_sends();
   void average_replicas();
   void gather_whole();  // every stage's parameters and buffers from its replica-0 rank
+  void free_others();   // the memory of the stages this rank does not run
 
   torch::nn::AnyModule model_;
   std::vector<models::Layer> layers_;
@@ -158,12 +161,15 @@ class PipelinePlan : public Plan {
   std::vector<StageInfo> table_;
   std::vector<int> my_stages_;                   // stage chunk * P + pipeline_rank_, by chunk
   std::vector<torch::Tensor> params_, buffers_;  // this rank's stages'
+  std::vector<torch::Tensor> others_;            // the other stages' parameters and buffers
+  std::vector<size_t> others_nbytes_;            // their storage sizes when held
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<Boundary> boundaries_;  // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
   PipelineStats stats_;
-  PipelineStats epoch_;  // summed since the last epoch_summary() (max_activations: the most)
-  bool whole_ = true;    // every rank's copy of every stage is current
+  PipelineStats epoch_;      // summed since the last epoch_summary() (max_activations: the most)
+  bool whole_ = true;        // every rank's copy of every stage is current
+  bool others_held_ = true;  // the other stages' tensors have memory (current or not)
 };
 
 }  // namespace ddpx::parallel

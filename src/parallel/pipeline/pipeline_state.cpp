@@ -1,6 +1,7 @@
-// The pipeline plan's whole model and state (see pipeline_plan.h): every stage brought to every
-// rank for evaluation and checkpoints, and the unsplit optimizer's state assembled from each
-// pipeline rank's, so a pipeline's checkpoint is the data-parallel plan's.
+// The pipeline plan's whole model and state (see pipeline_plan.h): the other stages' memory freed
+// while a rank trains, every stage brought to every rank for evaluation and checkpoints, and the
+// unsplit optimizer's state assembled from each pipeline rank's, so a pipeline's checkpoint is the
+// data-parallel plan's.
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -12,11 +13,20 @@
 #include "distributed/context.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/storage.h"
 
 namespace ddpx::parallel {
 
+void PipelinePlan::free_others() {
+  for (const auto& t : others_) free_storage(t);
+  others_held_ = false;
+  whole_ = false;
+}
+
 void PipelinePlan::gather_whole() {
   torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < others_.size(); ++i) materialize_storage(others_[i], others_nbytes_[i]);
+  others_held_ = true;
   if (group_) {
     for (const StageInfo& s : table_) {
       std::vector<torch::Tensor> state;
@@ -81,6 +91,8 @@ void PipelinePlan::state_dict(torch::serialize::OutputArchive& model,
 
 void PipelinePlan::load_state_dict(torch::serialize::InputArchive& model,
                                    torch::serialize::InputArchive& optimizer) {
+  for (size_t i = 0; i < others_.size(); ++i) materialize_storage(others_[i], others_nbytes_[i]);
+  others_held_ = true;
   model_.ptr()->load(model);
   std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(model_.ptr()->parameters());
   whole->load(optimizer);

@@ -1,13 +1,12 @@
 // One unit of a sharded plan (see shard_unit.h).
 #include "parallel/sharded/shard_unit.h"
 
-#include <c10/core/Allocator.h>
-#include <c10/core/DeviceGuard.h>
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "parallel/data/atoms.h"
+#include "parallel/storage.h"
 
 namespace ddpx::parallel {
 namespace {
@@ -88,23 +87,11 @@ void ShardUnit::restore_storage() {
   }
 }
 
-void ShardUnit::materialize(size_t i) {
-  auto* storage = params_[i].storage().unsafeGetStorageImpl();
-  if (storage->data() != nullptr && storage->nbytes() == nbytes_[i]) return;
-  c10::DeviceGuard device(params_[i].device());
-  at::Allocator* allocator = storage->allocator();
-  if (allocator == nullptr) allocator = c10::GetAllocator(params_[i].device().type());
-  storage->set_data_ptr_noswap(allocator->allocate(nbytes_[i]));
-  storage->set_nbytes(nbytes_[i]);
-}
+void ShardUnit::materialize(size_t i) { materialize_storage(params_[i], nbytes_[i]); }
 
 void ShardUnit::release() {
   if (gather_work_) finish_gather();  // never leave a collective writing into freed memory
-  for (auto& p : params_) {
-    auto* storage = p.storage().unsafeGetStorageImpl();
-    storage->set_data_ptr_noswap(at::DataPtr(nullptr, p.device()));
-    storage->set_nbytes(0);
-  }
+  for (auto& p : params_) free_storage(p);
   gathered_ = false;
 }
 

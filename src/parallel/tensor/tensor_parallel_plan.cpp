@@ -9,6 +9,7 @@
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/storage.h"
 #include "parallel/tensor/parallelize.h"
 
 namespace ddpx::parallel {
@@ -70,6 +71,12 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   dp.step.split = false;
   dp.model_name = options_.model_name;
   inner_ = std::make_unique<DataParallelPlan>(split_, *replicas_, make_optimizer_, dp);
+  auto whole = params_by_name(*whole_.ptr());
+  for (const auto& [name, spec] : specs_) {
+    whole_split_.push_back(whole.at(name));
+    whole_split_nbytes_.push_back(whole.at(name).storage().nbytes());
+  }
+  free_whole();
 }
 
 TensorParallelPlan::~TensorParallelPlan() = default;
@@ -94,7 +101,20 @@ std::string TensorParallelPlan::describe() {
                      replicas == 1 ? "" : "; each piece averaged over its replicas by DDP");
 }
 
+void TensorParallelPlan::hold_whole() {
+  for (size_t i = 0; i < whole_split_.size(); ++i)
+    materialize_storage(whole_split_[i], whole_split_nbytes_[i]);
+  whole_held_ = true;
+}
+
+void TensorParallelPlan::free_whole() {
+  for (const auto& t : whole_split_) free_storage(t);
+  whole_held_ = false;
+  stale_ = true;
+}
+
 MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
+  if (whole_held_) free_whole();
   MicroBatchResult result = inner_->forward_backward(batch, sync);
   if (sync && !partial_grads_.empty() && tensor_group_->distributed()) {
     // Each rank's share of the tokens gave its share of these gradients: one all-reduce of all.
@@ -148,6 +168,7 @@ std::vector<torch::Tensor> TensorParallelPlan::parameters() { return inner_->par
 
 void TensorParallelPlan::refresh_whole() {
   if (!stale_) return;
+  hold_whole();
   torch::NoGradGuard no_grad;
   auto whole = params_by_name(*whole_.ptr());
   for (const auto& p : split_.ptr()->named_parameters()) {
@@ -189,6 +210,7 @@ void TensorParallelPlan::state_dict(torch::serialize::OutputArchive& model,
 void TensorParallelPlan::load_state_dict(torch::serialize::InputArchive& model,
                                          torch::serialize::InputArchive& optimizer) {
   torch::NoGradGuard no_grad;
+  hold_whole();
   whole_.ptr()->load(model);
   auto whole = params_by_name(*whole_.ptr());
   auto full = make_optimizer_(whole_.ptr()->parameters());

@@ -17,10 +17,12 @@
 // - state_dict() is the unsplit model's and optimizer's: every piece gathered from its tensor
 //   group, so a checkpoint loads at another mesh, in one process, or in any plan; load_state_dict()
 //   takes such a state and keeps this rank's pieces.
-// - module() is the whole model, its split layers gathered from the pieces when they changed
-//   (collective over the tensor group): evaluation, EMA and export see the trained model. The
-//   whole model's split layers are kept beside the pieces for that; holding only the pieces is
-//   still to come.
+// - While it trains, a rank holds memory for its pieces only: the whole model's split parameters
+//   keep their shapes but not their memory (storage.h) from construction on. module() is the
+//   whole model, its split layers gathered from the pieces into memory given back for them
+//   (collective over the tensor group): evaluation, EMA and export see the trained model; the
+//   next forward_backward() frees them again. The model as handed over is whole on every rank,
+//   so it must fit once, at start.
 // Refused before any collective: a world that T does not divide, a model without a plan, heads or
 // widths that T does not divide (one line naming the flag).
 #pragma once
@@ -86,6 +88,8 @@ class TensorParallelPlan : public Plan {
 
  private:
   void refresh_whole();  // collective over the tensor group, when the pieces changed
+  void hold_whole();     // memory for the whole model's split parameters (their values stale)
+  void free_whole();     // ... and none
 
   torch::nn::AnyModule whole_, split_;
   std::map<std::string, tensor::ShardSpec> specs_;
@@ -99,6 +103,9 @@ class TensorParallelPlan : public Plan {
   int replica_ = 0;
   std::unique_ptr<DataParallelPlan> inner_;  // DDP of the pieces over the replicas
   bool stale_ = false;                       // the whole model lags the pieces
+  std::vector<torch::Tensor> whole_split_;   // the whole model's parameters that were split
+  std::vector<size_t> whole_split_nbytes_;   // their storage sizes when held
+  bool whole_held_ = true;                   // whole_split_ have memory
 };
 
 }  // namespace ddpx::parallel

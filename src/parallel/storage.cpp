@@ -1,0 +1,24 @@
+// Freeing and restoring a tensor's storage (see storage.h).
+#include "parallel/storage.h"
+
+#include <c10/core/DeviceGuard.h>
+
+namespace ddpx::parallel {
+
+void free_storage(const torch::Tensor& t) {
+  auto* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
+}
+
+void materialize_storage(const torch::Tensor& t, size_t nbytes) {
+  auto* storage = t.storage().unsafeGetStorageImpl();
+  if (storage->data() != nullptr && storage->nbytes() == nbytes) return;
+  c10::DeviceGuard device(t.device());
+  at::Allocator* allocator = storage->allocator();
+  if (allocator == nullptr) allocator = c10::GetAllocator(t.device().type());
+  storage->set_data_ptr_noswap(allocator->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,21 @@
+// Freeing a tensor's memory while the tensor, its shape and everything that refers to it (an
+// optimizer, autograd, a module's parameter list) stay as they are: what FSDP does with
+// `untyped_storage().resize_(0)`. A ZeRO-3 unit frees its gathered parameters after use; a
+// pipeline rank frees the stages it does not run. Reading a freed tensor is an error until it is
+// materialized again (and then filled: its old values are gone).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstddef>
+
+namespace ddpx::parallel {
+
+// Drops the memory of `t`'s storage (every view of it sees none).
+void free_storage(const torch::Tensor& t);
+
+// Gives `t`'s storage `nbytes` of fresh, uninitialized memory on its device, unless it already
+// holds that many.
+void materialize_storage(const torch::Tensor& t, size_t nbytes);
+
+}  // namespace ddpx::parallel
