@@ -3,6 +3,8 @@
 # OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE and meets at MASTER_ADDR, default 127.0.0.1):
 #   1. mpirun -np 2 ddpx train trains as one job of world size 2; rank 0 reports accuracy.
 #   2. a bad OMPI_COMM_WORLD_LOCAL_RANK fails fast with an error naming it; mpirun exits non-zero.
+#   3. mpirun -np 2 ddpx train --pipeline_parallel 2: two stages of one pipeline; rank 0 prints
+#      the stage table, the bubble and the accuracy.
 # Usage: mpi_test.sh [PATH_TO_DDPX]   (or DDPX=...). Exit 0 pass, 1 fail, 77 skip.
 set -euo pipefail
 
@@ -54,3 +56,19 @@ if grep -q '^\[1,[01]\]<stdout>:' bad.out; then
 fi
 ((${took%.*} < 10)) || cluster_fail "a bad OMPI_COMM_WORLD_LOCAL_RANK took ${took}s to fail (expected < 10 s)"
 cluster_pass "a bad OMPI_COMM_WORLD_LOCAL_RANK fails in ${took}s (mpirun exit $rc) with an error naming it"
+
+# --- 3. mpirun -np 2 with two pipeline stages ------------------------------------------------
+cluster_free_port port
+rc=0
+"${mpirun[@]}" -x "MASTER_PORT=$port" "$DDPX" "${train[@]}" --pipeline_parallel 2 \
+  --microbatches 4 >pipe.out 2>pipe.err || rc=$?
+cat pipe.out pipe.err >pipe.all
+[[ $rc == 0 ]] || cluster_fail "mpirun -np 2 ddpx train --pipeline_parallel 2 exited $rc:
+$(cluster_show pipe.all)"
+ddpx_assert_trained pipe.all 2 mpi 127.0.0.1 "$port" '\[1,0\]<std(out|err)>:'
+for pattern in 'pipeline: 2 stages on 2 ranks a replica, 1 replica' \
+  'plan: pipeline parallel: 2 stages x 1 data-parallel replica' 'pipeline bubble .* by rank: 0 '; do
+  grep -qE "^\[1,0\]<std(out|err)>:.*$pattern" pipe.all ||
+    cluster_fail "no line matching /$pattern/ from rank 0: $(cluster_show pipe.all)"
+done
+cluster_pass "mpirun -np 2 --pipeline_parallel 2: one pipeline of 2 stages (mpi), rank 0 reported the stage table, the bubble and the test accuracy"

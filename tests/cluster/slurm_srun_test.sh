@@ -2,6 +2,7 @@
 # ddpx under a real Slurm (one node, brought up by slurm_cluster.sh):
 #   1. srun -N1 -n2 ddpx train: both ranks join one job of world size 2 found from Slurm's
 #      variables alone (rank 0's address from SLURM_JOB_NODELIST); rank 0 reports accuracy.
+#      The same with --pipeline_parallel 2: two stages, the stage table and the bubble.
 #   2. a mangled SLURM_JOB_NODELIST fails fast, with one error line per rank naming it.
 #   3. an sbatch script in the tutorial's shape (#SBATCH --nodes/--ntasks-per-node/--output;
 #      srun ddpx train) completes and its output file shows the training.
@@ -33,6 +34,21 @@ if grep -q '^1: ' srun.all; then
 $(cluster_show srun.all)"
 fi
 cluster_pass "srun -N1 -n2: one job of world size 2 (slurm), rank 0 reported the test accuracy"
+
+# --- 1b. srun -n2 with two pipeline stages --------------------------------------------------
+cluster_free_port port
+rc=0
+timeout 60 srun --label -N1 -n2 --kill-on-bad-exit=1 --export="ALL,MASTER_PORT=$port" \
+  "$DDPX" "${train[@]}" --pipeline_parallel 2 --microbatches 4 >pipe.out 2>pipe.err || rc=$?
+[[ $rc == 0 ]] || cluster_fail "srun -N1 -n2 ddpx train --pipeline_parallel 2 exited $rc:
+$(cluster_show pipe.out pipe.err)"
+cat pipe.out pipe.err >pipe.all
+ddpx_assert_trained pipe.all 2 slurm "$node" "$port" '0: '
+for pattern in 'pipeline: 2 stages on 2 ranks a replica' 'pipeline bubble .* by rank: 0 '; do
+  grep -qE "^0: $pattern" pipe.all ||
+    cluster_fail "no line matching /$pattern/ from rank 0: $(cluster_show pipe.all)"
+done
+cluster_pass "srun -N1 -n2 --pipeline_parallel 2: one pipeline of 2 stages (slurm), rank 0 reported the stage table, the bubble and the test accuracy"
 
 # --- 2. mangled SLURM_JOB_NODELIST ---------------------------------------------------------
 cluster_free_port port

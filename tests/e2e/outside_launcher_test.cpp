@@ -1,5 +1,6 @@
 // Ranks that `ddpx run` did not start, as torchrun, srun or a user's own script start them:
-// how many threads each takes, and what a rank whose master never answers prints.
+// how many threads each takes, a pipeline's stages under torchrun, and what a rank whose master
+// never answers prints.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -38,6 +39,28 @@ TEST(OutsideLauncherTest, TorchrunWorkersTakeTheOneThreadTorchrunSets) {
                   300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(header_threads(r.output), 1) << r.output;
+}
+
+// torchrun's two workers as two pipeline stages: the stage table, the bubble and the accuracy
+// come from rank 0 (mpirun's and srun's are in tests/cluster/).
+TEST(OutsideLauncherTest, TorchrunWorkersRunAPipelineOfTwoStages) {
+  const std::string torchrun =
+      (std::filesystem::path(test::python_binary()).parent_path() / "torchrun").string();
+  if (!std::filesystem::exists(torchrun)) GTEST_SKIP() << "no torchrun beside " << torchrun;
+  auto r = run_command(torchrun + " --nproc_per_node 2 --no-python --master_port " +
+                           std::to_string(test::free_port()) + " " + test::ddpx_binary() +
+                           " train --model mlp --dataset synthetic --synthetic_size 64 "
+                           "--synthetic_image 8 --batch_size 16 --num_epochs 1 --timeout 60 "
+                           "--pipeline_parallel 2 --microbatches 4",
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"joined 2 ranks via 127.0.0.1:", "(gloo+shm, torchrun)",
+                           "pipeline: 2 stages on 2 ranks a replica, 1 replica",
+                           "pipeline bubble (idle share of each rank's forward and backward) by "
+                           "rank: 0 ",
+                           "Accuracy on test dataset - "}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
 }
 
 // Ranks started by hand with nothing saying how many threads: the cores are shared among the
