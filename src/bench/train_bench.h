@@ -87,6 +87,7 @@ struct TrainBenchResult {
   double forward_gflop = 0;   // per image (models/flops.h)
   std::optional<double> mfu;  // 3 x forward FLOPs x images/s per rank / peak
   std::optional<double> peak_memory_gib;  // GPU: the most this rank's allocator held
+  std::string plan_summary;  // --loop trainer: the plan's epoch summary over the timed steps
 };
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& options);

@@ -18,6 +18,7 @@
 #include "distributed/world.h"
 #include "models/flops.h"
 #include "models/zoo/registry.h"
+#include "parallel/plan.h"
 #include "train/trainer.h"
 
 namespace ddpx::bench {
@@ -87,9 +88,11 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   std::string backend;
   torch::Device device = torch::kCPU;
   // After every optimizer step of ddpx train's loop: the window's ends, as the peer's.
-  auto after_step = [&](int64_t step, dist::Context& context) {
+  std::string plan_summary;
+  auto after_step = [&](int64_t step, dist::Context& context, parallel::Plan& plan) {
     if (step == 1) startup_s = job_age_seconds();
     if (step == first) {
+      plan.epoch_summary();  // what the plan counted before the window is not the window's
       context.barrier();
       synchronize(context.device());
       if (context.device().is_cuda()) at::accelerator::resetPeakStats(context.device().index());
@@ -98,6 +101,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     if (step < first + b.steps) return false;
     synchronize(context.device());
     seconds = window.seconds();
+    plan_summary = plan.epoch_summary();
     world_size = context.world_size();
     rank = context.rank();
     backend = context.backend();
@@ -151,6 +155,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   log::out("per step: {:.1f} ms | model: {:.2f} GFLOP forward per image{}", r.step_ms,
            r.forward_gflop, r.mfu ? fmt::format(" | MFU {:.1f}%{}", 100 * *r.mfu, peak_note) : "");
   if (r.peak_memory_gib) log::out("peak GPU memory (rank 0): {:.2f} GiB", *r.peak_memory_gib);
+  r.plan_summary = plan_summary;
+  if (!plan_summary.empty()) log::out("over the timed steps, {}", plan_summary);
   if (!b.json.empty() && rank == 0) {
     nlohmann::json line = {{"model", b.model},
                            {"loop", "trainer"},
@@ -177,6 +183,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     line["sequence_parallel"] = b.sequence_parallel;
     line["activation_checkpointing"] = b.activation_checkpointing;
     if (b.pipeline_parallel > 1) line["pipeline_schedule"] = parallel::name(b.pipeline_schedule);
+    if (!r.plan_summary.empty()) line["plan_summary"] = r.plan_summary;  // a pipeline's bubble
     std::ofstream(b.json, std::ios::app) << line.dump() << "\n";
   }
   return r;

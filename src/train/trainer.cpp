@@ -158,7 +158,8 @@ class Run {
         boundary = (step + 1) % o_.accumulation_steps == 0 || step + 1 == data_->steps_per_epoch;
         out = train_step(*batch, boundary);
       }
-      if (boundary && after_step_ && after_step_(global_step_, *context_)) return stop(meter);
+      if (boundary && after_step_ && after_step_(global_step_, *context_, *plan_))
+        return stop(meter);
       meter.add(out.loss, out.output, batch->labels);
       ++step;
       if (profiler_) profiler_->after_step();

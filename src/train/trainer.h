@@ -16,12 +16,17 @@
 namespace ddpx::dist {
 class Context;
 }
+namespace ddpx::parallel {
+class Plan;
+}
 
 namespace ddpx::train {
 
-// Called after every optimizer step with the steps taken so far in this run; true ends the run
-// there, as a snapshot's stop does. `bench train` times a window of ddpx train's own loop with it.
-using StepHook = std::function<bool(int64_t global_step, dist::Context& context)>;
+// Called after every optimizer step with the steps taken so far in this run, on every rank; true
+// ends the run there, as a snapshot's stop does. `bench train` times a window of ddpx train's own
+// loop with it, and asks the plan what it has to say about the window (collective).
+using StepHook =
+    std::function<bool(int64_t global_step, dist::Context& context, parallel::Plan& plan)>;
 
 TrainResult run_training(const TrainOptions& options, const StepHook& after_step = {});
 

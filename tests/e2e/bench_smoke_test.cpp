@@ -165,6 +165,31 @@ TEST(BenchSmokeTest, TrainTimesDdpxTrainsOwnLoopWithTheLoaderWorkersAskedFor) {
   }
 }
 
+// A pipeline's bench: every rank's bubble and activations held over the timed steps only, in the
+// output and the JSON; under 1F1B rank r holds at most P - r micro-batches of activations.
+TEST(BenchSmokeTest, TrainReportsAPipelinesBubbleOverTheTimedSteps) {
+  test::TempDir dir;
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.path() +
+                            " -- bench train --model mlp --image_size 8 --batch_size 8 --steps 3 "
+                            "--warmup 1 --pipeline_parallel 2 --microbatches 4 --json " +
+                            dir.file("out.json")),
+                       120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex("over the timed steps, pipeline bubble \\(idle share of each rank's forward and "
+                 "backward\\) by rank: 0 ([0-9.]+)% \\| 1 ([0-9.]+)%; micro-batch activations "
+                 "held at most: 0 ([0-9]+) \\| 1 ([0-9]+)")))
+      << r.output;
+  for (int i : {1, 2}) EXPECT_LT(std::stod(m[i]), 100.0) << r.output;
+  EXPECT_EQ(std::stoi(m[3]), 2) << "1F1B's first stage holds P micro-batches\n" << r.output;
+  EXPECT_EQ(std::stoi(m[4]), 1) << "its last stage one\n" << r.output;
+  auto json = run_command("cat " + dir.file("out.json"), 10);
+  EXPECT_NE(json.output.find("\"plan_summary\":\"pipeline bubble"), std::string::npos)
+      << json.output;
+}
+
 TEST(BenchSmokeTest, TrainSplitsTheStepWithEitherOptimizerStep) {
   for (std::string step : {"fused", "libtorch"}) {
     test::TempDir dir;
