@@ -43,9 +43,14 @@
 //   this rank's part and is not collective; write_index() the layout of the parts (rank 0 writes
 //   it). Any plan loads such parts: parallel/sharded/sharded_state.h rebuilds the whole state
 //   with the plan's optimizer_factory() and hands it to load_state_dict().
-// - module(): the model as this rank runs it, to evaluate, export and average (EMA): whole
-//   for data parallel, gathered by a sharded plan; a pipeline, which holds only its stages,
-//   will need an evaluate() of its own here.
+// - module(): the whole model, to export and average (EMA): whole for data parallel, gathered
+//   by a sharded plan, a pipeline or tensor parallelism (communicating when it is not current).
+// - Evaluation: set_training(false) puts the model in evaluation mode without gathering it.
+//   eval_share() is this rank's share of the test set: {rank, count} for data::eval_indices.
+//   forward_eval(input) is the logits of this rank's test batch without gradients, defined on
+//   the ranks that count them (where forward_backward() returns outputs): the whole module() on
+//   every rank by default; a pipeline's replica reads one share and runs it through its stages.
+//   Collective within the ranks of one share.
 // - epoch_summary(): what the plan has to say after an epoch (the trainer prints it when it is
 //   not empty): a pipeline's bubble per rank. epoch_metrics(): figures for the run's metrics
 //   (--metrics_json, TensorBoard) at the same moment, by name: PowerSGD's compression.
@@ -124,6 +129,13 @@ class Plan {
                                torch::serialize::InputArchive& optimizer) = 0;
 
   virtual torch::nn::AnyModule& module() = 0;
+
+  struct Share {
+    int rank = 0, count = 1;
+  };
+  virtual void set_training(bool on) { module().ptr()->train(on); }
+  virtual Share eval_share(int rank, int world_size) { return {rank, world_size}; }
+  virtual torch::Tensor forward_eval(const torch::Tensor& input) { return module().forward(input); }
 
   // A line for the end of an epoch about how the plan ran it (a pipeline's bubble), "" for none.
   // Collective, like every method.

@@ -6,21 +6,43 @@
 
 namespace ddpx::train {
 
-double evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64_t test_size,
-                dist::Context& context, const EvalSetup& setup) {
+namespace {
+
+// Every batch of this rank's share through `forward` (logits, or undefined where this rank does
+// not count them); the counts summed over every rank.
+template <typename Forward>
+double evaluate_share(data::DataLoader& loader, int64_t test_size, parallel::Plan::Share share,
+                      dist::Context& context, const EvalSetup& setup, Forward&& forward) {
   torch::NoGradGuard no_grad;
-  model.ptr()->eval();
-  loader.start_epoch(data::eval_indices(test_size, context.rank(), context.world_size()), 0);
+  loader.start_epoch(data::eval_indices(test_size, share.rank, share.count), 0);
   parallel::DeviceFeeder feeder(loader, setup.device, setup.channels_last);
   DeviceSums sums(setup.device);
   while (auto batch = feeder.next()) {
     optim::AutocastGuard autocast(setup.amp, setup.device);
-    torch::Tensor logits = model.forward(batch->images);
+    torch::Tensor logits = forward(batch->images);
+    if (!logits.defined()) continue;
     sums.add(torch::zeros({}, logits.options().dtype(torch::kFloat32)), logits, batch->labels);
   }
   MetricSums total = sums.read();
   total.all_reduce(context);
   return total.accuracy();
+}
+
+}  // namespace
+
+double evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64_t test_size,
+                dist::Context& context, const EvalSetup& setup) {
+  model.ptr()->eval();
+  return evaluate_share(loader, test_size, {context.rank(), context.world_size()}, context, setup,
+                        [&](const torch::Tensor& x) { return model.forward(x); });
+}
+
+double evaluate(parallel::Plan& plan, data::DataLoader& loader, int64_t test_size,
+                dist::Context& context, const EvalSetup& setup) {
+  plan.set_training(false);
+  return evaluate_share(loader, test_size, plan.eval_share(context.rank(), context.world_size()),
+                        context, setup,
+                        [&](const torch::Tensor& x) { return plan.forward_eval(x); });
 }
 
 }  // namespace ddpx::train

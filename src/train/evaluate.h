@@ -1,5 +1,7 @@
-// Test accuracy: every rank evaluates its share of the test set (data::eval_indices), the
-// correct counts are summed over ranks, so the accuracy is that of the whole test set.
+// Test accuracy: every share of the test set (data::eval_indices) is evaluated once, the correct
+// counts are summed over ranks, so the accuracy is that of the whole test set. A share is a
+// rank's with a whole model (the EMA's, data parallel), or a replica's under a plan that splits
+// the model (a pipeline's ranks pass one batch through their stages).
 #pragma once
 
 #include <torch/nn/modules/container/any.h>
@@ -8,6 +10,7 @@
 #include "data/loader.h"
 #include "distributed/context.h"
 #include "optim/amp.h"
+#include "parallel/plan.h"
 
 namespace ddpx::train {
 
@@ -19,6 +22,10 @@ struct EvalSetup {
 
 // Collective. `model` is put in evaluation mode (the caller puts it back in training mode).
 double evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64_t test_size,
+                dist::Context& context, const EvalSetup& setup);
+
+// The same through the plan's evaluation (plan.h): its share, its forward.
+double evaluate(parallel::Plan& plan, data::DataLoader& loader, int64_t test_size,
                 dist::Context& context, const EvalSetup& setup);
 
 }  // namespace ddpx::train

@@ -12,10 +12,10 @@
 namespace ddpx::train {
 
 void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
-                   const data::DatasetSplits& splits, torch::nn::Module& model) {
+                   const data::DatasetSplits& splits, int64_t parameters) {
   f.rank_devices = context.gather_text(dist::describe_device(context.device()));
   const auto& d = splits.train;
-  f.parameters_millions = models::count_parameters(model) / 1e6;
+  f.parameters_millions = static_cast<double>(parameters) / 1e6;
   f.stem_choice = models::find_model(o.model).has_cifar_stem;
   f.train_size = d.size();
   f.test_size = splits.test.size();

@@ -44,10 +44,10 @@ struct RunFacts {
   std::string amp_note;    // optim::amp_speed_note(): --amp bf16 on a CPU without native bf16
 };
 
-// The facts read off the job, the data set and the model. Collective: every rank names its
-// device.
+// The facts read off the job, the data set and the model (`parameters`: the whole model's, as
+// built). Collective: every rank names its device.
 void add_run_facts(RunFacts& facts, const TrainOptions& options, dist::Context& context,
-                   const data::DatasetSplits& splits, torch::nn::Module& model);
+                   const data::DatasetSplits& splits, int64_t parameters);
 
 std::vector<std::string> header_lines(const TrainOptions& options, const RunFacts& facts);
 

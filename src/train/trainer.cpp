@@ -50,7 +50,7 @@ class Run {
       if (stopped_) break;  // after a snapshot asked for with SIGUSR2
       if (std::string summary = plan_->epoch_summary(); !summary.empty()) log::out("{}", summary);
       if ((epoch + 1) % o_.log_every == 0 || epoch + 1 == o_.num_epochs) {
-        r.test_accuracy = result.final_test_accuracy = evaluate(plan_->module());
+        r.test_accuracy = result.final_test_accuracy = evaluate_plan();
         log::out("Accuracy on test dataset - {:.4f}", *r.test_accuracy);
         if (ema_) {
           r.test_accuracy_ema = result.final_test_accuracy_ema = evaluate(ema_model_);
@@ -99,6 +99,7 @@ class Run {
       return make_optimizer(std::move(params), oc);
     };
     if (o_.amp == optim::Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);
+    const int64_t parameters = models::count_parameters(*model.ptr());  // before any plan splits it
     ChosenPlan chosen = choose_plan(o_, *context_, model, optimizer, scaler_ != nullptr,
                                     {3, data_->image_size, data_->image_size});
     plan_ = std::move(chosen.plan);
@@ -131,12 +132,12 @@ class Run {
     facts.sync_bn_layers = chosen.sync_bn_layers;
     facts.image_size = data_->image_size;
     facts.batch_size = batch_size_;
-    add_run_facts(facts, o_, *context_, data_->splits, *plan_->module().ptr());
+    add_run_facts(facts, o_, *context_, data_->splits, parameters);
     for (const auto& line : header_lines(o_, facts)) log::out("{}", line);
   }
 
   EpochResult train_epoch(int64_t epoch) {
-    plan_->module().ptr()->train();
+    plan_->set_training(true);
     const int64_t skip = epoch == start_.epochs_done ? start_.epoch_step : 0;
     data_->train_loader->start_epoch(data_->sampler->indices(epoch), epoch, skip);
     parallel::DeviceFeeder feeder(*data_->train_loader, device_, o_.channels_last);
@@ -222,8 +223,15 @@ class Run {
     EvalSetup setup{device_, o_.amp, o_.channels_last};
     double accuracy =
         train::evaluate(model, *data_->test_loader, data_->splits.test.size(), *context_, setup);
-    plan_->module().ptr()->train();  // the EMA model stays in evaluation mode, the trained one not
+    plan_->set_training(true);  // the EMA model stays in evaluation mode, the trained one not
     if (ema_) ema_model_.ptr()->eval();
+    return accuracy;
+  }
+  double evaluate_plan() {
+    EvalSetup setup{device_, o_.amp, o_.channels_last};
+    double accuracy =
+        train::evaluate(*plan_, *data_->test_loader, data_->splits.test.size(), *context_, setup);
+    plan_->set_training(true);
     return accuracy;
   }
 

@@ -79,6 +79,12 @@ TEST(PipelineTrainTest, TwoStagesTrainTheMlpAsOneProcessAndItsCheckpointResumesT
   ASSERT_EQ(loss_single.size(), 3u) << single.output;
   ASSERT_EQ(loss_piped.size(), 2u) << piped.output;
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(loss_single[i], loss_piped[i], 1e-4) << "epoch " << i;
+  // Evaluated through the two stages: the single process's test accuracy.
+  auto acc_single = numbers_after(single.output, "Accuracy on test dataset");
+  auto acc_piped = numbers_after(piped.output, "Accuracy on test dataset");
+  ASSERT_EQ(acc_single.size(), 3u) << single.output;
+  ASSERT_EQ(acc_piped.size(), 2u) << piped.output;
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(acc_single[i], acc_piped[i], 1e-3) << "epoch " << i;
   expect_same_weights(train::checkpoint_path(dir.file("single"), 2),
                       train::checkpoint_path(dir.file("piped"), 2));
 

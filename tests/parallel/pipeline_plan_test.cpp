@@ -2,7 +2,8 @@
 // one seed and the same global batches, every schedule (GPipe, 1F1B, interleaved 1F1B), on 2
 // ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, and 4 stages), ends 6 SGD steps
 // with the single process's parameters, each step's loss reported on rank 0, each rank holding
-// memory for its own stages' parameters only while it trains; its state_dict() is
+// memory for its own stages' parameters only while it trains and evaluates (the trained model's
+// logits on each replica's first rank); its state_dict() is
 // the unsplit model's and optimizer's and loads back into a pipeline; layouts that cannot run
 // are refused on every rank before any collective. Each rank is a real member of a Gloo group on
 // 127.0.0.1. The schedules themselves are checked by simulation: no deadlock, each forward
@@ -69,6 +70,7 @@ torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& y) {
 struct Reference {
   std::vector<torch::Tensor> params, momenta;
   std::vector<double> losses;
+  torch::Tensor eval_logits;  // the trained model's on the first batch
 };
 
 Reference single_process(const PipelineBatches& b) {
@@ -88,6 +90,8 @@ Reference single_process(const PipelineBatches& b) {
         static_cast<torch::optim::SGDParamState&>(*optimizer->state().at(p.unsafeGetTensorImpl()));
     r.momenta.push_back(state.momentum_buffer().clone());
   }
+  torch::NoGradGuard no_grad;
+  r.eval_logits = net->forward(b.x[0]);
   return r;
 }
 
@@ -147,7 +151,21 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
         EXPECT_FALSE(out.loss.defined()) << "rank " << rank;
       }
     }
-    // While it trains, a rank holds memory for its stages' parameters only.
+    // Evaluation runs through the stages: the trained model's logits on each replica's first
+    // rank, nothing elsewhere.
+    const auto share = plan.eval_share(rank, layout.world);
+    EXPECT_EQ(share.rank, plan.replica());
+    EXPECT_EQ(share.count, replicas);
+    plan.set_training(false);
+    torch::Tensor logits = plan.forward_eval(b.x[0]);
+    plan.set_training(true);
+    if (plan.pipeline_rank() == 0) {
+      ASSERT_TRUE(logits.defined()) << "rank " << rank;
+      expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
+    } else {
+      EXPECT_FALSE(logits.defined()) << "rank " << rank;
+    }
+    // While it trains and evaluates, a rank holds memory for its stages' parameters only.
     size_t held = 0, mine = 0;
     for (const auto& p : nets[rank]->parameters()) held += p.storage().nbytes();
     for (const auto& p : plan.parameters()) mine += p.nbytes();

@@ -15,7 +15,7 @@ namespace ddpx::parallel {
 
 namespace {
 
-constexpr int kShapeTag = (1 << 24) + 16;  // the boundaries' table, handed from stage to stage
+constexpr int kShapeTag = (1 << 24) + 16;  // the boundaries' table: above PipelinePlan's results
 constexpr int64_t kMaxDims = 8;            // of a boundary, less the batch dimension
 
 int tag_of(int microbatch, int stage, int stages, bool forward) {
@@ -114,6 +114,57 @@ void PipelinePlan::send(const torch::Tensor& t, int from_stage, int to_stage, in
   const int stages = static_cast<int>(table_.size());
   const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
   sends_.emplace_back(group_->send(buffer, rank_of(to_stage), tag), buffer[0]);
+}
+
+torch::Tensor PipelinePlan::logits_to_first_rank(const torch::Tensor& logits, int64_t rows,
+                                                 const torch::Device& device) {
+  const int stages = static_cast<int>(table_.size()), me = context_.rank();
+  const int last_rank = rank_of(stages - 1), first_rank = rank_of(0);
+  if (last_rank == first_rank) return me == first_rank ? logits : torch::Tensor();
+  if (me == last_rank) {
+    std::vector<torch::Tensor> out{logits.to(torch::kCPU).contiguous()};
+    dist::wait_work(group_->send(out, first_rank, kResultTag + 1), "sending the pipeline's logits");
+    return {};
+  }
+  if (me != first_rank) return {};
+  const Boundary& last = boundaries_.back();
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), last.shape.begin(), last.shape.end());
+  std::vector<torch::Tensor> in{torch::empty(shape, torch::TensorOptions().dtype(last.dtype))};
+  Stopwatch watch;
+  dist::wait_work(group_->recv(in, last_rank, kResultTag + 1), "receiving the pipeline's logits");
+  stats_.wait_seconds += watch.seconds();
+  return in[0].to(device);
+}
+
+torch::Tensor PipelinePlan::forward_eval(const torch::Tensor& input) {
+  // The whole batch through the stages in order, one micro-batch, no gradients: evaluation
+  // needs no schedule. The tags are micro-batch 0's: no training transfer is in flight.
+  torch::NoGradGuard no_grad;
+  if (others_held_) free_others();
+  if (boundaries_.empty()) {
+    MicroBatch probe;
+    probe.input = input;
+    probe_boundaries(probe);
+  }
+  const int stages = static_cast<int>(table_.size()), me = context_.rank();
+  const int64_t rows = input.size(0);
+  torch::Tensor x;
+  for (int s = 0; s < stages; ++s) {
+    if (rank_of(s) != me) continue;
+    if (s == 0) {
+      x = input;
+    } else if (rank_of(s - 1) != me) {
+      x = receive(s - 1, s, 0, true, boundaries_[s - 1], rows, input.device());
+    }
+    for (size_t l = bounds_[s]; l < bounds_[s + 1]; ++l) x = layers_[l].forward(x);
+    if (s + 1 < stages && rank_of(s + 1) != me) {
+      send(x, s, s + 1, 0, true);
+      finish_sends();
+    }
+  }
+  return logits_to_first_rank(me == rank_of(stages - 1) ? x : torch::Tensor(), rows,
+                              input.device());
 }
 
 void PipelinePlan::finish_sends() {

@@ -21,8 +21,6 @@
 namespace ddpx::parallel {
 namespace {
 
-constexpr int kResultTag = 1 << 24;  // the loss and logits sent to the replica's first rank
-
 std::vector<models::Layer> layers_of(const torch::nn::AnyModule& model, const std::string& name) {
   auto layers = models::layer_sequence(model);
   DDPX_CHECK(layers.has_value(), ErrorKind::kUsage,
@@ -302,28 +300,18 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   const int last_rank = rank_of(stages - 1), first_rank = rank_of(0);
   if (last_rank == first_rank) {
     result.loss = loss_sum;
-    result.output = torch::cat(outputs);
   } else if (context_.rank() == last_rank) {
     std::vector<torch::Tensor> loss{loss_sum.reshape({1}).to(torch::kCPU).contiguous()};
-    std::vector<torch::Tensor> logits{torch::cat(outputs).to(torch::kCPU).contiguous()};
     dist::wait_work(group_->send(loss, first_rank, kResultTag), "sending the pipeline's loss");
-    dist::wait_work(group_->send(logits, first_rank, kResultTag + 1),
-                    "sending the pipeline's logits");
   } else if (context_.rank() == first_rank) {
     std::vector<torch::Tensor> loss{torch::empty({1})};
-    const Boundary& out = boundaries_.back();
-    std::vector<int64_t> shape_out{rows};
-    shape_out.insert(shape_out.end(), out.shape.begin(), out.shape.end());
-    std::vector<torch::Tensor> logits{
-        torch::empty(shape_out, torch::TensorOptions().dtype(out.dtype))};
     Stopwatch watch;
     dist::wait_work(group_->recv(loss, last_rank, kResultTag), "receiving the pipeline's loss");
-    dist::wait_work(group_->recv(logits, last_rank, kResultTag + 1),
-                    "receiving the pipeline's logits");
     stats_.wait_seconds += watch.seconds();
     result.loss = loss[0].reshape({}).to(device);
-    result.output = logits[0].to(device);
   }
+  result.output = logits_to_first_rank(
+      context_.rank() == last_rank ? torch::cat(outputs) : torch::Tensor(), rows, device);
   stats_.seconds = total.seconds();
   epoch_.seconds += stats_.seconds;
   epoch_.wait_seconds += stats_.wait_seconds;

@@ -114,6 +114,11 @@ class PipelinePlan : public Plan {
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override;
+  // The stages' modes only: no gathering.
+  void set_training(bool on) override;
+  // The replica's share; its ranks run the batch through their stages, the first gets the logits.
+  Share eval_share(int rank, int world_size) override;
+  torch::Tensor forward_eval(const torch::Tensor& input) override;
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
   // "pipeline bubble (idle share of forward_backward) by rank: 0 27.1% | 1 26.0%; activations
   // held at most: 0 4 | 1 2": since the last summary, every rank's. Collective.
@@ -126,6 +131,8 @@ class PipelinePlan : public Plan {
   int replica() const { return replica_; }
 
  private:
+  // Tags above every (micro-batch, stage, direction) one: the loss, the logits, the shapes.
+  static constexpr int kResultTag = 1 << 24;
   struct Boundary {  // what stage s sends to stage s+1, less the batch dimension
     std::vector<int64_t> shape;
     c10::ScalarType dtype = c10::ScalarType::Float;
@@ -144,6 +151,10 @@ class PipelinePlan : public Plan {
   torch::Tensor receive(int from_stage, int to_stage, int microbatch, bool forward,
                         const Boundary& boundary, int64_t rows, const torch::Device& device);
   void send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch, bool forward);
+  // The last stage's logits (rows of the batch) on the replica's first rank; undefined on the
+  // others. Collective between those two ranks.
+  torch::Tensor logits_to_first_rank(const torch::Tensor& logits, int64_t rows,
+                                     const torch::Device& device);
   void finish_sends();
   void average_replicas();
   void gather_whole();  // every stage's parameters and buffers from its replica-0 rank

@@ -40,6 +40,12 @@ void PipelinePlan::gather_whole() {
   whole_ = true;
 }
 
+void PipelinePlan::set_training(bool on) { model_.ptr()->train(on); }
+
+Plan::Share PipelinePlan::eval_share(int /*rank*/, int /*world_size*/) {
+  return {replica_, replica_count_};
+}
+
 torch::nn::AnyModule& PipelinePlan::module() {
   if (!whole_) gather_whole();
   return model_;
