@@ -97,6 +97,7 @@ torch::Tensor cross_entropy(const torch::Tensor& out, const torch::Tensor& y) {
 
 struct Reference {
   torch::Tensor first_logits;
+  torch::Tensor eval_logits;  // the trained model's, in evaluation mode, on the first batch
   std::vector<double> losses;
   std::map<std::string, torch::Tensor> first_grads, params, momenta;
 };
@@ -124,6 +125,9 @@ Reference single_process(Net net, const Batches& b) {
         *optimizer->state().at(p.value().unsafeGetTensorImpl()));
     r.momenta[p.key()] = state.momentum_buffer().clone();
   }
+  torch::NoGradGuard no_grad;
+  model.ptr()->eval();
+  r.eval_logits = model.forward(b.x[0]);
   return r;
 }
 
@@ -188,7 +192,21 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
       plan.step();
       plan.zero_grad();
     }
-    // While it trains, a rank holds memory for its pieces and the unsplit layers only.
+    // Evaluation on the pieces: each replica's share, the logits counted on its tensor rank 0.
+    const auto share = plan.eval_share(rank, layout.world);
+    EXPECT_EQ(share.rank, plan.replica());
+    EXPECT_EQ(share.count, replicas);
+    plan.set_training(false);
+    torch::Tensor logits = plan.forward_eval(b.x[0]);
+    plan.set_training(true);
+    if (plan.tensor_rank() == 0) {
+      ASSERT_TRUE(logits.defined()) << "rank " << rank;
+      expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
+    } else {
+      EXPECT_FALSE(logits.defined()) << "rank " << rank;
+    }
+    // While it trains and evaluates, a rank holds memory for its pieces and the unsplit layers
+    // only.
     std::set<const void*> storages;
     size_t held = 0, mine = 0, whole = 0;
     auto whole_params = nets[rank].ptr()->parameters(), pieces = plan.parameters();

@@ -179,6 +179,22 @@ void TensorParallelPlan::refresh_whole() {
   stale_ = false;
 }
 
+void TensorParallelPlan::set_training(bool on) {
+  whole_.ptr()->train(on);
+  split_.ptr()->train(on);
+}
+
+Plan::Share TensorParallelPlan::eval_share(int /*rank*/, int world_size) {
+  return {replica_, world_size / options_.size};
+}
+
+torch::Tensor TensorParallelPlan::forward_eval(const torch::Tensor& input) {
+  if (whole_held_) free_whole();
+  torch::NoGradGuard no_grad;
+  torch::Tensor logits = split_.forward(input);
+  return tensor_group_->rank() == 0 ? logits : torch::Tensor();
+}
+
 torch::nn::AnyModule& TensorParallelPlan::module() {
   refresh_whole();
   return whole_;

@@ -22,7 +22,8 @@
 //   whole model, its split layers gathered from the pieces into memory given back for them
 //   (collective over the tensor group): evaluation, EMA and export see the trained model; the
 //   next forward_backward() frees them again. The model as handed over is whole on every rank,
-//   so it must fit once, at start.
+//   so it must fit once, at start. Evaluation runs on the pieces (forward_eval), not on the
+//   whole model.
 // Refused before any collective: a world that T does not divide, a model without a plan, heads or
 // widths that T does not divide (one line naming the flag).
 #pragma once
@@ -75,6 +76,11 @@ class TensorParallelPlan : public Plan {
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override;
+  void set_training(bool on) override;
+  // Evaluation on the pieces: the replica's share, its T ranks computing each batch together
+  // (the split layers' collectives), the logits counted on tensor rank 0.
+  Share eval_share(int rank, int world_size) override;
+  torch::Tensor forward_eval(const torch::Tensor& input) override;
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
 
   int tensor_rank() const;
