@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
@@ -18,9 +19,11 @@
 #include "distributed/threads.h"
 #include "models/zoo/registry.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/planner/tensor_bytes.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/sharded/sharded_plan.h"
+#include "parallel/tensor/tensor_parallel_plan.h"
 
 namespace ddpx::bench {
 namespace {
@@ -69,6 +72,27 @@ const char* formula_text(parallel::ShardMode shard) {
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
+// "--shard full", "--pipeline_parallel 2", "--tensor_parallel 2": the plan measured.
+std::string plan_flag(const ShardMemoryOptions& o) {
+  if (o.pipeline_parallel > 1) return fmt::format("--pipeline_parallel {}", o.pipeline_parallel);
+  if (o.tensor_parallel > 1) return fmt::format("--tensor_parallel {}", o.tensor_parallel);
+  return fmt::format("--shard {}", parallel::name(o.shard));
+}
+
+// Every storage the model's parameters and the plan's (pieces) still hold, once each; the
+// gradients of those with one.
+void count_held(torch::nn::Module& module, const std::vector<torch::Tensor>& mine, int64_t& params,
+                int64_t& grads) {
+  std::set<const void*> storages, tensors;
+  auto all = module.parameters();
+  all.insert(all.end(), mine.begin(), mine.end());
+  for (const auto& p : all) {
+    if (storages.insert(p.storage().unsafeGetStorageImpl()).second)
+      params += static_cast<int64_t>(p.storage().nbytes());
+    if (tensors.insert(p.unsafeGetTensorImpl()).second) grads += bytes_of(p.grad());
+  }
+}
+
 }  // namespace
 
 void run_shard_memory(const ShardMemoryOptions& o) {
@@ -81,10 +105,11 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   log::set_rank(context->rank());
   dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());
   const int n = context->world_size();
-  DDPX_CHECK(o.shard == parallel::ShardMode::kNone || context->distributed(), ErrorKind::kUsage,
-             "bench memory --shard {} splits across ranks: run it as `ddpx run 2 -- bench memory "
-             "--shard {}`",
-             parallel::name(o.shard), parallel::name(o.shard));
+  const bool splits = o.pipeline_parallel > 1 || o.tensor_parallel > 1;
+  DDPX_CHECK((o.shard == parallel::ShardMode::kNone && !splits) || context->distributed(),
+             ErrorKind::kUsage,
+             "bench memory {} splits across ranks: run it as `ddpx run 2 -- bench memory {}`",
+             plan_flag(o), plan_flag(o));
 
   const models::ModelInfo& info = models::find_model(o.model);
   models::ModelConfig config;
@@ -110,7 +135,23 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   std::unique_ptr<parallel::Plan> plan;
   parallel::ShardedPlan* sharded = nullptr;
   parallel::DataParallelPlan* data = nullptr;
-  if (o.shard == parallel::ShardMode::kNone) {
+  torch::optim::Optimizer* split_optimizer = nullptr;  // a pipeline's or tensor-parallel plan's
+  if (o.pipeline_parallel > 1) {
+    parallel::PipelineOptions options;
+    options.stages = o.pipeline_parallel;
+    options.microbatches = o.pipeline_parallel;  // 1F1B's fewest: the largest micro-batches
+    options.model_name = o.model;
+    auto p = std::make_unique<parallel::PipelinePlan>(model, *context, make, options);
+    split_optimizer = p->optimizer();
+    plan = std::move(p);
+  } else if (o.tensor_parallel > 1) {
+    parallel::TensorParallelOptions options;
+    options.size = o.tensor_parallel;
+    options.model_name = o.model;
+    auto p = std::make_unique<parallel::TensorParallelPlan>(model, *context, make, options);
+    split_optimizer = &p->optimizer();
+    plan = std::move(p);
+  } else if (o.shard == parallel::ShardMode::kNone) {
     auto p = std::make_unique<parallel::DataParallelPlan>(model, *context, make,
                                                           parallel::DataParallelOptions{});
     data = p.get();
@@ -152,12 +193,18 @@ void run_shard_memory(const ShardMemoryOptions& o) {
       }
     }
     mine[kOptimizer] = parallel::optimizer_state_bytes(sharded->optimizer());
+  } else if (splits) {
+    count_held(*model.ptr(), plan->parameters(), mine[kParams], mine[kGrads]);
+    if (split_optimizer) mine[kOptimizer] = parallel::optimizer_state_bytes(*split_optimizer);
   } else {
     count_model(*model.ptr(), mine[kParams], mine[kGrads]);
     mine[kOptimizer] = parallel::optimizer_state_bytes(data->optimizer());
   }
   const double k = o.adamw ? 8 : 4;
-  mine[kFormula] = static_cast<int64_t>(formula(o.shard, static_cast<double>(psi), k, n));
+  int64_t own = 0;  // Psi_r: this rank's own parameters under a pipeline or tensor parallelism
+  for (const auto& p : plan->parameters()) own += p.numel();
+  mine[kFormula] = static_cast<int64_t>(splits ? (4 + 4 + k) * static_cast<double>(own)
+                                               : formula(o.shard, static_cast<double>(psi), k, n));
   plan->step();
   mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
   mine[kTensorPeak] = tensor_bytes.peak() - tensor_baseline;
@@ -169,15 +216,15 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   if (context->rank() != 0) return;
   if (!o.json) {
     fmt::print(
-        "# ddpx bench memory --shard {}: {} ({:.2f} M parameters), {}x{} input, batch {} "
+        "# ddpx bench memory {}: {} ({:.2f} M parameters), {}x{} input, batch {} "
         "per rank, {}, {} ranks\n",
-        parallel::name(o.shard), o.model, psi / 1e6, config.image_size, config.image_size,
-        o.batch_size, o.adamw ? "AdamW (K = 8)" : "SGD with momentum (K = 4)", n);
+        plan_flag(o), o.model, psi / 1e6, config.image_size, config.image_size, o.batch_size,
+        o.adamw ? "AdamW (K = 8)" : "SGD with momentum (K = 4)", n);
     fmt::print("# {}\n", described);
     fmt::print(
         "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
         "over the start's; tensors: the most CPU tensor bytes alive at once (`ddpx plan`'s peak)\n",
-        formula_text(o.shard));
+        splits ? "(8+K)Psi_r, Psi_r: this rank's own parameters" : formula_text(o.shard));
     fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}\n", "rank", "params",
                "grads", "optimizer", "states", "formula", "vs", "peak", "tensors");
   }
@@ -189,9 +236,10 @@ void run_shard_memory(const ShardMemoryOptions& o) {
           "{{\"rank\": {}, \"world_size\": {}, \"shard\": \"{}\", \"model\": \"{}\", "
           "\"batch_size\": {}, \"parameters\": {}, \"param_bytes\": {}, \"grad_bytes\": {}, "
           "\"optimizer_bytes\": {}, \"formula_bytes\": {}, \"peak_bytes\": {}, "
-          "\"tensor_peak_bytes\": {}}}\n",
+          "\"tensor_peak_bytes\": {}, \"pipeline_parallel\": {}, \"tensor_parallel\": {}}}\n",
           r, n, parallel::name(o.shard), o.model, o.batch_size, psi, v[kParams], v[kGrads],
-          v[kOptimizer], v[kFormula], v[kPeak], v[kTensorPeak]);
+          v[kOptimizer], v[kFormula], v[kPeak], v[kTensorPeak], o.pipeline_parallel,
+          o.tensor_parallel);
     } else {
       fmt::print(
           "  {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.1f}% {:>10.1f} "

@@ -12,6 +12,10 @@
 //   optimizer (ZeRO-1)  (4 + 4) Psi + (4 + 4 + K) Psi / N
 //   gradients (ZeRO-2)  4 Psi + (4 + 4 + K) Psi / N
 //   full (ZeRO-3)       (4 + 4 + K) Psi / N
+// With --pipeline_parallel P or --tensor_parallel T instead, the rank's own parameters Psi_r (its
+// stages', or its pieces and the unsplit layers) make the formula: (4 + 4 + K) Psi_r, and the
+// parameter bytes count every storage the rank still holds, so a whole model kept beside the
+// stage or the pieces would show.
 // Rank 0 prints every rank's figures: lines for people, or with --json one JSON object a rank.
 #pragma once
 
@@ -30,7 +34,9 @@ struct ShardMemoryOptions {
   int64_t num_classes = 1000;
   int threads = 0;
   parallel::ShardMode shard = parallel::ShardMode::kNone;
-  bool adamw = false;  // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
+  int pipeline_parallel = 1;  // > 1: the pipeline plan's stages (1F1B, P micro-batches)
+  int tensor_parallel = 1;    // > 1: the tensor-parallel plan's pieces
+  bool adamw = false;         // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
   bool json = false;
   // kGloo: DDP's gradient buckets are ordinary tensors, not shared-memory segments, so the
   // tensor peak holds them (as a GPU's does).

@@ -186,14 +186,30 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* shard_flag = add_choice(memory, "--shard", shard->shard, parallel::kShardModeNames,
                                 "model states per rank under a plan, beside ZeRO's formula: none "
                                 "(DDP) | optimizer | gradients | full; run under `ddpx run N`");
+  auto* pipeline_flag =
+      memory->add_option("--pipeline_parallel", shard->pipeline_parallel,
+                         "model states per rank as pipeline stages (1F1B), beside (8+K)Psi_r; "
+                         "run under `ddpx run N`");
+  auto* tensor_flag =
+      memory->add_option("--tensor_parallel", shard->tensor_parallel,
+                         "model states per rank as tensor-parallel pieces (ViTs, the MLP), "
+                         "beside (8+K)Psi_r; run under `ddpx run N`");
   auto optimizer = std::make_shared<std::string>("sgd");
   memory->add_option("--optimizer", *optimizer, "with --shard: sgd (momentum) | adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
   memory->add_flag("--json", shard->json, "with --shard: one JSON object per rank");
   add_choice(memory, "--transport", shard->transport, dist::kTransportNames,
              "with --shard: auto | shm | gloo (gloo: DDP's buckets are tensors, counted)");
-  memory->callback([m, shard, shard_flag, optimizer, memory, &exit_code] {
-    if (shard_flag->count() == 0) {
+  memory->callback([m, shard, shard_flag, pipeline_flag, tensor_flag, optimizer, memory,
+                    &exit_code] {
+    const int plans = (shard_flag->count() > 0 && shard->shard != parallel::ShardMode::kNone) +
+                      (shard->pipeline_parallel > 1) + (shard->tensor_parallel > 1);
+    DDPX_CHECK(plans <= 1, ErrorKind::kUsage,
+               "bench memory: give one of --shard, --pipeline_parallel and --tensor_parallel "
+               "(each measures its own plan)");
+    DDPX_CHECK(shard->pipeline_parallel >= 1 && shard->tensor_parallel >= 1, ErrorKind::kUsage,
+               "bench memory: --pipeline_parallel and --tensor_parallel must be at least 1");
+    if (shard_flag->count() == 0 && pipeline_flag->count() == 0 && tensor_flag->count() == 0) {
       DDPX_CHECK(!shard->json && memory->count("--optimizer") == 0, ErrorKind::kUsage,
                  "bench memory: --json and --optimizer go with --shard (e.g. `ddpx run 2 -- bench "
                  "memory --shard full --json`)");

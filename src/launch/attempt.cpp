@@ -19,6 +19,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kTailLines = 20;
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr auto kPeerWait = std::chrono::seconds(2);  // see Attempt::on_failure
 // After the last worker is reaped, programs it started may still hold its pipes open; read
 // what they have written for this long, then stop listening.
 constexpr auto kDrainAfterExit = std::chrono::milliseconds(300);
@@ -67,10 +68,12 @@ class Attempt {
     while (running_count() > 0) {
       poll_once(kPollInterval);
       reap();
+      if (held_ && !stopping_ && Clock::now() >= held_until_) report_failure(*held_, held_status_);
       if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
         kill_all("did not stop within --grace_s");
       }
     }
+    if (held_ && !stopping_) report_failure(*held_, held_status_);
     finish_output();
     return result_;
   }
@@ -177,11 +180,29 @@ class Attempt {
       drain(w.process.out_fd, false, *w.output);
       drain(w.process.err_fd, true, *w.output);
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && !stopping_) report_failure(w, status);
+      if (!ok && !stopping_) on_failure(w, status);
     }
   }
 
+  // A rank that failed because a peer's connection closed under it (Gloo's "... by peer") is
+  // rarely the cause: the peer that closed it usually fails a moment later with the reason. Its
+  // report waits up to kPeerWait for another rank to fail first-hand, which is reported instead.
+  void on_failure(const Worker& w, int status) {
+    bool lost_peer = false;
+    for (const std::string& line : w.output->tail(kTailLines))
+      lost_peer |= line.find("by peer") != std::string::npos;
+    if (!lost_peer) {
+      report_failure(w, status);
+      return;
+    }
+    if (held_) return;  // the first of them stands for the rest
+    held_ = &w;
+    held_status_ = status;
+    held_until_ = Clock::now() + kPeerWait;
+  }
+
   void report_failure(const Worker& w, int status) {
+    held_ = nullptr;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     result_ = {Outcome::kWorkerFailed, code};
     constexpr char what[] =
@@ -265,6 +286,9 @@ class Attempt {
   AttemptResult result_;
   bool stopping_ = false;
   bool killed_ = false;
+  const Worker* held_ = nullptr;  // a failure that lost a peer, reported unless one with a cause
+  int held_status_ = 0;           // comes within kPeerWait
+  Clock::time_point held_until_;
   Clock::time_point kill_deadline_;
 };
 

@@ -189,6 +189,21 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
                              "stages asked for"),
             std::string::npos)
       << deep.output;
+  // Micro-batches of one sample leave BatchNorm one value a channel at ResNet-18's last stage:
+  // the failing stage's own line, not its neighbour's lost connection, names the flag.
+  auto tiny = run_command(ddpx("run 2 --log_dir " + dir.file("t") +
+                               " -- train --model resnet18 --image_size 32 --batch_size 8 "
+                               "--pipeline_parallel 2 --microbatches 8 --num_epochs 1 "
+                               "--limit_train_batches 2 --threads 1 --no_progress"),
+                          120);
+  EXPECT_EQ(tiny.exit_code, 2) << tiny.output;
+  EXPECT_TRUE(
+      std::regex_search(tiny.output, std::regex("ddpx run: rank [01] .* failed with exit code 2")))
+      << tiny.output;
+  EXPECT_NE(tiny.output.find("a micro-batch of 1 sample(s) leaves BatchNorm one value a channel; "
+                             "give fewer --microbatches (8) or a larger --batch_size"),
+            std::string::npos)
+      << tiny.output;
 }
 
 // A stage's worker killed mid-run ends the job within seconds, naming it; no rank waits out a

@@ -107,5 +107,42 @@ TEST(PlanCliTest, RecommendsAFlagThatFitsAndRefusesBadSizes) {
       << bad.output;
 }
 
+// `bench memory --pipeline_parallel 2` and `--tensor_parallel 2` on 2 real ranks: each rank holds
+// parameters, gradients and optimizer state for its own stage or pieces only ((8+K)Psi_r,
+// exactly), the stages' parameters add up to the whole model's, and a tensor rank holds less
+// than the whole model.
+TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
+  struct Split {
+    std::string flags;
+    bool stages_add_up;  // a pipeline's stages partition the model; pieces share unsplit layers
+  };
+  for (const Split& split : {Split{"--model resnet18 --image_size 32 --pipeline_parallel 2", true},
+                             Split{"--model mlp --image_size 16 --tensor_parallel 2", false}}) {
+    test::TempDir dir;
+    auto r = run_command(test::ddpx_command("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
+                                            " -- bench memory " + split.flags +
+                                            " --batch_size 4 --num_classes 10 --json"),
+                         300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto params = by_shard(r.output, "param_bytes");
+    const auto states = by_shard(r.output, "grad_bytes");
+    const auto formula = by_shard(r.output, "formula_bytes");
+    const auto whole = by_shard(r.output, "parameters");
+    ASSERT_EQ(params.count("none"), 1u) << r.output;
+    ASSERT_EQ(params.at("none").size(), 2u) << "one line per rank\n" << r.output;
+    const double whole_bytes = 4 * whole.at("none")[0];
+    double sum = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      const double p = params.at("none")[rank];
+      sum += p;
+      EXPECT_LT(p, whole_bytes) << split.flags << ": rank " << rank << " holds the whole model\n"
+                                << r.output;
+      EXPECT_DOUBLE_EQ(p, states.at("none")[rank]) << "a gradient for each parameter held";
+      EXPECT_DOUBLE_EQ(3 * p, formula.at("none")[rank]) << "(8+K)Psi_r with SGD momentum";
+    }
+    if (split.stages_add_up) EXPECT_DOUBLE_EQ(sum, whole_bytes) << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace ddpx

@@ -97,6 +97,16 @@ TEST(CollectiveReportTest, VerdictNamesTheFirstMismatchedSequence) {
             "float[10]");
 }
 
+// A pipeline's stages send where their neighbours receive: the same seq on two ranks is no
+// mismatch, and the verdict does not pretend to line the records up.
+TEST(CollectiveReportTest, APipelinesSendsAndReceivesAreNoMismatch) {
+  auto r0 = rank_with(0, {{"broadcast", 10}, {"send", 8}, {"recv", 8}}, 2);
+  auto r1 = rank_with(1, {{"broadcast", 10}, {"recv", 8}, {"send", 8}, {"recv", 4}}, 3);
+  EXPECT_EQ(verdict({r0, r1}, 2),
+            "the ranks send and receive point to point (a pipeline's stages), so their records do "
+            "not line up by seq; the rank named as failed is the likely cause");
+}
+
 TEST(CollectiveReportTest, RanksWithoutARecordAndEvenRanksAreSaidSo) {
   auto r0 = rank_with(0, {{"allreduce", 8}}, 0);
   EXPECT_EQ(verdict({r0}, 2),

@@ -244,7 +244,19 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
         if (f.input.is_floating_point()) f.input.requires_grad_(true);
       }
       auto forward = [&] {
-        torch::Tensor y = run_stage(stage, f.input);
+        torch::Tensor y;
+        try {
+          y = run_stage(stage, f.input);
+        } catch (const c10::Error& e) {
+          // BatchNorm in training on one value a channel: a micro-batch too small for the model.
+          if (std::string(e.what()).find("more than 1 value per channel") == std::string::npos)
+            throw;
+          throw Error(ErrorKind::kUsage,
+                      fmt::format("pipeline stage {}: a micro-batch of {} sample(s) leaves "
+                                  "BatchNorm one value a channel; give fewer --microbatches ({}) "
+                                  "or a larger --batch_size",
+                                  stage, n, options_.microbatches));
+        }
         if (!last) {
           f.output = y;
           return;

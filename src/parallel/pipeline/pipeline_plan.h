@@ -128,6 +128,7 @@ class PipelinePlan : public Plan {
   std::vector<std::string> stage_table_lines() const;
   const PipelineStats& last_stats() const { return stats_; }
   int pipeline_rank() const { return pipeline_rank_; }
+  torch::optim::Optimizer* optimizer() { return optimizer_.get(); }  // null: a rank without params
   int replica() const { return replica_; }
 
  private:

@@ -85,6 +85,7 @@ class TensorParallelPlan : public Plan {
 
   int tensor_rank() const;
   int replica() const { return replica_; }
+  torch::optim::Optimizer& optimizer() { return inner_->optimizer(); }
   // The model this rank runs: its pieces by the whole model's names.
   torch::nn::Module& split_module() { return *split_.ptr(); }
   // The split parameters of split_module() by name, and how each is cut.
