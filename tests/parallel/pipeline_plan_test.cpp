@@ -261,6 +261,26 @@ TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsT
   EXPECT_ALL_RANKS_OK(errors);
 }
 
+// Ranks built with other weights start from rank 0's, sent a stage at a time.
+TEST(PipelinePlanStartTest, EveryRankStartsFromRankZerosWeights) {
+  std::vector<torch::nn::Sequential> nets{make_net(), make_net()};
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : nets[1]->parameters()) p.add_(1.0);
+  }
+  std::vector<torch::Tensor> want;
+  for (const auto& p : make_net()->parameters()) want.push_back(p.detach().clone());
+  auto errors = run_ranks(2, [&](int rank, Context& context) {
+    parallel::PipelineOptions options;
+    options.microbatches = 2;
+    parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
+    auto params = plan.module().ptr()->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[i], want[i])) << "rank " << rank << " parameter " << i;
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+}
+
 TEST(PipelinePlanRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAnyCollective) {
   std::vector<torch::nn::Sequential> nets{make_net(), make_net(), make_net()};
   auto refused = [&](int world, parallel::PipelineOptions options) {

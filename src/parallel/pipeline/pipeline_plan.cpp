@@ -17,9 +17,14 @@
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/storage.h"
 
 namespace ddpx::parallel {
 namespace {
+
+// Rank 0's weights go out in chunks of this many bytes: a rank holds at most one chunk beside
+// the model while they arrive.
+constexpr int64_t kBroadcastChunk = int64_t{16} << 20;
 
 std::vector<models::Layer> layers_of(const torch::nn::AnyModule& model, const std::string& name) {
   auto layers = models::layer_sequence(model);
@@ -99,13 +104,7 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
   replica_ = context_.rank() / p;
   replica_count_ = world / p;
 
-  // The ranks start from rank 0's weights, as DDP's do.
-  if (group_) {
-    std::vector<torch::Tensor> state = model_.ptr()->parameters();
-    for (auto& b : model_.ptr()->buffers()) state.push_back(b);
-    dist::broadcast_coalesced(*group_, state, 0);
-  }
-  const std::vector<double> costs = layer_costs();
+  const std::vector<double> costs = layer_costs();  // rank 0's, before its weights are sent
   bounds_ =
       options_.bounds.empty() ? balance_stages(costs, p * v, options_.model_name) : options_.bounds;
   const bool timed = options_.balance == PipelineBalance::kTime && !options_.sample_shape.empty();
@@ -151,6 +150,21 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
     std::vector<std::vector<int>> groups(static_cast<size_t>(p));
     for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r % p)].push_back(r);
     replicas_ = dist::split_group(context_, groups, "pipeline_replicas");
+  }
+  // The ranks start from rank 0's weights, as DDP's do: a stage at a time, each rank freeing a
+  // stage it does not run as soon as it has it, so no rank holds a second copy of the model.
+  if (group_) {
+    for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
+      std::vector<torch::Tensor> state;
+      for (size_t l = bounds_[s]; l < bounds_[s + 1]; ++l) {
+        for (const auto& t : layers_[l].parameters) state.push_back(t);
+        for (const auto& t : layers_[l].buffers) state.push_back(t);
+      }
+      dist::broadcast_coalesced(*group_, state, 0, kBroadcastChunk);
+      for (const auto& t : state) {
+        if (!mine.count(t.unsafeGetTensorImpl())) free_storage(t);
+      }
+    }
   }
   for (const auto& line : stage_table_lines()) log::out("{}", line);
   free_others();

@@ -45,7 +45,8 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   if (context.distributed()) {
     std::vector<torch::Tensor> state = whole_.ptr()->parameters();
     for (const auto& b : whole_.ptr()->buffers()) state.push_back(b);
-    dist::broadcast_coalesced(*context.process_group(), state, 0);
+    // In 16 MiB chunks: a rank holds at most one beside the model while they arrive.
+    dist::broadcast_coalesced(*context.process_group(), state, 0, int64_t{16} << 20);
   }
   replica_ = context.rank() / t;
   const int replicas = world / t;
