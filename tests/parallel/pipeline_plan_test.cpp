@@ -25,6 +25,7 @@
 
 #include "core/error.h"
 #include "distributed/ranks.h"
+#include "parallel/plan_evaluation.h"
 
 namespace ddpx::dist {
 namespace {
@@ -153,18 +154,11 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
     }
     // Evaluation runs through the stages: the trained model's logits on each replica's first
     // rank, nothing elsewhere.
-    const auto share = plan.eval_share(rank, layout.world);
-    EXPECT_EQ(share.rank, plan.replica());
-    EXPECT_EQ(share.count, replicas);
-    plan.set_training(false);
-    torch::Tensor logits = plan.forward_eval(b.x[0]);
-    plan.set_training(true);
-    if (plan.pipeline_rank() == 0) {
-      ASSERT_TRUE(logits.defined()) << "rank " << rank;
-      expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
-    } else {
-      EXPECT_FALSE(logits.defined()) << "rank " << rank;
-    }
+    test::expect_replica_evaluation(
+        plan, rank, layout.world, plan.replica(), replicas, plan.pipeline_rank() == 0, b.x[0],
+        [&](const torch::Tensor& logits) {
+          expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
+        });
     // While it trains and evaluates, a rank holds memory for its stages' parameters only.
     size_t held = 0, mine = 0;
     for (const auto& p : nets[rank]->parameters()) held += p.storage().nbytes();

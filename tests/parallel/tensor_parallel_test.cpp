@@ -27,6 +27,7 @@
 #include "distributed/ranks.h"
 #include "models/mlp.h"
 #include "models/vit.h"
+#include "parallel/plan_evaluation.h"
 #include "parallel/tensor/parallelize.h"
 #include "parallel/tensor/tensor_parallel_plan.h"
 #include "trace/collective_trace.h"
@@ -193,18 +194,11 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
       plan.zero_grad();
     }
     // Evaluation on the pieces: each replica's share, the logits counted on its tensor rank 0.
-    const auto share = plan.eval_share(rank, layout.world);
-    EXPECT_EQ(share.rank, plan.replica());
-    EXPECT_EQ(share.count, replicas);
-    plan.set_training(false);
-    torch::Tensor logits = plan.forward_eval(b.x[0]);
-    plan.set_training(true);
-    if (plan.tensor_rank() == 0) {
-      ASSERT_TRUE(logits.defined()) << "rank " << rank;
-      expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
-    } else {
-      EXPECT_FALSE(logits.defined()) << "rank " << rank;
-    }
+    test::expect_replica_evaluation(
+        plan, rank, layout.world, plan.replica(), replicas, plan.tensor_rank() == 0, b.x[0],
+        [&](const torch::Tensor& logits) {
+          expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
+        });
     // While it trains and evaluates, a rank holds memory for its pieces and the unsplit layers
     // only.
     std::set<const void*> storages;
