@@ -404,6 +404,56 @@ TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInste
 }
 
 // clip_grad_norm() clips by the norm of the whole model's gradient, as one process would.
+// Attention dropout on 2 tensor ranks: it drops (the first step's loss is not the dropout-free
+// one), evaluation is the single process's (no dropout), the ranks stay in step (the unsplit
+// parameters equal bit for bit) and one seed gives one run (each rank's region generator is
+// seeded by the seed and its rank).
+TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
+  const Batches b = batches();
+  const Reference plain = single_process(Net::kViT, b);
+  auto make = [] {
+    torch::manual_seed(11);
+    models::ViTOptions o = vit_options();
+    o.attention_dropout = 0.3;
+    models::VisionTransformer vit(o);
+    torch::NoGradGuard no_grad;
+    for (auto& p : vit->heads->parameters()) p.normal_(0, 0.2);
+    return torch::nn::AnyModule(vit);
+  };
+  std::vector<std::map<std::string, torch::Tensor>> finals(4);
+  for (int run = 0; run < 2; ++run) {
+    std::vector<torch::nn::AnyModule> nets{make(), make()};
+    auto errors = run_ranks(2, [&](int rank, Context& context) {
+      parallel::TensorParallelOptions options;
+      options.size = 2;
+      parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+      if (run == 0) {
+        test::expect_replica_evaluation(
+            plan, rank, 2, 0, 1, rank == 0, b.x[0], [&](const torch::Tensor& logits) {
+              expect_close(logits, plain.first_logits, "evaluation logits without dropout");
+            });
+      }
+      for (int s = 0; s < kSteps; ++s) {
+        plan.set_learning_rate(0.05);
+        auto out = plan.forward_backward(micro_batch(b, s, 0, 1), true);
+        if (s == 0) {
+          EXPECT_GT(std::abs(out.loss.item<double>() - plain.losses[0]), 1e-4)
+              << "rank " << rank << ": attention dropout dropped nothing";
+        }
+        plan.step();
+        plan.zero_grad();
+      }
+      for (const auto& p : plan.module().ptr()->named_parameters())
+        finals[run * 2 + rank][p.key()] = p.value().detach().clone();
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+  }
+  for (const auto& [name, value] : finals[0]) {
+    EXPECT_TRUE(torch::equal(value, finals[1].at(name))) << name << ": the tensor ranks diverged";
+    EXPECT_TRUE(torch::equal(value, finals[2].at(name))) << name << ": the same seed, another run";
+  }
+}
+
 TEST(TensorParallelClipTest, ClipsByTheWholeModelsNorm) {
   const Batches b = batches();
   const Reference want = single_process(Net::kViT, b);

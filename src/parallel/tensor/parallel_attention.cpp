@@ -1,8 +1,12 @@
 // Self-attention split by heads (see parallel_attention.h).
 #include "parallel/tensor/parallel_attention.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/nn/functional/linear.h>
+
+#include <cmath>
 
 #include "core/error.h"
 #include "distributed/context.h"
@@ -24,8 +28,10 @@ ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(const torch::nn::MultiheadA
              ErrorKind::kUsage,
              "tensor parallel: only self-attention with one fused, biased q/k/v projection and no "
              "added key/value biases splits by heads");
-  DDPX_CHECK(o.dropout() == 0.0, ErrorKind::kUsage,
-             "tensor parallel: attention dropout {} is not supported; use 0", o.dropout());
+  dropout_ = o.dropout();
+  // Megatron-LM's offset: the default seed, moved by a constant and the tensor rank.
+  region_seed_ = at::detail::getDefaultCPUGenerator().current_seed() + 2718 +
+                 static_cast<uint64_t>(group.rank());
   heads_ = o.num_heads() / ranks;
   head_dim_ = o.embed_dim() / o.num_heads();
   torch::NoGradGuard no_grad;
@@ -49,8 +55,35 @@ torch::Tensor ParallelSelfAttentionImpl::attend(const torch::Tensor& x) {
   torch::Tensor qkv = torch::nn::functional::linear(x, in_proj_weight, in_proj_bias);
   // (B, S, 3 * h * d) -> three of (B, h, S, d)
   auto split = qkv.view({batch, tokens, 3, heads_, head_dim_}).permute({2, 0, 3, 1, 4});
-  torch::Tensor attended = at::scaled_dot_product_attention(split[0], split[1], split[2]);
+  torch::Tensor attended;
+  if (is_training() && dropout_ > 0) {
+    // MultiheadAttention's: softmax(q k^T / sqrt(d)), dropped out, times v.
+    torch::Tensor weights = torch::softmax(at::matmul(split[0], split[1].transpose(-2, -1)) /
+                                               std::sqrt(static_cast<double>(head_dim_)),
+                                           -1);
+    torch::Tensor keep;
+    {
+      torch::NoGradGuard no_grad;
+      // bernoulli_ takes the generator's lock itself.
+      keep = at::empty_like(weights).bernoulli_(1 - dropout_, region_generator(weights.device()));
+    }
+    attended = at::matmul(weights * keep / (1 - dropout_), split[2]);
+  } else {
+    attended = at::scaled_dot_product_attention(split[0], split[1], split[2]);
+  }
   return attended.transpose(1, 2).reshape({batch, tokens, heads_ * head_dim_});
+}
+
+at::Generator& ParallelSelfAttentionImpl::region_generator(const torch::Device& device) {
+  if (!region_.defined() || region_.device() != device) {
+    if (device.is_cuda()) {
+      region_ = at::globalContext().defaultGenerator(device).clone();
+      region_.set_current_seed(region_seed_);
+    } else {
+      region_ = at::detail::createCPUGenerator(region_seed_);
+    }
+  }
+  return region_;
 }
 
 }  // namespace ddpx::parallel::tensor

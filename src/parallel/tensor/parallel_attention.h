@@ -7,9 +7,14 @@
 // parameters keep its names, `in_proj_weight`, `in_proj_bias`, `out_proj.weight` and
 // `out_proj.bias`, so a model's state_dict keys stay torchvision's. Inputs are batch first,
 // (B, S, D); attention takes no mask and computes with scaled_dot_product_attention, which is
-// MultiheadAttention's arithmetic to rounding. Attention dropout is not supported (refused).
+// MultiheadAttention's arithmetic to rounding. Attention dropout (MultiheadAttention's, on the
+// attention weights, in training) draws from a generator of the tensor region's own, seeded by
+// the seed and the tensor rank (Megatron-LM's model-parallel RNG): each rank's heads get masks
+// of their own, and the default generator, which the replicated regions' dropouts draw from
+// in step on every tensor rank, is not moved.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/pimpl.h>
@@ -43,8 +48,13 @@ class ParallelSelfAttentionImpl : public torch::nn::Module {
  private:
   torch::Tensor attend(const torch::Tensor& x);  // this rank's heads: (B, S, D / T)
 
+  at::Generator& region_generator(const torch::Device& device);
+
   dist::Context& group_;
   int64_t heads_ = 0, head_dim_ = 0;
+  double dropout_ = 0;
+  uint64_t region_seed_ = 0;
+  at::Generator region_;  // made at the first dropout, on the input's device
 };
 TORCH_MODULE(ParallelSelfAttention);
 
