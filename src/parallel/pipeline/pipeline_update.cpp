@@ -1,0 +1,67 @@
+// The pipeline plan's update (see pipeline_plan.h): a stage's gradients averaged over its
+// data-parallel replicas, clipped by the whole model's norm, and this rank's stages stepped.
+#include <torch/optim/optimizer.h>
+
+#include <map>
+
+#include "distributed/context.h"
+#include "parallel/pipeline/pipeline_plan.h"
+
+namespace ddpx::parallel {
+
+void PipelinePlan::average_replicas() {
+  torch::NoGradGuard no_grad;
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (auto& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    by_dtype[p.grad().scalar_type()].push_back(p.grad());
+  }
+  for (auto& [dtype, grads] : by_dtype) {
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& g : grads) flat_parts.push_back(g.reshape({-1}));
+    torch::Tensor flat = torch::cat(flat_parts);
+    replicas_->all_reduce_sum(flat);
+    flat.div_(replica_count_);
+    int64_t offset = 0;
+    for (auto& g : grads) {
+      g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
+      offset += g.numel();
+    }
+  }
+}
+
+void PipelinePlan::set_learning_rate(double lr) {
+  if (!optimizer_) return;
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+}
+
+torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  // Each stage's squares once: the replicas hold the same averaged gradients.
+  torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
+  for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum().cpu();
+  context_.all_reduce_sum(squares);
+  torch::Tensor total = (squares / replica_count_).sqrt().reshape({});
+  if (grads.empty()) return total;
+  total = total.to(grads[0].device(), grads[0].scalar_type());
+  auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  at::_foreach_mul_(grads, coefficient);
+  return total;
+}
+
+void PipelinePlan::step() {
+  if (optimizer_) optimizer_->step();
+  whole_ = false;
+}
+
+void PipelinePlan::zero_grad() {
+  if (optimizer_) optimizer_->zero_grad();
+}
+
+std::vector<torch::Tensor> PipelinePlan::parameters() { return params_; }
+
+}  // namespace ddpx::parallel
