@@ -139,7 +139,13 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   if (o.pipeline_parallel > 1) {
     parallel::PipelineOptions options;
     options.stages = o.pipeline_parallel;
-    options.microbatches = o.pipeline_parallel;  // 1F1B's fewest: the largest micro-batches
+    options.microbatches = o.microbatches > 0 ? o.microbatches : o.pipeline_parallel;
+    DDPX_CHECK(o.batch_size % options.microbatches == 0, ErrorKind::kUsage,
+               "bench memory: --batch_size {} does not split into {} micro-batches", o.batch_size,
+               options.microbatches);
+    options.balance = o.pipeline_balance;
+    options.sample_shape = {3, config.image_size, config.image_size};  // as ddpx train times
+    options.micro_batch = o.batch_size / options.microbatches;
     options.model_name = o.model;
     auto p = std::make_unique<parallel::PipelinePlan>(model, *context, make, options);
     split_optimizer = p->optimizer();
@@ -147,6 +153,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   } else if (o.tensor_parallel > 1) {
     parallel::TensorParallelOptions options;
     options.size = o.tensor_parallel;
+    options.sequence_parallel = o.sequence_parallel;
     options.model_name = o.model;
     auto p = std::make_unique<parallel::TensorParallelPlan>(model, *context, make, options);
     split_optimizer = &p->optimizer();

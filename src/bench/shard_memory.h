@@ -23,6 +23,7 @@
 #include <string>
 
 #include "distributed/choices.h"
+#include "parallel/pipeline/stage_split.h"
 #include "parallel/sharded/shard_mode.h"
 
 namespace ddpx::bench {
@@ -34,9 +35,12 @@ struct ShardMemoryOptions {
   int64_t num_classes = 1000;
   int threads = 0;
   parallel::ShardMode shard = parallel::ShardMode::kNone;
-  int pipeline_parallel = 1;  // > 1: the pipeline plan's stages (1F1B, P micro-batches)
-  int tensor_parallel = 1;    // > 1: the tensor-parallel plan's pieces
-  bool adamw = false;         // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
+  int pipeline_parallel = 1;  // > 1: the pipeline plan's stages (1F1B)
+  int microbatches = 0;       // the pipeline's; 0: P, 1F1B's fewest (the largest micro-batches)
+  parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;  // as ddpx train
+  int tensor_parallel = 1;                                                        // > 1: pieces
+  bool sequence_parallel = false;  // the tensor-parallel plan's --sequence_parallel
+  bool adamw = false;              // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
   bool json = false;
   // kGloo: DDP's gradient buckets are ordinary tensors, not shared-memory segments, so the
   // tensor peak holds them (as a GPU's does).

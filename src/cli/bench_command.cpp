@@ -194,6 +194,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       memory->add_option("--tensor_parallel", shard->tensor_parallel,
                          "model states per rank as tensor-parallel pieces (ViTs, the MLP), "
                          "beside (8+K)Psi_r; run under `ddpx run N`");
+  memory->add_option("--microbatches", shard->microbatches,
+                     "with --pipeline_parallel: micro-batches a batch (0: P)");
+  add_choice(memory, "--pipeline_balance", shard->pipeline_balance, parallel::kPipelineBalanceNames,
+             "with --pipeline_parallel: cut stages by timed layers or parameters");
+  memory->add_flag("--sequence_parallel", shard->sequence_parallel,
+                   "with --tensor_parallel: Megatron's sequence parallelism (the ViTs)");
   auto optimizer = std::make_shared<std::string>("sgd");
   memory->add_option("--optimizer", *optimizer, "with --shard: sgd (momentum) | adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));

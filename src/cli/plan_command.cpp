@@ -1,6 +1,8 @@
-// `ddpx plan`: before launch, what one GPU will hold under DDP and each ZeRO stage, which fit and
-// the flag to paste (parallel/planner/memory_plan.h has the arithmetic). Runs in this process,
-// on the CPU: the model is built and probed here; no GPU and no launcher are needed.
+// `ddpx plan`: before launch, what one GPU will hold under DDP and each ZeRO stage, and under the
+// meshes that split the model (pipeline stages, tensor pieces: plan_meshes.h), which fit and the
+// flags to paste (parallel/planner/ has the arithmetic). Runs in this process, on the CPU: the
+// model is built and probed here (tensor parallelism on ranks that are threads of it); no GPU
+// and no launcher are needed.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -8,6 +10,7 @@
 
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "cli/plan_meshes.h"
 #include "core/error.h"
 #include "distributed/threads.h"
 #include "models/checkpointed_model.h"
@@ -33,6 +36,10 @@ struct PlanOptions {
   int threads = 1;
   bool json = false;
   std::string activation_checkpointing = "none";
+  bool shard_only = false;
+  int microbatches = 0;
+  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
 };
 
 // K: optimizer state bytes a parameter (fp32), as libtorch's optimizers keep it.
@@ -78,17 +85,38 @@ void run_plan(const PlanOptions& o) {
   DDPX_CHECK(o.threads >= 1, ErrorKind::kUsage, "plan: --threads must be at least 1, got {}",
              o.threads);
   dist::set_threads(o.threads);
+  DDPX_CHECK(
+      o.microbatches >= 0, ErrorKind::kUsage,
+      "plan: --microbatches must be >= 0 (0: 2 x --pipeline_parallel, as ddpx train), got {}",
+      o.microbatches);
   torch::manual_seed(0);
-  // The probe runs the model as ddpx train would: its blocks recomputed in backward if asked.
-  torch::nn::AnyModule model = models::with_activation_checkpointing(
-      models::create_model(o.model, config),
-      models::parse_activation_checkpointing(o.activation_checkpointing), o.model);
+  const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
   parallel::ProbeOptions probe;
   probe.image_size = config.image_size;
   probe.num_classes = o.num_classes;
   probe.amp = o.amp != optim::Amp::kOff;
-  const parallel::ModelMemory m = parallel::measure_model(model, probe);
+  parallel::ModelMemory m;
+  {
+    // The probe runs the model as ddpx train would: its blocks recomputed in backward if asked.
+    torch::nn::AnyModule model = models::with_activation_checkpointing(
+        models::create_model(o.model, config), checkpointing, o.model);
+    m = parallel::measure_model(model, probe);
+  }
   const parallel::MemoryPlan plan = parallel::plan_memory(m, request);
+  MeshResults meshes;
+  if (!o.shard_only) {
+    MeshSearch search;
+    search.model_name = o.model;
+    search.build = [name = o.model, config] { return models::create_model(name, config); };
+    search.probe = probe;
+    search.checkpointing = checkpointing;
+    search.request = request;
+    search.microbatches = o.microbatches;
+    search.schedule = o.pipeline_schedule;
+    search.balance = o.pipeline_balance;
+    meshes = search_meshes(m, search);
+  }
+  const parallel::MeshPrediction* mesh = plan.recommended ? nullptr : recommended_mesh(meshes);
 
   if (o.json) {
     for (const auto& p : plan.modes) {
@@ -96,13 +124,16 @@ void run_plan(const PlanOptions& o) {
           "{{\"model\": \"{}\", \"gpus\": {}, \"batch_size\": {}, \"image_size\": {}, \"amp\": "
           "\"{}\", \"optimizer\": \"{}\", \"shard\": \"{}\", \"param_bytes\": {:.0f}, "
           "\"grad_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"transient_bytes\": {:.0f}, "
-          "\"backward_transient_bytes\": {:.0f}, \"activation_bytes\": {:.0f}, \"peak_bytes\": "
-          "{:.0f}, \"usable_bytes\": {:.0f}, "
+          "\"backward_transient_bytes\": {:.0f}, \"activation_bytes\": {:.0f}, \"start_bytes\": "
+          "{:.0f}, \"peak_bytes\": {:.0f}, \"usable_bytes\": {:.0f}, "
           "\"fits\": {}, \"recommended\": {}}}\n",
           o.model, o.gpus, o.batch_size, config.image_size, optim::name(o.amp),
           train::name(o.optimizer), parallel::name(p.mode), p.params, p.grads, p.optimizer,
-          p.transient, p.backward_transient, p.activations, p.peak(), plan.usable,
+          p.transient, p.backward_transient, p.activations, p.start, p.peak(), plan.usable,
           p.fits ? "true" : "false", plan.recommended == p.mode ? "true" : "false");
+    }
+    for (const auto& p : meshes.meshes) {
+      fmt::print("{}\n", mesh_json(p, plan.usable, &p == mesh));
     }
     return;
   }
@@ -130,8 +161,13 @@ void run_plan(const PlanOptions& o) {
                gib(p.transient), gib(p.activations), gib(p.peak()),
                p.fits ? "yes" : fmt::format("no (over by {:.2f})", gib(p.peak() - plan.usable)));
   }
+  print_meshes(meshes, plan.usable);
   if (plan.recommended) {
     fmt::print("recommendation: {}\n", flag_for(*plan.recommended));
+    return;
+  }
+  if (mesh != nullptr) {
+    fmt::print("recommendation: {} (no --shard mode fits)\n", mesh->flags);
     return;
   }
   std::string advice;
@@ -143,6 +179,12 @@ void run_plan(const PlanOptions& o) {
     advice += fmt::format("{}--shard full on {} GPUs", advice.empty() ? "" : "; or ",
                           plan.full_min_world);
   }
+  if (plan.modes[0].start > plan.usable) {
+    advice = fmt::format(
+        "the whole model ({:.2f} GiB of fp32 parameters) does not fit one GPU, and every rank "
+        "builds it whole before a plan splits it; use GPUs with more memory",
+        gib(plan.modes[0].start));
+  }
   fmt::print("recommendation: nothing fits {} GPUs at batch {}{}{}\n", o.gpus, o.batch_size,
              advice.empty() ? "" : ": ",
              advice.empty() ? "; use a smaller model or input" : advice);
@@ -153,8 +195,9 @@ void run_plan(const PlanOptions& o) {
 void add_plan_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "plan",
-      "before launch: the memory one GPU holds under DDP and each ZeRO stage (--shard), which "
-      "fit, and the flag to use (measured on this CPU; no GPU needed)");
+      "before launch: the memory one GPU holds under DDP, each ZeRO stage (--shard) and the "
+      "pipeline and tensor-parallel meshes, which fit, and the flags to use (measured on this "
+      "CPU; no GPU needed)");
   cmd->option_defaults()->always_capture_default();
   auto o = std::make_shared<PlanOptions>();
   cmd->add_option("--model", o->model, "model name (ddpx models)");
@@ -175,7 +218,17 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
                   "none | blocks | every:K, as ddpx train's: the activations with those blocks "
                   "recomputed in backward");
-  cmd->add_flag("--json", o->json, "one JSON object per shard mode");
+  cmd->add_flag("--shard_only", o->shard_only,
+                "weigh only --shard's modes, not the meshes that split the model (no "
+                "pipeline or tensor-parallel probes)");
+  cmd->add_option("--microbatches", o->microbatches,
+                  "pipeline meshes: micro-batches a batch (0: 2 x stages, as ddpx train)");
+  add_choice(cmd, "--pipeline_schedule", o->pipeline_schedule, parallel::kPipelineScheduleNames,
+             "pipeline meshes: 1f1b | gpipe (interleaved is not planned)");
+  add_choice(cmd, "--pipeline_balance", o->pipeline_balance, parallel::kPipelineBalanceNames,
+             "pipeline meshes: cut stages by the probe's layer times or parameter counts");
+  cmd->add_flag("--json", o->json,
+                "one JSON object per shard mode, then one per mesh (with \"mesh\": \"DxPxT\")");
   cmd->callback([o, &exit_code] {
     run_plan(*o);
     exit_code = 0;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "distributed/thread_ranks.h"
 #include "ranks.h"
 
 namespace ddpx::dist {
@@ -52,6 +53,29 @@ TEST(ContextTest, AllReduceSumSumsAndBroadcastCopiesFromRoot) {
     ASSERT_TRUE(sums[r].defined());
     EXPECT_TRUE(torch::equal(sums[r], torch::tensor({6.0, 30.0}))) << sums[r];
     EXPECT_TRUE(torch::equal(broadcasts[r], torch::full({4}, int64_t{2}, torch::kLong)));
+  }
+}
+
+// Ranks as threads (thread_ranks.h, what `ddpx plan` probes tensor parallelism on): a real Gloo
+// group, and a rank's error comes back to the caller once every rank has ended.
+TEST(ContextTest, ThreadRanksFormARealGroupAndHandBackARanksError) {
+  std::vector<double> sums(3);
+  run_thread_ranks(3, [&](Context& context) {
+    EXPECT_TRUE(context.distributed());
+    EXPECT_EQ(context.world_size(), 3);
+    auto t = torch::tensor({double(context.rank() + 1)});
+    context.all_reduce_sum(t);
+    sums[static_cast<size_t>(context.rank())] = t.item<double>();
+  });
+  EXPECT_EQ(sums, std::vector<double>({6, 6, 6}));
+  try {
+    run_thread_ranks(2, [](Context& context) {
+      context.barrier();
+      if (context.rank() == 1) fail(ErrorKind::kUsage, "rank 1 refused");
+    });
+    ADD_FAILURE() << "rank 1's error was lost";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 1 refused");
   }
 }
 

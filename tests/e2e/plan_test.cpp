@@ -49,9 +49,9 @@ TEST(PlanCliTest, PredictedPeaksAgreeWithBenchMemoryWithinTenPercent) {
         std::string("--model ") + c.model + " " + c.flags + " --num_classes 10 --json";
     std::map<int, std::map<std::string, std::vector<double>>> predicted;  // by --gpus
     for (int gpus : {2}) {
-      auto plan = run_command(
-          test::ddpx_command("plan --gpus " + std::to_string(gpus) + " --gpu_memory 80G " + common),
-          300);
+      auto plan = run_command(test::ddpx_command("plan --gpus " + std::to_string(gpus) +
+                                                 " --gpu_memory 80G --shard_only " + common),
+                              300);
       ASSERT_EQ(plan.exit_code, 0) << plan.output;
       predicted[gpus] = by_shard(plan.output, "peak_bytes");
     }
@@ -141,6 +141,121 @@ TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
       EXPECT_DOUBLE_EQ(3 * p, formula.at("none")[rank]) << "(8+K)Psi_r with SGD momentum";
     }
     if (split.stages_add_up) EXPECT_DOUBLE_EQ(sum, whole_bytes) << r.output;
+  }
+}
+
+// The JSON line of `ddpx plan`'s mesh whose "flags" start with `flags`.
+std::string mesh_line(const std::string& text, const std::string& flags) {
+  std::smatch m;
+  const std::regex line("\\{\"mesh\": [^\\n]*\"flags\": \"" + flags + "[^\\n]*\\}");
+  return std::regex_search(text, m, line) ? m[0].str() : "";
+}
+
+double number(const std::string& line, const std::string& key) {
+  std::smatch m;
+  return std::regex_search(line, m, std::regex("\"" + key + "\": ([0-9.e+]+)")) ? std::stod(m[1])
+                                                                                : -1;
+}
+
+// The meshes `ddpx plan` offers on 2 GPUs, against `bench memory` on 2 real ranks running the
+// same layout (the replica's batch, micro-batches and balance from the plan's flags): a
+// pipeline of ResNet-50 (stages by parameters, as both are told) and ViT-B/16's tensor pieces,
+// with and without sequence parallelism, at batches whose activations are a third or more of
+// the peak.
+TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
+  struct Mesh {
+    const char* plan;   // ddpx plan's flags
+    std::string flags;  // the mesh's flags, as the plan prints them
+    const char* bench;  // bench memory's flags for the same layout
+  };
+  const std::vector<Mesh> meshes = {
+      {"--model resnet50 --image_size 64 --batch_size 16 --pipeline_balance params",
+       "--pipeline_parallel 2 --microbatches 4 --batch_size 32 --pipeline_balance params",
+       "--model resnet50 --image_size 64 --pipeline_parallel 2 --microbatches 4 --batch_size 32 "
+       "--pipeline_balance params"},
+      {"--model vit_b_16 --image_size 64 --batch_size 16", "--tensor_parallel 2 --batch_size 32",
+       "--model vit_b_16 --image_size 64 --tensor_parallel 2 --batch_size 32"},
+      {"--model vit_b_16 --image_size 64 --batch_size 16",
+       "--tensor_parallel 2 --sequence_parallel --batch_size 32",
+       "--model vit_b_16 --image_size 64 --tensor_parallel 2 --sequence_parallel --batch_size 32"},
+  };
+  std::map<std::string, std::string> plans;  // by the plan's flags: one probe a model
+  for (const auto& mesh : meshes) {
+    if (!plans.count(mesh.plan)) {
+      auto plan = run_command(test::ddpx_command(std::string("plan --gpus 2 --num_classes 10 "
+                                                             "--json ") +
+                                                 mesh.plan),
+                              300);
+      ASSERT_EQ(plan.exit_code, 0) << plan.output;
+      plans[mesh.plan] = plan.output;
+    }
+    const std::string line = mesh_line(plans[mesh.plan], mesh.flags);
+    ASSERT_FALSE(line.empty()) << "no mesh with " << mesh.flags << "\n" << plans[mesh.plan];
+    const double guess = number(line, "peak_bytes");
+    const double activations = number(line, "activation_bytes");
+
+    test::TempDir dir;
+    auto bench = run_command(
+        test::ddpx_command("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
+                           " -- bench memory --num_classes 10 " + "--json " + mesh.bench),
+        300);
+    ASSERT_EQ(bench.exit_code, 0) << bench.output;
+    const auto measured = by_shard(bench.output, "tensor_peak_bytes");
+    ASSERT_EQ(measured.count("none"), 1u) << bench.output;
+    ASSERT_EQ(measured.at("none").size(), 2u) << "one line per rank\n" << bench.output;
+    const double peak = std::max(measured.at("none")[0], measured.at("none")[1]);
+    std::printf("%s: predicted %.1f MiB (activations %.1f), measured %.1f MiB (%+.1f%%)\n",
+                mesh.bench, guess / 1048576, activations / 1048576, peak / 1048576,
+                (guess / peak - 1) * 100);
+    EXPECT_GT(activations, 0.25 * guess) << "activations that matter: " << line;
+    EXPECT_NEAR(guess / peak, 1.0, 0.10) << mesh.bench << ": predicted " << guess / 1048576
+                                         << " MiB, measured " << peak / 1048576 << " MiB\n"
+                                         << line << "\n"
+                                         << bench.output;
+  }
+}
+
+// Where no --shard mode fits, a mesh that does is the recommendation (its flags, to paste), and
+// the meshes' flags run in ddpx train as printed; a model without a tensor-parallel plan says so
+// once.
+TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
+  // ResNet-50's activations at 128 x 128 do not shard under ZeRO; 2 stages with micro-batches of
+  // 4 keep a fraction of them.
+  auto tight = run_command(test::ddpx_command("plan --model resnet50 --gpus 2 --image_size 128 "
+                                              "--batch_size 32 --num_classes 10 --gpu_memory 0.9G "
+                                              "--reserve 0 --pipeline_balance params "
+                                              "--microbatches 16"),
+                           300);
+  ASSERT_EQ(tight.exit_code, 0) << tight.output;
+  EXPECT_TRUE(std::regex_search(tight.output, std::regex("\\n  full .* no \\(over by")))
+      << tight.output;
+  EXPECT_NE(tight.output.find("recommendation: --pipeline_parallel 2 --microbatches 16 "
+                              "--batch_size 64 --pipeline_balance params (no --shard mode fits)"),
+            std::string::npos)
+      << tight.output;
+  EXPECT_NE(tight.output.find("# not offered: tensor parallel: resnet50 has no tensor-parallel "
+                              "plan"),
+            std::string::npos)
+      << tight.output;
+
+  auto mlp = run_command(test::ddpx_command("plan --model mlp --gpus 2 --image_size 28 "
+                                            "--batch_size 8 --num_classes 10 --json"),
+                         120);
+  ASSERT_EQ(mlp.exit_code, 0) << mlp.output;
+  for (const std::string flags : {"--tensor_parallel 2", "--pipeline_parallel 2"}) {
+    const std::string line = mesh_line(mlp.output, flags);
+    ASSERT_FALSE(line.empty()) << flags << "\n" << mlp.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(line, m, std::regex("\"flags\": \"([^\"]+)\""))) << line;
+    test::TempDir dir;
+    auto train = run_command(
+        test::ddpx_command("run 2 --log_dir " + dir.path() +
+                           " -- train --model mlp --image_size 28 "
+                           "--num_epochs 1 --limit_train_batches 2 --limit_test_batches 1 "
+                           "--threads 1 --no_progress " +
+                           m[1].str()),
+        180);
+    EXPECT_EQ(train.exit_code, 0) << m[1] << "\n" << train.output;
   }
 }
 

@@ -118,6 +118,7 @@ ModePrediction predict(const ModelMemory& model, ShardMode mode, const PlanReque
 
   ModePrediction p;
   p.mode = mode;
+  p.start = kFp32 * psi;
   p.activations = model.activation_bytes(r.batch_size);
   switch (mode) {
     case ShardMode::kNone:

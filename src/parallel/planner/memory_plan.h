@@ -24,7 +24,8 @@
 //              and the one prefetched, the running unit's gradients, two reduce-scatter inputs
 // and the measured activations at the batch. The peak is the model states plus the larger of
 // the activations and the transient buffers: activations peak as backward starts, the
-// buffers come later in backward and in the step, as activations are freed. On a GPU, usable
+// buffers come later in backward and in the step, as activations are freed; and at least the
+// whole model, 4 Psi, which every rank holds at start, before the plan shards it. On a GPU, usable
 // memory is --gpu_memory less a reserve for what is not tensors (CUDA context, cuBLAS and cuDNN
 // workspaces, the caching allocator's rounding).
 #pragma once
@@ -87,6 +88,8 @@ struct PlanRequest {
 
 struct ModePrediction {
   ShardMode mode = ShardMode::kNone;
+  // The whole model, 4 Psi: every rank builds it (and moves it to its GPU) before a plan shards it.
+  double start = 0;
   double params = 0, grads = 0, optimizer = 0, transient = 0, activations = 0;
   // Buffers alive beside the whole activations: ZeRO-2 and -3 free a unit's gradients only once
   // the whole unit's are in, and backward reaches the last (usually largest) units first.
@@ -94,7 +97,8 @@ struct ModePrediction {
   // Activations peak where backward starts; the other transient buffers come later in backward
   // and in the step, as activations are freed: the peak holds the larger of the two.
   double peak() const {
-    return params + grads + optimizer + std::max(transient, activations + backward_transient);
+    return std::max(
+        start, params + grads + optimizer + std::max(transient, activations + backward_transient));
   }
   bool fits = false;
 };

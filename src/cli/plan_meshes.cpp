@@ -1,0 +1,165 @@
+// `ddpx plan`'s meshes (see plan_meshes.h).
+#include "cli/plan_meshes.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+#include "parallel/tensor/parallelize.h"
+
+namespace ddpx::cli {
+namespace {
+
+double in_gib(double bytes) { return bytes / (1LL << 30); }
+
+// An error's text without the "plan: " every planner error starts with.
+std::string reason(const Error& e) {
+  const std::string text = e.what();
+  return text.rfind("plan: ", 0) == 0 ? text.substr(6) : text;
+}
+
+std::string mesh_name(const parallel::MeshPrediction& p) {
+  return fmt::format("{}x{}x{}{}", p.data, p.pipeline, p.tensor, p.sequence_parallel ? " sp" : "");
+}
+
+// The divisors of n above 1, ascending.
+std::vector<int> splits_of(int n) {
+  std::vector<int> out;
+  for (int d = 2; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// One probe at the smallest T that splits the model (and one with sequence parallelism), carried
+// to every T (split_probe.h's at_tensor_size).
+void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
+  if (s.checkpointing.every > 0) {
+    r.notes.push_back(
+        "tensor parallel: not with --activation_checkpointing (ddpx train refuses the pair)");
+    return;
+  }
+  const torch::nn::AnyModule model = s.build();
+  try {  // a model without a plan: one note, not one a T
+    parallel::tensor::check_splittable(model, 1, s.model_name);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUsage) throw;
+    std::string text = reason(e);  // "--tensor_parallel 1: resnet50 has no ..."
+    if (text.rfind("--tensor_parallel ", 0) == 0) text = text.substr(text.find(": ") + 2);
+    r.notes.push_back(fmt::format("tensor parallel: {}", text));
+    return;
+  }
+  const parallel::LinearFit at_one{whole.activation_fixed, whole.activation_per_sample};
+  for (bool sequence : {false, true}) {
+    std::optional<parallel::TensorMemory> probed;
+    for (int t : splits_of(s.request.world_size)) {
+      try {
+        parallel::tensor::check_splittable(model, t, s.model_name, sequence);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUsage) throw;
+        // Sequence parallel is for the ViTs only; the sizes are noted once, without it.
+        if (!sequence) r.notes.push_back(fmt::format("tensor parallel {}: {}", t, reason(e)));
+        continue;
+      }
+      if (!probed) {
+        probed = parallel::measure_tensor_parallel(model, t, sequence, s.probe, s.model_name);
+      }
+      r.meshes.push_back(
+          parallel::predict_tensor(whole, parallel::at_tensor_size(*probed, at_one, t), s.request));
+    }
+  }
+  std::stable_sort(r.meshes.begin(), r.meshes.end(),
+                   [](const auto& a, const auto& b) { return a.tensor < b.tensor; });
+}
+
+void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
+  torch::nn::AnyModule model = s.build();
+  const auto layers = parallel::measure_layers(model, s.probe, s.checkpointing);
+  if (!layers) {
+    r.notes.push_back(
+        fmt::format("pipeline: {} is not sequential-shaped (docs/distributed.md "
+                    "names the models that are)",
+                    s.model_name));
+    return;
+  }
+  bool batch_norm = false;
+  for (const auto& m : model.ptr()->modules()) {
+    if (m->name().find("BatchNorm") != std::string::npos) batch_norm = true;
+  }
+  for (int p : splits_of(s.request.world_size)) {
+    parallel::PipelineRequest q;
+    q.batch_norm = batch_norm;
+    q.stages = p;
+    q.microbatches = s.microbatches;
+    q.schedule = s.schedule;
+    q.balance = s.balance;
+    q.model_name = s.model_name;
+    try {
+      r.meshes.push_back(parallel::predict_pipeline(whole, *layers, s.request, q));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUsage) throw;
+      r.notes.push_back(fmt::format("pipeline {}: {}", p, reason(e)));
+    }
+  }
+}
+
+}  // namespace
+
+MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& search) {
+  MeshResults results;
+  if (search.request.world_size < 2) return results;
+  search_tensor(whole, search, results);
+  search_pipeline(whole, search, results);
+  return results;
+}
+
+const parallel::MeshPrediction* recommended_mesh(const MeshResults& results) {
+  const parallel::MeshPrediction* best = nullptr;
+  auto rank = [](const parallel::MeshPrediction& p) {
+    return std::make_tuple(p.pipeline * p.tensor, p.pipeline > 1, p.sequence_parallel);
+  };
+  for (const auto& p : results.meshes) {
+    if (p.fits && (best == nullptr || rank(p) < rank(*best))) best = &p;
+  }
+  return best;
+}
+
+void print_meshes(const MeshResults& results, double usable) {
+  if (!results.meshes.empty()) {
+    fmt::print(
+        "# meshes that split the model, data x pipeline x tensor (sp: --sequence_parallel); "
+        "batch: --batch_size per replica, the same global batch; GiB on the rank that peaks; "
+        "start: the whole model, built on every rank before the plan splits it\n");
+    fmt::print("  {:<9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>11} {:>7} {:>8}  {:<24} {}\n", "mesh",
+               "batch", "params", "grads", "optimizer", "transient", "activations", "start", "peak",
+               "fits", "flags");
+    for (const auto& p : results.meshes) {
+      const std::string fits =
+          p.fits ? "yes" : fmt::format("no (over by {:.2f})", in_gib(p.peak() - usable));
+      fmt::print(
+          "  {:<9} {:>6} {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>7.2f} {:>8.2f}  "
+          "{:<24} {}\n",
+          mesh_name(p), p.batch, in_gib(p.params), in_gib(p.grads), in_gib(p.optimizer),
+          in_gib(p.transient), in_gib(p.activations), in_gib(p.start), in_gib(p.peak()), fits,
+          p.flags);
+    }
+  }
+  for (const auto& note : results.notes) fmt::print("# not offered: {}\n", note);
+}
+
+std::string mesh_json(const parallel::MeshPrediction& p, double usable, bool recommended) {
+  return fmt::format(
+      "{{\"mesh\": \"{}x{}x{}\", \"data\": {}, \"pipeline\": {}, \"tensor\": {}, "
+      "\"sequence_parallel\": {}, \"batch_size\": {}, \"microbatches\": {}, \"worst_stage\": {}, "
+      "\"param_bytes\": {:.0f}, \"grad_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, "
+      "\"transient_bytes\": {:.0f}, \"activation_bytes\": {:.0f}, \"start_bytes\": {:.0f}, "
+      "\"peak_bytes\": {:.0f}, \"usable_bytes\": {:.0f}, \"fits\": {}, \"recommended\": {}, "
+      "\"flags\": \"{}\"}}",
+      p.data, p.pipeline, p.tensor, p.data, p.pipeline, p.tensor,
+      p.sequence_parallel ? "true" : "false", p.batch, p.microbatches, p.worst_stage, p.params,
+      p.grads, p.optimizer, p.transient, p.activations, p.start, p.peak(), usable,
+      p.fits ? "true" : "false", recommended ? "true" : "false", p.flags);
+}
+
+}  // namespace ddpx::cli

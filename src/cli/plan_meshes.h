@@ -1,0 +1,44 @@
+// `ddpx plan`'s second table: the meshes that split the model across ranks (pipeline stages,
+// tensor pieces) with the rest of the GPUs as data-parallel replicas, each probed on this CPU
+// (parallel/planner/split_probe.h) and predicted (mesh_plan.h); and why a mesh is not offered.
+#pragma once
+
+#include <torch/nn/modules/container/any.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/activation_checkpoint.h"
+#include "parallel/planner/mesh_plan.h"
+
+namespace ddpx::cli {
+
+struct MeshSearch {
+  std::string model_name;
+  std::function<torch::nn::AnyModule()> build;  // the whole model, fp32, on the CPU
+  parallel::ProbeOptions probe;
+  models::ActivationCheckpointing checkpointing;
+  parallel::PlanRequest request;
+  int microbatches = 0;
+  parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+  parallel::PipelineBalance balance = parallel::PipelineBalance::kTime;
+};
+
+struct MeshResults {
+  std::vector<parallel::MeshPrediction> meshes;  // tensor parallel first, then pipelines
+  std::vector<std::string> notes;                // what is not offered, and why
+};
+
+// Every P and T > 1 that divides the GPUs: probes and predictions (minutes for a large model on
+// many GPUs: one tensor-parallel probe each T).
+MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& search);
+
+// The mesh to use when no shard mode fits: the least split (smallest P or T) that fits, tensor
+// parallel before a pipeline of the same size (no bubble), without sequence parallel first.
+const parallel::MeshPrediction* recommended_mesh(const MeshResults& results);
+
+void print_meshes(const MeshResults& results, double usable);
+std::string mesh_json(const parallel::MeshPrediction& p, double usable, bool recommended);
+
+}  // namespace ddpx::cli

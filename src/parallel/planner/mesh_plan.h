@@ -1,0 +1,75 @@
+// `ddpx plan`'s meshes: what one rank holds when the model is split across ranks rather than
+// (or besides) sharded: pipeline stages (--pipeline_parallel P) and tensor pieces
+// (--tensor_parallel T), each with the rest of the GPUs as data-parallel replicas. The global batch
+// stays the one plain DDP would train (N GPUs x --batch_size), so a replica of P or T ranks takes
+// --batch_size B x P or B x T.
+//
+// Per rank, fp32 (K optimizer bytes a parameter, Psi_r the rank's own parameters):
+//   start       the whole model, 4 Psi: every rank builds it (and moves it to its GPU) before the
+//               plan frees what is not its own (a tensor rank: also its pieces' copies)
+//   states      (4 + 4 + K) Psi_r; with more than one replica the replicas' DDP rebuilds its
+//               buckets once (transient 4 Psi_r), as plain DDP does
+//   pipeline    stage s of P under 1F1B holds min(M, P - s) micro-batches' activations of its
+//               layers (GPipe: all M) and its received input, plus the most one layer's backward
+//               adds; stages are cut as ddpx train cuts them (stage_split.h) from the probe's
+//               per-layer times or parameter counts. The peak is the worst stage's rank.
+//   tensor      the split model's activations as measured on T thread ranks (split_probe.h); with
+//               one replica there is no DDP to keep the gradients in buckets: zero_grad frees
+//               them, and backward brings them back as it frees the activations
+// The peak is the larger of start and the states plus the larger of transient and activations.
+// Meshes of both pipeline and tensor parallelism, and either with --shard, are not built in
+// ddpx train yet, so they are not offered.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_split.h"
+#include "parallel/planner/memory_plan.h"
+#include "parallel/planner/split_probe.h"
+
+namespace ddpx::parallel {
+
+struct MeshPrediction {
+  int data = 1, pipeline = 1, tensor = 1;
+  bool sequence_parallel = false;
+  int64_t batch = 0;     // --batch_size: per data-parallel replica
+  int microbatches = 0;  // pipeline
+  double start = 0;
+  double params = 0, grads = 0, optimizer = 0, transient = 0, activations = 0;
+  int worst_stage = -1;  // pipeline: the stage whose rank peaks highest
+  // Whether the gradients stay allocated between steps (DDP's buckets, a pipeline's micro-batches
+  // accumulating into them while others' activations live); else they are freed at zero_grad
+  // and come back in backward as the activations go.
+  bool grads_persist = true;
+  double peak() const {
+    const double states = params + optimizer;
+    return std::max(start, grads_persist ? states + grads + std::max(transient, activations)
+                                         : states + std::max({grads, transient, activations}));
+  }
+  bool fits = false;
+  std::string flags;  // what to add to ddpx train
+};
+
+struct PipelineRequest {
+  int stages = 2;        // P; must divide the world
+  int microbatches = 0;  // M; 0: 2P as ddpx train (P where 2P does not divide the batch)
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  // gpipe or 1f1b
+  PipelineBalance balance = PipelineBalance::kTime;
+  std::string model_name = "the model";
+  bool batch_norm = false;  // micro-batches of one sample leave it one value a channel
+};
+
+// Throws ddpx::Error(kUsage) naming the flag where the layout cannot run: P not dividing the
+// world, fewer layers than stages, a batch M does not split, micro-batches of one sample for a
+// BatchNorm model, interleaved schedules.
+MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
+                                const PlanRequest& request, const PipelineRequest& pipeline);
+
+// `measured` is the probe at T = measured.ranks.
+MeshPrediction predict_tensor(const ModelMemory& model, const TensorMemory& measured,
+                              const PlanRequest& request);
+
+}  // namespace ddpx::parallel

@@ -1,0 +1,76 @@
+// What `ddpx plan` measures of the plans that split a model (pipeline and tensor parallelism), in
+// this process on the CPU, beside measure_model()'s whole-model probe (memory_plan.h):
+// - layers: each layer of a sequential-shaped model (models/layer_sequence.h, as a pipeline cuts
+//   it) run alone on its predecessor's output at two micro-batch sizes: the bytes its forward
+//   leaves held for backward (saved tensors and its output), the further peak its backward
+//   reaches (its input's gradient, temporaries), its input's bytes (what a stage that starts
+//   there receives and keeps), its parameters, and its forward-and-backward time (the pipeline's
+//   time balance). A pipeline stage's activations then follow from its layers and the micro-batches
+//   in flight (mesh_plan.h). Layers that --activation_checkpointing recomputes keep only their
+//   input, as in the pipeline.
+// - tensor parallelism: the real split model (tensor/parallelize.h) on T ranks that are threads
+//   of this process over Gloo (distributed/thread_ranks.h), one forward, loss and backward at two
+//   batch sizes; the ranks run in step (two all-reduces a block), so a rank's activations are the
+//   ranks' summed bytes over T. Its own parameters (pieces and whole layers) are counted. One
+//   probe, at the smallest T, serves every T (at_tensor_size()).
+// Both fit activations as fixed + per sample x batch, as measure_model() does.
+#pragma once
+
+#include <torch/nn/modules/container/any.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/activation_checkpoint.h"
+#include "parallel/planner/memory_plan.h"
+
+namespace ddpx::parallel {
+
+// bytes = fixed + per_sample x batch, through two measured points.
+struct LinearFit {
+  double fixed = 0, per_sample = 0;
+  double at(double batch) const { return std::max(0.0, fixed + per_sample * batch); }
+  static LinearFit through(int64_t batch_a, double bytes_a, int64_t batch_b, double bytes_b);
+};
+
+struct LayerMemory {
+  std::string name;
+  int64_t parameters = 0;
+  double seconds = 0;        // forward + backward at the smaller probe batch
+  LinearFit held;            // what its forward leaves alive for backward, its output included
+  LinearFit backward_extra;  // the most its backward adds on top of `held`
+  LinearFit input;           // its input: a stage starting here receives and keeps it
+  bool recomputed = false;   // --activation_checkpointing recomputes it in backward
+};
+
+// nullopt for a model that is not sequential-shaped. Leaves the model's gradients allocated.
+std::optional<std::vector<LayerMemory>> measure_layers(
+    torch::nn::AnyModule& model, const ProbeOptions& options,
+    const models::ActivationCheckpointing& checkpointing = {});
+
+struct TensorMemory {
+  int ranks = 1;
+  bool sequence_parallel = false;
+  int64_t whole_parameters = 0;  // Psi
+  int64_t parameters = 0;        // Psi_r: a rank's pieces and the whole layers
+  int64_t split_parameters = 0;  // the whole model's parameters that are split (held at start)
+  LinearFit activations;         // a rank's, above its parameters and gradients
+};
+
+// `whole` (fp32, CPU) split on `ranks` threads, which share its unsplit layers. Throws
+// ddpx::Error(kUsage) naming --tensor_parallel for a model without a plan or sizes `ranks`
+// does not divide (tensor/parallelize.h's check), before any thread starts. Leaves the whole
+// model's gradients allocated.
+TensorMemory measure_tensor_parallel(const torch::nn::AnyModule& whole, int ranks,
+                                     bool sequence_parallel, const ProbeOptions& options,
+                                     const std::string& model_name);
+
+// The probe at T0 ranks carried to T: the pieces scale as 1/T, and a rank's activations as
+// U + S/T (the unsplit layers' and the split ones'), through the whole model's activations
+// (`whole`, T = 1, measure_model()'s fit) and the probe's. One probe serves every T; the caller
+// checks that T splits the model.
+TensorMemory at_tensor_size(const TensorMemory& probed, const LinearFit& whole, int ranks);
+
+}  // namespace ddpx::parallel

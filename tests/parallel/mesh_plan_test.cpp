@@ -1,0 +1,213 @@
+// `ddpx plan`'s meshes (parallel/planner/mesh_plan.h, split_probe.h): a pipeline stage holds its
+// layers' parameters and the micro-batches its schedule keeps in flight, the worst stage's rank
+// sets the peak; a tensor rank holds its pieces, the whole model at start, and its gradients only
+// in backward unless replicas keep them in DDP's buckets; impossible layouts are refused naming
+// the flag; and the probes measure real layers and a real split model on thread ranks.
+// (Predictions against `bench memory` on real ranks: tests/e2e/plan_test.cpp.)
+#include "parallel/planner/mesh_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "models/mlp.h"
+#include "models/zoo/registry.h"
+
+namespace ddpx::parallel {
+namespace {
+
+// Four equal layers: 100 parameters, 10 bytes a sample held, 1 byte a sample of input.
+std::vector<LayerMemory> four_layers() {
+  std::vector<LayerMemory> layers(4);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    layers[l].name = "layer" + std::to_string(l);
+    layers[l].parameters = 100;
+    layers[l].seconds = 1;
+    layers[l].held.per_sample = 10;
+    layers[l].input.per_sample = l == 0 ? 0 : 1;
+  }
+  return layers;
+}
+
+ModelMemory whole_of(int64_t parameters) {
+  ModelMemory m;
+  m.parameters = parameters;
+  return m;
+}
+
+TEST(MeshPlanTest, APipelineStageHoldsItsLayersAndTheMicroBatchesItsScheduleKeeps) {
+  PlanRequest r;
+  r.world_size = 2;
+  r.batch_size = 2;  // the replica of 2 stages takes 4
+  r.optimizer_bytes_per_param = 4;
+  PipelineRequest q;
+  q.stages = 2;
+  q.microbatches = 4;  // micro-batches of 1
+  q.balance = PipelineBalance::kParams;
+  const auto p = predict_pipeline(whole_of(400), four_layers(), r, q);
+  EXPECT_EQ(p.pipeline, 2);
+  EXPECT_EQ(p.data, 1);
+  EXPECT_EQ(p.batch, 4);
+  EXPECT_DOUBLE_EQ(p.params, 4 * 200.0) << "two layers a stage";
+  EXPECT_DOUBLE_EQ(p.grads, 4 * 200.0);
+  EXPECT_DOUBLE_EQ(p.optimizer, 4 * 200.0);
+  EXPECT_DOUBLE_EQ(p.transient, 0) << "one replica: no DDP buckets to rebuild";
+  // 1F1B: stage 0 keeps 2 micro-batches (P - 0) of 20 bytes; stage 1 one of 20 + its input.
+  EXPECT_EQ(p.worst_stage, 0);
+  EXPECT_DOUBLE_EQ(p.activations, 2 * 20.0);
+  EXPECT_DOUBLE_EQ(p.start, 4 * 400.0);
+  EXPECT_EQ(p.flags,
+            "--pipeline_parallel 2 --microbatches 4 --batch_size 4 --pipeline_balance params");
+
+  q.schedule = PipelineSchedule::kGpipe;  // every micro-batch kept: stage 1's input tips it
+  const auto gpipe = predict_pipeline(whole_of(400), four_layers(), r, q);
+  EXPECT_EQ(gpipe.worst_stage, 1);
+  EXPECT_DOUBLE_EQ(gpipe.activations, 4 * 21.0);
+
+  r.world_size = 4;  // two replicas: their DDP rebuilds its buckets once
+  q.schedule = PipelineSchedule::k1F1B;
+  const auto two = predict_pipeline(whole_of(400), four_layers(), r, q);
+  EXPECT_EQ(two.data, 2);
+  EXPECT_DOUBLE_EQ(two.transient, 4 * 200.0);
+  EXPECT_TRUE(two.grads_persist);
+}
+
+TEST(MeshPlanTest, PipelineLayoutsThatCannotRunAreRefusedNamingTheFlag) {
+  PlanRequest r;
+  r.world_size = 3;
+  r.batch_size = 2;
+  PipelineRequest q;
+  auto refused = [&](const std::string& flag) {
+    try {
+      predict_pipeline(whole_of(400), four_layers(), r, q);
+      ADD_FAILURE() << "not refused: " << flag;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+    }
+  };
+  q.stages = 2;
+  refused("--pipeline_parallel 2");  // does not divide 3 GPUs
+  r.world_size = 8;
+  q.stages = 8;
+  refused("pipeline_parallel");  // 4 layers, 8 stages
+  q.stages = 2;
+  q.microbatches = 3;
+  refused("--microbatches 3");  // a replica's batch of 4
+  q.microbatches = 4;
+  q.batch_norm = true;
+  refused("BatchNorm");  // micro-batches of one sample
+  q.batch_norm = false;
+  q.microbatches = 1;
+  refused("1f1b");  // fewer micro-batches than stages
+  q.microbatches = 0;
+  q.schedule = PipelineSchedule::kInterleaved;
+  refused("interleaved");
+}
+
+TEST(MeshPlanTest, ATensorRankHoldsItsPiecesAndItsGradientsOnlyInBackwardWithoutReplicas) {
+  TensorMemory m;
+  m.ranks = 2;
+  m.parameters = 600;  // 400 split over 2, 400 whole
+  m.split_parameters = 400;
+  m.activations.per_sample = 100;
+  PlanRequest r;
+  r.world_size = 2;
+  r.batch_size = 3;
+  r.optimizer_bytes_per_param = 8;
+  const auto p = predict_tensor(whole_of(800), m, r);
+  EXPECT_EQ(p.batch, 6);
+  EXPECT_DOUBLE_EQ(p.params, 4 * 600.0);
+  EXPECT_DOUBLE_EQ(p.optimizer, 8 * 600.0);
+  EXPECT_DOUBLE_EQ(p.activations, 600);
+  EXPECT_DOUBLE_EQ(p.start, 4 * (800 + 200.0)) << "the whole model and this rank's pieces";
+  EXPECT_FALSE(p.grads_persist);
+  EXPECT_DOUBLE_EQ(p.peak(), 4 * 600.0 + 8 * 600.0 + std::max(4 * 600.0, 600.0));
+  EXPECT_EQ(p.flags, "--tensor_parallel 2 --batch_size 6");
+
+  r.world_size = 4;
+  const auto two = predict_tensor(whole_of(800), m, r);
+  EXPECT_TRUE(two.grads_persist) << "DDP's buckets keep the replicas' gradients";
+  EXPECT_DOUBLE_EQ(two.peak(), 4 * 600.0 + 8 * 600.0 + 4 * 600.0 + std::max(4 * 600.0, 600.0));
+}
+
+TEST(MeshPlanTest, OneTensorProbeCarriesToEveryTensorSize) {
+  TensorMemory probed;
+  probed.ranks = 2;
+  probed.whole_parameters = 1000;
+  probed.split_parameters = 800;
+  probed.parameters = 200 + 400;  // the unsplit 200 and half the split 800
+  probed.activations = {50, 3000};
+  const LinearFit whole{100, 5000};  // T = 1
+  const auto four = at_tensor_size(probed, whole, 4);
+  EXPECT_EQ(four.ranks, 4);
+  EXPECT_EQ(four.parameters, 200 + 200);
+  // A(T) = U + S/T: per sample S = 4000, U = 1000; fixed S = 100, U = 0.
+  EXPECT_DOUBLE_EQ(four.activations.per_sample, 1000 + 4000 / 4.0);
+  EXPECT_DOUBLE_EQ(four.activations.fixed, 100 / 4.0);
+  const auto two = at_tensor_size(probed, whole, 2);
+  EXPECT_DOUBLE_EQ(two.activations.per_sample, 3000) << "the probe's own size is the probe";
+}
+
+TEST(SplitProbeTest, LayersOfAZooModelAddUpToItAndHoldMoreForMoreSamples) {
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 32;
+  torch::manual_seed(0);
+  auto model = models::create_model("resnet20", config);
+  ProbeOptions o;
+  o.image_size = 32;
+  o.num_classes = 10;
+  const auto layers = measure_layers(model, o);
+  ASSERT_TRUE(layers.has_value());
+  ASSERT_GE(layers->size(), 3u);
+  int64_t sum = 0;
+  for (const auto& l : *layers) sum += l.parameters;
+  int64_t whole = 0;
+  for (const auto& p : model.ptr()->parameters()) whole += p.numel();
+  EXPECT_EQ(sum, whole) << "every parameter in one layer";
+  // The stem's output (16 x 32 x 32 floats a sample) is kept for its backward and the next layer.
+  EXPECT_GE(layers->front().held.per_sample, 16 * 32 * 32 * 4.0);
+  EXPECT_DOUBLE_EQ(layers->front().input.at(8), 0) << "the first stage's input is the batch";
+  EXPECT_DOUBLE_EQ((*layers)[1].input.per_sample, 16 * 32 * 32 * 4.0);
+
+  // Recomputed layers keep only their input.
+  const auto recomputed =
+      measure_layers(model, o, models::parse_activation_checkpointing("blocks"));
+  ASSERT_TRUE(recomputed.has_value());
+  EXPECT_TRUE((*recomputed)[1].recomputed);
+  EXPECT_LT((*recomputed)[1].held.per_sample, (*layers)[1].held.per_sample);
+
+  auto plain = torch::nn::AnyModule(torch::nn::Linear(4, 4));
+  EXPECT_FALSE(measure_layers(plain, o).has_value()) << "not sequential-shaped";
+}
+
+TEST(SplitProbeTest, TensorParallelRanksOnThreadsHoldTheirPiecesAndRefuseModelsWithoutAPlan) {
+  models::MlpOptions options;
+  options.in_features = 3 * 8 * 8;
+  options.hidden = 64;
+  options.num_classes = 10;
+  const torch::nn::AnyModule whole{models::Mlp(options)};
+  ProbeOptions o;
+  o.image_size = 8;
+  o.num_classes = 10;
+  const auto m = measure_tensor_parallel(whole, 2, false, o, "mlp");
+  // fc1 (192 -> 64) column-parallel, fc2 (64 -> 32) row-parallel (its bias whole), fc3 whole.
+  const int64_t fc1 = 192 * 64 + 64, fc2_weight = 64 * 32, fc3 = 32 * 10 + 10;
+  EXPECT_EQ(m.split_parameters, fc1 + fc2_weight);
+  EXPECT_EQ(m.parameters, fc1 / 2 + fc2_weight / 2 + 32 + fc3);
+  EXPECT_GT(m.activations.per_sample, 0);
+
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 32;
+  try {
+    measure_tensor_parallel(models::create_model("resnet20", config), 2, false, o, "resnet20");
+    ADD_FAILURE() << "resnet20 has no tensor-parallel plan";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("--tensor_parallel 2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ddpx::parallel
