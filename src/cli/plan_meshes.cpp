@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <optional>
 
 #include "core/error.h"
 #include "parallel/tensor/parallelize.h"
@@ -32,8 +31,8 @@ std::vector<int> splits_of(int n) {
   return out;
 }
 
-// One probe at the smallest T that splits the model (and one with sequence parallelism), carried
-// to every T (split_probe.h's at_tensor_size).
+// Probes at the smallest and the largest T that split the model (and the same with sequence
+// parallelism), carried to every T between (split_probe.h's at_tensor_size).
 void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
   if (s.checkpointing.every > 0) {
     r.notes.push_back(
@@ -50,23 +49,28 @@ void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, Mesh
     r.notes.push_back(fmt::format("tensor parallel: {}", text));
     return;
   }
-  const parallel::LinearFit at_one{whole.activation_fixed, whole.activation_per_sample};
   for (bool sequence : {false, true}) {
-    std::optional<parallel::TensorMemory> probed;
+    std::vector<int> sizes;  // the T that split the model
     for (int t : splits_of(s.request.world_size)) {
       try {
         parallel::tensor::check_splittable(model, t, s.model_name, sequence);
+        sizes.push_back(t);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kUsage) throw;
         // Sequence parallel is for the ViTs only; the sizes are noted once, without it.
         if (!sequence) r.notes.push_back(fmt::format("tensor parallel {}: {}", t, reason(e)));
-        continue;
       }
-      if (!probed) {
-        probed = parallel::measure_tensor_parallel(model, t, sequence, s.probe, s.model_name);
-      }
-      r.meshes.push_back(
-          parallel::predict_tensor(whole, parallel::at_tensor_size(*probed, at_one, t), s.request));
+    }
+    if (sizes.empty()) continue;
+    const auto smallest =
+        parallel::measure_tensor_parallel(s.build, sizes.front(), sequence, s.probe, s.model_name);
+    const auto largest = sizes.size() == 1
+                             ? smallest
+                             : parallel::measure_tensor_parallel(s.build, sizes.back(), sequence,
+                                                                 s.probe, s.model_name);
+    for (int t : sizes) {
+      r.meshes.push_back(parallel::predict_tensor(
+          whole, parallel::at_tensor_size(smallest, largest, t), s.request));
     }
   }
   std::stable_sort(r.meshes.begin(), r.meshes.end(),

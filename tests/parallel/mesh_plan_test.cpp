@@ -130,22 +130,26 @@ TEST(MeshPlanTest, ATensorRankHoldsItsPiecesAndItsGradientsOnlyInBackwardWithout
   EXPECT_DOUBLE_EQ(two.peak(), 4 * 600.0 + 8 * 600.0 + 4 * 600.0 + std::max(4 * 600.0, 600.0));
 }
 
-TEST(MeshPlanTest, OneTensorProbeCarriesToEveryTensorSize) {
-  TensorMemory probed;
-  probed.ranks = 2;
-  probed.whole_parameters = 1000;
-  probed.split_parameters = 800;
-  probed.parameters = 200 + 400;  // the unsplit 200 and half the split 800
-  probed.activations = {50, 3000};
-  const LinearFit whole{100, 5000};  // T = 1
-  const auto four = at_tensor_size(probed, whole, 4);
+TEST(MeshPlanTest, TwoTensorProbesCarryToTheSizesBetween) {
+  TensorMemory two;
+  two.ranks = 2;
+  two.whole_parameters = 1000;
+  two.split_parameters = 800;
+  two.parameters = 200 + 400;  // the unsplit 200 and half the split 800
+  two.activations = {50, 3000};
+  TensorMemory eight = two;
+  eight.ranks = 8;
+  eight.parameters = 200 + 100;
+  eight.activations = {20, 1500};
+  // A(T) = U + S/T: per sample S = 4000, U = 1000; fixed S = 80, U = 10.
+  const auto four = at_tensor_size(two, eight, 4);
   EXPECT_EQ(four.ranks, 4);
   EXPECT_EQ(four.parameters, 200 + 200);
-  // A(T) = U + S/T: per sample S = 4000, U = 1000; fixed S = 100, U = 0.
   EXPECT_DOUBLE_EQ(four.activations.per_sample, 1000 + 4000 / 4.0);
-  EXPECT_DOUBLE_EQ(four.activations.fixed, 100 / 4.0);
-  const auto two = at_tensor_size(probed, whole, 2);
-  EXPECT_DOUBLE_EQ(two.activations.per_sample, 3000) << "the probe's own size is the probe";
+  EXPECT_DOUBLE_EQ(four.activations.fixed, 10 + 80 / 4.0);
+  EXPECT_DOUBLE_EQ(at_tensor_size(two, eight, 8).activations.per_sample, 1500)
+      << "a probed size is its probe";
+  EXPECT_DOUBLE_EQ(at_tensor_size(two, two, 2).activations.per_sample, 3000);
 }
 
 TEST(SplitProbeTest, LayersOfAZooModelAddUpToItAndHoldMoreForMoreSamples) {
@@ -186,11 +190,11 @@ TEST(SplitProbeTest, TensorParallelRanksOnThreadsHoldTheirPiecesAndRefuseModelsW
   options.in_features = 3 * 8 * 8;
   options.hidden = 64;
   options.num_classes = 10;
-  const torch::nn::AnyModule whole{models::Mlp(options)};
+  auto build = [&] { return torch::nn::AnyModule(models::Mlp(options)); };
   ProbeOptions o;
   o.image_size = 8;
   o.num_classes = 10;
-  const auto m = measure_tensor_parallel(whole, 2, false, o, "mlp");
+  const auto m = measure_tensor_parallel(build, 2, false, o, "mlp");
   // fc1 (192 -> 64) column-parallel, fc2 (64 -> 32) row-parallel (its bias whole), fc3 whole.
   const int64_t fc1 = 192 * 64 + 64, fc2_weight = 64 * 32, fc3 = 32 * 10 + 10;
   EXPECT_EQ(m.split_parameters, fc1 + fc2_weight);
@@ -201,7 +205,8 @@ TEST(SplitProbeTest, TensorParallelRanksOnThreadsHoldTheirPiecesAndRefuseModelsW
   config.num_classes = 10;
   config.image_size = 32;
   try {
-    measure_tensor_parallel(models::create_model("resnet20", config), 2, false, o, "resnet20");
+    measure_tensor_parallel([&] { return models::create_model("resnet20", config); }, 2, false, o,
+                            "resnet20");
     ADD_FAILURE() << "resnet20 has no tensor-parallel plan";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);

@@ -14,6 +14,7 @@
 #include "models/layer_sequence.h"
 #include "optim/amp.h"
 #include "parallel/planner/tensor_bytes.h"
+#include "parallel/storage.h"
 #include "parallel/tensor/parallelize.h"
 
 namespace ddpx::parallel {
@@ -117,36 +118,42 @@ std::optional<std::vector<LayerMemory>> measure_layers(
   return out;
 }
 
-TensorMemory measure_tensor_parallel(const torch::nn::AnyModule& whole, int ranks,
+TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>& build, int ranks,
                                      bool sequence_parallel, const ProbeOptions& o,
                                      const std::string& model_name) {
   DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
              "plan: the probe needs a positive batch and image size");
-  tensor::check_splittable(whole, ranks, model_name, sequence_parallel);
+  torch::nn::AnyModule first = build();  // rank 0's, checked before any thread starts
+  tensor::check_splittable(first, ranks, model_name, sequence_parallel);
   TensorMemory m;
   m.ranks = ranks;
   m.sequence_parallel = sequence_parallel;
-  for (const auto& p : whole.ptr()->parameters()) m.whole_parameters += p.numel();
+  for (const auto& p : first.ptr()->parameters()) m.whole_parameters += p.numel();
   const std::array<int64_t, 3> batches{o.batch_small, o.batch_small, 2 * o.batch_small};
   std::array<double, 3> measured{};
   CpuTensorBytes bytes;
-  int64_t before = 0;
-  std::mutex mutex;
+  std::vector<int64_t> before(static_cast<size_t>(ranks));
+  std::mutex mutex;  // one whole model at a time
   dist::run_thread_ranks(ranks, [&](dist::Context& group) {
-    // The ranks split the one whole model: its unsplit layers are shared by all of them, as each
-    // rank's are with its own whole model in a job.
-    tensor::SplitModel split = tensor::split_model(whole, group, sequence_parallel);
-    const auto params = split.module.ptr()->parameters();
-    if (group.rank() == 0) {
+    // Each rank as in a job: its own whole model, split (not collective), the split layers'
+    // whole parameters then freed, so the rank keeps its pieces and its own unsplit layers.
+    CpuTensorBytes::tag_thread(group.rank());  // this rank's bytes, counted on their own
+    tensor::SplitModel split;
+    {
       std::lock_guard<std::mutex> lock(mutex);
-      for (const auto& p : params) m.parameters += p.numel();
+      torch::nn::AnyModule whole = group.rank() == 0 ? std::move(first) : build();
+      split = tensor::split_model(whole, group, sequence_parallel);
       for (const auto& item : whole.ptr()->named_parameters()) {
-        if (split.specs.count(item.key())) m.split_parameters += item.value().numel();
+        if (!split.specs.count(item.key())) continue;
+        if (group.rank() == 0) m.split_parameters += item.value().numel();
+        free_storage(item.value());
+      }
+      if (group.rank() == 0) {
+        for (const auto& p : split.module.ptr()->parameters()) m.parameters += p.numel();
       }
     }
+    const auto params = split.module.ptr()->parameters();
     split.module.ptr()->train();
-    group.barrier();
-    if (group.rank() == 0) zero_grads(whole.ptr()->parameters());
     zero_grads(params);
     for (size_t pass = 0; pass < batches.size(); ++pass) {
       const int64_t batch = batches[pass];
@@ -154,7 +161,7 @@ TensorMemory measure_tensor_parallel(const torch::nn::AnyModule& whole, int rank
       const auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
       group.barrier();
       if (group.rank() == 0) {
-        before = bytes.current();
+        for (int r = 0; r < ranks; ++r) before[static_cast<size_t>(r)] = bytes.tag_current(r);
         bytes.reset_peak();
       }
       group.barrier();
@@ -167,28 +174,41 @@ TensorMemory measure_tensor_parallel(const torch::nn::AnyModule& whole, int rank
         loss.backward();
       }
       group.barrier();
-      if (group.rank() == 0) measured[pass] = static_cast<double>(bytes.peak() - before) / ranks;
+      if (group.rank() == 0) {
+        for (int r = 0; r < ranks; ++r) {
+          measured[pass] =
+              std::max(measured[pass],
+                       static_cast<double>(bytes.tag_peak(r) - before[static_cast<size_t>(r)]));
+        }
+      }
     }
+    CpuTensorBytes::tag_thread(-1);
   });
   m.activations = LinearFit::through(batches[1], measured[1], batches[2], measured[2]);
   return m;
 }
 
-TensorMemory at_tensor_size(const TensorMemory& probed, const LinearFit& whole, int ranks) {
-  DDPX_CHECK(probed.ranks >= 2 && ranks >= 1, ErrorKind::kInternal,
-             "plan: a tensor probe at {} ranks scaled to {}", probed.ranks, ranks);
-  TensorMemory m = probed;
+TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ranks) {
+  DDPX_CHECK(
+      a.ranks >= 1 && b.ranks >= 1 && ranks >= 1 && a.sequence_parallel == b.sequence_parallel,
+      ErrorKind::kInternal, "plan: tensor probes at {} and {} ranks carried to {}", a.ranks,
+      b.ranks, ranks);
+  TensorMemory m = a;
   m.ranks = ranks;
-  const int64_t unsplit = probed.whole_parameters - probed.split_parameters;
-  m.parameters = unsplit + (probed.parameters - unsplit) * probed.ranks / ranks;
-  // A(T) = U + S/T through A(1) = the whole model's and A(T0) = the probe's.
-  auto scale = [&](double at_one, double at_probe) {
-    const double t0 = probed.ranks;
-    const double split = (at_one - at_probe) * t0 / (t0 - 1);
-    return at_one - split + split / ranks;
+  const int64_t unsplit = a.whole_parameters - a.split_parameters;
+  m.parameters = unsplit + a.split_parameters / ranks;
+  if (a.ranks == b.ranks) {
+    DDPX_CHECK(ranks == a.ranks, ErrorKind::kInternal,
+               "plan: one tensor probe at {} ranks cannot be carried to {}", a.ranks, ranks);
+    return a;
+  }
+  // A(T) = U + S/T through the two probes.
+  auto fit = [&](double at_a, double at_b) {
+    const double split = (at_a - at_b) / (1.0 / a.ranks - 1.0 / b.ranks);
+    return at_a - split / a.ranks + split / ranks;
   };
-  m.activations.fixed = scale(whole.fixed, probed.activations.fixed);
-  m.activations.per_sample = std::max(0.0, scale(whole.per_sample, probed.activations.per_sample));
+  m.activations.fixed = fit(a.activations.fixed, b.activations.fixed);
+  m.activations.per_sample = std::max(0.0, fit(a.activations.per_sample, b.activations.per_sample));
   return m;
 }
 

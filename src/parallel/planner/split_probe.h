@@ -9,16 +9,18 @@
 //   in flight (mesh_plan.h). Layers that --activation_checkpointing recomputes keep only their
 //   input, as in the pipeline.
 // - tensor parallelism: the real split model (tensor/parallelize.h) on T ranks that are threads
-//   of this process over Gloo (distributed/thread_ranks.h), one forward, loss and backward at two
-//   batch sizes; the ranks run in step (two all-reduces a block), so a rank's activations are the
-//   ranks' summed bytes over T. Its own parameters (pieces and whole layers) are counted. One
-//   probe, at the smallest T, serves every T (at_tensor_size()).
+//   of this process over Gloo (distributed/thread_ranks.h), each building its own whole model
+//   (one at a time) and keeping its pieces, one forward, loss and backward at two batch sizes,
+//   each rank's tensor bytes counted by the thread that allocated them (tensor_bytes.h's tags):
+//   the largest rank's peak. Its own parameters (pieces and whole layers) are counted. Probes at
+//   the smallest and the largest T serve every T between (at_tensor_size()).
 // Both fit activations as fixed + per sample x batch, as measure_model() does.
 #pragma once
 
 #include <torch/nn/modules/container/any.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,18 +61,18 @@ struct TensorMemory {
   LinearFit activations;         // a rank's, above its parameters and gradients
 };
 
-// `whole` (fp32, CPU) split on `ranks` threads, which share its unsplit layers. Throws
-// ddpx::Error(kUsage) naming --tensor_parallel for a model without a plan or sizes `ranks`
-// does not divide (tensor/parallelize.h's check), before any thread starts. Leaves the whole
-// model's gradients allocated.
-TensorMemory measure_tensor_parallel(const torch::nn::AnyModule& whole, int ranks,
+// `build` makes the whole model (fp32, CPU): once a rank, one at a time; each rank keeps its pieces
+// and its own unsplit layers, as in a job. Throws ddpx::Error(kUsage) naming --tensor_parallel
+// for a model without a plan or sizes `ranks` does not divide (tensor/parallelize.h's check),
+// before any thread starts.
+TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>& build, int ranks,
                                      bool sequence_parallel, const ProbeOptions& options,
                                      const std::string& model_name);
 
-// The probe at T0 ranks carried to T: the pieces scale as 1/T, and a rank's activations as
-// U + S/T (the unsplit layers' and the split ones'), through the whole model's activations
-// (`whole`, T = 1, measure_model()'s fit) and the probe's. One probe serves every T; the caller
-// checks that T splits the model.
-TensorMemory at_tensor_size(const TensorMemory& probed, const LinearFit& whole, int ranks);
+// Probes at two sizes (the smallest and the largest T that split the model) carried to T between
+// or beyond them: the pieces scale as 1/T, and a rank's activations as U + S/T (the unsplit
+// layers' and the split ones'), fitted through the two. Probes of one size give that size only.
+// The caller checks that T splits the model.
+TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ranks);
 
 }  // namespace ddpx::parallel

@@ -28,9 +28,14 @@ class CountingAllocator final : public c10::Allocator {
     inner.release_context();
     if (data != nullptr) {
       std::lock_guard<std::mutex> lock(mutex_);
-      sizes_[data] = n;
+      sizes_[data] = {n, thread_tag};
       current_ += static_cast<int64_t>(n);
       peak_ = std::max(peak_, current_);
+      if (thread_tag >= 0) {
+        Count& c = tags_[thread_tag];
+        c.current += static_cast<int64_t>(n);
+        c.peak = std::max(c.peak, c.current);
+      }
     }
     return {data, data, &CountingAllocator::release, device};
   }
@@ -57,18 +62,39 @@ class CountingAllocator final : public c10::Allocator {
   void reset_peak() {
     std::lock_guard<std::mutex> lock(mutex_);
     peak_ = current_;
+    for (auto& [tag, c] : tags_) c.peak = c.current;
   }
+  int64_t tag_current(int tag) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tags_[tag].current;
+  }
+  int64_t tag_peak(int tag) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tags_[tag].peak;
+  }
+
+  static thread_local int thread_tag;
 
  private:
   static void release(void* ptr);
 
   c10::Allocator* base_ = nullptr;
   c10::DeleterFnPtr base_deleter_ = nullptr;
+  struct Count {
+    int64_t current = 0, peak = 0;
+  };
+  struct Allocation {
+    size_t bytes = 0;
+    int tag = -1;
+  };
   std::mutex mutex_;
-  std::unordered_map<void*, size_t> sizes_;
+  std::unordered_map<void*, Allocation> sizes_;
+  std::unordered_map<int, Count> tags_;
   int64_t current_ = 0;
   int64_t peak_ = 0;
 };
+
+thread_local int CountingAllocator::thread_tag = -1;
 
 // Never destroyed: storages allocated through it may outlive any scope.
 CountingAllocator& counting() {
@@ -83,7 +109,8 @@ void CountingAllocator::release(void* ptr) {
     std::lock_guard<std::mutex> lock(self.mutex_);
     const auto it = self.sizes_.find(ptr);
     if (it != self.sizes_.end()) {
-      self.current_ -= static_cast<int64_t>(it->second);
+      self.current_ -= static_cast<int64_t>(it->second.bytes);
+      if (it->second.tag >= 0) self.tags_[it->second.tag].current -= it->second.bytes;
       self.sizes_.erase(it);
     }
   }
@@ -115,5 +142,8 @@ CpuTensorBytes::~CpuTensorBytes() {
 int64_t CpuTensorBytes::current() const { return counting().current(); }
 int64_t CpuTensorBytes::peak() const { return counting().peak(); }
 void CpuTensorBytes::reset_peak() { counting().reset_peak(); }
+int64_t CpuTensorBytes::tag_current(int tag) const { return counting().tag_current(tag); }
+int64_t CpuTensorBytes::tag_peak(int tag) const { return counting().tag_peak(tag); }
+void CpuTensorBytes::tag_thread(int tag) { CountingAllocator::thread_tag = tag; }
 
 }  // namespace ddpx::parallel

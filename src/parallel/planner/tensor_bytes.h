@@ -4,7 +4,8 @@
 // torch.cuda.memory_allocated() / max_memory_allocated(): what tensors hold, without the
 // allocator's slack, oneDNN's scratch buffers or the rest of the process (RSS counts those).
 // Storages allocated inside the scope are counted when they are freed, even after it ends.
-// One at a time per process.
+// One at a time per process. Allocations can also be counted by the thread that made them
+// (tag_thread()).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,13 @@ class CpuTensorBytes {
 
   int64_t current() const;  // bytes of counted storages alive now
   int64_t peak() const;     // the most alive at once since construction or reset_peak()
-  void reset_peak();        // peak = current
+  void reset_peak();        // peak = current, for every tag too
+
+  // Tags: what a thread allocates after tag_thread(k) also counts for tag k, wherever it is
+  // freed: a rank's own bytes when ranks are threads of one process (thread_ranks.h). -1: none.
+  static void tag_thread(int tag);
+  int64_t tag_current(int tag) const;
+  int64_t tag_peak(int tag) const;
 
  private:
   c10::Allocator* previous_ = nullptr;
