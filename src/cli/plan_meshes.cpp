@@ -31,14 +31,9 @@ std::vector<int> splits_of(int n) {
   return out;
 }
 
-// Probes at the smallest and the largest T that split the model (and the same with sequence
-// parallelism), carried to every T between (split_probe.h's at_tensor_size).
+// Probes at the two smallest T that split the model (and the same with sequence parallelism),
+// carried to every T (split_probe.h's at_tensor_size).
 void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
-  if (s.checkpointing.every > 0) {
-    r.notes.push_back(
-        "tensor parallel: not with --activation_checkpointing (ddpx train refuses the pair)");
-    return;
-  }
   const torch::nn::AnyModule model = s.build();
   try {  // a model without a plan: one note, not one a T
     parallel::tensor::check_splittable(model, 1, s.model_name);
@@ -62,15 +57,16 @@ void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, Mesh
       }
     }
     if (sizes.empty()) continue;
-    const auto smallest =
-        parallel::measure_tensor_parallel(s.build, sizes.front(), sequence, s.probe, s.model_name);
-    const auto largest = sizes.size() == 1
-                             ? smallest
-                             : parallel::measure_tensor_parallel(s.build, sizes.back(), sequence,
-                                                                 s.probe, s.model_name);
+    const auto smallest = parallel::measure_tensor_parallel(s.build, sizes.front(), sequence,
+                                                            s.probe, s.model_name, s.checkpointing);
+    // The next size up, not the largest: T threads each hold a rank's pieces and activations.
+    const auto next = sizes.size() == 1
+                          ? smallest
+                          : parallel::measure_tensor_parallel(s.build, sizes[1], sequence, s.probe,
+                                                              s.model_name, s.checkpointing);
     for (int t : sizes) {
-      r.meshes.push_back(parallel::predict_tensor(
-          whole, parallel::at_tensor_size(smallest, largest, t), s.request));
+      r.meshes.push_back(
+          parallel::predict_tensor(whole, parallel::at_tensor_size(smallest, next, t), s.request));
     }
   }
   std::stable_sort(r.meshes.begin(), r.meshes.end(),

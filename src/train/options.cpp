@@ -69,10 +69,6 @@ void validate_tensor_parallel(const TrainOptions& o) {
              "--tensor_parallel {} with --shard {}: sharding the tensor-parallel pieces is not "
              "built yet; drop one of the two",
              t, parallel::name(o.shard));
-  DDPX_CHECK(o.activation_checkpointing == "none", usage,
-             "--tensor_parallel {} with --activation_checkpointing {}: recomputing split blocks is "
-             "not built yet; drop --activation_checkpointing",
-             t, o.activation_checkpointing);
   DDPX_CHECK(!o.sync_bn, usage,
              "--tensor_parallel {} with --sync_bn: the models with a tensor-parallel plan have no "
              "BatchNorm; drop --sync_bn",

@@ -1,5 +1,6 @@
 // `ddpx run N -- train --tensor_parallel T` as a user runs it, each rank a real process: the
-// ViT split over 3 ranks (and with sequence parallelism) prints the single process's loss and
+// ViT split over 3 ranks (and with sequence parallelism and recomputed blocks) prints the single
+// process's loss and
 // accuracy and saves a checkpoint whose export torchvision's VisionTransformer loads with every
 // key, holding the single process's weights; a 2 x 2 mesh of data x tensor on the MLP prints
 // what two data-parallel workers print; layouts that cannot run are refused in one line naming
@@ -64,10 +65,13 @@ TEST(TensorParallelTrainTest, AViTOverThreeRanksTrainsAsOneProcessAndExportsTorc
             std::string::npos)
       << split.output;
   expect_same_figures(split.output, one.output, 2);
-  // With sequence parallelism: 65 tokens in shares of 22, 22 and 21.
-  auto sequence = run_command(ddpx("run 3 --log_dir " + dir.file("logs_sequence") + " -- " +
-                                   kVitTrain + "--tensor_parallel 3 --sequence_parallel"),
-                              300);
+  // With sequence parallelism (65 tokens in shares of 22, 22 and 21) and the split blocks
+  // recomputed in backward.
+  auto sequence =
+      run_command(ddpx("run 3 --log_dir " + dir.file("logs_sequence") + " -- " + kVitTrain +
+                       "--tensor_parallel 3 --sequence_parallel "
+                       "--activation_checkpointing blocks"),
+                  300);
   ASSERT_EQ(sequence.exit_code, 0) << sequence.output;
   EXPECT_NE(sequence.output.find("sequence parallel: LayerNorms, dropouts and residuals over 1/T"),
             std::string::npos)
@@ -120,8 +124,6 @@ TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
       {"--tensor_parallel 2 --pipeline_parallel 2",
        "--tensor_parallel 2 with --pipeline_parallel 2: a mesh of pipeline and tensor"},
       {"--tensor_parallel 2 --shard full", "--tensor_parallel 2 with --shard full"},
-      {"--tensor_parallel 2 --activation_checkpointing blocks",
-       "--tensor_parallel 2 with --activation_checkpointing blocks"},
   };
   for (const auto& [flags, expected] : before_joining) {
     auto r = run_command(ddpx(kMlpTrain + flags), 60);

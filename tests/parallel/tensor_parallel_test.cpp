@@ -454,6 +454,73 @@ TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
   }
 }
 
+// --activation_checkpointing with tensor parallelism: the split blocks recomputed in backward
+// (their collectives run again there) give bitwise the loss and gradients of running them
+// directly, attention dropout included (its generator replayed), step after step; the
+// collective record shows the recomputed forwards' all-reduces.
+TEST(TensorParallelCheckpointingTest, RecomputedBlocksGiveBitwiseTheSameLossAndGradients) {
+  const Batches b = batches();
+  auto make = [](Net net) {
+    if (net == Net::kMlp) return make_net(net);
+    torch::manual_seed(11);
+    models::ViTOptions o = vit_options();
+    o.attention_dropout = 0.3;
+    models::VisionTransformer vit(o);
+    torch::NoGradGuard no_grad;
+    for (auto& p : vit->heads->parameters()) p.normal_(0, 0.2);
+    return torch::nn::AnyModule(vit);
+  };
+  struct Case {
+    Net net;
+    bool sequence;
+    size_t plain_reduces, recomputed_reduces;  // all-reduces a step (0: not counted)
+  };
+  const auto o = vit_options();
+  const size_t blocks = static_cast<size_t>(o.num_layers);
+  for (const Case& c : {Case{Net::kViT, false, 4 * blocks, 6 * blocks}, Case{Net::kViT, true, 0, 0},
+                        // fc2's all-reduce, once more recomputed (fc1's backward one has no input
+                        // gradient to reduce)
+                        Case{Net::kMlp, false, 1, 2}}) {
+    SCOPED_TRACE(fmt::format("{}{}", c.net == Net::kViT ? "vit" : "mlp",
+                             c.sequence ? ", sequence parallel" : ""));
+    std::vector<torch::nn::AnyModule> plain{make(c.net), make(c.net)};
+    std::vector<torch::nn::AnyModule> recomputed{make(c.net), make(c.net)};
+    auto errors = run_ranks(2, [&](int rank, Context& context) {
+      auto direct = parallel::tensor::split_model(plain[rank], context, c.sequence);
+      auto again = parallel::tensor::split_model(recomputed[rank], context, c.sequence,
+                                                 models::parse_activation_checkpointing("blocks"));
+      direct.module.ptr()->train();
+      again.module.ptr()->train();
+      auto reduces = [&] {
+        size_t n = 0;
+        for (const auto& e : context.trace()->snapshot().entries) n += e.sig.op == "allreduce";
+        return n;
+      };
+      for (int s = 0; s < 2; ++s) {
+        size_t before = reduces();
+        auto a = cross_entropy(direct.module.forward(b.x[s]), b.y[s]);
+        a.backward();
+        const size_t direct_reduces = reduces() - before;
+        before = reduces();
+        auto r = cross_entropy(again.module.forward(b.x[s]), b.y[s]);
+        r.backward();
+        const size_t again_reduces = reduces() - before;
+        if (c.plain_reduces > 0) {
+          EXPECT_EQ(direct_reduces, c.plain_reduces) << "step " << s;
+          EXPECT_EQ(again_reduces, c.recomputed_reduces) << "step " << s << ": recomputed forwards";
+        }
+        EXPECT_TRUE(torch::equal(a, r)) << "rank " << rank << " step " << s;
+        auto want = direct.module.ptr()->named_parameters();
+        for (const auto& p : again.module.ptr()->named_parameters()) {
+          EXPECT_TRUE(torch::equal(p.value().grad(), want[p.key()].grad()))
+              << "rank " << rank << " step " << s << " grad " << p.key();
+        }
+      }
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+  }
+}
+
 TEST(TensorParallelClipTest, ClipsByTheWholeModelsNorm) {
   const Batches b = batches();
   const Reference want = single_process(Net::kViT, b);

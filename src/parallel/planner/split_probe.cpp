@@ -120,7 +120,8 @@ std::optional<std::vector<LayerMemory>> measure_layers(
 
 TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>& build, int ranks,
                                      bool sequence_parallel, const ProbeOptions& o,
-                                     const std::string& model_name) {
+                                     const std::string& model_name,
+                                     const models::ActivationCheckpointing& checkpointing) {
   DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
              "plan: the probe needs a positive batch and image size");
   torch::nn::AnyModule first = build();  // rank 0's, checked before any thread starts
@@ -142,7 +143,7 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
     {
       std::lock_guard<std::mutex> lock(mutex);
       torch::nn::AnyModule whole = group.rank() == 0 ? std::move(first) : build();
-      split = tensor::split_model(whole, group, sequence_parallel);
+      split = tensor::split_model(whole, group, sequence_parallel, checkpointing);
       for (const auto& item : whole.ptr()->named_parameters()) {
         if (!split.specs.count(item.key())) continue;
         if (group.rank() == 0) m.split_parameters += item.value().numel();

@@ -13,7 +13,7 @@
 //   (one at a time) and keeping its pieces, one forward, loss and backward at two batch sizes,
 //   each rank's tensor bytes counted by the thread that allocated them (tensor_bytes.h's tags):
 //   the largest rank's peak. Its own parameters (pieces and whole layers) are counted. Probes at
-//   the smallest and the largest T serve every T between (at_tensor_size()).
+//   two T serve every T (at_tensor_size()).
 // Both fit activations as fixed + per sample x batch, as measure_model() does.
 #pragma once
 
@@ -67,12 +67,13 @@ struct TensorMemory {
 // before any thread starts.
 TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>& build, int ranks,
                                      bool sequence_parallel, const ProbeOptions& options,
-                                     const std::string& model_name);
+                                     const std::string& model_name,
+                                     const models::ActivationCheckpointing& checkpointing = {});
 
-// Probes at two sizes (the smallest and the largest T that split the model) carried to T between
-// or beyond them: the pieces scale as 1/T, and a rank's activations as U + S/T (the unsplit
-// layers' and the split ones'), fitted through the two. Probes of one size give that size only.
-// The caller checks that T splits the model.
+// Probes at two sizes (`ddpx plan`: the two smallest T that split the model) carried to any T: the
+// pieces scale as 1/T, and a rank's activations as U + S/T (the unsplit layers' and the split
+// ones'), fitted through the two. Probes of one size give that size only. The caller checks that T
+// splits the model.
 TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ranks);
 
 }  // namespace ddpx::parallel

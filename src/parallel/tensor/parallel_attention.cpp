@@ -7,6 +7,7 @@
 #include <torch/nn/functional/linear.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "core/error.h"
 #include "distributed/context.h"
@@ -84,6 +85,19 @@ at::Generator& ParallelSelfAttentionImpl::region_generator(const torch::Device& 
     }
   }
   return region_;
+}
+
+torch::Tensor ParallelSelfAttentionImpl::region_state(const torch::Device& device) {
+  at::Generator& g = region_generator(device);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return g.get_state();
+}
+
+void ParallelSelfAttentionImpl::set_region_state(const torch::Tensor& state,
+                                                 const torch::Device& device) {
+  at::Generator& g = region_generator(device);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_state(state);
 }
 
 }  // namespace ddpx::parallel::tensor

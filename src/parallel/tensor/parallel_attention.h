@@ -39,6 +39,13 @@ class ParallelSelfAttentionImpl : public torch::nn::Module {
   // projection, without its all-reduce and bias (sequence parallelism, regions.h).
   torch::Tensor forward_partial(const torch::Tensor& x);
 
+  // The state of the generator attention dropout draws from on `device`, and its restore: what a
+  // block recomputed in backward replays (activation checkpointing), as checkpoint() replays
+  // the default generator's.
+  torch::Tensor region_state(const torch::Device& device);
+  void set_region_state(const torch::Tensor& state, const torch::Device& device);
+  bool drops() const { return is_training() && dropout_ > 0; }
+
   static ShardSpec in_proj_spec() { return {0, 3}; }
   int64_t local_heads() const { return heads_; }
 

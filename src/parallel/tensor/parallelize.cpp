@@ -62,6 +62,29 @@ class ParallelViTBlockImpl : public nn::Module {
     return x + any_at(mlp, 4).forward(h);
   }
 
+  // forward() or forward_sequence() recomputed in backward (checkpoint()), the attention
+  // dropout's generator replayed from where the first forward found it and then put back where
+  // the forward left it, so the recompute draws the same masks and later draws are unchanged.
+  torch::Tensor forward_checkpointed(const torch::Tensor& input, int64_t tokens) {
+    auto self = std::dynamic_pointer_cast<ParallelViTBlockImpl>(shared_from_this());
+    auto first = std::make_shared<torch::Tensor>();  // the generator's state at the first forward
+    models::BlockForward fn = [self, first, tokens](const torch::Tensor& x) {
+      auto run = [&] { return tokens > 0 ? self->forward_sequence(x, tokens) : self->forward(x); };
+      auto& attention = *self->self_attention;
+      if (!attention.drops()) return run();
+      if (!first->defined()) {
+        *first = attention.region_state(x.device());
+        return run();
+      }
+      const torch::Tensor after = attention.region_state(x.device());
+      attention.set_region_state(*first, x.device());
+      torch::Tensor y = run();
+      attention.set_region_state(after, x.device());
+      return y;
+    };
+    return models::checkpoint(fn, input);
+  }
+
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   ParallelSelfAttention self_attention{nullptr};
   nn::Dropout dropout{nullptr};
@@ -95,8 +118,12 @@ TORCH_MODULE(ParallelViTEncoder);
 // The whole ViT's embedding and head around the split blocks; names as torchvision's.
 class ParallelViTImpl : public nn::Module {
  public:
-  ParallelViTImpl(models::VisionTransformer whole, dist::Context& group, bool sequence_parallel)
-      : whole_(std::move(whole)), group_(group), sequence_parallel_(sequence_parallel) {
+  ParallelViTImpl(models::VisionTransformer whole, dist::Context& group, bool sequence_parallel,
+                  const models::ActivationCheckpointing& checkpointing)
+      : whole_(std::move(whole)),
+        group_(group),
+        sequence_parallel_(sequence_parallel),
+        checkpointing_(checkpointing) {
     register_module("conv_proj", whole_->conv_proj);
     register_parameter("class_token", whole_->class_token);
     encoder = register_module("encoder", ParallelViTEncoder(whole_->encoder, group));
@@ -104,13 +131,19 @@ class ParallelViTImpl : public nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     x = whole_->embed(std::move(x));
-    if (!sequence_parallel_) return whole_->head(encoder->layers->forward(x));
     const int64_t tokens = x.size(1);
-    x = split_tokens(x, group_);
-    for (size_t i = 0; i < encoder->layers->size(); ++i) {
-      x = encoder->layers->ptr<ParallelViTBlockImpl>(i)->forward_sequence(x, tokens);
+    if (sequence_parallel_) x = split_tokens(x, group_);
+    const size_t blocks = encoder->layers->size();
+    for (size_t i = 0; i < blocks; ++i) {
+      auto block = encoder->layers->ptr<ParallelViTBlockImpl>(i);
+      // Layer i + 1 of the layer sequence: the embedding, the blocks, the head.
+      if (models::checkpoints_layer(checkpointing_, i + 1, blocks + 2)) {
+        x = block->forward_checkpointed(x, sequence_parallel_ ? tokens : 0);
+      } else {
+        x = sequence_parallel_ ? block->forward_sequence(x, tokens) : block->forward(x);
+      }
     }
-    return whole_->head(whole_tokens(x, tokens, group_));
+    return whole_->head(sequence_parallel_ ? whole_tokens(x, tokens, group_) : x);
   }
 
   ParallelViTEncoder encoder{nullptr};
@@ -119,13 +152,15 @@ class ParallelViTImpl : public nn::Module {
   models::VisionTransformer whole_;
   dist::Context& group_;
   bool sequence_parallel_;
+  models::ActivationCheckpointing checkpointing_;
 };
 TORCH_MODULE(ParallelViT);
 
 class ParallelMlpImpl : public nn::Module {
  public:
-  ParallelMlpImpl(const models::Mlp& whole, dist::Context& group)
-      : in_features_(whole->in_features) {
+  ParallelMlpImpl(const models::Mlp& whole, dist::Context& group,
+                  const models::ActivationCheckpointing& checkpointing)
+      : in_features_(whole->in_features), checkpointing_(checkpointing) {
     fc1 = register_module("fc1", ColumnParallelLinear(whole->fc1, group));
     fc2 = register_module("fc2", RowParallelLinear(whole->fc2, group));
     fc3 = register_module("fc3", whole->fc3);
@@ -134,7 +169,14 @@ class ParallelMlpImpl : public nn::Module {
     DDPX_CHECK(x.dim() >= 2 && x[0].numel() == in_features_, ErrorKind::kUsage,
                "mlp expects {} input features per sample (3 x image_size^2)", in_features_);
     x = torch::relu(fc1(x.flatten(1)));  // (B, hidden / T)
-    x = torch::relu(fc2(x));             // (B, hidden / 2), whole
+    // Layer 1 of 3 (fc1, fc2, fc3), as the unsplit MLP's layer sequence counts them.
+    if (models::checkpoints_layer(checkpointing_, 1, 3)) {
+      auto self = std::dynamic_pointer_cast<ParallelMlpImpl>(shared_from_this());
+      x = models::checkpoint([self](const torch::Tensor& h) { return torch::relu(self->fc2(h)); },
+                             x);
+    } else {
+      x = torch::relu(fc2(x));  // (B, hidden / 2), whole
+    }
     return fc3->forward(x);
   }
 
@@ -144,6 +186,7 @@ class ParallelMlpImpl : public nn::Module {
 
  private:
   int64_t in_features_;
+  models::ActivationCheckpointing checkpointing_;
 };
 TORCH_MODULE(ParallelMlp);
 
@@ -184,14 +227,15 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
 }
 
 SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
-                       bool sequence_parallel) {
+                       bool sequence_parallel,
+                       const models::ActivationCheckpointing& checkpointing) {
   SplitModel split;
   const int ranks = group.world_size();
   auto* module = whole.ptr().get();
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto holder = models::VisionTransformer(
         std::dynamic_pointer_cast<models::VisionTransformerImpl>(whole.ptr()));
-    ParallelViT parallel(holder, group, sequence_parallel);
+    ParallelViT parallel(holder, group, sequence_parallel, checkpointing);
     const auto blocks = vit->encoder->layers->size();
     for (size_t i = 0; i < blocks; ++i) {
       const std::string b = fmt::format("encoder.layers.encoder_layer_{}.", i);
@@ -230,7 +274,7 @@ SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
     split.summary = fmt::format(
         "fc1 {} -> {} outputs a rank, fc2 split by inputs; one all-reduce forward, one backward",
         width, width / ranks);
-    split.module = torch::nn::AnyModule(ParallelMlp(holder, group));
+    split.module = torch::nn::AnyModule(ParallelMlp(holder, group, checkpointing));
     return split;
   }
   throw Error(ErrorKind::kInternal, "split_model: a model without a plan passed check_splittable");

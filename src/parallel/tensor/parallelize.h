@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "models/activation_checkpoint.h"
 #include "parallel/tensor/shard_spec.h"
 
 namespace ddpx::dist {
@@ -46,9 +47,14 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
                       bool sequence_parallel = false);
 
 // The split model of this rank of `group` (which must outlive it). Not collective: every rank's
-// whole model must hold the same weights.
+// whole model must hold the same weights. `checkpointing` (--activation_checkpointing) recomputes
+// the chosen layers of the model's layer sequence in backward (models/activation_checkpoint.h):
+// a ViT's encoder blocks, the MLP's middle layer; a recomputed ViT block replays its attention
+// dropout's generator too, so its masks are the first forward's. The recompute runs the block's
+// collectives again, in backward, in the same order on every rank.
 SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
-                       bool sequence_parallel = false);
+                       bool sequence_parallel = false,
+                       const models::ActivationCheckpointing& checkpointing = {});
 
 enum class LinearStyle { kColumn, kRow };
 

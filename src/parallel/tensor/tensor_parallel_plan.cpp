@@ -61,7 +61,8 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     tensor_group_ = dist::split_group(context, tensor_groups, "tensor");
   }
   replicas_ = dist::split_group(context, replica_groups, "tensor_replicas");
-  auto split = tensor::split_model(whole_, *tensor_group_, options_.sequence_parallel);
+  auto split = tensor::split_model(whole_, *tensor_group_, options_.sequence_parallel,
+                                   options_.checkpointing);
   split_ = split.module;
   specs_ = std::move(split.specs);
   auto named = split_.ptr()->named_parameters();

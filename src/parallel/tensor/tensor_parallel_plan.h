@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "models/activation_checkpoint.h"
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/plan.h"
 #include "parallel/tensor/shard_spec.h"
@@ -48,6 +49,8 @@ struct TensorParallelOptions {
   // Megatron's sequence parallelism (tensor/regions.h; the ViTs): the activations between the
   // split layers cut over tokens, all-gathers and reduce-scatters in place of the all-reduces.
   bool sequence_parallel = false;
+  // --activation_checkpointing: the split blocks recomputed in backward (parallelize.h).
+  models::ActivationCheckpointing checkpointing;
   DataParallelOptions replicas;  // how the replicas average (comm hook, buffers)
   std::string model_name = "the model";
 };
