@@ -111,6 +111,10 @@ MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& 
   if (search.request.world_size < 2) return results;
   search_tensor(whole, search, results);
   search_pipeline(whole, search, results);
+  if (search.checkpointing.every > 0) {  // what was probed, in the flags to paste
+    for (auto& mesh : results.meshes)
+      mesh.flags += " --activation_checkpointing " + models::name(search.checkpointing);
+  }
   return results;
 }
 
