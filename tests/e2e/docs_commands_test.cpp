@@ -2,8 +2,12 @@
 // `./run-ddp.sh ...` line of their code blocks is run with DDPX_PARSE_ONLY=1 (the real binary
 // parses and checks flags, values and required arguments, then exits 0 without running), the
 // `train ...` after a `ddpx run ... --` too, and run-ddp.sh through the launcher's --dry_run. A
-// flag renamed or removed in the code fails here, naming the file and the line. Commands that
-// train for real run in PrintedCommandsTest and the recipe tests.
+// flag renamed or removed in the code fails here, naming the file and the line. Every training
+// command (`ddpx train ...`, `ddpx run N -- train ...`) then runs for real as printed, shortened
+// only by the environment (one epoch of one step and one test batch of 16, as
+// train/env_limits.h names them in the run's header), and must end with exit code 0; so must
+// `ddpx models`. Commands for another machine (several nodes, a GPU, a server, a download) parse
+// only.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -161,6 +165,42 @@ TEST(DocsCommandsTest, EveryExampleCommandInTheReadmeAndDocsParsesAsPrinted) {
     }
   }
   EXPECT_GE(checked, 40);
+}
+
+// Every training command of the README and docs/ runs as printed (one step of each, on this CPU,
+// in a folder of its own: Fashion-MNIST is the embedded default), and the zoo lists.
+TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
+  const std::string limits =
+      "DDPX_EPOCHS=1 DDPX_MAX_STEPS=1 DDPX_MAX_TEST_BATCHES=1 DDPX_BATCH_SIZE=16 ";
+  const std::string ddpx = test::shell_quote(test::ddpx_binary());
+  test::TempDir dir;
+  int ran = 0;
+  for (const auto& c : all_doc_commands()) {
+    const std::string& text = c.text;
+    const bool trains =
+        text.rfind("ddpx train ", 0) == 0 ||
+        (text.rfind("ddpx run ", 0) == 0 && text.find(" -- train") != std::string::npos);
+    const bool elsewhere =
+        text.find("...") != std::string::npos || text.find("--help") != std::string::npos ||
+        text.find("--nnodes") != std::string::npos || text.find("--dry_run") != std::string::npos;
+    if (!(trains && !elsewhere) && text != "ddpx models") continue;
+    SCOPED_TRACE(c.file + ":" + std::to_string(c.line) + ": " + text);
+    const std::string folder = dir.file(std::to_string(ran));
+    std::filesystem::create_directories(folder);
+    auto r = run_command(
+        "cd " + test::shell_quote(folder) + " && " + limits + ddpx + " " + filled(text).substr(5),
+        300);
+    EXPECT_EQ(r.exit_code, 0) << c.file << ":" << c.line << ": `" << text
+                              << "` does not run as printed:\n"
+                              << r.output;
+    if (trains && text.find("--show_recommendations") == std::string::npos) {
+      EXPECT_NE(r.output.find("limits from the environment: DDPX_EPOCHS=1"), std::string::npos)
+          << "a shortened run says so\n"
+          << r.output;
+    }
+    ++ran;
+  }
+  EXPECT_GE(ran, 25) << "the extraction found too few training commands";
 }
 
 // The parse-only mode runs nothing but still refuses what the real run would refuse at parse.
