@@ -301,7 +301,7 @@ step_pipeline() {
 
 step_parallel() {
   # Tensor parallelism over 3 ranks sharing the GPU (Gloo between them: NCCL refuses two ranks
-  # on one GPU), with and without sequence parallelism, beside one process: the same losses and
+  # on one GPU), with and without sequence parallelism and recomputed blocks, beside one process: the same losses and
   # accuracies to print precision. PowerSGD (rank 2, compressing from step 10) beside plain
   # averaging, 2 ranks.
   local vit="train --device cuda --model vit_tiny_patch4_32 --optimizer sgd --num_epochs 1 \
@@ -313,6 +313,9 @@ step_parallel() {
   TAIL_LINES=6 run_timed tensor_parallel_3 150 $three $vit --tensor_parallel 3
   TAIL_LINES=6 run_timed sequence_parallel_3 150 $three $vit --tensor_parallel 3 \
     --sequence_parallel
+  # The split blocks recomputed in backward on CUDA tensors: the same figures again.
+  TAIL_LINES=6 run_timed tensor_checkpointed_3 150 $three $vit --tensor_parallel 3 \
+    --activation_checkpointing blocks
   local r18="train --device cuda --model resnet18 --num_epochs 1 --batch_size 128 \
 --limit_train_batches 40 --limit_test_batches 5 --no_progress"
   TAIL_LINES=6 run_timed ddp_2 150 $two $r18
