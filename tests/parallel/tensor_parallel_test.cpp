@@ -56,7 +56,8 @@ models::ViTOptions vit_options() {
   return o;
 }
 
-torch::nn::AnyModule make_net(Net net) {
+// `attention_dropout`: the ViT's, drawn inside the split attention.
+torch::nn::AnyModule make_net(Net net, double attention_dropout = 0) {
   torch::manual_seed(11);
   if (net == Net::kMlp) {
     models::MlpOptions o;
@@ -65,7 +66,9 @@ torch::nn::AnyModule make_net(Net net) {
     o.num_classes = kClasses;
     return torch::nn::AnyModule(models::Mlp(o));
   }
-  models::VisionTransformer vit(vit_options());
+  models::ViTOptions o = vit_options();
+  o.attention_dropout = attention_dropout;
+  models::VisionTransformer vit(o);
   // torchvision zeroes the head: give it weights, so that the first step's gradients reach the
   // blocks.
   torch::NoGradGuard no_grad;
@@ -411,15 +414,7 @@ TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInste
 TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
   const Batches b = batches();
   const Reference plain = single_process(Net::kViT, b);
-  auto make = [] {
-    torch::manual_seed(11);
-    models::ViTOptions o = vit_options();
-    o.attention_dropout = 0.3;
-    models::VisionTransformer vit(o);
-    torch::NoGradGuard no_grad;
-    for (auto& p : vit->heads->parameters()) p.normal_(0, 0.2);
-    return torch::nn::AnyModule(vit);
-  };
+  auto make = [] { return make_net(Net::kViT, 0.3); };
   std::vector<std::map<std::string, torch::Tensor>> finals(4);
   for (int run = 0; run < 2; ++run) {
     std::vector<torch::nn::AnyModule> nets{make(), make()};
@@ -460,16 +455,7 @@ TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
 // collective record shows the recomputed forwards' all-reduces.
 TEST(TensorParallelCheckpointingTest, RecomputedBlocksGiveBitwiseTheSameLossAndGradients) {
   const Batches b = batches();
-  auto make = [](Net net) {
-    if (net == Net::kMlp) return make_net(net);
-    torch::manual_seed(11);
-    models::ViTOptions o = vit_options();
-    o.attention_dropout = 0.3;
-    models::VisionTransformer vit(o);
-    torch::NoGradGuard no_grad;
-    for (auto& p : vit->heads->parameters()) p.normal_(0, 0.2);
-    return torch::nn::AnyModule(vit);
-  };
+  auto make = [](Net net) { return make_net(net, 0.3); };
   struct Case {
     Net net;
     bool sequence;
