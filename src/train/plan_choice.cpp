@@ -78,6 +78,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     tensor.size = o.tensor_parallel;
     tensor.sequence_parallel = o.sequence_parallel;
     tensor.checkpointing = checkpointing;
+    tensor.shard = o.shard;
     tensor.replicas.ddp.broadcast_buffers = o.broadcast_buffers;
     tensor.replicas.ddp.find_unused_parameters = o.find_unused_parameters;
     tensor.model_name = o.model;

@@ -2,8 +2,9 @@
 // ViT split over 3 ranks (and with sequence parallelism and recomputed blocks) prints the single
 // process's loss and
 // accuracy and saves a checkpoint whose export torchvision's VisionTransformer loads with every
-// key, holding the single process's weights; a 2 x 2 mesh of data x tensor on the MLP prints
-// what two data-parallel workers print; layouts that cannot run are refused in one line naming
+// key, holding the single process's weights; a 2 x 2 mesh of data x tensor on the MLP, its pieces
+// averaged by DDP or sharded (ZeRO-3) over the replicas, prints what two data-parallel workers
+// print; layouts that cannot run are refused in one line naming
 // the flag.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -115,6 +116,15 @@ TEST(TensorParallelTrainTest, ATwoByTwoMeshPrintsWhatTwoDataParallelWorkersPrint
             std::string::npos)
       << mesh.output;
   expect_same_figures(mesh.output, ddp.output, 3);
+  // Each piece sharded over its 2 replicas (ZeRO-3) instead of averaged whole by DDP.
+  auto sharded = run_command(ddpx("run 4 --log_dir " + dir.file("c") + " -- " + kMlpTrain +
+                                  "--tensor_parallel 2 --shard full"),
+                             300);
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  EXPECT_NE(sharded.output.find("each piece sharded over its replicas (--shard full)"),
+            std::string::npos)
+      << sharded.output;
+  expect_same_figures(sharded.output, ddp.output, 3);
 }
 
 TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
@@ -123,7 +133,10 @@ TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
       {"--sequence_parallel", "--sequence_parallel splits the tokens among the ranks of"},
       {"--tensor_parallel 2 --pipeline_parallel 2",
        "--tensor_parallel 2 with --pipeline_parallel 2: a mesh of pipeline and tensor"},
-      {"--tensor_parallel 2 --shard full", "--tensor_parallel 2 with --shard full"},
+      {"--tensor_parallel 2 --shard full --clip_grad_norm 1",
+       "--clip_grad_norm with --tensor_parallel 2 and --shard full"},
+      {"--tensor_parallel 2 --shard optimizer --sequence_parallel",
+       "--tensor_parallel 2 --sequence_parallel with --shard optimizer"},
   };
   for (const auto& [flags, expected] : before_joining) {
     auto r = run_command(ddpx(kMlpTrain + flags), 60);

@@ -60,7 +60,7 @@ RULES = [
     ("tensor_parallel", lambda v: v > 1, "pipeline_parallel", lambda v: v > 1,
      "a mesh of pipeline and tensor"),
     ("tensor_parallel", lambda v: v > 1, "shard", lambda v: v != "none",
-     "sharding the tensor-parallel pieces"),
+     "the norm over sharded pieces", [("clip_grad_norm", lambda v: v > 0)]),
     ("tensor_parallel", lambda v: v > 1, "sync_bn", lambda v: v, "--tensor_parallel 2 with --sync_bn"),
     ("tensor_parallel", lambda v: v > 1, "comm_hook", lambda v: v != "allreduce",
      "the replicas average their pieces"),

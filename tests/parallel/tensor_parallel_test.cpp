@@ -28,6 +28,7 @@
 #include "models/mlp.h"
 #include "models/vit.h"
 #include "parallel/plan_evaluation.h"
+#include "parallel/sharded/optimizer_state.h"
 #include "parallel/tensor/parallelize.h"
 #include "parallel/tensor/tensor_parallel_plan.h"
 #include "trace/collective_trace.h"
@@ -155,12 +156,16 @@ struct Layout {
   Net net;
   int world;
   int tensor;
-  bool sequence = false;  // sequence parallel
+  bool sequence = false;                                   // sequence parallel
+  parallel::ShardMode shard = parallel::ShardMode::kNone;  // the replicas' pieces sharded
 };
 
 std::string layout_name(const Layout& l) {
-  return fmt::format("{}_world{}_tensor{}{}", l.net == Net::kViT ? "vit" : "mlp", l.world, l.tensor,
-                     l.sequence ? "_sequence" : "");
+  return fmt::format("{}_world{}_tensor{}{}{}", l.net == Net::kViT ? "vit" : "mlp", l.world,
+                     l.tensor, l.sequence ? "_sequence" : "",
+                     l.shard == parallel::ShardMode::kNone
+                         ? ""
+                         : std::string("_shard_") + parallel::name(l.shard));
 }
 
 class TensorParallelPlanTest : public ::testing::TestWithParam<Layout> {};
@@ -176,6 +181,7 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
     parallel::TensorParallelOptions options;
     options.size = layout.tensor;
     options.sequence_parallel = layout.sequence;
+    options.shard = layout.shard;
     parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
     const int replicas = layout.world / layout.tensor;
     ASSERT_EQ(plan.replica(), rank / layout.tensor);
@@ -203,7 +209,7 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
           expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
         });
     // While it trains and evaluates, a rank holds memory for its pieces and the unsplit layers
-    // only.
+    // only (sharded: for their shards, tests/parallel/sharded_plan_test.cpp).
     std::set<const void*> storages;
     size_t held = 0, mine = 0, whole = 0;
     auto whole_params = nets[rank].ptr()->parameters(), pieces = plan.parameters();
@@ -215,8 +221,21 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
     }
     for (const auto& p : pieces) mine += p.nbytes();
     for (const auto& p : whole_params) whole += p.numel() * p.element_size();
-    EXPECT_EQ(held, mine) << "rank " << rank << " holds the whole model's split layers";
-    EXPECT_LT(mine, whole) << "rank " << rank;
+    // SGD's momentum: a buffer the size of each piece, or of the rank's shard of it (half, with
+    // padding) when the replicas shard the pieces.
+    size_t split_bytes = 0;
+    for (const auto& p : plan.split_module().parameters()) split_bytes += p.numel() * 4;
+    const double state = static_cast<double>(parallel::optimizer_state_bytes(plan.optimizer()));
+    if (layout.shard == parallel::ShardMode::kNone) {
+      EXPECT_DOUBLE_EQ(state, static_cast<double>(split_bytes)) << "rank " << rank;
+    } else {
+      EXPECT_LT(state, 0.6 * static_cast<double>(split_bytes))
+          << "rank " << rank << ": not sharded";
+    }
+    if (layout.shard == parallel::ShardMode::kNone) {
+      EXPECT_EQ(held, mine) << "rank " << rank << " holds the whole model's split layers";
+      EXPECT_LT(mine, whole) << "rank " << rank;
+    }
     for (const auto& p : plan.module().ptr()->named_parameters())
       expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
     torch::serialize::OutputArchive m, o;
@@ -248,15 +267,20 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelPlanTest,
-                         ::testing::Values(Layout{Net::kViT, 2, 2}, Layout{Net::kViT, 4, 4},
-                                           Layout{Net::kViT, 4, 2}, Layout{Net::kMlp, 2, 2},
-                                           Layout{Net::kMlp, 3, 3},
-                                           // 5 tokens: shares of 3 and 2; of 2, 1, 1 and 1
-                                           Layout{Net::kViT, 2, 2, true},
-                                           Layout{Net::kViT, 4, 4, true},
-                                           Layout{Net::kViT, 4, 2, true}),
-                         [](const auto& info) { return layout_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, TensorParallelPlanTest,
+    ::testing::Values(Layout{Net::kViT, 2, 2}, Layout{Net::kViT, 4, 4}, Layout{Net::kViT, 4, 2},
+                      Layout{Net::kMlp, 2, 2}, Layout{Net::kMlp, 3, 3},
+                      // 5 tokens: shares of 3 and 2; of 2, 1, 1 and 1
+                      Layout{Net::kViT, 2, 2, true}, Layout{Net::kViT, 4, 4, true},
+                      Layout{Net::kViT, 4, 2, true},
+                      // 2 replicas of 2 tensor ranks, each piece sharded
+                      // over its 2 replicas (ZeRO-1/2/3)
+                      Layout{Net::kViT, 4, 2, false, parallel::ShardMode::kOptimizer},
+                      Layout{Net::kViT, 4, 2, false, parallel::ShardMode::kGradients},
+                      Layout{Net::kViT, 4, 2, false, parallel::ShardMode::kFull},
+                      Layout{Net::kMlp, 4, 2, false, parallel::ShardMode::kFull}),
+    [](const auto& info) { return layout_name(info.param); });
 
 // The first step's gradients: each piece gathered from the tensor group is the unsplit model's
 // gradient of that parameter; the unsplit layers' gradients are whole on every rank.
@@ -312,24 +336,33 @@ TEST(TensorParallelCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSi
   optimizer->save(o);
   m.save_to(ms);
   o.save_to(os);
-  std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
-  auto errors = run_ranks(2, [&](int rank, Context& context) {
-    parallel::TensorParallelPlan plan(nets[rank], context, sgd, {});
-    torch::serialize::InputArchive mi, oi;
-    std::istringstream msi(ms.str()), osi(os.str());
-    mi.load_from(msi);
-    oi.load_from(osi);
-    plan.load_state_dict(mi, oi);
-    for (int s = 2; s < kSteps; ++s) {
-      plan.set_learning_rate(0.05);
-      plan.forward_backward(micro_batch(b, s, 0, 1), true);
-      plan.step();
-      plan.zero_grad();
-    }
-    for (const auto& p : plan.module().ptr()->named_parameters())
-      expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
-  });
-  EXPECT_ALL_RANKS_OK(errors);
+  // 2 tensor ranks; and 2 replicas of 2 whose pieces are sharded (ZeRO-3) over the replicas.
+  for (const auto shard : {parallel::ShardMode::kNone, parallel::ShardMode::kFull}) {
+    SCOPED_TRACE(parallel::name(shard));
+    const int world = shard == parallel::ShardMode::kNone ? 2 : 4;
+    std::vector<torch::nn::AnyModule> nets;
+    for (int r = 0; r < world; ++r) nets.push_back(make_net(Net::kViT));
+    auto errors = run_ranks(world, [&](int rank, Context& context) {
+      parallel::TensorParallelOptions options;
+      options.shard = shard;
+      parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+      torch::serialize::InputArchive mi, oi;
+      std::istringstream msi(ms.str()), osi(os.str());
+      mi.load_from(msi);
+      oi.load_from(osi);
+      plan.load_state_dict(mi, oi);
+      const int replicas = world / 2;
+      for (int s = 2; s < kSteps; ++s) {
+        plan.set_learning_rate(0.05);
+        plan.forward_backward(micro_batch(b, s, plan.replica(), replicas), true);
+        plan.step();
+        plan.zero_grad();
+      }
+      for (const auto& p : plan.module().ptr()->named_parameters())
+        expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+  }
 }
 
 // Megatron's count: per block, one all-reduce of the activations after the attention and one

@@ -17,8 +17,8 @@
 //               one replica there is no DDP to keep the gradients in buckets: zero_grad frees
 //               them, and backward brings them back as it frees the activations
 // The peak is the larger of start and the states plus the larger of transient and activations.
-// Meshes of both pipeline and tensor parallelism, and either with --shard, are not built in
-// ddpx train yet, so they are not offered.
+// Meshes of both pipeline and tensor parallelism, and pipelines with --shard, are not built in
+// ddpx train yet, so they are not offered; tensor parallelism with --shard is not planned yet.
 #pragma once
 
 #include <algorithm>

@@ -9,6 +9,8 @@
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/sharded/sharded_plan.h"
+#include "parallel/sharded/sharded_state.h"
 #include "parallel/storage.h"
 #include "parallel/tensor/parallelize.h"
 
@@ -68,11 +70,28 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   auto named = split_.ptr()->named_parameters();
   for (const auto& name : split.partial_grads) partial_grads_.push_back(named[name]);
   summary_ = std::move(split.summary);
-  DataParallelOptions dp = options_.replicas;
-  dp.step.inside_backward = false;  // clip_grad_norm() reads the gradients across tensor ranks
-  dp.step.split = false;
-  dp.model_name = options_.model_name;
-  inner_ = std::make_unique<DataParallelPlan>(split_, *replicas_, make_optimizer_, dp);
+  DDPX_CHECK(options_.shard == ShardMode::kNone || !options_.sequence_parallel, ErrorKind::kUsage,
+             "--tensor_parallel {} --sequence_parallel with --shard {}: sharding the pieces of a "
+             "sequence-parallel model is not built yet; drop one of the two",
+             t, name(options_.shard));
+  if (options_.shard != ShardMode::kNone && replicas_->distributed()) {
+    ShardedOptions sharded;
+    sharded.mode = options_.shard;
+    sharded.broadcast_buffers = options_.replicas.ddp.broadcast_buffers;
+    sharded.model_name = options_.model_name;
+    auto plan = std::make_unique<ShardedPlan>(split_, *replicas_, make_optimizer_, sharded);
+    inner_optimizer_ = &plan->optimizer();
+    sharded_ = plan.get();
+    inner_ = std::move(plan);
+  } else {
+    DataParallelOptions dp = options_.replicas;
+    dp.step.inside_backward = false;  // clip_grad_norm() reads the gradients across tensor ranks
+    dp.step.split = false;
+    dp.model_name = options_.model_name;
+    auto plan = std::make_unique<DataParallelPlan>(split_, *replicas_, make_optimizer_, dp);
+    inner_optimizer_ = &plan->optimizer();
+    inner_ = std::move(plan);
+  }
   auto whole = params_by_name(*whole_.ptr());
   for (const auto& [name, spec] : specs_) {
     whole_split_.push_back(whole.at(name));
@@ -98,9 +117,14 @@ std::string TensorParallelPlan::mesh_line() const {
 
 std::string TensorParallelPlan::describe() {
   const int replicas = context_.world_size() / options_.size;
+  const std::string replicated =
+      replicas == 1 ? ""
+      : sharded_ != nullptr
+          ? fmt::format("; each piece sharded over its replicas (--shard {})", name(options_.shard))
+          : "; each piece averaged over its replicas by DDP";
   return fmt::format("tensor parallel: {} ranks a layer x {} data-parallel replica{} ({}); {}{}",
                      options_.size, replicas, replicas == 1 ? "" : "s", summary_, mesh_line(),
-                     replicas == 1 ? "" : "; each piece averaged over its replicas by DDP");
+                     replicated);
 }
 
 void TensorParallelPlan::hold_whole() {
@@ -137,6 +161,10 @@ MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, b
 void TensorParallelPlan::set_learning_rate(double lr) { inner_->set_learning_rate(lr); }
 
 torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
+  DDPX_CHECK(sharded_ == nullptr, ErrorKind::kUsage,
+             "--clip_grad_norm with --tensor_parallel and --shard {}: the norm over sharded "
+             "pieces is not built yet; drop --clip_grad_norm or --shard",
+             name(options_.shard));
   torch::NoGradGuard no_grad;
   torch::Tensor split_squares, whole_squares;
   std::vector<torch::Tensor> grads;
@@ -171,6 +199,7 @@ std::vector<torch::Tensor> TensorParallelPlan::parameters() { return inner_->par
 void TensorParallelPlan::refresh_whole() {
   if (!stale_) return;
   hold_whole();
+  inner_->module();  // ZeRO-3: the pieces gathered from their shards
   torch::NoGradGuard no_grad;
   auto whole = params_by_name(*whole_.ptr());
   for (const auto& p : split_.ptr()->named_parameters()) {
@@ -192,6 +221,7 @@ Plan::Share TensorParallelPlan::eval_share(int /*rank*/, int world_size) {
 
 torch::Tensor TensorParallelPlan::forward_eval(const torch::Tensor& input) {
   if (whole_held_) free_whole();
+  if (sharded_ != nullptr) sharded_->module();  // ZeRO-3: every piece gathered for evaluation
   torch::NoGradGuard no_grad;
   torch::Tensor logits = split_.forward(input);
   return tensor_group_->rank() == 0 ? logits : torch::Tensor();
@@ -206,19 +236,28 @@ void TensorParallelPlan::state_dict(torch::serialize::OutputArchive& model,
                                     torch::serialize::OutputArchive& optimizer) {
   refresh_whole();
   whole_.ptr()->save(model);
-  // The unsplit optimizer's state: each piece's state tensors gathered like the piece.
+  // The pieces' optimizer as the inner plan has it, over this rank's whole pieces (a sharded
+  // inner plan gathers its shards' state), then each piece's state gathered like the piece into
+  // the unsplit optimizer's.
+  torch::serialize::OutputArchive piece_model, piece_optimizer;
+  inner_->state_dict(piece_model, piece_optimizer);
+  auto pieces = make_optimizer_(split_.ptr()->parameters());
+  {
+    auto in = reopen(piece_optimizer, torch::kCPU);
+    pieces->load(in);
+  }
   auto whole = params_by_name(*whole_.ptr());
-  auto& mine = inner_->optimizer();
   auto full = make_optimizer_(whole_.ptr()->parameters());
-  copy_groups(mine, *full);
+  copy_groups(*pieces, *full);
   for (const auto& p : split_.ptr()->named_parameters()) {
-    auto it = mine.state().find(p.value().unsafeGetTensorImpl());
-    if (it == mine.state().end()) continue;  // the same on every rank: all stepped or none
+    auto it = pieces->state().find(p.value().unsafeGetTensorImpl());
+    if (it == pieces->state().end()) continue;  // the same on every rank: all stepped or none
     auto state = it->second->clone();
     auto spec = specs_.find(p.key());
     map_state(*state, [&](const torch::Tensor& t) {
-      if (spec == specs_.end()) return t.clone();
-      return tensor::gather_whole(t, spec->second, *tensor_group_);
+      const torch::Tensor here = t.to(p.value().device());
+      if (spec == specs_.end()) return here.clone();
+      return tensor::gather_whole(here, spec->second, *tensor_group_);
     });
     full->state()[whole.at(p.key()).unsafeGetTensorImpl()] = std::move(state);
   }
@@ -228,14 +267,18 @@ void TensorParallelPlan::state_dict(torch::serialize::OutputArchive& model,
 void TensorParallelPlan::load_state_dict(torch::serialize::InputArchive& model,
                                          torch::serialize::InputArchive& optimizer) {
   torch::NoGradGuard no_grad;
+  // ZeRO-3 first: the pieces and the unsplit layers (shared with the whole model) get their
+  // memory back before the whole model's values are loaded into them.
+  inner_->module();
   hold_whole();
   whole_.ptr()->load(model);
   auto whole = params_by_name(*whole_.ptr());
   auto full = make_optimizer_(whole_.ptr()->parameters());
   full->load(optimizer);
-  auto& mine = inner_->optimizer();
-  copy_groups(*full, mine);
-  mine.state().clear();
+  // This rank's pieces and their optimizer state, handed to the inner plan as its own
+  // checkpoint (a sharded one keeps its shards of them).
+  auto pieces = make_optimizer_(split_.ptr()->parameters());
+  copy_groups(*full, *pieces);
   const int rank = tensor_group_->rank(), ranks = tensor_group_->world_size();
   for (const auto& p : split_.ptr()->named_parameters()) {
     auto spec = specs_.find(p.key());
@@ -250,8 +293,17 @@ void TensorParallelPlan::load_state_dict(torch::serialize::InputArchive& model,
       if (spec == specs_.end()) return t.clone();
       return tensor::take_shard(t, spec->second, rank, ranks);
     });
-    mine.state()[p.value().unsafeGetTensorImpl()] = std::move(state);
+    pieces->state()[p.value().unsafeGetTensorImpl()] = std::move(state);
   }
+  torch::serialize::OutputArchive piece_model, piece_optimizer;
+  split_.ptr()->save(piece_model);
+  pieces->save(piece_optimizer);
+  const torch::Device device = split_.ptr()->parameters().empty()
+                                   ? torch::Device(torch::kCPU)
+                                   : split_.ptr()->parameters()[0].device();
+  auto model_in = reopen(piece_model, device);
+  auto optimizer_in = reopen(piece_optimizer, device);
+  inner_->load_state_dict(model_in, optimizer_in);
   stale_ = false;
 }
 

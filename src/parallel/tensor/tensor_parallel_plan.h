@@ -6,7 +6,8 @@
 // Every rank of a replica sees the replica's batch (the data's rank is the replica); the tensor
 // ranks of one replica communicate inside each block (two all-reduces forward, two backward), and
 // each rank's piece is averaged with the same piece of the other replicas by DDP over a group of
-// its own (sub_group.h), as the data-parallel plan averages a whole model.
+// its own (sub_group.h), as the data-parallel plan averages a whole model; with `shard`, the
+// sharded plan shards it over that group instead (ZeRO-1/2/3 x tensor parallelism).
 //
 // Within the plan contract (plan.h):
 // - forward_backward() returns the loss and logits on every rank (each tensor rank computes the
@@ -36,6 +37,7 @@
 #include "models/activation_checkpoint.h"
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/plan.h"
+#include "parallel/sharded/shard_mode.h"
 #include "parallel/tensor/shard_spec.h"
 
 namespace ddpx::dist {
@@ -52,12 +54,19 @@ struct TensorParallelOptions {
   // --activation_checkpointing: the split blocks recomputed in backward (parallelize.h).
   models::ActivationCheckpointing checkpointing;
   DataParallelOptions replicas;  // how the replicas average (comm hook, buffers)
+  // --shard: the replicas shard each piece's optimizer state, gradients and parameters (ZeRO
+  // 1/2/3, sharded_plan.h) instead of averaging whole pieces by DDP. Not with sequence
+  // parallelism (its partial gradients are summed over the tensor group after backward, when
+  // ZeRO-2/3 have already reduced them) nor clip_grad_norm() (refused where called).
+  ShardMode shard = ShardMode::kNone;
   std::string model_name = "the model";
 };
 
 // Throws ddpx::Error(kUsage) naming --tensor_parallel where `size` does not divide `world`.
 // Every rank calls it before anything that depends on its replica (the sampler, the plan).
 void check_tensor_world(int size, int world);
+
+class ShardedPlan;
 
 class TensorParallelPlan : public Plan {
  public:
@@ -88,7 +97,7 @@ class TensorParallelPlan : public Plan {
 
   int tensor_rank() const;
   int replica() const { return replica_; }
-  torch::optim::Optimizer& optimizer() { return inner_->optimizer(); }
+  torch::optim::Optimizer& optimizer() { return *inner_optimizer_; }  // over this rank's (shards)
   // The model this rank runs: its pieces by the whole model's names.
   torch::nn::Module& split_module() { return *split_.ptr(); }
   // The split parameters of split_module() by name, and how each is cut.
@@ -111,11 +120,13 @@ class TensorParallelPlan : public Plan {
   OptimizerFactory make_optimizer_;
   TensorParallelOptions options_;
   int replica_ = 0;
-  std::unique_ptr<DataParallelPlan> inner_;  // DDP of the pieces over the replicas
-  bool stale_ = false;                       // the whole model lags the pieces
-  std::vector<torch::Tensor> whole_split_;   // the whole model's parameters that were split
-  std::vector<size_t> whole_split_nbytes_;   // their storage sizes when held
-  bool whole_held_ = true;                   // whole_split_ have memory
+  std::unique_ptr<Plan> inner_;  // the pieces over the replicas: DDP, or sharded by --shard
+  torch::optim::Optimizer* inner_optimizer_ = nullptr;
+  ShardedPlan* sharded_ = nullptr;          // inner_, when --shard
+  bool stale_ = false;                      // the whole model lags the pieces
+  std::vector<torch::Tensor> whole_split_;  // the whole model's parameters that were split
+  std::vector<size_t> whole_split_nbytes_;  // their storage sizes when held
+  bool whole_held_ = true;                  // whole_split_ have memory
 };
 
 }  // namespace ddpx::parallel
