@@ -194,6 +194,9 @@ TEST(SplitProbeTest, TensorParallelRanksOnThreadsHoldTheirPiecesAndRefuseModelsW
   ProbeOptions o;
   o.image_size = 8;
   o.num_classes = 10;
+  // Batches of 32 and 64: a few KiB a sample stand well above the allocator's run-to-run noise
+  // (at 2 and 4, CI once measured no growth at all).
+  o.batch_small = 32;
   const auto m = measure_tensor_parallel(build, 2, false, o, "mlp");
   // fc1 (192 -> 64) column-parallel, fc2 (64 -> 32) row-parallel (its bias whole), fc3 whole.
   const int64_t fc1 = 192 * 64 + 64, fc2_weight = 64 * 32, fc3 = 32 * 10 + 10;
