@@ -61,10 +61,10 @@ void validate_tensor_parallel(const TrainOptions& o) {
              "--sequence_parallel splits the tokens among the ranks of --tensor_parallel: add "
              "--tensor_parallel 2 (or more), or drop --sequence_parallel");
   if (t == 1) return;
-  DDPX_CHECK(o.pipeline_parallel == 1, usage,
-             "--tensor_parallel {} with --pipeline_parallel {}: a mesh of pipeline and tensor "
-             "parallelism is not built yet; drop one of the two",
-             t, o.pipeline_parallel);
+  DDPX_CHECK(o.pipeline_parallel == 1 || !o.sequence_parallel, usage,
+             "--pipeline_parallel {} with --tensor_parallel {} --sequence_parallel: a pipeline "
+             "of sequence-parallel stages is not built yet; drop --sequence_parallel",
+             o.pipeline_parallel, t);
   DDPX_CHECK(o.shard == parallel::ShardMode::kNone || !o.sequence_parallel, usage,
              "--tensor_parallel {} --sequence_parallel with --shard {}: sharding the pieces of a "
              "sequence-parallel model is not built yet; drop one of the two",

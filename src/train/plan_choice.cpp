@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "core/log.h"
 #include "distributed/context.h"
 #include "models/checkpointed_model.h"
@@ -44,7 +46,9 @@ DataRank data_rank(const TrainOptions& o, const dist::Context& context) {
   // Checked here, before the sampler, so every rank refuses the layout with the plan's words.
   const int world = context.world_size();
   if (o.pipeline_parallel > 1) parallel::check_pipeline_world(o.pipeline_parallel, world);
-  if (o.tensor_parallel > 1) parallel::check_tensor_world(o.tensor_parallel, world);
+  if (o.tensor_parallel > 1) {
+    parallel::check_tensor_world(o.tensor_parallel, world, std::max(o.pipeline_parallel, 1));
+  }
   return {context.rank() / replica_ranks, world / replica_ranks};
 }
 
@@ -57,20 +61,23 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     log::out("activation checkpointing: {} (those blocks recompute their forward in backward)",
              models::name(checkpointing));
   }
+  std::optional<parallel::PipelineOptions> pipeline;
   if (o.pipeline_parallel > 1) {
-    parallel::PipelineOptions pipeline;
-    pipeline.stages = o.pipeline_parallel;
-    pipeline.microbatches = pipeline_microbatches(o);
-    pipeline.schedule = o.pipeline_schedule;
-    pipeline.stages_per_rank = pipeline_stages_per_rank(o);
-    pipeline.balance = o.pipeline_balance;
-    pipeline.sample_shape = sample_shape;
-    pipeline.micro_batch =
-        std::max<int64_t>(per_rank_batch(o, data_rank(o, context).size) / pipeline.microbatches, 1);
-    pipeline.model_name = o.model;
-    pipeline.checkpointing = checkpointing;
+    pipeline.emplace();
+    pipeline->stages = o.pipeline_parallel;
+    pipeline->microbatches = pipeline_microbatches(o);
+    pipeline->schedule = o.pipeline_schedule;
+    pipeline->stages_per_rank = pipeline_stages_per_rank(o);
+    pipeline->balance = o.pipeline_balance;
+    pipeline->sample_shape = sample_shape;
+    pipeline->micro_batch = std::max<int64_t>(
+        per_rank_batch(o, data_rank(o, context).size) / pipeline->microbatches, 1);
+    pipeline->model_name = o.model;
+    pipeline->checkpointing = checkpointing;
+  }
+  if (pipeline && o.tensor_parallel <= 1) {
     chosen.plan = std::make_unique<parallel::PipelinePlan>(std::move(model), context,
-                                                           make_optimizer, pipeline);
+                                                           make_optimizer, *pipeline);
     return chosen;
   }
   if (o.tensor_parallel > 1) {
@@ -82,6 +89,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     tensor.replicas.ddp.broadcast_buffers = o.broadcast_buffers;
     tensor.replicas.ddp.find_unused_parameters = o.find_unused_parameters;
     tensor.model_name = o.model;
+    tensor.pipeline = pipeline;  // the 3-D mesh: a pipeline of tensor-parallel stages
     chosen.plan = std::make_unique<parallel::TensorParallelPlan>(std::move(model), context,
                                                                  make_optimizer, tensor);
     return chosen;

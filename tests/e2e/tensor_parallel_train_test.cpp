@@ -4,8 +4,9 @@
 // accuracy and saves a checkpoint whose export torchvision's VisionTransformer loads with every
 // key, holding the single process's weights; a 2 x 2 mesh of data x tensor on the MLP, its pieces
 // averaged by DDP or sharded (ZeRO-3) over the replicas, prints what two data-parallel workers
-// print; layouts that cannot run are refused in one line naming
-// the flag.
+// print, and so does a 2 x 2 x 2 mesh of data x pipeline x tensor on 8 ranks; the ViT on a
+// 1 x 2 x 3 mesh prints the single process's figures and exports its weights; layouts that cannot
+// run are refused in one line naming the flag.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -78,8 +79,25 @@ TEST(TensorParallelTrainTest, AViTOverThreeRanksTrainsAsOneProcessAndExportsTorc
             std::string::npos)
       << sequence.output;
   expect_same_figures(sequence.output, one.output, 2);
+  // The 3-D mesh's pipeline axis: 2 stages of 4 layers, each split over 3 ranks, recomputing
+  // their blocks; its checkpoint exports the same weights.
+  auto mesh = run_command(ddpx("run 6 --log_dir " + dir.file("logs_mesh") + " -- " + kVitTrain +
+                               "--tensor_parallel 3 --pipeline_parallel 2 "
+                               "--activation_checkpointing blocks --save_dir " +
+                               dir.file("mesh")),
+                          300);
+  ASSERT_EQ(mesh.exit_code, 0) << mesh.output;
+  for (const char* line :
+       {"mesh (data x pipeline x tensor) 1 x 2 x 3: replica 0: stage 0 ranks 0 1 2, stage 1 ranks "
+        "3 4 5",
+        "(each stage split over 3 tensor ranks; parameters: a rank's pieces)",
+        "      0           0-2  embed .. encoder.layers.encoder_layer_2 (4)",
+        "      1           3-5  encoder.layers.encoder_layer_3 .. head (4)"}) {
+    EXPECT_NE(mesh.output.find(line), std::string::npos) << line << "\n" << mesh.output;
+  }
+  expect_same_figures(mesh.output, one.output, 2);
 
-  for (const std::string run : {"one", "split"}) {
+  for (const std::string run : {"one", "split", "mesh"}) {
     auto exported = run_command(ddpx("export --checkpoint " + dir.file(run) +
                                      "/checkpoint_epoch0001.ddpx --out " + dir.file(run + ".pt")),
                                 120);
@@ -89,15 +107,26 @@ TEST(TensorParallelTrainTest, AViTOverThreeRanksTrainsAsOneProcessAndExportsTorc
       "import torch, torchvision\n"
       "m = torchvision.models.VisionTransformer(image_size=32, patch_size=4, num_layers=6, "
       "num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=10)\n"
-      "a = torch.load(" +
-      shell_quote(dir.file("split.pt")) + ")\nb = torch.load(" + shell_quote(dir.file("one.pt")) +
+      "b = torch.load(" +
+      shell_quote(dir.file("one.pt")) +
       ")\n"
-      "r = m.load_state_dict(a)\n"
-      "print('missing', len(r.missing_keys), 'unexpected', len(r.unexpected_keys))\n"
-      "d = max(((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-6)).item() for k in b)\n"
-      "print('relative diff', d)\nassert d < 1e-4, d\n");
+      "for f in [" +
+      shell_quote(dir.file("split.pt")) + ", " + shell_quote(dir.file("mesh.pt")) +
+      "]:\n"
+      "  a = torch.load(f)\n"
+      "  r = m.load_state_dict(a)\n"
+      "  print('missing', len(r.missing_keys), 'unexpected', len(r.unexpected_keys))\n"
+      "  d = max(((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-6)).item() for k in "
+      "b)\n"
+      "  print('relative diff', d)\n  assert d < 1e-4, (f, d)\n");
   ASSERT_EQ(py.exit_code, 0) << py.output;
-  EXPECT_NE(py.output.find("missing 0 unexpected 0"), std::string::npos) << py.output;
+  // Both exports load with every key.
+  size_t loaded = 0;
+  for (size_t at = py.output.find("missing 0 unexpected 0"); at != std::string::npos;
+       at = py.output.find("missing 0 unexpected 0", at + 1)) {
+    ++loaded;
+  }
+  EXPECT_EQ(loaded, 2u) << py.output;
 }
 
 const std::string kMlpTrain =
@@ -125,14 +154,27 @@ TEST(TensorParallelTrainTest, ATwoByTwoMeshPrintsWhatTwoDataParallelWorkersPrint
             std::string::npos)
       << sharded.output;
   expect_same_figures(sharded.output, ddp.output, 3);
+  // The 3-D mesh: 2 replicas of 2 stages of 2 tensor ranks, on 8 ranks.
+  auto mesh3 = run_command(ddpx("run 8 --log_dir " + dir.file("d") + " -- " + kMlpTrain +
+                                "--tensor_parallel 2 --pipeline_parallel 2"),
+                           300);
+  ASSERT_EQ(mesh3.exit_code, 0) << mesh3.output;
+  EXPECT_NE(mesh3.output.find("mesh (data x pipeline x tensor) 2 x 2 x 2: replica 0: stage 0 "
+                              "ranks 0 1, stage 1 ranks 2 3 | replica 1: stage 0 ranks 4 5, stage "
+                              "1 ranks 6 7"),
+            std::string::npos)
+      << mesh3.output;
+  EXPECT_NE(mesh3.output.find("      0       0-1,4-5  fc1"), std::string::npos) << mesh3.output;
+  expect_same_figures(mesh3.output, ddp.output, 3);
 }
 
 TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
   const std::vector<std::pair<std::string, std::string>> before_joining = {
       {"--tensor_parallel 0", "--tensor_parallel must be at least 1"},
       {"--sequence_parallel", "--sequence_parallel splits the tokens among the ranks of"},
-      {"--tensor_parallel 2 --pipeline_parallel 2",
-       "--tensor_parallel 2 with --pipeline_parallel 2: a mesh of pipeline and tensor"},
+      {"--tensor_parallel 2 --pipeline_parallel 2 --sequence_parallel",
+       "--pipeline_parallel 2 with --tensor_parallel 2 --sequence_parallel: a pipeline of "
+       "sequence-parallel stages is not built yet"},
       {"--tensor_parallel 2 --shard full --clip_grad_norm 1",
        "--clip_grad_norm with --tensor_parallel 2 and --shard full"},
       {"--tensor_parallel 2 --shard optimizer --sequence_parallel",
@@ -153,6 +195,9 @@ TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
       {3, mlp,
        "--tensor_parallel 2: the world of 3 ranks is not a whole number of tensor-parallel "
        "groups"},
+      {6, mlp + " --pipeline_parallel 2",
+       "--pipeline_parallel 2 x --tensor_parallel 2: the world of 6 ranks is not a whole number "
+       "of 4-rank replicas; start a multiple of 4 ranks"},
       {2, std::regex_replace(mlp, std::regex("--model mlp"), "--model resnet18"),
        "--tensor_parallel 2: resnet18 has no tensor-parallel plan"},
       {2, kVitTrain + "--tensor_parallel 2",

@@ -57,8 +57,6 @@ RULES = [
      "a pipeline normalises each micro-batch"),
     ("pipeline_parallel", lambda v: v > 1, "comm_hook", lambda v: v != "allreduce",
      "a pipeline stage's replicas average"),
-    ("tensor_parallel", lambda v: v > 1, "pipeline_parallel", lambda v: v > 1,
-     "a mesh of pipeline and tensor"),
     ("tensor_parallel", lambda v: v > 1, "shard", lambda v: v != "none",
      "the norm over sharded pieces", [("clip_grad_norm", lambda v: v > 0)]),
     ("tensor_parallel", lambda v: v > 1, "sync_bn", lambda v: v, "--tensor_parallel 2 with --sync_bn"),
@@ -82,13 +80,16 @@ RULES = [
      "does not divide the world of 1 ranks"),
     ("world", lambda v: v == 1, "tensor_parallel", lambda v: v > 1,
      "not a whole number of tensor-parallel groups"),
+    ("world", lambda v: v == 2, "pipeline_parallel", lambda v: v > 1,
+     "is not a whole number of 4-rank replicas", [("tensor_parallel", lambda v: v > 1)]),
 ]
 
 # Refused once the job has joined, by the plan, before its first collective (the others are
 # refused by train/options.cpp before joining).
 AFTER_JOINING = [r for r in RULES if r[4] in (
     "resnet20 has no tensor-parallel plan", "has no BatchNorm layers",
-    "does not divide the world of 1 ranks", "not a whole number of tensor-parallel groups")]
+    "does not divide the world of 1 ranks", "not a whole number of tensor-parallel groups",
+    "is not a whole number of 4-rank replicas")]
 
 BATCH = 32  # the global batch (--batch_size_scaled: split over the data-parallel ranks)
 STEPS = 3
@@ -170,8 +171,8 @@ def refused_cells():
         for name, pred in [(rule[0], rule[1]), (rule[2], rule[3])] + also(rule):
             c[name] = next(v for v in dict(FACTORS)[name] if pred(v))
         a = rule[0]
-        if c["pipeline_parallel"] > 1 or c["tensor_parallel"] > 1:
-            c["world"] = 1 if a == "world" else 2
+        if a != "world" and (c["pipeline_parallel"] > 1 or c["tensor_parallel"] > 1):
+            c["world"] = 2
         # Refused before joining (train/options.cpp) comes first: a plan's own refusal (the
         # MLP's lack of BatchNorm, say) may be in the cell too, behind it.
         first = [r for r in refusals(c) if r not in AFTER_JOINING] or refusals(c)

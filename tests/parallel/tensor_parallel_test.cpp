@@ -29,6 +29,7 @@
 #include "models/vit.h"
 #include "parallel/plan_evaluation.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/split_reference.h"
 #include "parallel/tensor/parallelize.h"
 #include "parallel/tensor/tensor_parallel_plan.h"
 #include "trace/collective_trace.h"
@@ -36,7 +37,10 @@
 namespace ddpx::dist {
 namespace tensor_parallel_test {
 
+using test::Batches;
+using test::cross_entropy;
 using test::error_text;
+using test::expect_close;
 using test::run_ranks;
 
 constexpr int kSteps = 4;
@@ -77,39 +81,17 @@ torch::nn::AnyModule make_net(Net net, double attention_dropout = 0) {
   return torch::nn::AnyModule(vit);
 }
 
-std::unique_ptr<torch::optim::Optimizer> sgd(std::vector<torch::Tensor> params) {
-  return std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
-}
-
-struct Batches {
-  std::vector<torch::Tensor> x, y;
-};
-
-Batches batches() {
-  Batches b;
-  torch::manual_seed(23);
-  for (int s = 0; s < kSteps; ++s) {
-    b.x.push_back(torch::randn({kGlobalBatch, 3, 8, 8}));
-    b.y.push_back(torch::randint(kClasses, {kGlobalBatch}));
-  }
-  return b;
-}
-
-torch::Tensor cross_entropy(const torch::Tensor& out, const torch::Tensor& y) {
-  return torch::nn::functional::cross_entropy(out, y);
-}
-
 struct Reference {
   torch::Tensor first_logits;
   torch::Tensor eval_logits;  // the trained model's, in evaluation mode, on the first batch
   std::vector<double> losses;
-  std::map<std::string, torch::Tensor> first_grads, params, momenta;
+  std::map<std::string, torch::Tensor> first_grads;
+  test::Trained trained;  // after the steps
 };
 
 Reference single_process(Net net, const Batches& b) {
   auto model = make_net(net);
-  auto optimizer = sgd(model.ptr()->parameters());
+  auto optimizer = test::momentum_sgd(model.ptr()->parameters());
   Reference r;
   for (int s = 0; s < kSteps; ++s) {
     torch::Tensor logits = model.forward(b.x[s]);
@@ -124,32 +106,11 @@ Reference single_process(Net net, const Batches& b) {
     optimizer->step();
     optimizer->zero_grad();
   }
-  for (const auto& p : model.ptr()->named_parameters()) {
-    r.params[p.key()] = p.value().detach().clone();
-    auto& state = static_cast<torch::optim::SGDParamState&>(
-        *optimizer->state().at(p.value().unsafeGetTensorImpl()));
-    r.momenta[p.key()] = state.momentum_buffer().clone();
-  }
+  r.trained = test::trained_state(model, *optimizer);
   torch::NoGradGuard no_grad;
   model.ptr()->eval();
   r.eval_logits = model.forward(b.x[0]);
   return r;
-}
-
-void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  const double scale = want.abs().max().item<double>();
-  const double diff = (got - want).abs().max().item<double>();
-  EXPECT_LE(diff, 1e-5 * scale + 1e-6) << what << ": max |diff| " << diff << " at scale " << scale;
-}
-
-parallel::MicroBatch micro_batch(const Batches& b, int s, int replica, int replicas) {
-  const int64_t n = kGlobalBatch / replicas;
-  parallel::MicroBatch mb;
-  mb.input = b.x[s].narrow(0, replica * n, n);
-  mb.target = b.y[s].narrow(0, replica * n, n);
-  mb.loss = cross_entropy;
-  return mb;
 }
 
 struct Layout {
@@ -172,7 +133,7 @@ class TensorParallelPlanTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) {
   const Layout layout = GetParam();
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const Reference want = single_process(layout.net, b);
   std::vector<torch::nn::AnyModule> nets;
   for (int r = 0; r < layout.world; ++r) nets.push_back(make_net(layout.net));
@@ -182,13 +143,13 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
     options.size = layout.tensor;
     options.sequence_parallel = layout.sequence;
     options.shard = layout.shard;
-    parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+    parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
     const int replicas = layout.world / layout.tensor;
     ASSERT_EQ(plan.replica(), rank / layout.tensor);
     ASSERT_EQ(plan.tensor_rank(), rank % layout.tensor);
     for (int s = 0; s < kSteps; ++s) {
       plan.set_learning_rate(0.05);
-      auto out = plan.forward_backward(micro_batch(b, s, plan.replica(), replicas), true);
+      auto out = plan.forward_backward(test::replica_batch(b, s, plan.replica(), replicas), true);
       ASSERT_TRUE(out.loss.defined()) << "rank " << rank;
       if (s == 0) {
         const int64_t n = kGlobalBatch / replicas;
@@ -237,34 +198,17 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
       EXPECT_LT(mine, whole) << "rank " << rank;
     }
     for (const auto& p : plan.module().ptr()->named_parameters())
-      expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
+      expect_close(p.value(), want.trained.params.at(p.key()),
+                   fmt::format("rank {} {}", rank, p.key()));
     torch::serialize::OutputArchive m, o;
     plan.state_dict(m, o);
-    if (rank == 0) {
-      std::ostringstream mb, ob;
-      m.save_to(mb);
-      o.save_to(ob);
-      saved = {mb.str(), ob.str()};
-    }
+    if (rank == 0) saved = test::archive_bytes(m, o);
   });
   EXPECT_ALL_RANKS_OK(errors);
   ASSERT_FALSE(saved[0].empty());
 
   // The checkpoint is the unsplit model's and optimizer's.
-  auto model = make_net(layout.net);
-  auto optimizer = sgd(model.ptr()->parameters());
-  torch::serialize::InputArchive m, o;
-  std::istringstream ms(saved[0]), os(saved[1]);
-  m.load_from(ms);
-  o.load_from(os);
-  model.ptr()->load(m);
-  optimizer->load(o);
-  for (const auto& p : model.ptr()->named_parameters()) {
-    expect_close(p.value(), want.params.at(p.key()), "saved " + p.key());
-    auto& state = static_cast<torch::optim::SGDParamState&>(
-        *optimizer->state().at(p.value().unsafeGetTensorImpl()));
-    expect_close(state.momentum_buffer(), want.momenta.at(p.key()), "saved momentum " + p.key());
-  }
+  test::expect_checkpoint_holds(saved, make_net(layout.net), want.trained);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -285,7 +229,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The first step's gradients: each piece gathered from the tensor group is the unsplit model's
 // gradient of that parameter; the unsplit layers' gradients are whole on every rank.
 TEST(TensorParallelGradientTest, EveryGradientIsTheUnsplitModelsOnTheSameBatch) {
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const Reference want = single_process(Net::kViT, b);
   for (bool sequence : {false, true}) {
     SCOPED_TRACE(sequence ? "sequence parallel" : "tensor parallel");
@@ -320,11 +264,11 @@ TEST(TensorParallelGradientTest, EveryGradientIsTheUnsplitModelsOnTheSameBatch) 
 
 // A single process's checkpoint loads into the plan, which goes on as the single process does.
 TEST(TensorParallelCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSingleProcess) {
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const Reference want = single_process(Net::kViT, b);
   // The single process after 2 steps, saved.
   auto model = make_net(Net::kViT);
-  auto optimizer = sgd(model.ptr()->parameters());
+  auto optimizer = test::momentum_sgd(model.ptr()->parameters());
   for (int s = 0; s < 2; ++s) {
     cross_entropy(model.forward(b.x[s]), b.y[s]).backward();
     optimizer->step();
@@ -345,7 +289,7 @@ TEST(TensorParallelCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSi
     auto errors = run_ranks(world, [&](int rank, Context& context) {
       parallel::TensorParallelOptions options;
       options.shard = shard;
-      parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+      parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
       torch::serialize::InputArchive mi, oi;
       std::istringstream msi(ms.str()), osi(os.str());
       mi.load_from(msi);
@@ -354,12 +298,13 @@ TEST(TensorParallelCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSi
       const int replicas = world / 2;
       for (int s = 2; s < kSteps; ++s) {
         plan.set_learning_rate(0.05);
-        plan.forward_backward(micro_batch(b, s, plan.replica(), replicas), true);
+        plan.forward_backward(test::replica_batch(b, s, plan.replica(), replicas), true);
         plan.step();
         plan.zero_grad();
       }
       for (const auto& p : plan.module().ptr()->named_parameters())
-        expect_close(p.value(), want.params.at(p.key()), fmt::format("rank {} {}", rank, p.key()));
+        expect_close(p.value(), want.trained.params.at(p.key()),
+                     fmt::format("rank {} {}", rank, p.key()));
     });
     EXPECT_ALL_RANKS_OK(errors);
   }
@@ -369,7 +314,7 @@ TEST(TensorParallelCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSi
 // after the MLP forward, and one of their gradients before each backward; nothing else moves in
 // a step of a world that is one tensor-parallel group.
 TEST(TensorParallelTrafficTest, TwoAllReducesABlockForwardAndTwoBackward) {
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const auto o = vit_options();
   const int64_t tokens = (o.image_size / o.patch_size) * (o.image_size / o.patch_size) + 1;
   const int64_t activation_bytes = kGlobalBatch * tokens * o.hidden_dim * 4;
@@ -377,12 +322,13 @@ TEST(TensorParallelTrafficTest, TwoAllReducesABlockForwardAndTwoBackward) {
   std::vector<std::vector<trace::Signature>> sent(2);
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     ASSERT_NE(context.trace(), nullptr);
-    parallel::TensorParallelPlan plan(nets[rank], context, sgd, {});
-    plan.forward_backward(micro_batch(b, 0, 0, 1), true);  // the first use wraps the replicas
+    parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, {});
+    plan.forward_backward(test::replica_batch(b, 0, 0, 1),
+                          true);  // the first use wraps the replicas
     plan.step();
     plan.zero_grad();
     const uint64_t before = context.trace()->snapshot().entries.back().seq;
-    plan.forward_backward(micro_batch(b, 1, 0, 1), true);
+    plan.forward_backward(test::replica_batch(b, 1, 0, 1), true);
     plan.step();
     plan.zero_grad();
     for (const auto& e : context.trace()->snapshot().entries) {
@@ -403,7 +349,7 @@ TEST(TensorParallelTrafficTest, TwoAllReducesABlockForwardAndTwoBackward) {
 // activations (each rank's share padded to ceil(S / T) tokens), plus entering and leaving the
 // region (an all-gather each way) and one all-reduce of the LayerNorms' and biases' gradients.
 TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInstead) {
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const auto o = vit_options();
   const int64_t tokens = (o.image_size / o.patch_size) * (o.image_size / o.patch_size) + 1;
   const int64_t padded_bytes = 2 * ((tokens + 1) / 2) * kGlobalBatch * o.hidden_dim * 4;
@@ -413,12 +359,12 @@ TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInste
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     parallel::TensorParallelOptions options;
     options.sequence_parallel = true;
-    parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
-    plan.forward_backward(micro_batch(b, 0, 0, 1), true);
+    parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
+    plan.forward_backward(test::replica_batch(b, 0, 0, 1), true);
     plan.step();
     plan.zero_grad();
     const uint64_t before = context.trace()->snapshot().entries.back().seq;
-    plan.forward_backward(micro_batch(b, 1, 0, 1), true);
+    plan.forward_backward(test::replica_batch(b, 1, 0, 1), true);
     plan.step();
     plan.zero_grad();
     for (const auto& e : context.trace()->snapshot().entries) {
@@ -445,7 +391,7 @@ TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInste
 // parameters equal bit for bit) and one seed gives one run (each rank's region generator is
 // seeded by the seed and its rank).
 TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const Reference plain = single_process(Net::kViT, b);
   auto make = [] { return make_net(Net::kViT, 0.3); };
   std::vector<std::map<std::string, torch::Tensor>> finals(4);
@@ -454,7 +400,7 @@ TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
     auto errors = run_ranks(2, [&](int rank, Context& context) {
       parallel::TensorParallelOptions options;
       options.size = 2;
-      parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+      parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
       if (run == 0) {
         test::expect_replica_evaluation(
             plan, rank, 2, 0, 1, rank == 0, b.x[0], [&](const torch::Tensor& logits) {
@@ -463,7 +409,7 @@ TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
       }
       for (int s = 0; s < kSteps; ++s) {
         plan.set_learning_rate(0.05);
-        auto out = plan.forward_backward(micro_batch(b, s, 0, 1), true);
+        auto out = plan.forward_backward(test::replica_batch(b, s, 0, 1), true);
         if (s == 0) {
           EXPECT_GT(std::abs(out.loss.item<double>() - plain.losses[0]), 1e-4)
               << "rank " << rank << ": attention dropout dropped nothing";
@@ -487,7 +433,7 @@ TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
 // directly, attention dropout included (its generator replayed), step after step; the
 // collective record shows the recomputed forwards' all-reduces.
 TEST(TensorParallelCheckpointingTest, RecomputedBlocksGiveBitwiseTheSameLossAndGradients) {
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   auto make = [](Net net) { return make_net(net, 0.3); };
   struct Case {
     Net net;
@@ -541,15 +487,15 @@ TEST(TensorParallelCheckpointingTest, RecomputedBlocksGiveBitwiseTheSameLossAndG
 }
 
 TEST(TensorParallelClipTest, ClipsByTheWholeModelsNorm) {
-  const Batches b = batches();
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const Reference want = single_process(Net::kViT, b);
   double want_norm = 0;
   for (const auto& [name, g] : want.first_grads) want_norm += g.pow(2).sum().item<double>();
   want_norm = std::sqrt(want_norm);
   std::vector<torch::nn::AnyModule> nets{make_net(Net::kViT), make_net(Net::kViT)};
   auto errors = run_ranks(2, [&](int rank, Context& context) {
-    parallel::TensorParallelPlan plan(nets[rank], context, sgd, {});
-    plan.forward_backward(micro_batch(b, 0, 0, 1), true);
+    parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, {});
+    plan.forward_backward(test::replica_batch(b, 0, 0, 1), true);
     const double norm = plan.clip_grad_norm(want_norm / 2).item<double>();
     EXPECT_NEAR(norm, want_norm, 1e-5 * want_norm) << "rank " << rank;
     // Every gradient, pieces gathered, is the unsplit one scaled by the same factor.
@@ -619,7 +565,7 @@ TEST(TensorParallelRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeA
           options.sequence_parallel = sequence;
           options.model_name = "the net";
           try {
-            parallel::TensorParallelPlan plan(nets[rank], context, sgd, options);
+            parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
           } catch (const Error& e) {
             EXPECT_EQ(e.kind(), ErrorKind::kUsage);
             messages[rank] = e.what();

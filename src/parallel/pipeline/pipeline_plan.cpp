@@ -201,8 +201,9 @@ std::string PipelinePlan::epoch_summary() {
   epoch_ = {};
   std::string idle, held;
   for (int r = 0; r < world; ++r) {
-    idle += fmt::format("{}{} {:.1f}%", r ? " | " : "", r, rows[r][0].item<int64_t>() / 10.0);
-    held += fmt::format("{}{} {}", r ? " | " : "", r, rows[r][1].item<int64_t>());
+    const int label = r * options_.rank_stride;
+    idle += fmt::format("{}{} {:.1f}%", r ? " | " : "", label, rows[r][0].item<int64_t>() / 10.0);
+    held += fmt::format("{}{} {}", r ? " | " : "", label, rows[r][1].item<int64_t>());
   }
   return fmt::format(
       "pipeline bubble (idle share of each rank's forward and backward) by rank: {}; micro-batch "

@@ -65,6 +65,10 @@ struct PipelineOptions {
   std::string model_name = "the model";  // for errors
   // Which layers of the stages recompute their forward in backward (activation_checkpoint.h).
   models::ActivationCheckpointing checkpointing;
+  // The job's ranks per rank of this plan's context, for the ranks the stage table and the
+  // bubble line print: a pipeline of tensor-parallel stages runs on the ranks of one tensor rank
+  // t, its rank r being the job's r * stride + t (tensor_parallel_plan.h).
+  int rank_stride = 1;
 };
 
 // One row of the stage table the plan prints at start.
@@ -100,6 +104,14 @@ class PipelinePlan : public Plan {
   // A user's Sequential: one layer per child.
   PipelinePlan(torch::nn::Sequential model, dist::Context& context,
                const OptimizerFactory& make_optimizer, PipelineOptions options);
+  // A model and its layer sequence given: a tensor-parallel split model's (parallelize.h), whose
+  // layers communicate within their tensor group; every rank of that group must be in a
+  // pipeline of its own, running the same stages in the same order. With time balance, every
+  // pipeline's rank 0 times the layers and they must agree: give `bounds` or the parameter
+  // balance where timings could differ.
+  PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer> layers,
+               dist::Context& context, const OptimizerFactory& make_optimizer,
+               PipelineOptions options);
   ~PipelinePlan() override;
 
   std::string describe() override;
@@ -142,9 +154,6 @@ class PipelinePlan : public Plan {
     torch::Tensor input, output;  // output: the stage's; the loss's root on the last stage
   };
 
-  PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer> layers,
-               dist::Context& context, const OptimizerFactory& make_optimizer,
-               PipelineOptions options);
   std::vector<double> layer_costs();
   void probe_boundaries(const MicroBatch& batch);
   torch::Tensor run_stage(int stage, torch::Tensor x);

@@ -70,15 +70,23 @@ std::vector<double> PipelinePlan::layer_costs() {
 std::vector<std::string> PipelinePlan::stage_table_lines() const {
   const bool timed = !table_.empty() && table_[0].cost_ms > 0;
   std::vector<std::string> lines;
-  lines.push_back(fmt::format("pipeline: {} stages on {} ranks a replica, {} replica{}",
-                              table_.size(), options_.stages, replica_count_,
-                              replica_count_ == 1 ? "" : "s"));
+  lines.push_back(fmt::format(
+      "pipeline: {} stages on {} ranks a replica, {} replica{}{}", table_.size(), options_.stages,
+      replica_count_, replica_count_ == 1 ? "" : "s",
+      options_.rank_stride > 1
+          ? fmt::format(" (each stage split over {} tensor ranks; parameters: a rank's pieces)",
+                        options_.rank_stride)
+          : ""));
   lines.push_back(fmt::format("  {:>5}  {:>12}  {:<44}  {:>12}  {:>9}", "stage", "ranks", "layers",
                               "parameters", timed ? "ms" : ""));
   for (const auto& s : table_) {
     std::string ranks;
-    for (int d = 0; d < replica_count_; ++d)
-      ranks += (d ? "," : "") + std::to_string(d * options_.stages + s.pipeline_rank);
+    for (int d = 0; d < replica_count_; ++d) {
+      // With tensor-parallel stages, the stride of ranks that run each stage together: "0-1".
+      const int first = (d * options_.stages + s.pipeline_rank) * options_.rank_stride;
+      ranks += (d ? "," : "") + std::to_string(first);
+      if (options_.rank_stride > 1) ranks += "-" + std::to_string(first + options_.rank_stride - 1);
+    }
     const std::string layers =
         s.end_layer - s.first_layer == 1
             ? s.first_name

@@ -135,15 +135,58 @@ class ParallelViTImpl : public nn::Module {
     if (sequence_parallel_) x = split_tokens(x, group_);
     const size_t blocks = encoder->layers->size();
     for (size_t i = 0; i < blocks; ++i) {
+      if (!sequence_parallel_) {
+        x = block_forward(i, x);
+        continue;
+      }
       auto block = encoder->layers->ptr<ParallelViTBlockImpl>(i);
       // Layer i + 1 of the layer sequence: the embedding, the blocks, the head.
-      if (models::checkpoints_layer(checkpointing_, i + 1, blocks + 2)) {
-        x = block->forward_checkpointed(x, sequence_parallel_ ? tokens : 0);
-      } else {
-        x = sequence_parallel_ ? block->forward_sequence(x, tokens) : block->forward(x);
-      }
+      x = models::checkpoints_layer(checkpointing_, i + 1, blocks + 2)
+              ? block->forward_checkpointed(x, tokens)
+              : block->forward_sequence(x, tokens);
     }
     return whole_->head(sequence_parallel_ ? whole_tokens(x, tokens, group_) : x);
+  }
+
+  // Layer i + 1 of the layer sequence (the embedding, the blocks, the head), not sequence
+  // parallel.
+  torch::Tensor block_forward(size_t i, const torch::Tensor& x) {
+    auto block = encoder->layers->ptr<ParallelViTBlockImpl>(i);
+    return models::checkpoints_layer(checkpointing_, i + 1, encoder->layers->size() + 2)
+               ? block->forward_checkpointed(x, 0)
+               : block->forward(x);
+  }
+
+  std::vector<models::Layer> layers() {
+    auto self = std::dynamic_pointer_cast<ParallelViTImpl>(shared_from_this());
+    std::vector<models::Layer> out;
+    auto tensors = [](const std::vector<std::shared_ptr<nn::Module>>& modules,
+                      std::vector<torch::Tensor> extra, models::Layer& layer) {
+      layer.parameters = std::move(extra);
+      for (const auto& m : modules) {
+        for (auto& p : m->parameters()) layer.parameters.push_back(p);
+        for (auto& b : m->buffers()) layer.buffers.push_back(b);
+      }
+    };
+    models::Layer embed{
+        "embed", [self](const torch::Tensor& x) { return self->whole_->embed(x); }, {}, {}};
+    tensors({whole_->conv_proj.ptr(), whole_->encoder->dropout.ptr()},
+            {whole_->class_token, whole_->encoder->pos_embedding}, embed);
+    out.push_back(std::move(embed));
+    const auto names = encoder->layers->named_children();
+    for (size_t i = 0; i < encoder->layers->size(); ++i) {
+      models::Layer block{"encoder.layers." + names[i].key(),
+                          [self, i](const torch::Tensor& x) { return self->block_forward(i, x); },
+                          {},
+                          {}};
+      tensors({encoder->layers->ptr(i)}, {}, block);
+      out.push_back(std::move(block));
+    }
+    models::Layer head{
+        "head", [self](const torch::Tensor& x) { return self->whole_->head(x); }, {}, {}};
+    tensors({whole_->encoder->ln.ptr(), whole_->heads.ptr()}, {}, head);
+    out.push_back(std::move(head));
+    return out;
   }
 
   ParallelViTEncoder encoder{nullptr};
@@ -165,19 +208,29 @@ class ParallelMlpImpl : public nn::Module {
     fc2 = register_module("fc2", RowParallelLinear(whole->fc2, group));
     fc3 = register_module("fc3", whole->fc3);
   }
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x) { return third(second(first(x))); }
+  torch::Tensor first(const torch::Tensor& x) {
     DDPX_CHECK(x.dim() >= 2 && x[0].numel() == in_features_, ErrorKind::kUsage,
                "mlp expects {} input features per sample (3 x image_size^2)", in_features_);
-    x = torch::relu(fc1(x.flatten(1)));  // (B, hidden / T)
+    return torch::relu(fc1(x.flatten(1)));  // (B, hidden / T)
+  }
+  torch::Tensor second(const torch::Tensor& x) {
     // Layer 1 of 3 (fc1, fc2, fc3), as the unsplit MLP's layer sequence counts them.
     if (models::checkpoints_layer(checkpointing_, 1, 3)) {
       auto self = std::dynamic_pointer_cast<ParallelMlpImpl>(shared_from_this());
-      x = models::checkpoint([self](const torch::Tensor& h) { return torch::relu(self->fc2(h)); },
-                             x);
-    } else {
-      x = torch::relu(fc2(x));  // (B, hidden / 2), whole
+      return models::checkpoint(
+          [self](const torch::Tensor& h) { return torch::relu(self->fc2(h)); }, x);
     }
-    return fc3->forward(x);
+    return torch::relu(fc2(x));  // (B, hidden / 2), whole
+  }
+  torch::Tensor third(const torch::Tensor& x) { return fc3->forward(x); }
+
+  std::vector<models::Layer> layers() {
+    auto self = std::dynamic_pointer_cast<ParallelMlpImpl>(shared_from_this());
+    return {
+        {"fc1", [self](const torch::Tensor& x) { return self->first(x); }, fc1->parameters(), {}},
+        {"fc2", [self](const torch::Tensor& x) { return self->second(x); }, fc2->parameters(), {}},
+        {"fc3", [self](const torch::Tensor& x) { return self->third(x); }, fc3->parameters(), {}}};
   }
 
   ColumnParallelLinear fc1{nullptr};
@@ -262,6 +315,7 @@ SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
                                         "over 1/T of the tokens, two all-gathers and two "
                                         "reduce-scatters a block each way"
                                       : "two all-reduces a block forward, two backward");
+    if (!sequence_parallel) split.layers = parallel->layers();
     split.module = torch::nn::AnyModule(parallel);
     return split;
   }
@@ -274,7 +328,9 @@ SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
     split.summary = fmt::format(
         "fc1 {} -> {} outputs a rank, fc2 split by inputs; one all-reduce forward, one backward",
         width, width / ranks);
-    split.module = torch::nn::AnyModule(ParallelMlp(holder, group, checkpointing));
+    ParallelMlp parallel(holder, group, checkpointing);
+    split.layers = parallel->layers();
+    split.module = torch::nn::AnyModule(parallel);
     return split;
   }
   throw Error(ErrorKind::kInternal, "split_model: a model without a plan passed check_splittable");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "models/activation_checkpoint.h"
+#include "models/layer_sequence.h"
 #include "parallel/tensor/shard_spec.h"
 
 namespace ddpx::dist {
@@ -38,6 +39,13 @@ struct SplitModel {
   // LayerNorms, the row-parallel biases), whose gradients are summed over the group after
   // backward.
   std::vector<std::string> partial_grads;
+  // The split model as a sequence of layers (models/layer_sequence.h), the unsplit model's cut
+  // for cut, so a pipeline can run it in stages (--pipeline_parallel x --tensor_parallel): a
+  // ViT's embedding, each split block, its head; the MLP's fc1, fc2, fc3. Each layer runs its
+  // own activation checkpointing (the recomputed ViT blocks replay their attention dropout), so
+  // a pipeline over them checkpoints nothing more. Empty with sequence parallelism (its tokens
+  // are split between the embedding and the head).
+  std::vector<models::Layer> layers;
 };
 
 // Throws ddpx::Error(kUsage), before any collective, for a model without a plan (naming the ones

@@ -26,7 +26,15 @@ std::map<std::string, torch::Tensor> params_by_name(torch::nn::Module& module) {
 
 }  // namespace
 
-void check_tensor_world(int size, int world) {
+void check_tensor_world(int size, int world, int stages) {
+  if (stages > 1) {
+    DDPX_CHECK(
+        size >= 1 && world % (size * stages) == 0, ErrorKind::kUsage,
+        "--pipeline_parallel {} x --tensor_parallel {}: the world of {} ranks is not a "
+        "whole number of {}-rank replicas; start a multiple of {} ranks (ddpx run {} -- ...)",
+        stages, size, world, size * stages, size * stages, size * stages);
+    return;
+  }
   DDPX_CHECK(size >= 1 && world % size == 0, ErrorKind::kUsage,
              "--tensor_parallel {}: the world of {} ranks is not a whole number of tensor-parallel "
              "groups; start a multiple of {} ranks (ddpx run {} -- ...)",
@@ -41,8 +49,17 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
       make_optimizer_(make_optimizer),
       options_(std::move(options)) {
   const int t = options_.size, world = context.world_size();
-  check_tensor_world(t, world);
+  const int p = options_.pipeline ? options_.pipeline->stages : 1;
+  check_tensor_world(t, world, p);
   tensor::check_splittable(whole_, t, options_.model_name, options_.sequence_parallel);
+  DDPX_CHECK(p == 1 || !options_.sequence_parallel, ErrorKind::kUsage,
+             "--pipeline_parallel {} with --tensor_parallel {} --sequence_parallel: a pipeline of "
+             "sequence-parallel stages is not built yet; drop --sequence_parallel",
+             p, t);
+  DDPX_CHECK(p == 1 || options_.shard == ShardMode::kNone, ErrorKind::kUsage,
+             "--pipeline_parallel {} with --tensor_parallel {} and --shard {}: sharding a "
+             "pipeline's stages is not built yet; drop --shard",
+             p, t, name(options_.shard));
   // Every tensor rank cuts its pieces from the same weights: rank 0's.
   if (context.distributed()) {
     std::vector<torch::Tensor> state = whole_.ptr()->parameters();
@@ -50,8 +67,8 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     // In 16 MiB chunks: a rank holds at most one beside the model while they arrive.
     dist::broadcast_coalesced(*context.process_group(), state, 0, int64_t{16} << 20);
   }
-  replica_ = context.rank() / t;
-  const int replicas = world / t;
+  replica_ = context.rank() / (t * p);
+  const int replicas = world / t;  // tensor groups: data-parallel replicas x pipeline stages
   std::vector<std::vector<int>> tensor_groups(replicas), replica_groups(t);
   for (int g = 0; g < world; ++g) {
     tensor_groups[g / t].push_back(g);
@@ -74,7 +91,23 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
              "--tensor_parallel {} --sequence_parallel with --shard {}: sharding the pieces of a "
              "sequence-parallel model is not built yet; drop one of the two",
              t, name(options_.shard));
-  if (options_.shard != ShardMode::kNone && replicas_->distributed()) {
+  if (p > 1) {
+    // The pipeline over the ranks of this tensor rank (the job's ranks t, t + T, ...), running
+    // this rank's pieces: its rank r is the job's r * T + t, so stage s of replica d is the
+    // job's (d * P + s) * T + t, and the T ranks of a stage are neighbours.
+    PipelineOptions pipeline = *options_.pipeline;
+    pipeline.sample_shape.clear();  // balanced by parameters: see TensorParallelOptions
+    pipeline.checkpointing = {};    // the split layers checkpoint themselves
+    pipeline.rank_stride = t;
+    pipeline.model_name = options_.model_name;
+    auto plan = std::make_unique<PipelinePlan>(split_, std::move(split.layers), *replicas_,
+                                               make_optimizer_, pipeline);
+    DDPX_CHECK(plan->optimizer() != nullptr, ErrorKind::kInternal,
+               "tensor parallel: pipeline stage {} has no parameters", plan->pipeline_rank());
+    inner_optimizer_ = plan->optimizer();
+    pipeline_ = plan.get();
+    inner_ = std::move(plan);
+  } else if (options_.shard != ShardMode::kNone && replicas_->distributed()) {
     ShardedOptions sharded;
     sharded.mode = options_.shard;
     sharded.broadcast_buffers = options_.replicas.ddp.broadcast_buffers;
@@ -106,16 +139,35 @@ int TensorParallelPlan::tensor_rank() const { return tensor_group_->rank(); }
 
 std::string TensorParallelPlan::mesh_line() const {
   const int t = options_.size, world = context_.world_size();
-  std::vector<std::string> rows;
-  for (int r = 0; r < world / t; ++r) {
+  const int p = pipeline_ != nullptr ? options_.pipeline->stages : 1;
+  auto ranks_of = [&](int first) {
     std::vector<int> ranks;
-    for (int i = 0; i < t; ++i) ranks.push_back(r * t + i);
-    rows.push_back(fmt::format("replica {}: ranks {}", r, fmt::join(ranks, " ")));
+    for (int i = 0; i < t; ++i) ranks.push_back(first + i);
+    return fmt::format("{}", fmt::join(ranks, " "));
+  };
+  std::vector<std::string> rows;
+  for (int r = 0; r < world / (t * p); ++r) {
+    if (p == 1) {
+      rows.push_back(fmt::format("replica {}: ranks {}", r, ranks_of(r * t)));
+      continue;
+    }
+    std::vector<std::string> stages;
+    for (int s = 0; s < p; ++s)
+      stages.push_back(fmt::format("stage {} ranks {}", s, ranks_of((r * p + s) * t)));
+    rows.push_back(fmt::format("replica {}: {}", r, fmt::join(stages, ", ")));
   }
-  return fmt::format("mesh (data x tensor) {} x {}: {}", world / t, t, fmt::join(rows, " | "));
+  if (p == 1) {
+    return fmt::format("mesh (data x tensor) {} x {}: {}", world / t, t, fmt::join(rows, " | "));
+  }
+  return fmt::format("mesh (data x pipeline x tensor) {} x {} x {}: {}", world / (t * p), p, t,
+                     fmt::join(rows, " | "));
 }
 
 std::string TensorParallelPlan::describe() {
+  if (pipeline_ != nullptr) {
+    return fmt::format("tensor parallel: {} ranks a layer ({}); {}; {}", options_.size, summary_,
+                       mesh_line(), inner_->describe());
+  }
   const int replicas = context_.world_size() / options_.size;
   const std::string replicated =
       replicas == 1 ? ""
@@ -180,8 +232,19 @@ torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
   const auto options = grads[0].options().dtype(torch::kFloat32);
   if (!split_squares.defined()) split_squares = torch::zeros({}, options);
   if (!whole_squares.defined()) whole_squares = torch::zeros({}, options);
-  tensor_group_->all_reduce_sum(split_squares);
-  torch::Tensor norm = (split_squares + whole_squares).sqrt();
+  torch::Tensor norm;
+  if (pipeline_ != nullptr) {
+    // Every rank holds its stages' pieces and unsplit layers, the latter on each of its stage's
+    // T ranks, and the replicas hold the same averaged gradients: the job's sum of each rank's
+    // pieces' squares and 1/T of its unsplit ones' is the replicas' count times the square.
+    const int t = options_.size, world = context_.world_size();
+    torch::Tensor squares = split_squares + whole_squares / t;
+    context_.all_reduce_sum(squares);
+    norm = (squares / (world / (t * options_.pipeline->stages))).sqrt();
+  } else {
+    tensor_group_->all_reduce_sum(split_squares);
+    norm = (split_squares + whole_squares).sqrt();
+  }
   torch::Tensor scale = (max_norm / (norm + 1e-6)).clamp_max(1.0);
   for (auto& g : grads) g.mul_(scale.to(g.scalar_type()));
   return norm;
@@ -216,14 +279,17 @@ void TensorParallelPlan::set_training(bool on) {
 }
 
 Plan::Share TensorParallelPlan::eval_share(int /*rank*/, int world_size) {
-  return {replica_, world_size / options_.size};
+  const int p = pipeline_ != nullptr ? options_.pipeline->stages : 1;
+  return {replica_, world_size / (options_.size * p)};
 }
 
 torch::Tensor TensorParallelPlan::forward_eval(const torch::Tensor& input) {
   if (whole_held_) free_whole();
   if (sharded_ != nullptr) sharded_->module();  // ZeRO-3: every piece gathered for evaluation
   torch::NoGradGuard no_grad;
-  torch::Tensor logits = split_.forward(input);
+  // A pipeline's logits reach its replica's first stage, on each tensor rank.
+  torch::Tensor logits =
+      pipeline_ != nullptr ? pipeline_->forward_eval(input) : split_.forward(input);
   return tensor_group_->rank() == 0 ? logits : torch::Tensor();
 }
 

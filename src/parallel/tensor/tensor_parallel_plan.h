@@ -1,13 +1,15 @@
 // The tensor-parallel plan (--tensor_parallel T): each layer the model's plan names
 // (parallelize.h: a ViT's attention and MLP, the MLP's first two layers) split across T ranks,
-// Megatron-LM style, composed with data parallelism on a mesh of data x tensor. A world of N ranks
-// is N/T data-parallel replicas of T tensor-parallel ranks: global rank g is tensor rank g % T of
-// replica g / T (a replica's ranks are neighbours, so on one node they share its fastest links).
-// Every rank of a replica sees the replica's batch (the data's rank is the replica); the tensor
-// ranks of one replica communicate inside each block (two all-reduces forward, two backward), and
-// each rank's piece is averaged with the same piece of the other replicas by DDP over a group of
-// its own (sub_group.h), as the data-parallel plan averages a whole model; with `shard`, the
-// sharded plan shards it over that group instead (ZeRO-1/2/3 x tensor parallelism).
+// Megatron-LM style, composed with data parallelism on a mesh of data x tensor, and with pipeline
+// parallelism on a mesh of data x pipeline x tensor (`pipeline` below: the pieces' inner plan is
+// then a pipeline over the ranks of one tensor rank, whose stages each rank's pieces are). A world
+// of N ranks is N/T data-parallel replicas of T tensor-parallel ranks: global rank g is tensor rank
+// g % T of replica g / T (a replica's ranks are neighbours, so on one node they share its fastest
+// links). Every rank of a replica sees the replica's batch (the data's rank is the replica); the
+// tensor ranks of one replica communicate inside each block (two all-reduces forward, two
+// backward), and each rank's piece is averaged with the same piece of the other replicas by DDP
+// over a group of its own (sub_group.h), as the data-parallel plan averages a whole model; with
+// `shard`, the sharded plan shards it over that group instead (ZeRO-1/2/3 x tensor parallelism).
 //
 // Within the plan contract (plan.h):
 // - forward_backward() returns the loss and logits on every rank (each tensor rank computes the
@@ -31,11 +33,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "models/activation_checkpoint.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/plan.h"
 #include "parallel/sharded/shard_mode.h"
 #include "parallel/tensor/shard_spec.h"
@@ -59,12 +63,20 @@ struct TensorParallelOptions {
   // parallelism (its partial gradients are summed over the tensor group after backward, when
   // ZeRO-2/3 have already reduced them) nor clip_grad_norm() (refused where called).
   ShardMode shard = ShardMode::kNone;
+  // --pipeline_parallel P with --tensor_parallel T: the 3-D mesh of data x pipeline x tensor.
+  // The split model's layers (parallelize.h) cut into P stages, each stage split over T ranks:
+  // the pipeline plan (pipeline_plan.h) runs on the ranks of one tensor rank, its stage s of
+  // replica d on the job's rank (d * P + s) * T + t. Its stages are balanced by parameters
+  // (the split layers cannot be timed by one rank), its `checkpointing` is this struct's. Not
+  // with sequence parallelism or `shard`.
+  std::optional<PipelineOptions> pipeline;
   std::string model_name = "the model";
 };
 
-// Throws ddpx::Error(kUsage) naming --tensor_parallel where `size` does not divide `world`.
-// Every rank calls it before anything that depends on its replica (the sampler, the plan).
-void check_tensor_world(int size, int world);
+// Throws ddpx::Error(kUsage) naming --tensor_parallel (and --pipeline_parallel, when `stages` is
+// above 1) where they do not divide `world`. Every rank calls it before anything that depends on
+// its replica (the sampler, the plan).
+void check_tensor_world(int size, int world, int stages = 1);
 
 class ShardedPlan;
 
@@ -97,12 +109,16 @@ class TensorParallelPlan : public Plan {
 
   int tensor_rank() const;
   int replica() const { return replica_; }
-  torch::optim::Optimizer& optimizer() { return *inner_optimizer_; }  // over this rank's (shards)
+  // Over this rank's pieces (or their shards; a pipeline: its stages' pieces).
+  torch::optim::Optimizer& optimizer() { return *inner_optimizer_; }
+  PipelinePlan* pipeline() { return pipeline_; }  // the inner plan, with `pipeline`; else null
   // The model this rank runs: its pieces by the whole model's names.
   torch::nn::Module& split_module() { return *split_.ptr(); }
   // The split parameters of split_module() by name, and how each is cut.
   const std::map<std::string, tensor::ShardSpec>& specs() const { return specs_; }
-  // "mesh (data x tensor): replica 0: ranks 0 1 | replica 1: ranks 2 3"
+  // "mesh (data x tensor) 2 x 2: replica 0: ranks 0 1 | replica 1: ranks 2 3"; with a
+  // pipeline "mesh (data x pipeline x tensor) 1 x 2 x 2: replica 0: stage 0 ranks 0 1, stage 1
+  // ranks 2 3"
   std::string mesh_line() const;
 
  private:
@@ -123,6 +139,7 @@ class TensorParallelPlan : public Plan {
   std::unique_ptr<Plan> inner_;  // the pieces over the replicas: DDP, or sharded by --shard
   torch::optim::Optimizer* inner_optimizer_ = nullptr;
   ShardedPlan* sharded_ = nullptr;          // inner_, when --shard
+  PipelinePlan* pipeline_ = nullptr;        // inner_, with a pipeline
   bool stale_ = false;                      // the whole model lags the pieces
   std::vector<torch::Tensor> whole_split_;  // the whole model's parameters that were split
   std::vector<size_t> whole_split_nbytes_;  // their storage sizes when held

@@ -1,0 +1,259 @@
+// The 3-D mesh (data x pipeline x tensor): the tensor-parallel plan whose pieces run as the stages
+// of a pipeline (tensor_parallel_plan.h, TensorParallelOptions::pipeline), against one process
+// training the unsplit model on the same global batches. A small ViT (4 heads, 4 blocks) on
+// 1 x 2 x 2 and 2 x 2 x 2 meshes (4 and 8 ranks), the MLP on 1 x 3 x 2 (a stage a layer) and
+// 1 x 2 x 2 under 1F1B and GPipe, every rank a real member of a Gloo group on 127.0.0.1. Checked:
+// each step's loss and the first step's logits where the plan reports them, the gradients' norm
+// and clipping by it, the parameters and momenta after 4 SGD steps (through module() and through
+// state_dict(), which loads into the unsplit model), evaluation on the replica's first stage of
+// tensor rank 0, what a rank holds while it trains (its stage's pieces only), a single process's
+// checkpoint loaded into the mesh going on as the single process does, and a world the mesh does
+// not divide refused on every rank before any collective.
+//
+// Tolerance: 1e-5 relative to the largest magnitude of each tensor (plus 1e-6 absolute): the
+// split matrix products, the micro-batches' sums and the all-reduces in another order.
+#include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "distributed/ranks.h"
+#include "models/mlp.h"
+#include "models/vit.h"
+#include "parallel/plan_evaluation.h"
+#include "parallel/split_reference.h"
+#include "parallel/tensor/tensor_parallel_plan.h"
+
+namespace ddpx::dist {
+namespace mesh_3d_test {
+
+using test::Batches;
+using test::cross_entropy;
+using test::error_text;
+using test::expect_close;
+using test::run_ranks;
+
+constexpr int kSteps = 4;
+constexpr int64_t kGlobalBatch = 8;
+constexpr int64_t kClasses = 5;
+constexpr double kClip = 0.5;  // below the first steps' norms: clipping changes every update
+
+enum class Net { kViT, kMlp };
+
+torch::nn::AnyModule make_net(Net net) {
+  torch::manual_seed(13);
+  if (net == Net::kMlp) {
+    models::MlpOptions o;
+    o.in_features = 3 * 8 * 8;
+    o.hidden = 24;
+    o.num_classes = kClasses;
+    return torch::nn::AnyModule(models::Mlp(o));
+  }
+  models::ViTOptions o;
+  o.image_size = 8;
+  o.patch_size = 4;
+  o.num_layers = 4;
+  o.num_heads = 4;
+  o.hidden_dim = 16;
+  o.mlp_dim = 32;
+  o.num_classes = kClasses;
+  models::VisionTransformer vit(o);
+  torch::NoGradGuard no_grad;  // torchvision zeroes the head: the blocks would get no gradient
+  for (auto& p : vit->heads->parameters()) p.normal_(0, 0.2);
+  return torch::nn::AnyModule(vit);
+}
+
+struct Reference {
+  torch::Tensor first_logits, eval_logits;
+  std::vector<double> losses, norms;
+  test::Trained trained;                   // after the steps
+  std::string model_at_2, optimizer_at_2;  // the checkpoint after 2 steps
+};
+
+Reference single_process(Net net, const Batches& b) {
+  auto model = make_net(net);
+  auto optimizer = test::momentum_sgd(model.ptr()->parameters());
+  Reference r;
+  for (int s = 0; s < kSteps; ++s) {
+    if (s == 2) {
+      torch::serialize::OutputArchive m, o;
+      model.ptr()->save(m);
+      optimizer->save(o);
+      std::ostringstream ms, os;
+      m.save_to(ms);
+      o.save_to(os);
+      r.model_at_2 = ms.str();
+      r.optimizer_at_2 = os.str();
+    }
+    torch::Tensor logits = model.forward(b.x[s]);
+    torch::Tensor loss = cross_entropy(logits, b.y[s]);
+    if (s == 0) r.first_logits = logits.detach().clone();
+    r.losses.push_back(loss.item<double>());
+    loss.backward();
+    r.norms.push_back(torch::nn::utils::clip_grad_norm_(model.ptr()->parameters(), kClip));
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  r.trained = test::trained_state(model, *optimizer);
+  torch::NoGradGuard no_grad;
+  model.ptr()->eval();
+  r.eval_logits = model.forward(b.x[0]);
+  return r;
+}
+
+struct Layout {
+  Net net;
+  int world, stages, tensor;
+  parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+};
+
+std::string layout_name(const Layout& l) {
+  return fmt::format("{}_{}x{}x{}_{}", l.net == Net::kViT ? "vit" : "mlp",
+                     l.world / (l.stages * l.tensor), l.stages, l.tensor,
+                     l.schedule == parallel::PipelineSchedule::k1F1B ? "1f1b" : "gpipe");
+}
+
+parallel::TensorParallelOptions mesh_options(const Layout& l) {
+  parallel::TensorParallelOptions options;
+  options.size = l.tensor;
+  parallel::PipelineOptions pipeline;
+  pipeline.stages = l.stages;
+  pipeline.microbatches = l.stages;
+  pipeline.schedule = l.schedule;
+  options.pipeline = pipeline;
+  return options;
+}
+
+class Mesh3dTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Mesh3dTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) {
+  const Layout layout = GetParam();
+  const Batches b = test::random_batches(29, kSteps, kGlobalBatch, kClasses);
+  const Reference want = single_process(layout.net, b);
+  std::vector<torch::nn::AnyModule> nets;
+  for (int r = 0; r < layout.world; ++r) nets.push_back(make_net(layout.net));
+  std::vector<std::string> saved(2);
+  const int replicas = layout.world / (layout.stages * layout.tensor);
+  auto errors = run_ranks(layout.world, [&](int rank, Context& context) {
+    parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd,
+                                      mesh_options(layout));
+    ASSERT_NE(plan.pipeline(), nullptr);
+    // Stage s of replica d on ranks (d * P + s) * T + t.
+    const int replica = rank / (layout.stages * layout.tensor);
+    const int stage = rank / layout.tensor % layout.stages;
+    ASSERT_EQ(plan.replica(), replica);
+    ASSERT_EQ(plan.tensor_rank(), rank % layout.tensor);
+    ASSERT_EQ(plan.pipeline()->pipeline_rank(), stage);
+    const bool reports = stage == 0;  // each tensor rank of the replica's first stage
+    for (int s = 0; s < kSteps; ++s) {
+      plan.set_learning_rate(0.05);
+      auto out = plan.forward_backward(test::replica_batch(b, s, replica, replicas), true);
+      ASSERT_EQ(out.loss.defined(), reports) << "rank " << rank << " step " << s;
+      if (reports && s == 0) {
+        const int64_t n = kGlobalBatch / replicas;
+        expect_close(out.output, want.first_logits.narrow(0, replica * n, n),
+                     fmt::format("rank {} first logits", rank));
+      }
+      if (reports && replicas == 1) {
+        EXPECT_NEAR(out.loss.item<double>(), want.losses[s], 1e-5 * want.losses[s])
+            << "rank " << rank << " step " << s;
+      }
+      const double norm = plan.clip_grad_norm(kClip).item<double>();
+      EXPECT_NEAR(norm, want.norms[s], 1e-5 * want.norms[s]) << "rank " << rank << " step " << s;
+      plan.step();
+      plan.zero_grad();
+    }
+    // While it trains, a rank holds its stage's pieces and nothing of the other stages or of the
+    // whole model's split layers.
+    std::set<const void*> storages;
+    size_t held = 0, mine = 0;
+    auto whole = nets[rank].ptr()->parameters(), split = plan.split_module().parameters();
+    for (const auto* list : {&whole, &split}) {
+      for (const auto& p : *list) {
+        if (storages.insert(p.storage().unsafeGetStorageImpl()).second)
+          held += p.storage().nbytes();
+      }
+    }
+    for (const auto& p : plan.parameters()) mine += p.nbytes();
+    EXPECT_EQ(held, mine) << "rank " << rank << " holds more than its stage's pieces";
+    test::expect_replica_evaluation(
+        plan, rank, layout.world, replica, replicas, reports && plan.tensor_rank() == 0, b.x[0],
+        [&](const torch::Tensor& logits) {
+          expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
+        });
+    for (const auto& p : plan.module().ptr()->named_parameters())
+      expect_close(p.value(), want.trained.params.at(p.key()),
+                   fmt::format("rank {} {}", rank, p.key()));
+    torch::serialize::OutputArchive m, o;
+    plan.state_dict(m, o);
+    if (rank == 0) saved = test::archive_bytes(m, o);
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+  ASSERT_FALSE(saved[0].empty());
+
+  // The checkpoint is the unsplit model's and optimizer's.
+  test::expect_checkpoint_holds(saved, make_net(layout.net), want.trained);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Mesh3dTest,
+                         ::testing::Values(Layout{Net::kViT, 4, 2, 2}, Layout{Net::kViT, 8, 2, 2},
+                                           Layout{Net::kMlp, 6, 3, 2},
+                                           Layout{Net::kMlp, 4, 2, 2,
+                                                  parallel::PipelineSchedule::kGpipe}),
+                         [](const auto& info) { return layout_name(info.param); });
+
+// The single process's checkpoint after 2 steps, loaded into a 1 x 2 x 2 mesh: the next 2 steps
+// end where the single process's 4 do.
+TEST(Mesh3dCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSingleProcess) {
+  const Layout layout{Net::kViT, 4, 2, 2};
+  const Batches b = test::random_batches(29, kSteps, kGlobalBatch, kClasses);
+  const Reference want = single_process(layout.net, b);
+  std::vector<torch::nn::AnyModule> nets;
+  for (int r = 0; r < layout.world; ++r) nets.push_back(make_net(layout.net));
+  auto errors = run_ranks(layout.world, [&](int rank, Context& context) {
+    parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd,
+                                      mesh_options(layout));
+    torch::serialize::InputArchive m, o;
+    std::istringstream ms(want.model_at_2), os(want.optimizer_at_2);
+    m.load_from(ms);
+    o.load_from(os);
+    plan.load_state_dict(m, o);
+    for (int s = 2; s < kSteps; ++s) {
+      plan.forward_backward(test::replica_batch(b, s, 0, 1), true);
+      plan.clip_grad_norm(kClip);
+      plan.step();
+      plan.zero_grad();
+    }
+    for (const auto& p : plan.module().ptr()->named_parameters())
+      expect_close(p.value(), want.trained.params.at(p.key()),
+                   fmt::format("rank {} {}", rank, p.key()));
+  });
+  EXPECT_ALL_RANKS_OK(errors);
+}
+
+TEST(Mesh3dRefusalTest, AWorldTheMeshDoesNotDivideIsRefusedOnEveryRankBeforeAnyCollective) {
+  const Layout layout{Net::kViT, 6, 2, 2};
+  std::vector<torch::nn::AnyModule> nets;
+  for (int r = 0; r < layout.world; ++r) nets.push_back(make_net(layout.net));
+  auto errors = run_ranks(
+      layout.world,
+      [&](int rank, Context& context) {
+        parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd,
+                                          mesh_options(layout));
+      },
+      std::chrono::seconds(5));
+  for (int r = 0; r < layout.world; ++r) {
+    const std::string text = error_text(errors[r]);
+    EXPECT_NE(text.find("--pipeline_parallel 2 x --tensor_parallel 2"), std::string::npos)
+        << "rank " << r << ": " << text;
+    EXPECT_NE(text.find("multiple of 4 ranks"), std::string::npos) << "rank " << r << ": " << text;
+  }
+}
+
+}  // namespace mesh_3d_test
+}  // namespace ddpx::dist
