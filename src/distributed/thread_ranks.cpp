@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/flight_recorder.h"
 #include "distributed/c10d/factories.h"
 #include "distributed/context.h"
 
@@ -16,6 +17,8 @@ void run_thread_ranks(int world_size, const std::function<void(Context&)>& fn,
                       std::chrono::milliseconds timeout) {
   DDPX_CHECK(world_size >= 1, ErrorKind::kInternal, "thread ranks: a world of {} ranks",
              world_size);
+  // Before the ranks' groups exist: torch 2.11's recorder races when two groups start at once.
+  disable_flight_recorder();
   auto store = make_hash_store();
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world_size));
   std::vector<std::thread> threads;
