@@ -69,10 +69,6 @@ void validate_tensor_parallel(const TrainOptions& o) {
              "--tensor_parallel {} --sequence_parallel with --shard {}: sharding the pieces of a "
              "sequence-parallel model is not built yet; drop one of the two",
              t, parallel::name(o.shard));
-  DDPX_CHECK(o.shard == parallel::ShardMode::kNone || o.clip_grad_norm <= 0, usage,
-             "--clip_grad_norm with --tensor_parallel {} and --shard {}: the norm over sharded "
-             "pieces is not built yet; drop --clip_grad_norm or --shard",
-             t, parallel::name(o.shard));
   DDPX_CHECK(!o.sync_bn, usage,
              "--tensor_parallel {} with --sync_bn: the models with a tensor-parallel plan have no "
              "BatchNorm; drop --sync_bn",

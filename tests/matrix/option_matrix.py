@@ -57,8 +57,6 @@ RULES = [
      "a pipeline normalises each micro-batch"),
     ("pipeline_parallel", lambda v: v > 1, "comm_hook", lambda v: v != "allreduce",
      "a pipeline stage's replicas average"),
-    ("tensor_parallel", lambda v: v > 1, "shard", lambda v: v != "none",
-     "the norm over sharded pieces", [("clip_grad_norm", lambda v: v > 0)]),
     ("tensor_parallel", lambda v: v > 1, "sync_bn", lambda v: v, "--tensor_parallel 2 with --sync_bn"),
     ("tensor_parallel", lambda v: v > 1, "comm_hook", lambda v: v != "allreduce",
      "the replicas average their pieces"),

@@ -513,6 +513,41 @@ TEST(TensorParallelClipTest, ClipsByTheWholeModelsNorm) {
   EXPECT_ALL_RANKS_OK(errors);
 }
 
+// With the pieces sharded over 2 replicas (ZeRO-1/2/3): the norm over every shard of every piece
+// and unsplit layer is the unsplit model's on the global batch, and one clipped step ends where
+// the single process's clipped step does.
+TEST(TensorParallelClipTest, WithShardedReplicasClipsByTheWholeModelsNorm) {
+  const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
+  auto model = make_net(Net::kViT);
+  auto optimizer = test::momentum_sgd(model.ptr()->parameters());
+  cross_entropy(model.forward(b.x[0]), b.y[0]).backward();
+  const double max_norm = 0.5;
+  const double want_norm = torch::nn::utils::clip_grad_norm_(model.ptr()->parameters(), max_norm);
+  ASSERT_GT(want_norm, max_norm) << "the test must clip";
+  optimizer->step();
+  const test::Trained want = test::trained_state(model, *optimizer);
+  for (auto mode : {parallel::ShardMode::kOptimizer, parallel::ShardMode::kGradients,
+                    parallel::ShardMode::kFull}) {
+    SCOPED_TRACE(parallel::name(mode));
+    std::vector<torch::nn::AnyModule> nets;
+    for (int r = 0; r < 4; ++r) nets.push_back(make_net(Net::kViT));
+    auto errors = run_ranks(4, [&](int rank, Context& context) {
+      parallel::TensorParallelOptions options;
+      options.shard = mode;
+      parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
+      plan.forward_backward(test::replica_batch(b, 0, plan.replica(), 2), true);
+      const double norm = plan.clip_grad_norm(max_norm).item<double>();
+      EXPECT_NEAR(norm, want_norm, 1e-5 * want_norm) << "rank " << rank;
+      plan.step();
+      for (const auto& p : plan.module().ptr()->named_parameters()) {
+        expect_close(p.value(), want.params.at(p.key()),
+                     fmt::format("rank {} clipped step {}", rank, p.key()));
+      }
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+  }
+}
+
 // A user's Sequential: the named Linear layers split, the output the unsplit model's.
 TEST(TensorParallelizeTest, AUsersSequentialSplitsByNameAndComputesTheSameOutput) {
   auto make = [] {

@@ -213,10 +213,7 @@ MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, b
 void TensorParallelPlan::set_learning_rate(double lr) { inner_->set_learning_rate(lr); }
 
 torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
-  DDPX_CHECK(sharded_ == nullptr, ErrorKind::kUsage,
-             "--clip_grad_norm with --tensor_parallel and --shard {}: the norm over sharded "
-             "pieces is not built yet; drop --clip_grad_norm or --shard",
-             name(options_.shard));
+  if (sharded_ != nullptr) return clip_sharded(max_norm);
   torch::NoGradGuard no_grad;
   torch::Tensor split_squares, whole_squares;
   std::vector<torch::Tensor> grads;
@@ -247,6 +244,32 @@ torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
   }
   torch::Tensor scale = (max_norm / (norm + 1e-6)).clamp_max(1.0);
   for (auto& g : grads) g.mul_(scale.to(g.scalar_type()));
+  return norm;
+}
+
+torch::Tensor TensorParallelPlan::clip_sharded(double max_norm) {
+  // The sharded plan's shards are in the split model's parameter order; each replica holds its
+  // part of each piece's (and each unsplit layer's) averaged gradient, so the job's sum of the
+  // shards' squares counts every piece once and every unsplit layer T times.
+  torch::NoGradGuard no_grad;
+  const auto shards = inner_->parameters();
+  const auto named = split_.ptr()->named_parameters();
+  DDPX_CHECK(shards.size() == named.size(), ErrorKind::kInternal,
+             "tensor parallel: {} shards for {} parameters", shards.size(), named.size());
+  torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
+  std::vector<torch::Tensor> grads;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const torch::Tensor& g = shards[i].grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    torch::Tensor sum = g.to(torch::kFloat64).pow(2).sum().cpu();
+    squares += specs_.count(named[i].key()) ? sum : sum / options_.size;
+  }
+  context_.all_reduce_sum(squares);
+  torch::Tensor norm = squares.sqrt().reshape({});
+  if (grads.empty()) return norm.to(torch::kFloat32);
+  norm = norm.to(grads[0].device(), grads[0].scalar_type());
+  at::_foreach_mul_(grads, torch::clamp(max_norm / (norm + 1e-6), std::nullopt, 1.0));
   return norm;
 }
 

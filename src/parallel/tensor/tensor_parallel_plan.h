@@ -16,7 +16,8 @@
 //   whole output); the gradients are those of the unsplit model on the replicas' global batch.
 // - The optimizer steps this rank's pieces and the unsplit layers' parameters.
 // - clip_grad_norm() takes the norm over the whole model: the pieces' squares summed over the
-//   tensor ranks, the unsplit layers' counted once.
+//   tensor ranks (and their shards' over the replicas, with `shard`), the unsplit layers' counted
+//   once.
 // - state_dict() is the unsplit model's and optimizer's: every piece gathered from its tensor
 //   group, so a checkpoint loads at another mesh, in one process, or in any plan; load_state_dict()
 //   takes such a state and keeps this rank's pieces.
@@ -61,7 +62,7 @@ struct TensorParallelOptions {
   // --shard: the replicas shard each piece's optimizer state, gradients and parameters (ZeRO
   // 1/2/3, sharded_plan.h) instead of averaging whole pieces by DDP. Not with sequence
   // parallelism (its partial gradients are summed over the tensor group after backward, when
-  // ZeRO-2/3 have already reduced them) nor clip_grad_norm() (refused where called).
+  // ZeRO-2/3 have already reduced them).
   ShardMode shard = ShardMode::kNone;
   // --pipeline_parallel P with --tensor_parallel T: the 3-D mesh of data x pipeline x tensor.
   // The split model's layers (parallelize.h) cut into P stages, each stage split over T ranks:
@@ -123,8 +124,9 @@ class TensorParallelPlan : public Plan {
 
  private:
   void refresh_whole();  // collective over the tensor group, when the pieces changed
-  void hold_whole();     // memory for the whole model's split parameters (their values stale)
-  void free_whole();     // ... and none
+  torch::Tensor clip_sharded(double max_norm);  // clip_grad_norm() over the replicas' shards
+  void hold_whole();  // memory for the whole model's split parameters (their values stale)
+  void free_whole();  // ... and none
 
   torch::nn::AnyModule whole_, split_;
   std::map<std::string, tensor::ShardSpec> specs_;
