@@ -291,8 +291,8 @@ step_pipeline() {
   # Activation checkpointing against none on one GPU: step time and peak GPU memory.
   local m p
   for m in resnet101 vit_b_16; do
-    for p in none blocks; do
-      run_timed "checkpointing_${m}_$p" 120 "$ddpx" bench train --device cuda --amp bf16 \
+    for p in none blocks blocks:8; do
+      run_timed "checkpointing_${m}_${p/:/_}" 120 "$ddpx" bench train --device cuda --amp bf16 \
         --channels_last --model "$m" --image_size 224 --batch_size 128 --num_classes 100 \
         --steps 20 --warmup 5 --no_augment --activation_checkpointing "$p"
     done
@@ -316,6 +316,10 @@ step_parallel() {
   # The split blocks recomputed in backward on CUDA tensors: the same figures again.
   TAIL_LINES=6 run_timed tensor_checkpointed_3 150 $three $vit --tensor_parallel 3 \
     --activation_checkpointing blocks
+  # The 3-D mesh: 2 pipeline stages of 3 tensor ranks on CUDA tensors, the same figures again.
+  local six="$ddpx run 6 --gpus 0,0,0,0,0,0 --"
+  ((gpus > 5)) && six="$ddpx run 6 --"
+  TAIL_LINES=6 run_timed mesh_3d_6 150 $six $vit --tensor_parallel 3 --pipeline_parallel 2
   local r18="train --device cuda --model resnet18 --num_epochs 1 --batch_size 128 \
 --limit_train_batches 40 --limit_test_batches 5 --no_progress"
   TAIL_LINES=6 run_timed ddp_2 150 $two $r18

@@ -134,7 +134,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                     "with --deterministic: samples an atom");
   auto* train_checkpointing =
       train->add_option("--activation_checkpointing", t->activation_checkpointing,
-                        "--loop trainer: ddpx train's (none | blocks | every:K)");
+                        "--loop trainer: ddpx train's (none | blocks | blocks:N | every:K)");
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, md, bucket, first_bucket, train_shard, train_pipeline, train_tensor,
                    train_deterministic, train_checkpointing, &exit_code] {

@@ -220,9 +220,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--momentum", o->momentum, "SGD and LARS momentum (0: no momentum state)");
   cmd->add_option("--threads", o->threads,
                   "intra-op threads of the probe (1: no per-thread CPU buffers, as on a GPU)");
-  cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
-                  "none | blocks | every:K, as ddpx train's: the activations with those blocks "
-                  "recomputed in backward");
+  cmd->add_option(
+      "--activation_checkpointing", o->activation_checkpointing,
+      "none | blocks | blocks:N | every:K, as ddpx train's: the activations with those blocks "
+      "recomputed in backward");
   cmd->add_flag("--shard_only", o->shard_only,
                 "weigh only --shard's modes, not the meshes that split the model (no "
                 "pipeline or tensor-parallel probes)");

@@ -166,7 +166,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "with --deterministic: samples an atom (the same on every run)");
   cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
                   "none | blocks (recompute every block's forward in backward: less activation "
-                  "memory, more time) | every:K (every K-th block)");
+                  "memory, more time) | blocks:N (the first N blocks) | every:K (every K-th "
+                  "block)");
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,

@@ -137,37 +137,57 @@ torch::Tensor checkpoint(const BlockForward& fn, const torch::Tensor& x,
   return Checkpoint::apply(x, anchor, saved);
 }
 
+namespace {
+
+// The whole number after `prefix` in `text`, or 0 when there is none.
+int count_after(const std::string& text, size_t prefix) {
+  const std::string k = text.substr(prefix);
+  try {
+    size_t used = 0;
+    const int n = std::stoi(k, &used);
+    return used == k.size() ? n : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace
+
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text) {
-  if (text == "none") return {0};
-  if (text == "blocks") return {1};
+  if (text == "none") return {0, 0};
+  if (text == "blocks") return {1, 0};
   if (text.rfind("every:", 0) == 0) {
-    const std::string k = text.substr(6);
-    int every = 0;
-    try {
-      size_t used = 0;
-      every = std::stoi(k, &used);
-      if (used != k.size()) every = 0;
-    } catch (const std::exception&) {
-      every = 0;
-    }
+    const int every = count_after(text, 6);
     DDPX_CHECK(every >= 1, ErrorKind::kUsage,
                "--activation_checkpointing {}: K in every:K must be a whole number >= 1 (every:2 "
                "recomputes every second block)",
                text);
-    return {every};
+    return {every, 0};
   }
-  throw Error(ErrorKind::kUsage,
-              fmt::format("--activation_checkpointing {}: expected none, blocks or every:K", text));
+  if (text.rfind("blocks:", 0) == 0) {
+    const int first = count_after(text, 7);
+    DDPX_CHECK(first >= 1, ErrorKind::kUsage,
+               "--activation_checkpointing {}: N in blocks:N must be a whole number >= 1 "
+               "(blocks:8 recomputes the first 8 blocks)",
+               text);
+    return {1, first};
+  }
+  throw Error(
+      ErrorKind::kUsage,
+      fmt::format("--activation_checkpointing {}: expected none, blocks, blocks:N or every:K",
+                  text));
 }
 
 std::string name(const ActivationCheckpointing& policy) {
   if (policy.every == 0) return "none";
+  if (policy.first > 0) return "blocks:" + std::to_string(policy.first);
   if (policy.every == 1) return "blocks";
   return "every:" + std::to_string(policy.every);
 }
 
 bool checkpoints_layer(const ActivationCheckpointing& policy, size_t index, size_t count) {
   if (policy.every == 0 || index == 0 || index + 1 >= count) return false;
+  if (policy.first > 0 && index > static_cast<size_t>(policy.first)) return false;
   return (index - 1) % static_cast<size_t>(policy.every) == 0;
 }
 

@@ -29,9 +29,12 @@ torch::Tensor checkpoint(const BlockForward& fn, const torch::Tensor& x,
 
 // --activation_checkpointing: none, blocks (every layer of a layer sequence but the first and
 // the last, the stem and the head), every:K (every K-th of those, the first included: torchtitan's
-// selective checkpointing by frequency). `every` 0 is none.
+// selective checkpointing by frequency), blocks:N (the first N of those: Megatron-LM's
+// --recompute-method block; the first blocks' activations are held longest, and in a CNN they are
+// the largest). `every` 0 is none.
 struct ActivationCheckpointing {
   int every = 0;
+  int first = 0;  // blocks:N: only blocks 1..N (0: all)
 };
 // Throws ddpx::Error(kUsage) naming the flag for anything else.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text);

@@ -110,18 +110,27 @@ TEST(CheckpointedModelTest, AZooModelTrainsAsItselfWithTheSameNamesAndOrder) {
     for (size_t i = 0; i < pb.size(); ++i)
       EXPECT_TRUE(torch::equal(pb[i].value(), wb[i].value())) << name << " " << pb[i].key();
   }
-  const std::string error = [] {
+  auto error = [](const char* text) {
     try {
-      parse_activation_checkpointing("every:0");
+      parse_activation_checkpointing(text);
     } catch (const std::exception& e) {
       return std::string(e.what());
     }
     return std::string();
-  }();
-  EXPECT_NE(error.find("K in every:K must be a whole number >= 1"), std::string::npos) << error;
+  };
+  EXPECT_NE(error("every:0").find("K in every:K must be a whole number >= 1"), std::string::npos);
+  EXPECT_NE(error("blocks:x").find("N in blocks:N must be a whole number >= 1"), std::string::npos);
+  EXPECT_NE(error("some").find("expected none, blocks, blocks:N or every:K"), std::string::npos);
   EXPECT_TRUE(checkpoints_layer({2}, 1, 6) && !checkpoints_layer({2}, 2, 6) &&
               checkpoints_layer({2}, 3, 6) && !checkpoints_layer({2}, 5, 6) &&
               !checkpoints_layer({1}, 0, 6));
+  // blocks:2 of a stem, 4 blocks and a head: blocks 1 and 2 only, and it names itself back.
+  const auto first_two = parse_activation_checkpointing("blocks:2");
+  std::vector<bool> chosen;
+  for (size_t i = 0; i < 6; ++i) chosen.push_back(checkpoints_layer(first_two, i, 6));
+  EXPECT_EQ(chosen, (std::vector<bool>{false, true, true, false, false, false}));
+  EXPECT_EQ(name(first_two), "blocks:2");
+  EXPECT_EQ(name(parse_activation_checkpointing("every:3")), "every:3");
 }
 
 }  // namespace
