@@ -65,10 +65,6 @@ void validate_tensor_parallel(const TrainOptions& o) {
              "--pipeline_parallel {} with --tensor_parallel {} --sequence_parallel: a pipeline "
              "of sequence-parallel stages is not built yet; drop --sequence_parallel",
              o.pipeline_parallel, t);
-  DDPX_CHECK(o.shard == parallel::ShardMode::kNone || !o.sequence_parallel, usage,
-             "--tensor_parallel {} --sequence_parallel with --shard {}: sharding the pieces of a "
-             "sequence-parallel model is not built yet; drop one of the two",
-             t, parallel::name(o.shard));
   DDPX_CHECK(!o.sync_bn, usage,
              "--tensor_parallel {} with --sync_bn: the models with a tensor-parallel plan have no "
              "BatchNorm; drop --sync_bn",

@@ -175,8 +175,6 @@ TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
       {"--tensor_parallel 2 --pipeline_parallel 2 --sequence_parallel",
        "--pipeline_parallel 2 with --tensor_parallel 2 --sequence_parallel: a pipeline of "
        "sequence-parallel stages is not built yet"},
-      {"--tensor_parallel 2 --shard optimizer --sequence_parallel",
-       "--tensor_parallel 2 --sequence_parallel with --shard optimizer"},
   };
   for (const auto& [flags, expected] : before_joining) {
     auto r = run_command(ddpx(kMlpTrain + flags), 60);

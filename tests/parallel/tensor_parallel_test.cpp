@@ -223,6 +223,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{Net::kViT, 4, 2, false, parallel::ShardMode::kOptimizer},
                       Layout{Net::kViT, 4, 2, false, parallel::ShardMode::kGradients},
                       Layout{Net::kViT, 4, 2, false, parallel::ShardMode::kFull},
+                      // ... and sequence parallel: the partial gradients' shards summed
+                      Layout{Net::kViT, 4, 2, true, parallel::ShardMode::kOptimizer},
+                      Layout{Net::kViT, 4, 2, true, parallel::ShardMode::kFull},
                       Layout{Net::kMlp, 4, 2, false, parallel::ShardMode::kFull}),
     [](const auto& info) { return layout_name(info.param); });
 

@@ -85,12 +85,13 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   split_ = split.module;
   specs_ = std::move(split.specs);
   auto named = split_.ptr()->named_parameters();
-  for (const auto& name : split.partial_grads) partial_grads_.push_back(named[name]);
+  for (const auto& name : split.partial_grads) {
+    partial_grads_.push_back(named[name]);
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (named[i].key() == name) partial_index_.push_back(i);
+    }
+  }
   summary_ = std::move(split.summary);
-  DDPX_CHECK(options_.shard == ShardMode::kNone || !options_.sequence_parallel, ErrorKind::kUsage,
-             "--tensor_parallel {} --sequence_parallel with --shard {}: sharding the pieces of a "
-             "sequence-parallel model is not built yet; drop one of the two",
-             t, name(options_.shard));
   if (p > 1) {
     // The pipeline over the ranks of this tensor rank (the job's ranks t, t + T, ...), running
     // this rank's pieces: its rank r is the job's r * T + t, so stage s of replica d is the
@@ -196,9 +197,18 @@ MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, b
   MicroBatchResult result = inner_->forward_backward(batch, sync);
   if (sync && !partial_grads_.empty() && tensor_group_->distributed()) {
     // Each rank's share of the tokens gave its share of these gradients: one all-reduce of all.
+    // Sharded over the replicas, what the step reads is each one's shard of the gradient, already
+    // averaged over them (the same slice of the same parameter on every tensor rank of a
+    // replica): summing the shards over the tensor group sums the whole.
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> grads;
-    for (const auto& p : partial_grads_) grads.push_back(p.grad().view({-1}));
+    const std::vector<torch::Tensor> shards =
+        sharded_ != nullptr ? inner_->parameters() : std::vector<torch::Tensor>();
+    for (size_t i = 0; i < partial_grads_.size(); ++i) {
+      const torch::Tensor& g =
+          sharded_ != nullptr ? shards.at(partial_index_[i]).grad() : partial_grads_[i].grad();
+      if (g.defined() && g.numel() > 0) grads.push_back(g.view({-1}));
+    }
     torch::Tensor flat = torch::cat(grads);
     tensor_group_->all_reduce_sum(flat);
     int64_t offset = 0;

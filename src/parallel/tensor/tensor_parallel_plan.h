@@ -60,9 +60,8 @@ struct TensorParallelOptions {
   models::ActivationCheckpointing checkpointing;
   DataParallelOptions replicas;  // how the replicas average (comm hook, buffers)
   // --shard: the replicas shard each piece's optimizer state, gradients and parameters (ZeRO
-  // 1/2/3, sharded_plan.h) instead of averaging whole pieces by DDP. Not with sequence
-  // parallelism (its partial gradients are summed over the tensor group after backward, when
-  // ZeRO-2/3 have already reduced them).
+  // 1/2/3, sharded_plan.h) instead of averaging whole pieces by DDP; with sequence
+  // parallelism, the partial gradients' shards are summed over the tensor group after backward.
   ShardMode shard = ShardMode::kNone;
   // --pipeline_parallel P with --tensor_parallel T: the 3-D mesh of data x pipeline x tensor.
   // The split model's layers (parallelize.h) cut into P stages, each stage split over T ranks:
@@ -131,6 +130,7 @@ class TensorParallelPlan : public Plan {
   torch::nn::AnyModule whole_, split_;
   std::map<std::string, tensor::ShardSpec> specs_;
   std::vector<torch::Tensor> partial_grads_;  // sequence parallel: summed over the tensor group
+  std::vector<size_t> partial_index_;         // ... their places in split_'s parameters
   std::string summary_;
   dist::Context& context_;
   std::shared_ptr<dist::Context> tensor_group_;  // the context itself when T is the world
