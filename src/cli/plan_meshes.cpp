@@ -111,6 +111,16 @@ MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& 
   if (search.request.world_size < 2) return results;
   search_tensor(whole, search, results);
   search_pipeline(whole, search, results);
+  bool pipelines = false, tensors = false;
+  for (const auto& mesh : results.meshes) {
+    pipelines = pipelines || mesh.pipeline > 1;
+    tensors = tensors || mesh.tensor > 1;
+  }
+  if (pipelines && tensors && search.request.world_size >= 4) {
+    results.notes.push_back(
+        "pipeline x tensor (the 3-D mesh, --pipeline_parallel P --tensor_parallel T): it trains, "
+        "but the planner does not weigh it yet");
+  }
   if (search.checkpointing.every > 0) {  // what was probed, in the flags to paste
     for (auto& mesh : results.meshes)
       mesh.flags += " --activation_checkpointing " + models::name(search.checkpointing);

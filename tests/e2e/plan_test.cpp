@@ -240,6 +240,17 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
             std::string::npos)
       << tight.output;
 
+  // On 4 GPUs the MLP has pipeline and tensor rows; the 3-D mesh trains but is not weighed.
+  auto four = run_command(test::ddpx_command("plan --model mlp --gpus 4 --image_size 28 "
+                                             "--batch_size 8 --num_classes 10"),
+                          120);
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  EXPECT_NE(four.output.find("# not offered: pipeline x tensor (the 3-D mesh, --pipeline_parallel "
+                             "P --tensor_parallel T): it trains, but the planner does not weigh "
+                             "it yet"),
+            std::string::npos)
+      << four.output;
+
   auto mlp = run_command(test::ddpx_command("plan --model mlp --gpus 2 --image_size 28 "
                                             "--batch_size 8 --num_classes 10 --json"),
                          120);
