@@ -168,6 +168,12 @@ TEST_P(Mesh3dTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) {
       plan.step();
       plan.zero_grad();
     }
+    // The pipeline's bubble line, its ranks named as the job's (tensor rank 0's on rank 0).
+    const std::string summary = plan.epoch_summary();
+    EXPECT_NE(summary.find("pipeline bubble"), std::string::npos) << summary;
+    if (rank == 0) {
+      EXPECT_NE(summary.find(fmt::format("| {} ", layout.tensor)), std::string::npos) << summary;
+    }
     // While it trains, a rank holds its stage's pieces and nothing of the other stages or of the
     // whole model's split layers.
     std::set<const void*> storages;

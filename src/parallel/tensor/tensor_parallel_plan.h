@@ -106,6 +106,11 @@ class TensorParallelPlan : public Plan {
   Share eval_share(int rank, int world_size) override;
   torch::Tensor forward_eval(const torch::Tensor& input) override;
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+  // The inner plan's: a pipeline's bubble by rank (its ranks of tensor rank 0 on rank 0).
+  std::string epoch_summary() override { return inner_->epoch_summary(); }
+  std::vector<std::pair<std::string, double>> epoch_metrics() override {
+    return inner_->epoch_metrics();
+  }
 
   int tensor_rank() const;
   int replica() const { return replica_; }
