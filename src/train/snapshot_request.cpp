@@ -11,14 +11,12 @@
 namespace ddpx::train {
 namespace {
 
-std::atomic<int> g_snapshot{0};
-std::atomic<int> g_stop{0};
+// How many requests of each kind this process was sent (never reset).
+std::atomic<int> g_snapshots{0};
+std::atomic<int> g_stops{0};
 static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
 
-void on_signal(int signal) {
-  if (signal == SIGUSR2) g_stop.store(1);
-  g_snapshot.store(1);
-}
+void on_signal(int signal) { (signal == SIGUSR2 ? g_stops : g_snapshots).fetch_add(1); }
 
 void install(int signal) {
   struct sigaction action = {};
@@ -51,14 +49,21 @@ SnapshotRequests::SnapshotRequests(dist::Context& context, torch::Device device,
 
 SnapshotRequest SnapshotRequests::poll(int64_t global_step, bool force) {
   if (!force && global_step % check_every_ != 0) return {};
-  float local[2] = {static_cast<float>(g_snapshot.exchange(0)),
-                    static_cast<float>(g_stop.exchange(0))};
-  torch::Tensor flags = torch::tensor({local[0], local[1]}).to(device_);
-  context_.all_reduce_sum(flags);
-  flags = flags.cpu();
+  // Each rank's counts in its own column; the sum gathers them. One request forwarded to every
+  // rank is counted once by each: the most any rank counted is the number of requests.
+  torch::Tensor counts = torch::zeros({2, context_.world_size()});
+  counts[0][context_.rank()] = g_snapshots.load();
+  counts[1][context_.rank()] = g_stops.load();
+  counts = counts.to(device_);
+  context_.all_reduce_sum(counts);
+  counts = std::get<0>(counts.cpu().max(1));
+  const auto snapshots = static_cast<int64_t>(counts[0].item<float>());
+  const auto stops = static_cast<int64_t>(counts[1].item<float>());
   SnapshotRequest r;
-  r.stop = flags[1].item<float>() > 0;
-  r.snapshot = r.stop || flags[0].item<float>() > 0;
+  r.stop = stops > stops_taken_;
+  r.snapshot = r.stop || snapshots > snapshots_taken_;
+  snapshots_taken_ = std::max(snapshots_taken_, snapshots);
+  stops_taken_ = std::max(stops_taken_, stops);
   return r;
 }
 

@@ -3,6 +3,9 @@
 // moments (the launcher forwards it, srun forwards it, `ddpx snapshot JOB` and the job service
 // send it), so the ranks agree on it with one small all-reduce every few optimizer steps: every
 // rank sees a request that any rank got, at the same step, and the checkpoint is taken there.
+// Each rank counts the requests it was sent; the most any rank counted is the number of
+// requests, so one request that reaches rank 0 before a check and rank 1 after it is one
+// snapshot, not two.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,8 @@ class SnapshotRequests {
   dist::Context& context_;
   torch::Device device_;
   int64_t check_every_;
+  int64_t snapshots_taken_ = 0;  // requests already answered (the most any rank counted)
+  int64_t stops_taken_ = 0;
 };
 
 }  // namespace ddpx::train

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <functional>
+#include <map>
 #include <regex>
+#include <sstream>
 
 #include "launch/launch_helpers.h"
 #include "models/zoo/registry.h"
@@ -130,6 +132,44 @@ TEST(SnapshotCliTest, ARequestWhileTrainStartsIsHeldUntilItCanTakeIt) {
       << out;
   EXPECT_TRUE(std::filesystem::exists(dir.file(m[2]))) << m[2];
   EXPECT_NE(out.find("Accuracy on test dataset"), std::string::npos) << out;
+}
+
+// The launcher's workers by rank: its children, each with RANK in its environment.
+std::map<int, pid_t> workers_of(pid_t launcher) {
+  std::map<int, pid_t> out;
+  std::istringstream children(
+      slurp("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) +
+            "/children"));
+  for (pid_t child = 0; children >> child;) {
+    std::string env = slurp("/proc/" + std::to_string(child) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    std::smatch m;
+    if (std::regex_search(env, m, std::regex(R"((^|\n)RANK=(\d+))"))) out[std::stoi(m[2])] = child;
+  }
+  return out;
+}
+
+// One request reaches the ranks when it reaches them: here rank 0 before a check and rank 1
+// only after the snapshot was taken (as a forwarded signal can). It is one request: one snapshot.
+TEST(SnapshotCliTest, ARequestThatReachesTheRanksAtDifferentStepsIsOneSnapshot) {
+  test::TempDir dir;
+  int code = 0;
+  std::string out = run_asked(
+      dir, job_name("late"),
+      [&dir](pid_t launcher) {
+        auto workers = workers_of(launcher);
+        ASSERT_EQ(workers.size(), 2u);
+        ::kill(workers[0], SIGUSR1);
+        EXPECT_TRUE(wait_for_text(dir.file("out.log"), "Snapshot - ", 60));
+        ::kill(workers[1], SIGUSR1);
+      },
+      &code);
+  ASSERT_EQ(code, 0) << out;
+  std::regex snapshot("Snapshot - ");
+  const auto taken = std::distance(std::sregex_iterator(out.begin(), out.end(), snapshot),
+                                   std::sregex_iterator());
+  EXPECT_EQ(taken, 1) << out;
+  EXPECT_NE(out.find("Epoch - 3/4"), std::string::npos) << out;
 }
 
 TEST(SnapshotCliTest, SnapshotRefusesAJobThatIsNotRunning) {
