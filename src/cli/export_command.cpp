@@ -1,5 +1,7 @@
 // `ddpx export --checkpoint C --out W.pt`: a checkpoint's weights as a state_dict that Python's
-// torchvision.models.NAME(num_classes=N).load_state_dict(torch.load("W.pt")) accepts.
+// torchvision.models.NAME(num_classes=N).load_state_dict(torch.load("W.pt")) accepts (with the
+// CIFAR stem, once conv1 and maxpool are swapped as ddpx's stem has them; ddpx's own MLP and
+// CIFAR ResNets have no torchvision class, and the line says so).
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
@@ -9,6 +11,29 @@
 #include "train/pretrained.h"
 
 namespace ddpx::cli {
+namespace {
+
+// How Python loads the file: the torchvision model that takes its keys, where there is one.
+std::string python_loading(const train::CheckpointMeta& meta, models::Stem stem,
+                           const std::string& out) {
+  const std::string& family = models::find_model(meta.model).family;
+  const std::string load = fmt::format("load_state_dict(torch.load(\"{}\"))", out);
+  if (family == "mlp" || family == "cifar_resnet")
+    return fmt::format(
+        "ddpx's own {} (torchvision has no such model): torch.load(\"{}\") is its "
+        "state_dict, keyed as `ddpx models` builds it",
+        meta.model, out);
+  if (stem == models::Stem::kCifar)
+    return fmt::format(
+        "the cifar stem (3x3 conv1, no max-pool); in Python, m = torchvision.models.{}("
+        "num_classes={}); m.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False); m.maxpool = "
+        "torch.nn.Identity(); m.{}",
+        meta.model, meta.num_classes, load);
+  return fmt::format("in Python, torchvision.models.{}(num_classes={}).{}", meta.model,
+                     meta.num_classes, load);
+}
+
+}  // namespace
 
 void add_export_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("export", "write a checkpoint's weights as a PyTorch state_dict");
@@ -25,10 +50,8 @@ void add_export_command(CLI::App& app, int& exit_code) {
     auto model = models::create_model(meta.model, config);
     train::load_checkpoint_weights(*checkpoint, *model.ptr());
     train::export_state_dict(*model.ptr(), *out);
-    log::out(
-        "wrote {} ({} {} classes): in Python, torchvision.models.{}(num_classes={})"
-        ".load_state_dict(torch.load(\"{}\"))",
-        *out, meta.model, meta.num_classes, meta.model, meta.num_classes, *out);
+    log::out("wrote {} ({} {} classes): {}", *out, meta.model, meta.num_classes,
+             python_loading(meta, config.stem, *out));
     exit_code = 0;
   });
 }

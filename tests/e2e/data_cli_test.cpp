@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 
+#include "e2e/mnist_fixture.h"
 #include "support/support.h"
 #include "support/tiny_http_server.h"
 
@@ -17,9 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::run_command;
-
-const char* const kFiles[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+using test::write_small_mnist;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -34,36 +33,6 @@ std::vector<std::string> listing(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
-}
-
-// Writes a 20-image train and 10-image test MNIST in the official layout into `dir`, an
-// md5sum-format MD5SUMS beside it, and `stats` with the train pixels' mean and std (in [0, 1]).
-void write_small_mnist(const std::string& dir) {
-  auto r = test::run_python(fmt::format(R"(
-import gzip, hashlib, os, random, struct
-random.seed(7)
-d = '{}'
-def images(n):
-    pixels = bytes(random.randrange(256) for _ in range(n * 28 * 28))
-    return struct.pack('>IIII', 0x803, n, 28, 28) + pixels, pixels
-def labels(n):
-    return struct.pack('>II', 0x801, n) + bytes(i % 10 for i in range(n))
-train, pixels = images(20)
-test, _ = images(10)
-blobs = {{'train-images-idx3-ubyte.gz': train, 'train-labels-idx1-ubyte.gz': labels(20),
-          't10k-images-idx3-ubyte.gz': test, 't10k-labels-idx1-ubyte.gz': labels(10)}}
-with open(os.path.join(d, 'MD5SUMS'), 'w') as sums:
-    for name, raw in blobs.items():
-        packed = gzip.compress(raw, mtime=0)
-        open(os.path.join(d, name), 'wb').write(packed)
-        sums.write(hashlib.md5(packed).hexdigest() + '  ' + name + '\n')
-values = [p / 255 for p in pixels]
-mean = sum(values) / len(values)
-std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
-open(os.path.join(d, 'stats'), 'w').write(f'{{mean}} {{std}}')
-)",
-                                        dir));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
 using test::ddpx;
@@ -83,7 +52,8 @@ TEST(DataCliTest, DownloadRefusesWrongChecksumsResumesAfterACutAndInfoReadsTheFi
   fs::create_directories(served);
   write_small_mnist(served);
   std::map<std::string, std::string> files;
-  for (const char* name : kFiles) files["/" + std::string(name)] = read_file(served + "/" + name);
+  for (const char* name : test::kMnistFiles)
+    files["/" + std::string(name)] = read_file(served + "/" + name);
   // The test images' connection is cut mid-body the first time they are asked for.
   test::TinyHttpServer server(files, {"/t10k-images-idx3-ubyte.gz"}, /*cut_once=*/true);
 
@@ -120,7 +90,7 @@ TEST(DataCliTest, DownloadRefusesWrongChecksumsResumesAfterACutAndInfoReadsTheFi
   EXPECT_EQ(server.requests("/train-images-idx3-ubyte.gz"), 2) << "refused once, fetched once";
   EXPECT_EQ(server.requests("/t10k-images-idx3-ubyte.gz"), 2) << "cut once, then fetched";
   EXPECT_EQ(server.requests("/t10k-labels-idx1-ubyte.gz"), 1);
-  for (const char* name : kFiles)
+  for (const char* name : test::kMnistFiles)
     EXPECT_EQ(read_file(data + "/" + name), files["/" + std::string(name)]) << name;
 
   // 4. `data info` reads the downloaded files: sizes, shape, classes and the train statistics.

@@ -129,5 +129,47 @@ print('accuracy %.6f' % (pred == torch.from_numpy(y.astype(np.int64))).float().m
       << "ddpx " << ddpx_accuracy << " vs PyTorch " << torch_accuracy;
 }
 
+// The line `ddpx export` prints is Python that loads the file: run as printed for the CIFAR stem
+// (torchvision's ResNet with ddpx's 3x3 conv1 and no max-pool swapped in), and for ddpx's own
+// MLP it says torchvision has no such model instead of naming one that does not exist.
+TEST(WeightsRoundTripTest, TheExportLineIsPythonThatLoadsTheFile) {
+  if (!test::python_has_module("torchvision"))
+    GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+  test::TempDir dir;
+  const std::string limits =
+      "DDPX_EPOCHS=1 DDPX_MAX_STEPS=1 DDPX_MAX_TEST_BATCHES=1 "
+      "DDPX_BATCH_SIZE=4 ";
+  for (const std::string model : {"resnet18 --stem cifar", "mlp"}) {
+    SCOPED_TRACE(model);
+    const std::string ckpt = dir.file(model.substr(0, 4));
+    auto trained =
+        run_command("cd " + shell_quote(dir.path()) + " && " + limits +
+                        test::ddpx_command("train --model " + model + " --save_dir " + ckpt),
+                    300);
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    auto exported =
+        run_command("cd " + shell_quote(dir.path()) + " && " +
+                        test::ddpx_command("export --checkpoint " +
+                                           train::checkpoint_path(ckpt, 1) + " --out W.pt"),
+                    120);
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+    const size_t python = exported.output.find("in Python, ");
+    if (model == "mlp") {
+      EXPECT_EQ(python, std::string::npos) << exported.output;
+      EXPECT_NE(exported.output.find("torchvision has no such model"), std::string::npos)
+          << exported.output;
+      continue;
+    }
+    ASSERT_NE(python, std::string::npos) << exported.output;
+    std::string code = exported.output.substr(python + 11);
+    code = code.substr(0, code.find('\n'));
+    auto py = test::run_python("import os, torch, torchvision\nos.chdir(" +
+                               shell_quote(dir.path()) + ")\n" + code +
+                               "\nprint('loaded', sum(p.numel() for p in m.parameters()))\n");
+    EXPECT_EQ(py.exit_code, 0) << code << "\n" << py.output;
+    EXPECT_NE(py.output.find("loaded 11173962"), std::string::npos) << py.output;
+  }
+}
+
 }  // namespace
 }  // namespace ddpx

@@ -137,9 +137,8 @@ TEST(SnapshotCliTest, ARequestWhileTrainStartsIsHeldUntilItCanTakeIt) {
 // The launcher's workers by rank: its children, each with RANK in its environment.
 std::map<int, pid_t> workers_of(pid_t launcher) {
   std::map<int, pid_t> out;
-  std::istringstream children(
-      slurp("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) +
-            "/children"));
+  std::istringstream children(slurp("/proc/" + std::to_string(launcher) + "/task/" +
+                                    std::to_string(launcher) + "/children"));
   for (pid_t child = 0; children >> child;) {
     std::string env = slurp("/proc/" + std::to_string(child) + "/environ");
     std::replace(env.begin(), env.end(), '\0', '\n');
@@ -166,8 +165,8 @@ TEST(SnapshotCliTest, ARequestThatReachesTheRanksAtDifferentStepsIsOneSnapshot) 
       &code);
   ASSERT_EQ(code, 0) << out;
   std::regex snapshot("Snapshot - ");
-  const auto taken = std::distance(std::sregex_iterator(out.begin(), out.end(), snapshot),
-                                   std::sregex_iterator());
+  const auto taken =
+      std::distance(std::sregex_iterator(out.begin(), out.end(), snapshot), std::sregex_iterator());
   EXPECT_EQ(taken, 1) << out;
   EXPECT_NE(out.find("Epoch - 3/4"), std::string::npos) << out;
 }

@@ -20,11 +20,11 @@ namespace ddpx::test {
 
 // Serves `files` by path; a path listed in `truncated` announces its full length but sends
 // half and closes the connection (every time, or with cut_once only on its first request).
-// Anything else is a 404.
+// Anything else is a 404. It listens on `port` (0: one the system picks; see port()).
 class TinyHttpServer {
  public:
   TinyHttpServer(std::map<std::string, std::string> files, std::set<std::string> truncated = {},
-                 bool cut_once = false)
+                 bool cut_once = false, int port = 0)
       : files_(std::move(files)), truncated_(std::move(truncated)), cut_once_(cut_once) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -32,6 +32,7 @@ class TinyHttpServer {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
     EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     socklen_t len = sizeof(addr);
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -46,6 +47,7 @@ class TinyHttpServer {
     thread_.join();
   }
   std::string url() const { return fmt::format("http://127.0.0.1:{}/", port_); }
+  int port() const { return port_; }
   // How many times `path` was asked for.
   int requests(const std::string& path) const {
     std::lock_guard<std::mutex> lock(mutex_);

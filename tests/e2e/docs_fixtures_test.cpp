@@ -1,0 +1,311 @@
+// Every example command of the README and docs/ that DocsCommandsTest's training test does not
+// run (benchmarks, the planner, the tuner, data, export, jobs, logs, stop, snapshots, the
+// interactive shell, containers, the doctor, the seed's run-ddp.sh line) runs here as printed, in
+// a folder of its own, on a small fixture of what it needs: a checkpoint for `C`, a job of this
+// host for `JOB`, CIFAR-10 for `data info`, a mirror on 127.0.0.1:8000 for the mirror download,
+// `./my_trainer` for the launcher's any-program line. It must exit 0 and print what the table
+// says. A command that cannot run on this machine (a GPU, Slurm, several nodes, the internet)
+// has a row below saying why and where it is checked instead; docs/serve.md's quick start runs
+// in order in DocsQuickStartTest. A new command in the docs runs in an empty folder unless a row
+// says otherwise, so a command that does not run here fails until it gets one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "e2e/mnist_fixture.h"
+#include "e2e/seed_fixture.h"
+#include "launch/launch_helpers.h"
+#include "serve/service.h"
+#include "support/doc_commands.h"
+#include "support/support.h"
+#include "support/tiny_http_server.h"
+
+namespace ddpx {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace docs_testing;
+using launch::testing::slurp;
+using launch::testing::start_in_background;
+using launch::testing::wait_exit_code;
+using test::run_command;
+using test::shell_quote;
+
+enum class Fixture {
+  kFolder,       // an empty folder, the command's working directory
+  kMyTrainer,    // ./my_trainer: prints its rank, the world size and its arguments
+  kCheckpoint,   // C: a ResNet-18 checkpoint one step in
+  kPretrained,   // resnet18.pth: torchvision's ResNet-18 saved by torch.save(state_dict())
+  kRunningJob,   // JOB, 5b3d9c: a `ddpx run` of `ddpx train --save_dir` on this host
+  kCifar10,      // ./data/cifar10: CIFAR-10's python version, written by pickle
+  kMnistMirror,  // http://127.0.0.1:8000/ serving a small MNIST, its MD5SUMS in the folder
+  kSeedFolder,   // the seed's working folder: CIFAR-100 in ./data (e2e/seed_fixture.h)
+  kService,      // a `ddpx serve` on 127.0.0.1 and alice's token in DDPX_TOKEN
+  kElsewhere,    // cannot run on this machine: `why` says where it is checked
+};
+
+struct Rule {
+  std::string pattern;  // std::regex_search on the command as printed
+  Fixture fixture;
+  std::string expect;  // what its output must hold when it runs here ("": exit 0 only)
+  std::string why;     // kElsewhere: why not here, and where instead
+};
+
+// The first row whose pattern the command matches decides; the last matches every command.
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> table = {
+      {R"(^ddpx data download .*--mirror http://127\.0\.0\.1:8000/)", Fixture::kMnistMirror,
+       "mnist is ready in ./data/mnist", ""},
+      {R"(^ddpx data download )", Fixture::kElsewhere, "",
+       "downloads from the internet or the user's mirror (DataCliTest downloads from one on "
+       "127.0.0.1; data.md's 127.0.0.1 mirror command runs here)"},
+      {R"(^ddpx data info cifar10 )", Fixture::kCifar10, "cifar10: train 16 test 8 images", ""},
+      {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
+      {R"(^ddpx tune .*--amp bf16)", Fixture::kElsewhere, "",
+       "a GPU's search: bf16 ResNet-50 at 224 px takes minutes a batch size on a CPU (the tune "
+       "command of docs/cli.md runs here)"},
+      {R"(^ddpx sbatch |--scheduler slurm)", Fixture::kElsewhere, "",
+       "needs Slurm's daemons (tests/cluster/ runs sbatch and the service's Slurm hand-off on "
+       "real ones)"},
+      {R"(--nnodes)", Fixture::kElsewhere, "",
+       "several nodes (tests/cluster/netns_multinode_test.sh runs them in network namespaces)"},
+      {R"(^ddpx serve )", Fixture::kElsewhere, "",
+       "a service that runs until it is stopped (docs/serve.md's quick start starts one: "
+       "DocsQuickStartTest)"},
+      {R"(^ddpx submit --server http://127\.0\.0\.1:8470 -n 2 )", Fixture::kService, "", ""},
+      {R"(^ddpx submit )", Fixture::kElsewhere, "",
+       "submits to the Slurm hand-off service printed above it (tests/cluster/"
+       "serve_slurm_test.sh submits to one on real daemons)"},
+      {R"(--server URL)", Fixture::kElsewhere, "",
+       "a client of the user's service (docs/serve.md's quick start runs backup and restore)"},
+      {R"(^ddpx train --pretrained resnet18\.pth)", Fixture::kPretrained,
+       "limits from the environment", ""},
+      {R"( \.\.\.)", Fixture::kElsewhere, "",
+       "more of the user's own flags (`...`; the parse test checks the flags shown)"},
+      {R"(^ddpx run 4 --tee all -- \./my_trainer )", Fixture::kMyTrainer,
+       "my_trainer rank 3 of 4: --lr 0.1", ""},
+      {R"(^ddpx export )", Fixture::kCheckpoint, "wrote W.pt (resnet18 10 classes)", ""},
+      {R"(^ddpx (logs|stop|snapshot) )", Fixture::kRunningJob, "", ""},
+      {R"(^\./run-ddp\.sh 2 script_single_node )", Fixture::kSeedFolder,
+       "Training resnet101 on cifar100 dataset", ""},
+      {R"(^ddpx shell )", Fixture::kFolder, "ddpx shell: job", ""},
+      {R"(^ddpx run 2 --dry_run )", Fixture::kFolder, "[rank 1] RANK=1 ", ""},
+      {R"(.)", Fixture::kFolder, "", ""},
+  };
+  return table;
+}
+
+const Rule& rule_for(const std::string& text) {
+  for (const auto& rule : rules())
+    if (std::regex_search(text, std::regex(rule.pattern))) return rule;
+  throw std::logic_error("the last rule matches every command");
+}
+
+// docs/serve.md's first block: DocsQuickStartTest runs it, in order.
+bool in_quick_start(const DocCommand& c) { return c.file == "docs/serve.md" && c.block == 0; }
+
+// A `ddpx run 1 -- train --save_dir ck` that trains until it is stopped (DDPX_EPOCHS), on this
+// test's job folder; started when a command needs one and none runs, stopped at the end.
+class RunningJob {
+ public:
+  explicit RunningJob(const std::string& folder) : folder_(folder) {}
+  ~RunningJob() {
+    if (pid_ <= 0) return;
+    run_command(test::ddpx_command("stop " + id_), 60);
+    wait_exit_code(pid_, 30);
+  }
+  // A running job's id, started and training (its first epoch logged) when none runs.
+  std::string id() {
+    if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0) return id_;
+    fs::create_directories(folder_);
+    pid_ = start_in_background(
+        "cd " + shell_quote(folder_) + " && DDPX_EPOCHS=100000 exec " +
+            test::ddpx_command("run 1 -- train --model mlp --dataset synthetic --save_dir ck"),
+        folder_ + "/console." + std::to_string(++started_));
+    for (int i = 0; i < 300 && id_from_table().empty(); ++i) ::usleep(100 * 1000);
+    id_ = id_from_table();
+    EXPECT_FALSE(id_.empty()) << "the job did not appear in `ddpx jobs`";
+    for (int i = 0; i < 300; ++i) {
+      if (test::has(run_command(test::ddpx_command("logs " + id_), 30).output, "Epoch - ")) break;
+      ::usleep(100 * 1000);
+    }
+    return id_;
+  }
+
+ private:
+  static std::string id_from_table() {
+    auto r = run_command(test::ddpx_command("jobs --json"), 30);
+    auto jobs = nlohmann::json::parse(r.output, nullptr, false);
+    if (!jobs.is_array()) return "";
+    for (const auto& job : jobs)
+      if (job.value("state", "") == "running") return job.value("id", "");
+    return "";
+  }
+  std::string folder_;
+  pid_t pid_ = 0;
+  std::string id_;
+  int started_ = 0;
+};
+
+// Whether a TCP port on 127.0.0.1 can be bound right now.
+bool port_is_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return free;
+}
+
+// Runs the docs' commands that `wanted` selects, each on its fixture; the counts of those that
+// ran and of those checked elsewhere.
+std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&)>& wanted) {
+  test::TempDir dir;
+  RunningJob job(dir.file("job"));
+  int ran = 0, elsewhere = 0, number = 0;
+  for (const auto& c : all_doc_commands()) {
+    if (trains_here(c.text) || c.text == "ddpx models" || in_quick_start(c) || !wanted(c.text))
+      continue;
+    SCOPED_TRACE(c.file + ":" + std::to_string(c.line) + ": " + c.text);
+    const Rule& rule = rule_for(c.text);
+    if (rule.fixture == Fixture::kElsewhere) {
+      std::printf("not here: %s:%d `%s`: %s\n", c.file.c_str(), c.line, c.text.c_str(),
+                  rule.why.c_str());
+      ++elsewhere;
+      continue;
+    }
+    const std::string folder = dir.file(std::to_string(++number));
+    fs::create_directories(folder);
+    std::string text = filled(c.text);
+    std::string env;
+    std::unique_ptr<test::TinyHttpServer> mirror;
+    std::unique_ptr<serve_testing::Service> service;
+    std::string server;  // the service's URL (kService)
+    int timeout_s = 300;
+    switch (rule.fixture) {
+      case Fixture::kMyTrainer:
+        test::write_bytes(folder + "/my_trainer",
+                          "#!/bin/sh\necho \"my_trainer rank $RANK of $WORLD_SIZE: $*\"\n");
+        fs::permissions(folder + "/my_trainer", fs::perms::owner_all);
+        break;
+      case Fixture::kCheckpoint: {
+        auto r = run_command("cd " + shell_quote(folder) + " && " + test::kSeedLimits + " " +
+                                 test::ddpx_command("train --model resnet18 --save_dir ck"),
+                             300);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        text = std::regex_replace(text, std::regex(R"(--checkpoint C\b)"),
+                                  "--checkpoint ck/checkpoint_epoch0001.ddpx");
+        break;
+      }
+      case Fixture::kPretrained: {
+        auto r = test::run_python(
+            "import torch, torchvision\ntorch.manual_seed(0)\n"
+            "torch.save(torchvision.models.resnet18().state_dict(), '" +
+            folder + "/resnet18.pth')\n");
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        env = test::kSeedLimits;
+        break;
+      }
+      case Fixture::kRunningJob: {
+        const std::string id = job.id();
+        text = std::regex_replace(text, std::regex(R"(\b(job1|5b3d9c)\b)"), id);
+        // `logs -f` follows the log until the job ends: the user's Ctrl-C after a few seconds.
+        if (text.find(" -f") != std::string::npos) env = "timeout -s INT 4";
+        break;
+      }
+      case Fixture::kCifar10:
+        test::write_seed_data(folder + "/seed", test::SeedData::kCifar10);
+        fs::create_directories(folder + "/data");
+        fs::rename(folder + "/seed/data", folder + "/data/cifar10");
+        break;
+      case Fixture::kMnistMirror: {
+        const std::string served = folder + "/served";
+        fs::create_directories(served);
+        test::write_small_mnist(served);
+        std::map<std::string, std::string> files;
+        for (const char* name : test::kMnistFiles)
+          files["/" + std::string(name)] = slurp(served + "/" + name);
+        fs::copy_file(served + "/MD5SUMS", folder + "/MD5SUMS");
+        // Port 8000 as printed; another when something else holds it.
+        mirror = std::make_unique<test::TinyHttpServer>(files, std::set<std::string>{}, false,
+                                                        port_is_free(8000) ? 8000 : 0);
+        text = std::regex_replace(text, std::regex("127\\.0\\.0\\.1:8000"),
+                                  "127.0.0.1:" + std::to_string(mirror->port()));
+        break;
+      }
+      case Fixture::kSeedFolder: {
+        test::write_seed_data(folder, test::SeedData::kCifar100);
+        auto r = test::run_seed_command(folder, text, 300);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_TRUE(test::has(r.output, rule.expect)) << rule.expect << "\n" << r.output;
+        std::printf("ran here: %s:%d `%s` (exit %d)\n", c.file.c_str(), c.line, text.c_str(),
+                    r.exit_code);
+        ++ran;
+        continue;
+      }
+      case Fixture::kService:
+        // The service listens where the test finds a free port; the command is sent there.
+        service = std::make_unique<serve_testing::Service>(dir);
+        env = "DDPX_TOKEN=" + service->token("alice");
+        server = "http://127.0.0.1:" + std::to_string(service->port());
+        text = std::regex_replace(text, std::regex("http://127\\.0\\.0\\.1:8470"), server);
+        break;
+      case Fixture::kFolder:
+      case Fixture::kElsewhere:
+        break;
+    }
+    if (text.rfind("ddpx plan ", 0) == 0) timeout_s = 540;
+    auto r = run_command("cd " + shell_quote(folder) + " && " + env + " " +
+                             test::ddpx_command(text.substr(5)) + " < /dev/null",
+                         timeout_s);
+    const bool followed = env.rfind("timeout", 0) == 0 && r.exit_code == 124;
+    EXPECT_TRUE(r.exit_code == 0 || followed)
+        << c.file << ":" << c.line << ": `" << c.text << "` does not run as printed (exit "
+        << r.exit_code << "):\n"
+        << r.output;
+    if (followed)
+      EXPECT_TRUE(test::has(r.output, "Epoch - ")) << "the log it followed\n" << r.output;
+    if (text.rfind("ddpx stop ", 0) == 0)
+      EXPECT_TRUE(test::has(r.output, "ended (exit code 143)")) << r.output;
+    if (!rule.expect.empty())
+      EXPECT_TRUE(test::has(r.output, rule.expect)) << "expected: " << rule.expect << "\n"
+                                                    << r.output;
+    if (rule.fixture == Fixture::kCheckpoint) EXPECT_TRUE(fs::is_regular_file(folder + "/W.pt"));
+    std::printf("ran here: %s:%d `%s` (exit %d)\n", c.file.c_str(), c.line, text.c_str(),
+                r.exit_code);
+    if (rule.fixture == Fixture::kService) {  // the id it printed is a job the service stops
+      const std::string id = r.output.substr(0, r.output.find('\n'));
+      EXPECT_TRUE(std::regex_match(id, std::regex("[0-9]+"))) << r.output;
+      auto stop =
+          run_command(env + " " + test::ddpx_command("stop " + id + " --server " + server), 60);
+      EXPECT_EQ(stop.exit_code, 0) << stop.output;
+    }
+    ++ran;
+  }
+  return {ran, elsewhere};
+}
+
+bool is_plan(const std::string& text) { return text.rfind("ddpx plan ", 0) == 0; }
+
+TEST(DocsFixturesTest, EveryOtherCommandRunsHereOnAFixtureOrSaysWhereItIsChecked) {
+  auto [ran, elsewhere] = run_doc_commands([](const std::string& t) { return !is_plan(t); });
+  EXPECT_GE(ran, 25) << "the extraction found too few commands";
+  EXPECT_LE(elsewhere, 15) << "most commands run here; a new one for another machine is a row";
+}
+
+// Apart: the README's plan of ViT-L/16 on 8 GPUs probes the real model (about 3 minutes and
+// 6.5 GB here), so ctest runs it beside the other commands.
+TEST(DocsFixturesTest, EveryPlanCommandRunsAsPrinted) {
+  auto [ran, elsewhere] = run_doc_commands(is_plan);
+  EXPECT_GE(ran, 1);
+  EXPECT_EQ(elsewhere, 0);
+}
+
+}  // namespace
+}  // namespace ddpx
