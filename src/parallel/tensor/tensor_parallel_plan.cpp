@@ -79,6 +79,14 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     }
   }
   summary_ = std::move(split.summary);
+  // The whole model's split parameters go before the inner plan is built: its start-up (the
+  // replicas' broadcast, a sharded plan's flat shards) then sits beside the pieces only.
+  auto whole = whole_.ptr()->named_parameters();
+  for (const auto& [name, spec] : specs_) {
+    whole_split_.push_back(whole[name]);
+    whole_split_nbytes_.push_back(whole[name].storage().nbytes());
+  }
+  free_whole();
   if (p > 1) {
     // The pipeline over the ranks of this tensor rank (the job's ranks t, t + T, ...), running
     // this rank's pieces: its rank r is the job's r * T + t, so stage s of replica d is the
@@ -113,12 +121,6 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     inner_optimizer_ = &plan->optimizer();
     inner_ = std::move(plan);
   }
-  auto whole = whole_.ptr()->named_parameters();
-  for (const auto& [name, spec] : specs_) {
-    whole_split_.push_back(whole[name]);
-    whole_split_nbytes_.push_back(whole[name].storage().nbytes());
-  }
-  free_whole();
 }
 
 TensorParallelPlan::~TensorParallelPlan() = default;

@@ -117,6 +117,7 @@ class TensorParallelPlan : public Plan {
   // Over this rank's pieces (or their shards; a pipeline: its stages' pieces).
   torch::optim::Optimizer& optimizer() { return *inner_optimizer_; }
   PipelinePlan* pipeline() { return pipeline_; }  // the inner plan, with `pipeline`; else null
+  ShardedPlan* sharded() { return sharded_; }     // the inner plan, with `shard`; else null
   // The model this rank runs: its pieces by the whole model's names.
   torch::nn::Module& split_module() { return *split_.ptr(); }
   // The split parameters of split_module() by name, and how each is cut.
