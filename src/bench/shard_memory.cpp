@@ -75,7 +75,12 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 // "--shard full", "--pipeline_parallel 2", "--tensor_parallel 2": the plan measured.
 std::string plan_flag(const ShardMemoryOptions& o) {
   if (o.pipeline_parallel > 1) return fmt::format("--pipeline_parallel {}", o.pipeline_parallel);
-  if (o.tensor_parallel > 1) return fmt::format("--tensor_parallel {}", o.tensor_parallel);
+  if (o.tensor_parallel > 1) {
+    return fmt::format("--tensor_parallel {}{}", o.tensor_parallel,
+                       o.shard == parallel::ShardMode::kNone
+                           ? std::string()
+                           : fmt::format(" --shard {}", parallel::name(o.shard)));
+  }
   return fmt::format("--shard {}", parallel::name(o.shard));
 }
 
@@ -155,8 +160,10 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     options.size = o.tensor_parallel;
     options.sequence_parallel = o.sequence_parallel;
     options.model_name = o.model;
+    options.shard = o.shard;
     auto p = std::make_unique<parallel::TensorParallelPlan>(model, *context, make, options);
     split_optimizer = &p->optimizer();
+    sharded = p->sharded();  // the replicas' sharded plan over the pieces, with --shard
     plan = std::move(p);
   } else if (o.shard == parallel::ShardMode::kNone) {
     auto p = std::make_unique<parallel::DataParallelPlan>(model, *context, make,
@@ -209,9 +216,18 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   }
   const double k = o.adamw ? 8 : 4;
   int64_t own = 0;  // Psi_r: this rank's own parameters under a pipeline or tensor parallelism
-  for (const auto& p : plan->parameters()) own += p.numel();
-  mine[kFormula] = static_cast<int64_t>(splits ? (4 + 4 + k) * static_cast<double>(own)
-                                               : formula(o.shard, static_cast<double>(psi), k, n));
+  if (splits && sharded != nullptr) {  // the pieces, whole (the plan's parameters are shards)
+    for (const auto& unit : sharded->units())
+      for (const auto& p : unit.params()) own += p.numel();
+  } else {
+    for (const auto& p : plan->parameters()) own += p.numel();
+  }
+  // Tensor parallelism's replicas shard Psi_r over the N/T ranks of a tensor rank.
+  mine[kFormula] = static_cast<int64_t>(
+      !splits ? formula(o.shard, static_cast<double>(psi), k, n)
+      : o.tensor_parallel > 1 && o.shard != parallel::ShardMode::kNone
+          ? formula(o.shard, static_cast<double>(own), k, n / o.tensor_parallel)
+          : (4 + 4 + k) * static_cast<double>(own));
   plan->step();
   mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
   mine[kTensorPeak] = tensor_bytes.peak() - tensor_baseline;
@@ -231,7 +247,11 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     fmt::print(
         "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
         "over the start's; tensors: the most CPU tensor bytes alive at once (`ddpx plan`'s peak)\n",
-        splits ? "(8+K)Psi_r, Psi_r: this rank's own parameters" : formula_text(o.shard));
+        !splits ? formula_text(o.shard)
+        : o.shard != parallel::ShardMode::kNone
+            ? formula_text(o.shard) + std::string(" over Psi_r, this rank's own parameters, and "
+                                                  "N the replicas")
+            : "(8+K)Psi_r, Psi_r: this rank's own parameters");
     fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}\n", "rank", "params",
                "grads", "optimizer", "states", "formula", "vs", "peak", "tensors");
   }

@@ -193,7 +193,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* tensor_flag =
       memory->add_option("--tensor_parallel", shard->tensor_parallel,
                          "model states per rank as tensor-parallel pieces (ViTs, the MLP), "
-                         "beside (8+K)Psi_r; run under `ddpx run N`");
+                         "beside (8+K)Psi_r (with --shard: the replicas shard them, beside "
+                         "ZeRO's formula over Psi_r); run under `ddpx run N`");
   memory->add_option("--microbatches", shard->microbatches,
                      "with --pipeline_parallel: micro-batches a batch (0: P)");
   add_choice(memory, "--pipeline_balance", shard->pipeline_balance, parallel::kPipelineBalanceNames,
@@ -208,11 +209,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
              "with --shard: auto | shm | gloo (gloo: DDP's buckets are tensors, counted)");
   memory->callback([m, shard, shard_flag, pipeline_flag, tensor_flag, optimizer, memory,
                     &exit_code] {
-    const int plans = (shard_flag->count() > 0 && shard->shard != parallel::ShardMode::kNone) +
-                      (shard->pipeline_parallel > 1) + (shard->tensor_parallel > 1);
-    DDPX_CHECK(plans <= 1, ErrorKind::kUsage,
-               "bench memory: give one of --shard, --pipeline_parallel and --tensor_parallel "
-               "(each measures its own plan)");
+    // --tensor_parallel takes --shard (its replicas shard the pieces); a pipeline takes neither.
+    const bool sharded = shard_flag->count() > 0 && shard->shard != parallel::ShardMode::kNone;
+    DDPX_CHECK(shard->pipeline_parallel <= 1 || (!sharded && shard->tensor_parallel <= 1),
+               ErrorKind::kUsage,
+               "bench memory: --pipeline_parallel measures a pipeline alone; drop --{} (each "
+               "measures its own plan)",
+               sharded ? "shard" : "tensor_parallel");
     DDPX_CHECK(shard->pipeline_parallel >= 1 && shard->tensor_parallel >= 1, ErrorKind::kUsage,
                "bench memory: --pipeline_parallel and --tensor_parallel must be at least 1");
     if (shard_flag->count() == 0 && pipeline_flag->count() == 0 && tensor_flag->count() == 0) {

@@ -2,8 +2,10 @@
 #include "cli/plan_meshes.h"
 
 #include <fmt/format.h>
+#include <torch/nn/modules/batchnorm.h>
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 #include "parallel/tensor/parallelize.h"
@@ -19,8 +21,11 @@ std::string reason(const Error& e) {
   return text.rfind("plan: ", 0) == 0 ? text.substr(6) : text;
 }
 
+// "2x1x2", "2x1x2 sp", "2x1x2 z3" (z1, z2, z3: --shard optimizer, gradients, full).
 std::string mesh_name(const parallel::MeshPrediction& p) {
-  return fmt::format("{}x{}x{}{}", p.data, p.pipeline, p.tensor, p.sequence_parallel ? " sp" : "");
+  return fmt::format(
+      "{}x{}x{}{}{}", p.data, p.pipeline, p.tensor, p.sequence_parallel ? " sp" : "",
+      p.shard == parallel::ShardMode::kNone ? "" : fmt::format(" z{}", static_cast<int>(p.shard)));
 }
 
 // The divisors of n above 1, ascending.
@@ -33,29 +38,40 @@ std::vector<int> splits_of(int n) {
 
 // Probes at the two smallest T that split the model (and the same with sequence parallelism),
 // carried to every T (split_probe.h's at_tensor_size).
-void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
-  const torch::nn::AnyModule model = s.build();
-  try {  // a model without a plan: one note, not one a T
+// The T that split the model, without and with sequence parallelism; notes for the others.
+std::array<std::vector<int>, 2> splitting_sizes(const MeshSearch& s, MeshResults& r) {
+  const torch::nn::AnyModule model = s.build();  // freed before the probes build their own
+  try {                                          // a model without a plan: one note, not one a T
     parallel::tensor::check_splittable(model, 1, s.model_name);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kUsage) throw;
     std::string text = reason(e);  // "--tensor_parallel 1: resnet50 has no ..."
     if (text.rfind("--tensor_parallel ", 0) == 0) text = text.substr(text.find(": ") + 2);
     r.notes.push_back(fmt::format("tensor parallel: {}", text));
-    return;
+    return {};
   }
+  std::array<std::vector<int>, 2> sizes;
   for (bool sequence : {false, true}) {
-    std::vector<int> sizes;  // the T that split the model
     for (int t : splits_of(s.request.world_size)) {
       try {
         parallel::tensor::check_splittable(model, t, s.model_name, sequence);
-        sizes.push_back(t);
+        sizes[sequence].push_back(t);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kUsage) throw;
         // Sequence parallel is for the ViTs only; the sizes are noted once, without it.
         if (!sequence) r.notes.push_back(fmt::format("tensor parallel {}: {}", t, reason(e)));
       }
     }
+  }
+  return sizes;
+}
+
+// Probes at the two smallest T that split the model (and the same with sequence parallelism),
+// carried to every T (split_probe.h's at_tensor_size).
+void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
+  const auto splitting = splitting_sizes(s, r);
+  for (bool sequence : {false, true}) {
+    const std::vector<int>& sizes = splitting[sequence];
     if (sizes.empty()) continue;
     const auto smallest = parallel::measure_tensor_parallel(s.build, sizes.front(), sequence,
                                                             s.probe, s.model_name, s.checkpointing);
@@ -65,8 +81,13 @@ void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, Mesh
                           : parallel::measure_tensor_parallel(s.build, sizes[1], sequence, s.probe,
                                                               s.model_name, s.checkpointing);
     for (int t : sizes) {
-      r.meshes.push_back(
-          parallel::predict_tensor(whole, parallel::at_tensor_size(smallest, next, t), s.request));
+      const auto at = parallel::at_tensor_size(smallest, next, t);
+      for (auto shard : {parallel::ShardMode::kNone, parallel::ShardMode::kOptimizer,
+                         parallel::ShardMode::kGradients, parallel::ShardMode::kFull}) {
+        // --shard needs replicas to shard over.
+        if (shard == parallel::ShardMode::kNone || s.request.world_size > t)
+          r.meshes.push_back(parallel::predict_tensor(whole, at, s.request, shard));
+      }
     }
   }
   std::stable_sort(r.meshes.begin(), r.meshes.end(),
@@ -83,9 +104,11 @@ void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, Me
                     s.model_name));
     return;
   }
-  bool batch_norm = false;
+  bool batch_norm = false;  // ddpx's BatchNorm derives from libtorch's
   for (const auto& m : model.ptr()->modules()) {
-    if (m->name().find("BatchNorm") != std::string::npos) batch_norm = true;
+    batch_norm = batch_norm || m->as<torch::nn::BatchNorm1dImpl>() != nullptr ||
+                 m->as<torch::nn::BatchNorm2dImpl>() != nullptr ||
+                 m->as<torch::nn::BatchNorm3dImpl>() != nullptr;
   }
   for (int p : splits_of(s.request.world_size)) {
     parallel::PipelineRequest q;
@@ -131,7 +154,9 @@ MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& 
 const parallel::MeshPrediction* recommended_mesh(const MeshResults& results) {
   const parallel::MeshPrediction* best = nullptr;
   auto rank = [](const parallel::MeshPrediction& p) {
-    return std::make_tuple(p.pipeline * p.tensor, p.pipeline > 1, p.sequence_parallel);
+    // The least split, then no bubble, then the least communication (sequence parallelism's
+    // all-gathers cost as much as the all-reduces they replace; each ZeRO stage adds some).
+    return std::make_tuple(p.pipeline * p.tensor, p.pipeline > 1, p.sequence_parallel, p.shard);
   };
   for (const auto& p : results.meshes) {
     if (p.fits && (best == nullptr || rank(p) < rank(*best))) best = &p;
@@ -142,17 +167,18 @@ const parallel::MeshPrediction* recommended_mesh(const MeshResults& results) {
 void print_meshes(const MeshResults& results, double usable) {
   if (!results.meshes.empty()) {
     fmt::print(
-        "# meshes that split the model, data x pipeline x tensor (sp: --sequence_parallel); "
+        "# meshes that split the model, data x pipeline x tensor (sp: --sequence_parallel; z1, "
+        "z2, z3: the replicas' --shard optimizer, gradients, full); "
         "batch: --batch_size per replica, the same global batch; GiB on the rank that peaks; "
         "start: the whole model, built on every rank before the plan splits it\n");
-    fmt::print("  {:<9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>11} {:>7} {:>8}  {:<24} {}\n", "mesh",
+    fmt::print("  {:<12} {:>6} {:>8} {:>8} {:>9} {:>9} {:>11} {:>7} {:>8}  {:<24} {}\n", "mesh",
                "batch", "params", "grads", "optimizer", "transient", "activations", "start", "peak",
                "fits", "flags");
     for (const auto& p : results.meshes) {
       const std::string fits =
           p.fits ? "yes" : fmt::format("no (over by {:.2f})", in_gib(p.peak() - usable));
       fmt::print(
-          "  {:<9} {:>6} {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>7.2f} {:>8.2f}  "
+          "  {:<12} {:>6} {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>7.2f} {:>8.2f}  "
           "{:<24} {}\n",
           mesh_name(p), p.batch, in_gib(p.params), in_gib(p.grads), in_gib(p.optimizer),
           in_gib(p.transient), in_gib(p.activations), in_gib(p.start), in_gib(p.peak()), fits,
@@ -165,15 +191,16 @@ void print_meshes(const MeshResults& results, double usable) {
 std::string mesh_json(const parallel::MeshPrediction& p, double usable, bool recommended) {
   return fmt::format(
       "{{\"mesh\": \"{}x{}x{}\", \"data\": {}, \"pipeline\": {}, \"tensor\": {}, "
-      "\"sequence_parallel\": {}, \"batch_size\": {}, \"microbatches\": {}, \"worst_stage\": {}, "
+      "\"sequence_parallel\": {}, \"shard\": \"{}\", \"batch_size\": {}, \"microbatches\": {}, "
+      "\"worst_stage\": {}, "
       "\"param_bytes\": {:.0f}, \"grad_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, "
       "\"transient_bytes\": {:.0f}, \"activation_bytes\": {:.0f}, \"start_bytes\": {:.0f}, "
       "\"peak_bytes\": {:.0f}, \"usable_bytes\": {:.0f}, \"fits\": {}, \"recommended\": {}, "
       "\"flags\": \"{}\"}}",
       p.data, p.pipeline, p.tensor, p.data, p.pipeline, p.tensor,
-      p.sequence_parallel ? "true" : "false", p.batch, p.microbatches, p.worst_stage, p.params,
-      p.grads, p.optimizer, p.transient, p.activations, p.start, p.peak(), usable,
-      p.fits ? "true" : "false", recommended ? "true" : "false", p.flags);
+      p.sequence_parallel ? "true" : "false", parallel::name(p.shard), p.batch, p.microbatches,
+      p.worst_stage, p.params, p.grads, p.optimizer, p.transient, p.activations, p.start, p.peak(),
+      usable, p.fits ? "true" : "false", recommended ? "true" : "false", p.flags);
 }
 
 }  // namespace ddpx::cli

@@ -159,15 +159,17 @@ double number(const std::string& line, const std::string& key) {
 
 // The meshes `ddpx plan` offers, against `bench memory` on real ranks running the same layout
 // (the replica's batch, micro-batches and balance from the plan's flags): a pipeline of ResNet-50
-// (stages by parameters, as both are told) on 2 GPUs, ViT-B/16's tensor pieces on 2, and with
-// sequence parallelism on 4 (probed on 4 thread ranks), at batches whose activations are a
-// quarter or more of the peak.
+// (stages by parameters, as both are told) on 2 GPUs, ViT-B/16's tensor pieces on 2, with
+// sequence parallelism on 4 (probed on 4 thread ranks), and on 4 as 2 replicas of 2 tensor ranks
+// that shard the pieces (--shard full, gradients), at batches whose activations are a quarter or
+// more of the peak.
 TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
   struct Mesh {
     int gpus;
-    const char* plan;   // ddpx plan's flags
-    std::string flags;  // the mesh's flags, as the plan prints them
-    const char* bench;  // bench memory's flags for the same layout
+    const char* plan;            // ddpx plan's flags
+    std::string flags;           // the mesh's flags, as the plan prints them
+    const char* bench;           // bench memory's flags for the same layout
+    const char* shard = "none";  // the tensor-parallel replicas' --shard
   };
   const std::vector<Mesh> meshes = {
       {2, "--model resnet50 --image_size 64 --batch_size 16 --pipeline_balance params",
@@ -179,6 +181,15 @@ TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
       {4, "--model vit_b_16 --image_size 96 --batch_size 16",
        "--tensor_parallel 4 --sequence_parallel --batch_size 64",
        "--model vit_b_16 --image_size 96 --tensor_parallel 4 --sequence_parallel --batch_size 64"},
+      // Tensor parallelism with sharded replicas (2 replicas of 2 tensor ranks).
+      {4, "--model vit_b_16 --image_size 128 --batch_size 16",
+       "--tensor_parallel 2 --shard full --batch_size 32",
+       "--model vit_b_16 --image_size 128 --tensor_parallel 2 --shard full --batch_size 32",
+       "full"},
+      {4, "--model vit_b_16 --image_size 128 --batch_size 16",
+       "--tensor_parallel 2 --shard gradients --batch_size 32",
+       "--model vit_b_16 --image_size 128 --tensor_parallel 2 --shard gradients --batch_size 32",
+       "gradients"},
   };
   std::map<std::string, std::string> plans;  // by the plan's flags: one probe a model
   for (const auto& mesh : meshes) {
@@ -202,8 +213,8 @@ TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
         300);
     ASSERT_EQ(bench.exit_code, 0) << bench.output;
     const auto measured = by_shard(bench.output, "tensor_peak_bytes");
-    ASSERT_EQ(measured.count("none"), 1u) << bench.output;
-    const auto& rows = measured.at("none");
+    ASSERT_EQ(measured.count(mesh.shard), 1u) << bench.output;
+    const auto& rows = measured.at(mesh.shard);
     ASSERT_EQ(rows.size(), static_cast<size_t>(mesh.gpus)) << "one line per rank\n" << bench.output;
     const double peak = *std::max_element(rows.begin(), rows.end());
     std::printf("%s: predicted %.1f MiB (activations %.1f), measured %.1f MiB (%+.1f%%)\n",

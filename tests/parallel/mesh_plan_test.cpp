@@ -152,6 +152,53 @@ TEST(MeshPlanTest, TwoTensorProbesCarryToTheSizesBetween) {
   EXPECT_DOUBLE_EQ(at_tensor_size(two, two, 2).activations.per_sample, 3000);
 }
 
+// Tensor parallelism whose replicas shard the pieces: the states are the ZeRO stage's over the
+// rank's own units at world D = N/T (memory_plan.h's arithmetic), the activations the split
+// model's; one replica has nothing to shard over. Probed units carry to other T along the dim
+// their tensor ranks split.
+TEST(MeshPlanTest, ShardedTensorReplicasHoldTheirZeroStagesShareOfThePieces) {
+  TensorMemory m;
+  m.ranks = 2;
+  m.parameters = 600;
+  m.split_parameters = 400;
+  m.activations.per_sample = 100;
+  // Two units: a block of two pieces (rows split; within a row split) and a whole root layer.
+  UnitParams block{"block", false, {{100, 1, 0}, {10, 10, 1}}};  // 100 + 100 elements
+  UnitParams root{"root", true, {{40, 10, -1}}};                 // 400 elements
+  m.units = {block, root};
+  PlanRequest r;
+  r.world_size = 8;  // 4 replicas of 2 tensor ranks
+  r.batch_size = 3;
+  r.optimizer_bytes_per_param = 8;
+  const auto full = predict_tensor(whole_of(800), m, r, ShardMode::kFull);
+  EXPECT_EQ(full.data, 4);
+  EXPECT_EQ(full.shard, ShardMode::kFull);
+  // Shards over 4: ceil(100/4) x 1 + ceil(10/4) x 10 + ceil(40/4) x 10 = 25 + 30 + 100 elements.
+  EXPECT_DOUBLE_EQ(full.params, 4 * 155.0);
+  EXPECT_DOUBLE_EQ(full.grads, 4 * 155.0);
+  EXPECT_DOUBLE_EQ(full.optimizer, 8 * 155.0);
+  EXPECT_GE(full.activations, 600) << "the split model's, and a unit's gradients in backward";
+  EXPECT_DOUBLE_EQ(full.start, 4 * (800 + 200.0));
+  EXPECT_EQ(full.flags, "--tensor_parallel 2 --shard full --batch_size 6");
+  const auto none = predict_tensor(whole_of(800), m, r);
+  EXPECT_LT(full.params + full.grads + full.optimizer,
+            (none.params + none.grads + none.optimizer) / 3)
+      << "ZeRO-3 over 4 replicas";
+
+  r.world_size = 2;
+  EXPECT_THROW(predict_tensor(whole_of(800), m, r, ShardMode::kOptimizer), Error)
+      << "one replica: nothing to shard over";
+
+  const auto carried = at_tensor_size(m, m, 2);
+  EXPECT_EQ(carried.units[0].params[0].rows, 100);
+  TensorMemory eight = m;
+  eight.ranks = 8;
+  const auto at4 = at_tensor_size(m, eight, 4);
+  EXPECT_EQ(at4.units[0].params[0].rows, 50) << "rows split: halved from T = 2 to 4";
+  EXPECT_EQ(at4.units[0].params[1].row_numel, 5) << "split within a row";
+  EXPECT_EQ(at4.units[1].params[0].rows, 40) << "a whole layer stays whole";
+}
+
 TEST(SplitProbeTest, LayersOfAZooModelAddUpToItAndHoldMoreForMoreSamples) {
   models::ModelConfig config;
   config.num_classes = 10;

@@ -56,27 +56,33 @@ double ModelMemory::activation_bytes(int64_t batch) const {
   return std::max(0.0, activation_fixed + activation_per_sample * static_cast<double>(batch));
 }
 
-ModelMemory measure_model(torch::nn::AnyModule& model, const ProbeOptions& o) {
-  DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
-             "plan: the probe needs a positive batch and image size");
-  ModelMemory m;
-  m.amp = o.amp;
+std::vector<UnitParams> unit_params(torch::nn::Module& module,
+                                    const std::function<int(const std::string&)>& tensor_dim) {
   std::map<std::string, torch::Tensor> by_name;
-  for (const auto& item : model.ptr()->named_parameters()) {
-    by_name[item.key()] = item.value();
-    m.parameters += item.value().numel();
-  }
-  for (const auto& spec : choose_units(*model.ptr(), {})) {
+  for (const auto& item : module.named_parameters()) by_name[item.key()] = item.value();
+  std::vector<UnitParams> units;
+  for (const auto& spec : choose_units(module, {})) {
     UnitParams unit{spec.name, spec.root, {}};
     for (const auto& name : spec.param_names) {
       const auto& p = by_name.at(name);
       ParamRows rows;
       rows.rows = p.dim() == 0 ? 1 : p.size(0);
       rows.row_numel = rows.rows == 0 ? 0 : p.numel() / rows.rows;
+      if (tensor_dim) rows.tensor_dim = tensor_dim(name);
       unit.params.push_back(rows);
     }
-    m.units.push_back(std::move(unit));
+    units.push_back(std::move(unit));
   }
+  return units;
+}
+
+ModelMemory measure_model(torch::nn::AnyModule& model, const ProbeOptions& o) {
+  DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
+             "plan: the probe needs a positive batch and image size");
+  ModelMemory m;
+  m.amp = o.amp;
+  for (const auto& p : model.ptr()->parameters()) m.parameters += p.numel();
+  m.units = unit_params(*model.ptr());
 
   model.ptr()->train();
   CpuTensorBytes bytes;

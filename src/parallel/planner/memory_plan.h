@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ namespace ddpx::parallel {
 struct ParamRows {
   int64_t rows = 1;
   int64_t row_numel = 1;
+  // A tensor-parallel piece: the dim the ranks split (0: rows, 1: within a row); -1: whole.
+  int tensor_dim = -1;
 };
 
 struct UnitParams {
@@ -53,6 +56,11 @@ struct UnitParams {
   bool root = false;
   std::vector<ParamRows> params;
 };
+
+// The sharded plan's units of `module` (sharded/units.h's default choice) and their parameters'
+// rows, in the plan's order; `tensor_dim` (if given) names each parameter's tensor-parallel dim.
+std::vector<UnitParams> unit_params(
+    torch::nn::Module& module, const std::function<int(const std::string&)>& tensor_dim = nullptr);
 
 struct ModelMemory {
   int64_t parameters = 0;  // Psi

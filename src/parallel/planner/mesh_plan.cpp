@@ -89,26 +89,51 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
   return p;
 }
 
-MeshPrediction predict_tensor(const ModelMemory& model, const TensorMemory& m,
-                              const PlanRequest& r) {
+MeshPrediction predict_tensor(const ModelMemory& model, const TensorMemory& m, const PlanRequest& r,
+                              ShardMode shard) {
   const int n = r.world_size;
   DDPX_CHECK(m.ranks >= 2 && n % m.ranks == 0, ErrorKind::kUsage,
              "plan: --tensor_parallel {} does not divide {} GPUs", m.ranks, n);
   MeshPrediction p;
   p.tensor = m.ranks;
   p.data = n / m.ranks;
+  DDPX_CHECK(shard == ShardMode::kNone || p.data > 1, ErrorKind::kUsage,
+             "plan: --tensor_parallel {} on {} GPUs leaves one replica: --shard {} has no ranks "
+             "to shard over",
+             m.ranks, n, name(shard));
   p.sequence_parallel = m.sequence_parallel;
+  p.shard = shard;
   p.batch = r.batch_size * m.ranks;
-  add_states(p, static_cast<double>(m.parameters), r);
-  p.grads_persist = p.data > 1;
   p.activations = m.activations.at(static_cast<double>(p.batch));
+  if (shard == ShardMode::kNone) {
+    add_states(p, static_cast<double>(m.parameters), r);
+    p.grads_persist = p.data > 1;
+  } else {
+    // The pieces as a model of their own, sharded over the D replicas.
+    ModelMemory pieces;
+    pieces.parameters = m.parameters;
+    pieces.units = m.units;
+    pieces.activation_fixed = m.activations.fixed;
+    pieces.activation_per_sample = m.activations.per_sample;
+    PlanRequest replicas = r;
+    replicas.world_size = p.data;
+    replicas.batch_size = p.batch;
+    const ModePrediction z = predict(pieces, shard, replicas);
+    p.params = z.params;
+    p.grads = z.grads;
+    p.optimizer = z.optimizer;
+    p.transient = z.transient;
+    p.activations = z.activations + z.backward_transient;
+  }
   // The whole model and this rank's pieces, copied out of it, before the whole one's split
   // parameters are freed.
   p.start = kWordBytes * (static_cast<double>(model.parameters) +
                           static_cast<double>(m.split_parameters) / m.ranks);
   p.fits = p.peak() <= r.gpu_memory - r.reserve;
-  p.flags = fmt::format("--tensor_parallel {}{} --batch_size {}", m.ranks,
-                        m.sequence_parallel ? " --sequence_parallel" : "", p.batch);
+  p.flags = fmt::format(
+      "--tensor_parallel {}{}{} --batch_size {}", m.ranks,
+      m.sequence_parallel ? " --sequence_parallel" : "",
+      shard == ShardMode::kNone ? std::string() : std::string(" --shard ") + name(shard), p.batch);
   return p;
 }
 

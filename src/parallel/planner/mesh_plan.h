@@ -16,9 +16,13 @@
 //   tensor      the split model's activations as measured on T thread ranks (split_probe.h); with
 //               one replica there is no DDP to keep the gradients in buckets: zero_grad frees
 //               them, and backward brings them back as it frees the activations
+//   tensor x --shard  the replicas shard the pieces (ZeRO-1/2/3 over D = N/T ranks): a rank's
+//               pieces and whole layers, grouped into units as the sharded plan groups them,
+//               take memory_plan.h's arithmetic for that mode at world D, with the split model's
+//               measured activations
 // The peak is the larger of start and the states plus the larger of transient and activations.
-// Meshes of both pipeline and tensor parallelism, and pipelines with --shard, are not built in
-// ddpx train yet, so they are not offered; tensor parallelism with --shard is not planned yet.
+// Pipelines with --shard are not built in ddpx train yet, so they are not offered; meshes of both
+// pipeline and tensor parallelism train but are not planned yet.
 #pragma once
 
 #include <algorithm>
@@ -35,8 +39,9 @@ namespace ddpx::parallel {
 struct MeshPrediction {
   int data = 1, pipeline = 1, tensor = 1;
   bool sequence_parallel = false;
-  int64_t batch = 0;     // --batch_size: per data-parallel replica
-  int microbatches = 0;  // pipeline
+  ShardMode shard = ShardMode::kNone;  // tensor parallelism's replicas: --shard
+  int64_t batch = 0;                   // --batch_size: per data-parallel replica
+  int microbatches = 0;                // pipeline
   double start = 0;
   double params = 0, grads = 0, optimizer = 0, transient = 0, activations = 0;
   int worst_stage = -1;  // pipeline: the stage whose rank peaks highest
@@ -68,8 +73,9 @@ struct PipelineRequest {
 MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
                                 const PlanRequest& request, const PipelineRequest& pipeline);
 
-// `measured` is the probe at T = measured.ranks.
+// `measured` is the probe at T = measured.ranks. With `shard` the N/T replicas shard the pieces;
+// throws ddpx::Error(kUsage) when there is one replica only (nothing to shard over).
 MeshPrediction predict_tensor(const ModelMemory& model, const TensorMemory& measured,
-                              const PlanRequest& request);
+                              const PlanRequest& request, ShardMode shard = ShardMode::kNone);
 
 }  // namespace ddpx::parallel

@@ -151,6 +151,10 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
       }
       if (group.rank() == 0) {
         for (const auto& p : split.module.ptr()->parameters()) m.parameters += p.numel();
+        m.units = unit_params(*split.module.ptr(), [&split](const std::string& name) {
+          auto spec = split.specs.find(name);
+          return spec == split.specs.end() ? -1 : static_cast<int>(spec->second.dim);
+        });
       }
     }
     const auto params = split.module.ptr()->parameters();
@@ -198,6 +202,12 @@ TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ra
   m.ranks = ranks;
   const int64_t unsplit = a.whole_parameters - a.split_parameters;
   m.parameters = unsplit + a.split_parameters / ranks;
+  for (auto& unit : m.units) {
+    for (auto& p : unit.params) {
+      if (p.tensor_dim == 0) p.rows = p.rows * a.ranks / ranks;
+      if (p.tensor_dim > 0) p.row_numel = p.row_numel * a.ranks / ranks;
+    }
+  }
   if (a.ranks == b.ranks) {
     DDPX_CHECK(ranks == a.ranks, ErrorKind::kInternal,
                "plan: one tensor probe at {} ranks cannot be carried to {}", a.ranks, ranks);

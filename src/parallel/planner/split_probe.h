@@ -59,6 +59,9 @@ struct TensorMemory {
   int64_t parameters = 0;        // Psi_r: a rank's pieces and the whole layers
   int64_t split_parameters = 0;  // the whole model's parameters that are split (held at start)
   LinearFit activations;         // a rank's, above its parameters and gradients
+  // Rank 0's pieces and whole layers as the sharded plan groups them (--shard over the replicas),
+  // each piece marked with the dim the tensor ranks split.
+  std::vector<UnitParams> units;
 };
 
 // `build` makes the whole model (fp32, CPU): once a rank, one at a time; each rank keeps its pieces
@@ -71,7 +74,8 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
                                      const models::ActivationCheckpointing& checkpointing = {});
 
 // Probes at two sizes (`ddpx plan`: the two smallest T that split the model) carried to any T: the
-// pieces scale as 1/T, and a rank's activations as U + S/T (the unsplit layers' and the split
+// pieces (and the units' pieces, along their split dim) scale as 1/T, and a rank's activations as
+// U + S/T (the unsplit layers' and the split
 // ones'), fitted through the two. Probes of one size give that size only. The caller checks that T
 // splits the model.
 TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ranks);
