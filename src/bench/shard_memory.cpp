@@ -149,6 +149,9 @@ void run_shard_memory(const ShardMemoryOptions& o) {
                "bench memory: --batch_size {} does not split into {} micro-batches", o.batch_size,
                options.microbatches);
     options.balance = o.pipeline_balance;
+    options.schedule = o.pipeline_schedule;
+    if (o.pipeline_schedule == parallel::PipelineSchedule::kInterleaved)
+      options.stages_per_rank = o.stages_per_rank > 0 ? o.stages_per_rank : 2;
     options.sample_shape = {3, config.image_size, config.image_size};  // as ddpx train times
     options.micro_batch = o.batch_size / options.microbatches;
     options.model_name = o.model;

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "distributed/choices.h"
+#include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_split.h"
 #include "parallel/sharded/shard_mode.h"
 
@@ -38,7 +39,9 @@ struct ShardMemoryOptions {
   int pipeline_parallel = 1;  // > 1: the pipeline plan's stages (1F1B)
   int microbatches = 0;       // the pipeline's; 0: P, 1F1B's fewest (the largest micro-batches)
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;  // as ddpx train
-  int tensor_parallel = 1;                                                        // > 1: pieces
+  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  int stages_per_rank = 0;         // V, interleaved; 0: 2
+  int tensor_parallel = 1;         // > 1: pieces
   bool sequence_parallel = false;  // the tensor-parallel plan's --sequence_parallel
   bool adamw = false;              // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
   bool json = false;

@@ -199,6 +199,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                      "with --pipeline_parallel: micro-batches a batch (0: P)");
   add_choice(memory, "--pipeline_balance", shard->pipeline_balance, parallel::kPipelineBalanceNames,
              "with --pipeline_parallel: cut stages by timed layers or parameters");
+  add_choice(memory, "--pipeline_schedule", shard->pipeline_schedule,
+             parallel::kPipelineScheduleNames,
+             "with --pipeline_parallel: 1f1b | gpipe | interleaved");
+  memory->add_option("--stages_per_rank", shard->stages_per_rank,
+                     "with --pipeline_schedule interleaved: stages a rank (0: 2)");
   memory->add_flag("--sequence_parallel", shard->sequence_parallel,
                    "with --tensor_parallel: Megatron's sequence parallelism (the ViTs)");
   auto optimizer = std::make_shared<std::string>("sgd");

@@ -40,6 +40,7 @@ struct PlanOptions {
   bool shard_only = false;
   int microbatches = 0;
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  int stages_per_rank = 0;  // 0: 2 for interleaved, as ddpx train
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
 };
 
@@ -94,6 +95,12 @@ void run_plan(const PlanOptions& o) {
       o.microbatches >= 0, ErrorKind::kUsage,
       "plan: --microbatches must be >= 0 (0: 2 x --pipeline_parallel, as ddpx train), got {}",
       o.microbatches);
+  DDPX_CHECK(
+      o.stages_per_rank >= 0 && (o.stages_per_rank == 0 ||
+                                 o.pipeline_schedule == parallel::PipelineSchedule::kInterleaved),
+      ErrorKind::kUsage,
+      "plan: --stages_per_rank {} goes with --pipeline_schedule interleaved (0: 2)",
+      o.stages_per_rank);
   torch::manual_seed(0);
   const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
   parallel::ProbeOptions probe;
@@ -118,6 +125,7 @@ void run_plan(const PlanOptions& o) {
     search.request = request;
     search.microbatches = o.microbatches;
     search.schedule = o.pipeline_schedule;
+    if (o.stages_per_rank > 0) search.stages_per_rank = o.stages_per_rank;
     search.balance = o.pipeline_balance;
     meshes = search_meshes(m, search);
   }
@@ -230,7 +238,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--microbatches", o->microbatches,
                   "pipeline meshes: micro-batches a batch (0: 2 x stages, as ddpx train)");
   add_choice(cmd, "--pipeline_schedule", o->pipeline_schedule, parallel::kPipelineScheduleNames,
-             "pipeline meshes: 1f1b | gpipe (interleaved is not planned)");
+             "pipeline meshes: 1f1b | gpipe | interleaved");
+  cmd->add_option("--stages_per_rank", o->stages_per_rank,
+                  "pipeline meshes, interleaved: stages a rank (0: 2, as ddpx train)");
   add_choice(cmd, "--pipeline_balance", o->pipeline_balance, parallel::kPipelineBalanceNames,
              "pipeline meshes: cut stages by the probe's layer times or parameter counts");
   cmd->add_flag("--json", o->json,

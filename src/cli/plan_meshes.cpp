@@ -116,6 +116,7 @@ void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, Me
     q.stages = p;
     q.microbatches = s.microbatches;
     q.schedule = s.schedule;
+    q.stages_per_rank = s.stages_per_rank;
     q.balance = s.balance;
     q.model_name = s.model_name;
     try {

@@ -22,6 +22,7 @@ struct MeshSearch {
   parallel::PlanRequest request;
   int microbatches = 0;
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+  int stages_per_rank = 2;  // V, interleaved only
   parallel::PipelineBalance balance = parallel::PipelineBalance::kTime;
 };
 

@@ -281,6 +281,29 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
         180);
     EXPECT_EQ(train.exit_code, 0) << m[1] << "\n" << train.output;
   }
+
+  // The interleaved schedule is planned too (V = 2 stages a rank, as ddpx train's default), and
+  // its flags train as printed.
+  auto interleaved = run_command(
+      test::ddpx_command("plan --model resnet18 --gpus 2 --image_size 32 --batch_size 8 "
+                         "--num_classes 10 --pipeline_schedule interleaved --json"),
+      180);
+  ASSERT_EQ(interleaved.exit_code, 0) << interleaved.output;
+  const std::string line = mesh_line(interleaved.output, "--pipeline_parallel 2");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, std::regex("\"flags\": \"([^\"]+)\""))) << line;
+  EXPECT_NE(m[1].str().find("--pipeline_schedule interleaved --stages_per_rank 2"),
+            std::string::npos)
+      << line;
+  test::TempDir dir;
+  auto train =
+      run_command(test::ddpx_command("run 2 --log_dir " + dir.path() +
+                                     " -- train --model resnet18 --image_size 32 --num_epochs 1 "
+                                     "--limit_train_batches 2 --limit_test_batches 1 --threads 1 "
+                                     "--no_progress " +
+                                     m[1].str()),
+                  180);
+  EXPECT_EQ(train.exit_code, 0) << m[1] << "\n" << train.output;
 }
 
 }  // namespace

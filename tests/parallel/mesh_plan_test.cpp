@@ -99,9 +99,44 @@ TEST(MeshPlanTest, PipelineLayoutsThatCannotRunAreRefusedNamingTheFlag) {
   q.batch_norm = false;
   q.microbatches = 1;
   refused("1f1b");  // fewer micro-batches than stages
-  q.microbatches = 0;
   q.schedule = PipelineSchedule::kInterleaved;
-  refused("interleaved");
+  r.batch_size = 3;
+  q.microbatches = 3;
+  refused("interleaved");  // micro-batches not a multiple of the ranks
+  r.batch_size = 2;
+  q.microbatches = 4;
+  q.stages_per_rank = 4;
+  refused("pipeline_parallel");  // 4 layers, 2 x 4 stages
+}
+
+// Interleaved, the model is cut into V x P stages and rank s holds stages s and s + P: its
+// parameters are both stages', and its activations the bytes of each stage's micro-batches the
+// schedule keeps in flight at once, each at its stage's size.
+TEST(MeshPlanTest, AnInterleavedRankHoldsItsStagesAndTheirMicroBatchesInFlight) {
+  PlanRequest r;
+  r.world_size = 2;
+  r.batch_size = 2;  // a replica's batch of 4: 4 micro-batches of 1
+  PipelineRequest q;
+  q.schedule = PipelineSchedule::kInterleaved;
+  q.stages_per_rank = 2;
+  q.microbatches = 4;
+  q.balance = PipelineBalance::kParams;
+  const auto p = predict_pipeline(whole_of(400), four_layers(), r, q);
+  EXPECT_DOUBLE_EQ(p.params, 4 * 200.0) << "two of the four layers";
+  // Rank 0 runs layers 0 and 2 (10 bytes a sample held; layer 2 also keeps its 1-byte input),
+  // rank 1 layers 1 and 3 (11 each).
+  const PipelineShape shape{2, 4, 2};
+  const auto run =
+      simulate_schedule(PipelineSchedule::kInterleaved, shape, 1.0, 2.0, {{10, 11}, {11, 11}});
+  EXPECT_DOUBLE_EQ(p.activations, run.max_bytes[static_cast<size_t>(p.worst_stage)]);
+  const int held = simulate_schedule(PipelineSchedule::kInterleaved, shape)
+                       .max_activations[static_cast<size_t>(p.worst_stage)];
+  EXPECT_GE(p.activations, 10.0 * held) << "each held micro-batch at 10 bytes or more";
+  EXPECT_LE(p.activations, 11.0 * held);
+  EXPECT_LT(held, 2 * 4) << "fewer than all of both stages' micro-batches";
+  EXPECT_EQ(p.flags,
+            "--pipeline_parallel 2 --microbatches 4 --pipeline_schedule interleaved "
+            "--stages_per_rank 2 --batch_size 4 --pipeline_balance params");
 }
 
 TEST(MeshPlanTest, ATensorRankHoldsItsPiecesAndItsGradientsOnlyInBackwardWithoutReplicas) {

@@ -80,7 +80,8 @@ std::vector<PipelineAction> schedule_actions(PipelineSchedule schedule, const Pi
 }
 
 ScheduleRun simulate_schedule(PipelineSchedule schedule, const PipelineShape& shape,
-                              double forward_time, double backward_time) {
+                              double forward_time, double backward_time,
+                              const std::vector<std::vector<double>>& chunk_bytes) {
   const int p = shape.ranks, stages = shape.stages();
   std::vector<std::vector<PipelineAction>> lists;
   for (int r = 0; r < p; ++r) lists.push_back(schedule_actions(schedule, shape, r));
@@ -91,6 +92,8 @@ ScheduleRun simulate_schedule(PipelineSchedule schedule, const PipelineShape& sh
   std::vector<int> held(p, 0);
   ScheduleRun run;
   run.max_activations.assign(p, 0);
+  std::vector<double> bytes(p, 0);
+  if (!chunk_bytes.empty()) run.max_bytes.assign(p, 0);
   for (;;) {
     bool progressed = false, finished = true;
     for (int r = 0; r < p; ++r) {
@@ -121,6 +124,10 @@ ScheduleRun simulate_schedule(PipelineSchedule schedule, const PipelineShape& sh
       done[{a.forward, a.microbatch, stage}] = free_at[r];
       held[r] += a.forward ? 1 : -1;
       run.max_activations[r] = std::max(run.max_activations[r], held[r]);
+      if (!chunk_bytes.empty()) {
+        bytes[r] += (a.forward ? 1 : -1) * chunk_bytes.at(r).at(a.chunk);
+        run.max_bytes[r] = std::max(run.max_bytes[r], bytes[r]);
+      }
       ++next[r];
       progressed = true;
     }

@@ -53,14 +53,18 @@ std::vector<PipelineAction> schedule_actions(PipelineSchedule schedule, const Pi
 // The schedule run with every stage's forward taking `forward_time` and backward
 // `backward_time`, each rank starting an action once its input is there (the previous stage's
 // forward, the next stage's backward) and sends taking no time.
+// With `chunk_bytes` (per rank, per chunk: what one micro-batch's forward of that stage leaves
+// held), max_bytes is each rank's most bytes held at once: an interleaved rank's stages differ.
 struct ScheduleRun {
   double makespan = 0;
   std::vector<double> idle_share;    // per rank: the share of the makespan it waited
   std::vector<int> max_activations;  // per rank: the most micro-batch activations it held
+  std::vector<double> max_bytes;     // per rank, with chunk_bytes
   bool deadlocked = false;           // no rank could go on
 };
 ScheduleRun simulate_schedule(PipelineSchedule schedule, const PipelineShape& shape,
-                              double forward_time = 1.0, double backward_time = 2.0);
+                              double forward_time = 1.0, double backward_time = 2.0,
+                              const std::vector<std::vector<double>>& chunk_bytes = {});
 
 // The bubble a schedule ideally has: (P-1)/(M+P-1), interleaved (P-1)/(V*M+P-1).
 double ideal_bubble(PipelineSchedule schedule, const PipelineShape& shape);

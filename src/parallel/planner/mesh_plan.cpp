@@ -25,10 +25,9 @@ void add_states(MeshPrediction& p, double own, const PlanRequest& r) {
 MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
                                 const PlanRequest& r, const PipelineRequest& q) {
   const int n = r.world_size, stages = q.stages;
+  const int chunks = q.schedule == PipelineSchedule::kInterleaved ? q.stages_per_rank : 1;
   DDPX_CHECK(stages >= 2 && n % stages == 0, ErrorKind::kUsage,
              "plan: --pipeline_parallel {} does not divide {} GPUs", stages, n);
-  DDPX_CHECK(q.schedule != PipelineSchedule::kInterleaved, ErrorKind::kUsage,
-             "plan: --pipeline_schedule interleaved is not planned yet; plan 1f1b or gpipe");
   MeshPrediction p;
   p.pipeline = stages;
   p.data = n / stages;
@@ -40,7 +39,8 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
              "plan: --microbatches {} does not divide the replica's batch {} ({} a GPU x {} "
              "stages); give a divisor",
              p.microbatches, p.batch, r.batch_size, stages);
-  const std::string problem = schedule_problem(q.schedule, {stages, p.microbatches, 1});
+  const PipelineShape shape{stages, p.microbatches, chunks};
+  const std::string problem = schedule_problem(q.schedule, shape);
   DDPX_CHECK(problem.empty(), ErrorKind::kUsage, "plan: --pipeline_schedule {} with {} stages: {}",
              name(q.schedule), stages, problem);
   const double micro = static_cast<double>(p.batch / p.microbatches);
@@ -54,36 +54,44 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
     costs.push_back(q.balance == PipelineBalance::kTime ? l.seconds
                                                         : static_cast<double>(l.parameters));
   }
-  const std::vector<size_t> bounds = balance_stages(costs, stages, q.model_name);
-  const ScheduleRun run = simulate_schedule(q.schedule, {stages, p.microbatches, 1});
+  // The model cut into V x P stages; rank s runs stages s, s + P, ... (V = 1 but interleaved).
+  const std::vector<size_t> bounds = balance_stages(costs, stages * chunks, q.model_name);
+  std::vector<std::vector<double>> held(static_cast<size_t>(stages));  // a micro-batch's, a chunk
+  std::vector<double> own(static_cast<size_t>(stages), 0), extra(static_cast<size_t>(stages), 0);
+  for (int s = 0; s < stages; ++s) {
+    for (int c = 0; c < chunks; ++c) {
+      const size_t stage = static_cast<size_t>(c * stages + s);
+      const size_t first = bounds[stage], end = bounds[stage + 1];
+      double bytes = first > 0 ? layers[first].input.at(micro) : 0;  // the received input
+      for (size_t l = first; l < end; ++l) {
+        own[s] += static_cast<double>(layers[l].parameters);
+        bytes += layers[l].held.at(micro);
+        extra[s] = std::max(extra[s], layers[l].backward_extra.at(micro));
+      }
+      held[s].push_back(bytes);
+    }
+  }
+  // Stage s holds the micro-batches its schedule keeps in flight, each chunk's at its own size.
+  const ScheduleRun run = simulate_schedule(q.schedule, shape, 1.0, 2.0, held);
 
   double worst = -1;
   for (int s = 0; s < stages; ++s) {
-    const size_t first = bounds[static_cast<size_t>(s)], end = bounds[static_cast<size_t>(s) + 1];
-    double own = 0, held = first > 0 ? layers[first].input.at(micro) : 0, extra = 0;
-    for (size_t l = first; l < end; ++l) {
-      own += static_cast<double>(layers[l].parameters);
-      held += layers[l].held.at(micro);
-      extra = std::max(extra, layers[l].backward_extra.at(micro));
-    }
     MeshPrediction stage = p;
-    add_states(stage, own, r);
-    stage.activations = run.max_activations[static_cast<size_t>(s)] * held + extra;
+    add_states(stage, own[s], r);
+    stage.activations = run.max_bytes[static_cast<size_t>(s)] + extra[s];
     stage.start = kWordBytes * static_cast<double>(model.parameters);
     if (stage.peak() > worst) {
       worst = stage.peak();
       stage.worst_stage = s;
-      stage.microbatches = p.microbatches;
       p = stage;
     }
   }
   p.fits = p.peak() <= r.gpu_memory - r.reserve;
-  p.flags = fmt::format("--pipeline_parallel {} --microbatches {}{} --batch_size {}", stages,
-                        p.microbatches,
-                        q.schedule == PipelineSchedule::k1F1B
-                            ? ""
-                            : fmt::format(" --pipeline_schedule {}", name(q.schedule)),
-                        p.batch);
+  p.flags = fmt::format("--pipeline_parallel {} --microbatches {}", stages, p.microbatches);
+  if (q.schedule != PipelineSchedule::k1F1B)
+    p.flags += fmt::format(" --pipeline_schedule {}", name(q.schedule));
+  if (chunks > 1) p.flags += fmt::format(" --stages_per_rank {}", chunks);
+  p.flags += fmt::format(" --batch_size {}", p.batch);
   if (q.balance != PipelineBalance::kTime)
     p.flags += fmt::format(" --pipeline_balance {}", name(q.balance));
   return p;

@@ -12,7 +12,9 @@
 //   pipeline    stage s of P under 1F1B holds min(M, P - s) micro-batches' activations of its
 //               layers (GPipe: all M) and its received input, plus the most one layer's backward
 //               adds; stages are cut as ddpx train cuts them (stage_split.h) from the probe's
-//               per-layer times or parameter counts. The peak is the worst stage's rank.
+//               per-layer times or parameter counts. Interleaved, the model is cut into V x P
+//               stages and rank s holds stages s, s + P, ...: the schedule's simulation counts
+//               the bytes of each stage's micro-batches in flight. The peak is the worst rank.
 //   tensor      the split model's activations as measured on T thread ranks (split_probe.h); with
 //               one replica there is no DDP to keep the gradients in buckets: zero_grad frees
 //               them, and backward brings them back as it frees the activations
@@ -61,7 +63,8 @@ struct MeshPrediction {
 struct PipelineRequest {
   int stages = 2;        // P; must divide the world
   int microbatches = 0;  // M; 0: 2P as ddpx train (P where 2P does not divide the batch)
-  PipelineSchedule schedule = PipelineSchedule::k1F1B;  // gpipe or 1f1b
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int stages_per_rank = 2;  // V, interleaved only: the model cut into V x P stages
   PipelineBalance balance = PipelineBalance::kTime;
   std::string model_name = "the model";
   bool batch_norm = false;  // micro-batches of one sample leave it one value a channel
@@ -69,7 +72,7 @@ struct PipelineRequest {
 
 // Throws ddpx::Error(kUsage) naming the flag where the layout cannot run: P not dividing the
 // world, fewer layers than stages, a batch M does not split, micro-batches of one sample for a
-// BatchNorm model, interleaved schedules.
+// BatchNorm model, an interleaved M that P does not divide.
 MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
                                 const PlanRequest& request, const PipelineRequest& pipeline);
 
