@@ -68,41 +68,26 @@ torch::nn::AnyModule make_net(Net net) {
   return torch::nn::AnyModule(vit);
 }
 
-struct Reference {
-  torch::Tensor first_logits, eval_logits;
-  std::vector<double> losses, norms;
-  test::Trained trained;                   // after the steps
-  std::string model_at_2, optimizer_at_2;  // the checkpoint after 2 steps
+// One process, with every step's clipped norm and the checkpoint after 2 steps.
+struct Reference : test::SingleProcess {
+  std::vector<double> norms;
+  std::vector<std::string> at_2;  // the checkpoint after 2 steps: archive_bytes()
 };
 
 Reference single_process(Net net, const Batches& b) {
-  auto model = make_net(net);
-  auto optimizer = test::momentum_sgd(model.ptr()->parameters());
   Reference r;
-  for (int s = 0; s < kSteps; ++s) {
-    if (s == 2) {
-      torch::serialize::OutputArchive m, o;
-      model.ptr()->save(m);
-      optimizer->save(o);
-      std::ostringstream ms, os;
-      m.save_to(ms);
-      o.save_to(os);
-      r.model_at_2 = ms.str();
-      r.optimizer_at_2 = os.str();
-    }
-    torch::Tensor logits = model.forward(b.x[s]);
-    torch::Tensor loss = cross_entropy(logits, b.y[s]);
-    if (s == 0) r.first_logits = logits.detach().clone();
-    r.losses.push_back(loss.item<double>());
-    loss.backward();
-    r.norms.push_back(torch::nn::utils::clip_grad_norm_(model.ptr()->parameters(), kClip));
-    optimizer->step();
-    optimizer->zero_grad();
-  }
-  r.trained = test::trained_state(model, *optimizer);
-  torch::NoGradGuard no_grad;
-  model.ptr()->eval();
-  r.eval_logits = model.forward(b.x[0]);
+  static_cast<test::SingleProcess&>(r) = test::train_single_process(
+      make_net(net), b, kSteps,
+      [&r](int s, torch::nn::AnyModule& model, torch::optim::Optimizer& optimizer) {
+        if (s != 2) return;
+        torch::serialize::OutputArchive m, o;
+        model.ptr()->save(m);
+        optimizer.save(o);
+        r.at_2 = test::archive_bytes(m, o);
+      },
+      [&r](int, torch::nn::AnyModule& model) {
+        r.norms.push_back(torch::nn::utils::clip_grad_norm_(model.ptr()->parameters(), kClip));
+      });
   return r;
 }
 
@@ -225,7 +210,7 @@ TEST(Mesh3dCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSingleProc
     parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd,
                                       mesh_options(layout));
     torch::serialize::InputArchive m, o;
-    std::istringstream ms(want.model_at_2), os(want.optimizer_at_2);
+    std::istringstream ms(want.at_2[0]), os(want.at_2[1]);
     m.load_from(ms);
     o.load_from(os);
     plan.load_state_dict(m, o);

@@ -81,6 +81,39 @@ inline Trained trained_state(const torch::nn::AnyModule& model,
   return t;
 }
 
+// One process training `model` with momentum_sgd() over b's first `steps` steps: what the plans
+// are compared with. Each step calls before(s, model, optimizer) ahead of its forward and
+// after(s, model) once its backward is done, before the optimizer steps.
+struct SingleProcess {
+  torch::Tensor first_logits;
+  torch::Tensor eval_logits;  // the trained model's, in evaluation mode, on the first batch
+  std::vector<double> losses;
+  Trained trained;  // after the steps
+};
+
+template <class Before, class After>
+SingleProcess train_single_process(torch::nn::AnyModule model, const Batches& b, int steps,
+                                   Before before, After after) {
+  auto optimizer = momentum_sgd(model.ptr()->parameters());
+  SingleProcess r;
+  for (int s = 0; s < steps; ++s) {
+    before(s, model, *optimizer);
+    torch::Tensor logits = model.forward(b.x[s]);
+    torch::Tensor loss = cross_entropy(logits, b.y[s]);
+    if (s == 0) r.first_logits = logits.detach().clone();
+    r.losses.push_back(loss.item<double>());
+    loss.backward();
+    after(s, model);
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  r.trained = trained_state(model, *optimizer);
+  torch::NoGradGuard no_grad;
+  model.ptr()->eval();
+  r.eval_logits = model.forward(b.x[0]);
+  return r;
+}
+
 // A plan's state_dict() as the bytes of its two archives: {model, optimizer}.
 inline std::vector<std::string> archive_bytes(torch::serialize::OutputArchive& model,
                                               torch::serialize::OutputArchive& optimizer) {

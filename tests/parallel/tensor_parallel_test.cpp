@@ -81,35 +81,20 @@ torch::nn::AnyModule make_net(Net net, double attention_dropout = 0) {
   return torch::nn::AnyModule(vit);
 }
 
-struct Reference {
-  torch::Tensor first_logits;
-  torch::Tensor eval_logits;  // the trained model's, in evaluation mode, on the first batch
-  std::vector<double> losses;
+// One process, with the first step's gradients.
+struct Reference : test::SingleProcess {
   std::map<std::string, torch::Tensor> first_grads;
-  test::Trained trained;  // after the steps
 };
 
 Reference single_process(Net net, const Batches& b) {
-  auto model = make_net(net);
-  auto optimizer = test::momentum_sgd(model.ptr()->parameters());
   Reference r;
-  for (int s = 0; s < kSteps; ++s) {
-    torch::Tensor logits = model.forward(b.x[s]);
-    torch::Tensor loss = cross_entropy(logits, b.y[s]);
-    if (s == 0) r.first_logits = logits.detach().clone();
-    r.losses.push_back(loss.item<double>());
-    loss.backward();
-    if (s == 0) {
-      for (const auto& p : model.ptr()->named_parameters())
-        r.first_grads[p.key()] = p.value().grad().clone();
-    }
-    optimizer->step();
-    optimizer->zero_grad();
-  }
-  r.trained = test::trained_state(model, *optimizer);
-  torch::NoGradGuard no_grad;
-  model.ptr()->eval();
-  r.eval_logits = model.forward(b.x[0]);
+  static_cast<test::SingleProcess&>(r) = test::train_single_process(
+      make_net(net), b, kSteps, [](int, torch::nn::AnyModule&, torch::optim::Optimizer&) {},
+      [&r](int s, torch::nn::AnyModule& model) {
+        if (s != 0) return;
+        for (const auto& p : model.ptr()->named_parameters())
+          r.first_grads[p.key()] = p.value().grad().clone();
+      });
   return r;
 }
 
