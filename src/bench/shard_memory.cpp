@@ -74,13 +74,12 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // "--shard full", "--pipeline_parallel 2", "--tensor_parallel 2": the plan measured.
 std::string plan_flag(const ShardMemoryOptions& o) {
-  if (o.pipeline_parallel > 1) return fmt::format("--pipeline_parallel {}", o.pipeline_parallel);
-  if (o.tensor_parallel > 1) {
-    return fmt::format("--tensor_parallel {}{}", o.tensor_parallel,
-                       o.shard == parallel::ShardMode::kNone
-                           ? std::string()
-                           : fmt::format(" --shard {}", parallel::name(o.shard)));
-  }
+  const std::string shard = o.shard == parallel::ShardMode::kNone
+                                ? std::string()
+                                : fmt::format(" --shard {}", parallel::name(o.shard));
+  if (o.pipeline_parallel > 1)
+    return fmt::format("--pipeline_parallel {}{}", o.pipeline_parallel, shard);
+  if (o.tensor_parallel > 1) return fmt::format("--tensor_parallel {}{}", o.tensor_parallel, shard);
   return fmt::format("--shard {}", parallel::name(o.shard));
 }
 
@@ -141,6 +140,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   parallel::ShardedPlan* sharded = nullptr;
   parallel::DataParallelPlan* data = nullptr;
   torch::optim::Optimizer* split_optimizer = nullptr;  // a pipeline's or tensor-parallel plan's
+  const std::vector<parallel::ShardUnit>* units = nullptr;  // whichever plan shards
   if (o.pipeline_parallel > 1) {
     parallel::PipelineOptions options;
     options.stages = o.pipeline_parallel;
@@ -155,8 +155,10 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     options.sample_shape = {3, config.image_size, config.image_size};  // as ddpx train times
     options.micro_batch = o.batch_size / options.microbatches;
     options.model_name = o.model;
+    options.shard = o.shard;
     auto p = std::make_unique<parallel::PipelinePlan>(model, *context, make, options);
     split_optimizer = p->optimizer();
+    if (!p->units().empty()) units = &p->units();  // the stages sharded over their replicas
     plan = std::move(p);
   } else if (o.tensor_parallel > 1) {
     parallel::TensorParallelOptions options;
@@ -167,6 +169,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     auto p = std::make_unique<parallel::TensorParallelPlan>(model, *context, make, options);
     split_optimizer = &p->optimizer();
     sharded = p->sharded();  // the replicas' sharded plan over the pieces, with --shard
+    if (sharded != nullptr) units = &sharded->units();
     plan = std::move(p);
   } else if (o.shard == parallel::ShardMode::kNone) {
     auto p = std::make_unique<parallel::DataParallelPlan>(model, *context, make,
@@ -178,6 +181,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     options.mode = o.shard;
     auto p = std::make_unique<parallel::ShardedPlan>(model, *context, make, options);
     sharded = p.get();
+    units = &sharded->units();
     plan = std::move(p);
   }
   const std::string described = plan->describe();
@@ -198,8 +202,8 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   }
 
   std::vector<int64_t> mine(kCount, 0);
-  if (sharded != nullptr) {
-    for (const auto& unit : sharded->units()) {
+  if (units != nullptr) {
+    for (const auto& unit : *units) {
       for (const auto& p : unit.params()) {
         mine[kParams] += static_cast<int64_t>(p.storage().nbytes());
         mine[kGrads] += bytes_of(p.grad());
@@ -209,7 +213,8 @@ void run_shard_memory(const ShardMemoryOptions& o) {
         mine[kGrads] += bytes_of(s.grad());
       }
     }
-    mine[kOptimizer] = parallel::optimizer_state_bytes(sharded->optimizer());
+    mine[kOptimizer] = parallel::optimizer_state_bytes(sharded != nullptr ? sharded->optimizer()
+                                                                          : *split_optimizer);
   } else if (splits) {
     count_held(*model.ptr(), plan->parameters(), mine[kParams], mine[kGrads]);
     if (split_optimizer) mine[kOptimizer] = parallel::optimizer_state_bytes(*split_optimizer);
@@ -219,18 +224,18 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   }
   const double k = o.adamw ? 8 : 4;
   int64_t own = 0;  // Psi_r: this rank's own parameters under a pipeline or tensor parallelism
-  if (splits && sharded != nullptr) {  // the pieces, whole (the plan's parameters are shards)
-    for (const auto& unit : sharded->units())
+  if (splits && units != nullptr) {  // pieces or stages, whole (the plan's are shards)
+    for (const auto& unit : *units)
       for (const auto& p : unit.params()) own += p.numel();
   } else {
     for (const auto& p : plan->parameters()) own += p.numel();
   }
-  // Tensor parallelism's replicas shard Psi_r over the N/T ranks of a tensor rank.
+  // The replicas shard Psi_r over the N/T ranks of a tensor rank, or the N/P of a stage.
+  const int replicas = n / std::max(o.tensor_parallel, 1) / std::max(o.pipeline_parallel, 1);
   mine[kFormula] = static_cast<int64_t>(
-      !splits ? formula(o.shard, static_cast<double>(psi), k, n)
-      : o.tensor_parallel > 1 && o.shard != parallel::ShardMode::kNone
-          ? formula(o.shard, static_cast<double>(own), k, n / o.tensor_parallel)
-          : (4 + 4 + k) * static_cast<double>(own));
+      !splits            ? formula(o.shard, static_cast<double>(psi), k, n)
+      : units != nullptr ? formula(o.shard, static_cast<double>(own), k, replicas)
+                         : (4 + 4 + k) * static_cast<double>(own));
   plan->step();
   mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
   mine[kTensorPeak] = tensor_bytes.peak() - tensor_baseline;

@@ -188,8 +188,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                 "(DDP) | optimizer | gradients | full; run under `ddpx run N`");
   auto* pipeline_flag =
       memory->add_option("--pipeline_parallel", shard->pipeline_parallel,
-                         "model states per rank as pipeline stages (1F1B), beside (8+K)Psi_r; "
-                         "run under `ddpx run N`");
+                         "model states per rank as pipeline stages (1F1B), beside (8+K)Psi_r "
+                         "(with --shard: the replicas shard the stages, beside ZeRO's formula "
+                         "over Psi_r); run under `ddpx run N`");
   auto* tensor_flag =
       memory->add_option("--tensor_parallel", shard->tensor_parallel,
                          "model states per rank as tensor-parallel pieces (ViTs, the MLP), "
@@ -214,13 +215,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
              "with --shard: auto | shm | gloo (gloo: DDP's buckets are tensors, counted)");
   memory->callback([m, shard, shard_flag, pipeline_flag, tensor_flag, optimizer, memory,
                     &exit_code] {
-    // --tensor_parallel takes --shard (its replicas shard the pieces); a pipeline takes neither.
-    const bool sharded = shard_flag->count() > 0 && shard->shard != parallel::ShardMode::kNone;
-    DDPX_CHECK(shard->pipeline_parallel <= 1 || (!sharded && shard->tensor_parallel <= 1),
-               ErrorKind::kUsage,
-               "bench memory: --pipeline_parallel measures a pipeline alone; drop --{} (each "
-               "measures its own plan)",
-               sharded ? "shard" : "tensor_parallel");
+    // --tensor_parallel and --pipeline_parallel take --shard (their replicas shard the pieces
+    // or the stages), not each other.
+    DDPX_CHECK(shard->pipeline_parallel <= 1 || shard->tensor_parallel <= 1, ErrorKind::kUsage,
+               "bench memory: --pipeline_parallel measures a pipeline, --tensor_parallel a "
+               "tensor-parallel plan; drop one of the two");
     DDPX_CHECK(shard->pipeline_parallel >= 1 && shard->tensor_parallel >= 1, ErrorKind::kUsage,
                "bench memory: --pipeline_parallel and --tensor_parallel must be at least 1");
     if (shard_flag->count() == 0 && pipeline_flag->count() == 0 && tensor_flag->count() == 0) {

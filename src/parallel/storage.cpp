@@ -3,12 +3,27 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include <set>
+
 namespace ddpx::parallel {
 
 void free_storage(const torch::Tensor& t) {
   auto* storage = t.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
   storage->set_nbytes(0);
+}
+
+void own_storages(const std::vector<torch::Tensor>& params) {
+  std::set<const void*> seen;
+  for (auto p : params) {
+    const bool owns = p.is_contiguous() && p.storage_offset() == 0 &&
+                      p.storage().nbytes() == static_cast<size_t>(p.numel()) * p.element_size() &&
+                      seen.insert(p.storage().unsafeGetStorageImpl()).second;
+    if (owns) continue;
+    torch::NoGradGuard no_grad;
+    p.set_data(p.detach().clone(at::MemoryFormat::Contiguous));
+    seen.insert(p.storage().unsafeGetStorageImpl());
+  }
 }
 
 void materialize_storage(const torch::Tensor& t, size_t nbytes) {

@@ -8,11 +8,18 @@
 #include <torch/types.h>
 
 #include <cstddef>
+#include <vector>
 
 namespace ddpx::parallel {
 
 // Drops the memory of `t`'s storage (every view of it sees none).
 void free_storage(const torch::Tensor& t);
+
+// Gives each of `params` a storage of its own, contiguous from its start, where it shares one or
+// is a slice of one (libtorch's own parameters own theirs): a clone set under the same tensor,
+// so modules, optimizers and autograd still see the same parameter. What a plan that frees and
+// refills parameters needs.
+void own_storages(const std::vector<torch::Tensor>& params);
 
 // Gives `t`'s storage `nbytes` of fresh, uninitialized memory on its device, unless it already
 // holds that many.

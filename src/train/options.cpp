@@ -33,10 +33,14 @@ void validate_pipeline(const TrainOptions& o) {
              "--batch_size {} (per data-parallel replica) cannot make --microbatches {}; raise "
              "--batch_size or lower --microbatches",
              o.batch_size, pipeline_microbatches(o));
-  DDPX_CHECK(o.shard == parallel::ShardMode::kNone, usage,
-             "--shard {} with --pipeline_parallel {}: sharding a pipeline's stages is not built "
-             "yet; drop one of the two",
-             parallel::name(o.shard), p);
+  DDPX_CHECK(o.shard == parallel::ShardMode::kNone || o.tensor_parallel <= 1, usage,
+             "--shard {} with --pipeline_parallel {} and --tensor_parallel {}: sharding the "
+             "replicas of a 3-D mesh is not built yet; drop --shard (or one of the other two)",
+             parallel::name(o.shard), p, o.tensor_parallel);
+  DDPX_CHECK(o.shard_units.empty(), usage,
+             "--shard_units with --pipeline_parallel {}: a pipeline shards each of its stages as "
+             "one unit; drop --shard_units",
+             p);
   DDPX_CHECK(!o.sync_bn, usage,
              "--sync_bn with --pipeline_parallel {}: a pipeline normalises each micro-batch by its "
              "own statistics; drop --sync_bn",
@@ -221,11 +225,14 @@ void validate(const TrainOptions& o) {
   validate_tensor_parallel(o);
   validate_deterministic(o);
   const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
-  DDPX_CHECK(checkpointing.every == 0 || o.shard != parallel::ShardMode::kFull, usage,
-             "--activation_checkpointing {} with --shard full: recomputing a block inside "
-             "backward would gather its released parameters again; use --shard gradients, or "
-             "drop --activation_checkpointing",
-             o.activation_checkpointing);
+  // (A pipeline keeps its stages whole through a step: its blocks may recompute.)
+  DDPX_CHECK(
+      checkpointing.every == 0 || o.shard != parallel::ShardMode::kFull || o.pipeline_parallel > 1,
+      usage,
+      "--activation_checkpointing {} with --shard full: recomputing a block inside "
+      "backward would gather its released parameters again; use --shard gradients, or "
+      "drop --activation_checkpointing",
+      o.activation_checkpointing);
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
              "--resume auto needs --save_dir to know where to look for checkpoints");
 }

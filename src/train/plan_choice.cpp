@@ -37,6 +37,22 @@ class LoneShardPlan : public parallel::DataParallelPlan {
   parallel::ShardMode shard_;
 };
 
+// What a sharded plan's all-gathers send (--shard_gather_dtype; auto: --amp's dtype).
+c10::ScalarType gather_dtype(const TrainOptions& o) {
+  switch (o.deterministic ? GatherDtype::kFp32 : o.shard_gather_dtype) {
+    case GatherDtype::kAuto:
+      if (auto dtype = optim::amp_dtype(o.amp)) return *dtype;
+      break;
+    case GatherDtype::kFp32:
+      break;
+    case GatherDtype::kBf16:
+      return torch::kBFloat16;
+    case GatherDtype::kFp16:
+      return torch::kHalf;
+  }
+  return c10::ScalarType::Undefined;
+}
+
 }  // namespace
 
 DataRank data_rank(const TrainOptions& o, const dist::Context& context) {
@@ -74,6 +90,8 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
         per_rank_batch(o, data_rank(o, context).size) / pipeline->microbatches, 1);
     pipeline->model_name = o.model;
     pipeline->checkpointing = checkpointing;
+    pipeline->shard = o.shard;
+    pipeline->gather_dtype = gather_dtype(o);
   }
   if (pipeline && o.tensor_parallel <= 1) {
     chosen.plan = std::make_unique<parallel::PipelinePlan>(std::move(model), context,
@@ -116,19 +134,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
       sharded.deterministic_atom = o.deterministic_atom;
       sharded.seed = static_cast<uint64_t>(o.seed);
     }
-    switch (o.deterministic ? GatherDtype::kFp32 : o.shard_gather_dtype) {
-      case GatherDtype::kAuto:
-        if (auto dtype = optim::amp_dtype(o.amp)) sharded.gather_dtype = *dtype;
-        break;
-      case GatherDtype::kFp32:
-        break;
-      case GatherDtype::kBf16:
-        sharded.gather_dtype = torch::kBFloat16;
-        break;
-      case GatherDtype::kFp16:
-        sharded.gather_dtype = torch::kHalf;
-        break;
-    }
+    sharded.gather_dtype = gather_dtype(o);
     auto plan =
         std::make_unique<parallel::ShardedPlan>(std::move(model), context, make_optimizer, sharded);
     chosen.sync_bn_layers = plan->sync_bn_layers();

@@ -1,5 +1,6 @@
 // `ddpx run N -- train --pipeline_parallel P` as a user runs it: two stages train the MLP to the
-// single process's losses and weights, four workers as 2 stages x 2 replicas to DDP's on two,
+// single process's losses and weights, four workers as 2 stages x 2 replicas to DDP's on two
+// (also with the replicas sharding their stage, which resumes its own checkpoint),
 // the pipeline's checkpoint resumes in one process where the single process's own run ends, a
 // zoo ResNet is cut by timing its layers and the table says so, layouts or flags that cannot go
 // together are refused in one line naming them, and a killed stage ends the job naming it.
@@ -96,32 +97,55 @@ TEST(PipelineTrainTest, TwoStagesTrainTheMlpAsOneProcessAndItsCheckpointResumesT
                       train::checkpoint_path(dir.file("piped"), 3));
 }
 
+// 2 stages x 2 replicas train as DDP on two, and so do they with each stage sharded over its
+// replicas (--shard full, clipped by the whole model's norm), whose checkpoint resumes at that
+// layout where DDP's run goes on.
 TEST(PipelineTrainTest, FourWorkersAsTwoStagesTimesTwoReplicasTrainAsTwoDdpWorkers) {
   test::TempDir dir;
-  auto ddp = run_command(ddpx("run 2 --log_dir " + dir.file("l1") + " -- " + kMlp +
-                              "--num_epochs 2 --save_dir " + dir.file("ddp")),
+  const std::string clip = "--clip_grad_norm 0.5 ";
+  auto ddp = run_command(ddpx("run 2 --log_dir " + dir.file("l1") + " -- " + kMlp + clip +
+                              "--num_epochs 3 --save_dir " + dir.file("ddp")),
                          300);
   ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
-  auto piped =
-      run_command(ddpx("run 4 --log_dir " + dir.file("l2") + " -- " + kMlp +
-                       "--num_epochs 2 --pipeline_parallel 2 --save_dir " + dir.file("piped")),
-                  300);
-  ASSERT_EQ(piped.exit_code, 0) << piped.output;
-  EXPECT_NE(piped.output.find("2 stages x 2 data-parallel replicas (1f1b, 4 micro-batches"),
-            std::string::npos)
-      << piped.output;
   auto loss_ddp = numbers_after(ddp.output, "loss_train");
-  auto loss_piped = numbers_after(piped.output, "loss_train");
-  ASSERT_EQ(loss_ddp.size(), 2u) << ddp.output;
-  ASSERT_EQ(loss_piped.size(), 2u) << piped.output;
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(loss_ddp[i], loss_piped[i], 1e-4) << "epoch " << i;
   auto acc_ddp = numbers_after(ddp.output, "Accuracy on test dataset");
-  auto acc_piped = numbers_after(piped.output, "Accuracy on test dataset");
-  ASSERT_EQ(acc_ddp.size(), 2u);
-  ASSERT_EQ(acc_piped.size(), 2u);
-  EXPECT_NEAR(acc_ddp[1], acc_piped[1], 1e-3);
-  expect_same_weights(train::checkpoint_path(dir.file("ddp"), 2),
-                      train::checkpoint_path(dir.file("piped"), 2));
+  ASSERT_EQ(loss_ddp.size(), 3u) << ddp.output;
+  ASSERT_EQ(acc_ddp.size(), 3u);
+  for (const std::string shard : {"none", "full"}) {
+    SCOPED_TRACE("--shard " + shard);
+    const std::string save = dir.file("piped_" + shard);
+    auto piped = run_command(
+        ddpx("run 4 --log_dir " + dir.file("l2" + shard) + " -- " + kMlp + clip +
+             "--num_epochs 2 --pipeline_parallel 2 --shard " + shard + " --save_dir " + save),
+        300);
+    ASSERT_EQ(piped.exit_code, 0) << piped.output;
+    EXPECT_NE(piped.output.find("2 stages x 2 data-parallel replicas (1f1b, 4 micro-batches"),
+              std::string::npos)
+        << piped.output;
+    if (shard == "full") {
+      EXPECT_NE(piped.output.find("each stage sharded over its 2 replicas (--shard full, ZeRO-3)"),
+                std::string::npos)
+          << piped.output;
+    }
+    auto loss_piped = numbers_after(piped.output, "loss_train");
+    ASSERT_EQ(loss_piped.size(), 2u) << piped.output;
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(loss_ddp[i], loss_piped[i], 1e-4) << "epoch " << i;
+    auto acc_piped = numbers_after(piped.output, "Accuracy on test dataset");
+    ASSERT_EQ(acc_piped.size(), 2u);
+    EXPECT_NEAR(acc_ddp[1], acc_piped[1], 1e-3);
+    expect_same_weights(train::checkpoint_path(dir.file("ddp"), 2),
+                        train::checkpoint_path(save, 2));
+    if (shard != "full") continue;
+    // The sharded pipeline resumes its own checkpoint, optimizer state included, for epoch 3.
+    auto resumed = run_command(ddpx("run 4 --log_dir " + dir.file("l3") + " -- " + kMlp + clip +
+                                    "--num_epochs 3 --pipeline_parallel 2 --shard full "
+                                    "--resume auto --save_dir " +
+                                    save),
+                               300);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    expect_same_weights(train::checkpoint_path(dir.file("ddp"), 3),
+                        train::checkpoint_path(save, 3));
+  }
 }
 
 TEST(PipelineTrainTest, AZooResNetIsCutByItsTimedLayers) {
@@ -156,6 +180,18 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
   EXPECT_EQ(sync_bn.exit_code, 2) << sync_bn.output;
   EXPECT_NE(sync_bn.output.find("--sync_bn with --pipeline_parallel 2"), std::string::npos)
       << sync_bn.output;
+  auto units = run_command(ddpx(kMlp + "--pipeline_parallel 2 --shard full --shard_units fc1"), 60);
+  EXPECT_EQ(units.exit_code, 2) << units.output;
+  EXPECT_NE(units.output.find("--shard_units with --pipeline_parallel 2: a pipeline shards each of "
+                              "its stages as one unit"),
+            std::string::npos)
+      << units.output;
+  auto mesh =
+      run_command(ddpx(kMlp + "--pipeline_parallel 2 --tensor_parallel 2 --shard optimizer"), 60);
+  EXPECT_EQ(mesh.exit_code, 2) << mesh.output;
+  EXPECT_NE(mesh.output.find("sharding the replicas of a 3-D mesh is not built yet"),
+            std::string::npos)
+      << mesh.output;
   auto micro = run_command(ddpx(kMlp + "--pipeline_parallel 2 --microbatches 32"), 60);
   EXPECT_EQ(micro.exit_code, 2) << micro.output;
   EXPECT_NE(micro.output.find("--batch_size 16 (per data-parallel replica) cannot make "

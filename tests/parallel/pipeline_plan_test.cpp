@@ -1,14 +1,17 @@
 // The pipeline plan (parallel/pipeline/) against one process training the unsplit model: with
 // one seed and the same global batches, every schedule (GPipe, 1F1B, interleaved 1F1B), on 2
-// ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, and 4 stages), ends 6 SGD steps
-// with the single process's parameters, each step's loss reported on rank 0, each rank holding
-// memory for its own stages' parameters only while it trains and evaluates (the trained model's
-// logits on each replica's first rank); its state_dict() is
-// the unsplit model's and optimizer's and loads back into a pipeline; layouts that cannot run
-// are refused on every rank before any collective. Each rank is a real member of a Gloo group on
-// 127.0.0.1. The schedules themselves are checked by simulation: no deadlock, each forward
-// before its backward, the bubble within 3 points of (P-1)/(M+P-1) ((P-1)/(V*M+P-1)
-// interleaved), and at most P - rank micro-batches of activations held under 1F1B, M under GPipe.
+// ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, and 4 stages), and with the
+// replicas sharding their stage (--shard optimizer, gradients and full, on 2 to 4 replicas, one
+// with padded shards), ends 6 SGD steps, each clipped by the whole model's gradient norm, with
+// the single process's parameters, each step's loss and norm reported, each rank holding memory
+// for its own stages' parameters only while it trains and evaluates (the trained model's
+// logits on each replica's first rank; --shard full: none between steps, a shard of each); its
+// state_dict() is the unsplit model's and optimizer's and loads back into a pipeline, sharded
+// or not; layouts that cannot run are refused on every rank before any collective. Each rank is a
+// real member of a Gloo group on 127.0.0.1. The schedules themselves are checked by simulation: no
+// deadlock, each forward before its backward, the bubble within 3 points of (P-1)/(M+P-1)
+// ((P-1)/(V*M+P-1) interleaved), and at most P - rank micro-batches of activations held under 1F1B,
+// M under GPipe.
 //
 // Tolerance: 1e-6 relative (plus 1e-7 absolute). The micro-batches' losses are summed in another
 // order than one batch's mean, so the last bits may differ.
@@ -17,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -36,7 +40,8 @@ using test::error_text;
 using test::run_ranks;
 
 constexpr int kSteps = 6;
-constexpr int64_t kPipelineBatch = 8;  // global
+constexpr int64_t kPipelineBatch = 12;  // global: 1, 2, 3 or 4 replicas
+constexpr double kMaxNorm = 0.5;        // clips the first steps' gradients
 
 torch::nn::Sequential make_net() {
   torch::manual_seed(5);
@@ -70,7 +75,7 @@ torch::Tensor mse(const torch::Tensor& out, const torch::Tensor& y) {
 
 struct Reference {
   std::vector<torch::Tensor> params, momenta;
-  std::vector<double> losses;
+  std::vector<double> losses, norms;
   torch::Tensor eval_logits;  // the trained model's on the first batch
 };
 
@@ -82,6 +87,7 @@ Reference single_process(const PipelineBatches& b) {
     torch::Tensor loss = mse(net->forward(b.x[s]), b.y[s]);
     r.losses.push_back(loss.item<double>());
     loss.backward();
+    r.norms.push_back(torch::nn::utils::clip_grad_norm_(net->parameters(), kMaxNorm));
     optimizer->step();
     optimizer->zero_grad();
   }
@@ -117,7 +123,14 @@ struct PipelineLayout {
   PipelineSchedule schedule;
   int microbatches;
   int stages_per_rank;
+  parallel::ShardMode shard = parallel::ShardMode::kNone;
 };
+
+size_t held_bytes(const torch::nn::Sequential& net) {
+  size_t held = 0;
+  for (const auto& p : net->parameters()) held += p.storage().nbytes();
+  return held;
+}
 
 class PipelinePlanTest : public ::testing::TestWithParam<PipelineLayout> {};
 
@@ -134,13 +147,21 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
     options.microbatches = layout.microbatches;
     options.schedule = layout.schedule;
     options.stages_per_rank = layout.stages_per_rank;
+    options.shard = layout.shard;
     parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
     const int replicas = layout.world / layout.stages;
+    EXPECT_EQ(plan.units().empty(), layout.shard == parallel::ShardMode::kNone);
     for (int s = 0; s < kSteps; ++s) {
       plan.set_learning_rate(0.1);
       auto out = plan.forward_backward(micro_batch(b, s, plan.replica(), replicas), true);
+      const double norm = plan.clip_grad_norm(kMaxNorm).item<double>();
+      EXPECT_NEAR(norm, want.norms[s], 1e-6 * want.norms[s]) << "rank " << rank << " step " << s;
       plan.step();
       plan.zero_grad();
+      if (layout.shard == parallel::ShardMode::kFull) {
+        EXPECT_EQ(held_bytes(nets[rank]), 0u)
+            << "rank " << rank << " step " << s << ": parameters held between steps";
+      }
       if (plan.pipeline_rank() == 0) {
         ASSERT_TRUE(out.loss.defined()) << "rank " << rank << " step " << s;
         ASSERT_EQ(out.output.size(0), kPipelineBatch / replicas);
@@ -159,12 +180,21 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
         [&](const torch::Tensor& logits) {
           expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
         });
-    // While it trains and evaluates, a rank holds memory for its stages' parameters only.
-    size_t held = 0, mine = 0;
-    for (const auto& p : nets[rank]->parameters()) held += p.storage().nbytes();
-    for (const auto& p : plan.parameters()) mine += p.nbytes();
-    EXPECT_EQ(held, mine) << "rank " << rank << " holds other stages' parameters";
+    // While it trains and evaluates, a rank holds memory for its stages' parameters only; the
+    // optimizer of sharded replicas steps a shard of each (one padded row at most).
+    size_t mine = 0, shards = 0, padding = 0;
+    for (const auto& p : plan.parameters()) shards += p.nbytes();
+    for (const auto& unit : plan.units()) {
+      mine += static_cast<size_t>(unit.param_bytes());
+      for (const auto& p : unit.params()) padding += p.nbytes() / std::max<int64_t>(p.size(0), 1);
+    }
+    if (plan.units().empty()) mine = shards;
+    EXPECT_EQ(held_bytes(nets[rank]), mine) << "rank " << rank << " holds other stages' parameters";
     EXPECT_LT(mine, size_t{4} * 3 * 24 * 24) << "rank " << rank;
+    if (!plan.units().empty()) {
+      EXPECT_LE(shards, mine / replicas + padding) << "rank " << rank;
+      EXPECT_GE(shards, mine / replicas) << "rank " << rank;
+    }
     auto params = plan.module().ptr()->parameters();
     for (size_t i = 0; i < params.size(); ++i)
       expect_close(params[i], want.params[i], fmt::format("rank {} parameter {}", rank, i));
@@ -198,25 +228,30 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, PipelinePlanTest,
-                         ::testing::Values(PipelineLayout{2, 2, PipelineSchedule::kGpipe, 4, 1},
-                                           PipelineLayout{2, 2, PipelineSchedule::k1F1B, 4, 1},
-                                           PipelineLayout{2, 2, PipelineSchedule::kInterleaved, 4,
-                                                          2},
-                                           PipelineLayout{4, 2, PipelineSchedule::k1F1B, 2, 1},
-                                           PipelineLayout{4, 4, PipelineSchedule::k1F1B, 8, 1},
-                                           PipelineLayout{3, 3, PipelineSchedule::kGpipe, 3, 1}),
-                         [](const auto& info) {
-                           const PipelineLayout& l = info.param;
-                           return fmt::format(
-                               "world{}_stages{}_{}_m{}_v{}", l.world, l.stages,
-                               l.schedule == PipelineSchedule::k1F1B ? "onef1b" : name(l.schedule),
-                               l.microbatches, l.stages_per_rank);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, PipelinePlanTest,
+    ::testing::Values(
+        PipelineLayout{2, 2, PipelineSchedule::kGpipe, 4, 1},
+        PipelineLayout{2, 2, PipelineSchedule::k1F1B, 4, 1},
+        PipelineLayout{2, 2, PipelineSchedule::kInterleaved, 4, 2},
+        PipelineLayout{4, 2, PipelineSchedule::k1F1B, 2, 1},
+        PipelineLayout{4, 4, PipelineSchedule::k1F1B, 8, 1},
+        PipelineLayout{3, 3, PipelineSchedule::kGpipe, 3, 1},
+        PipelineLayout{4, 2, PipelineSchedule::k1F1B, 2, 1, parallel::ShardMode::kOptimizer},
+        PipelineLayout{8, 2, PipelineSchedule::kGpipe, 3, 1, parallel::ShardMode::kGradients},
+        PipelineLayout{6, 2, PipelineSchedule::kInterleaved, 2, 2, parallel::ShardMode::kFull}),
+    [](const auto& info) {
+      const PipelineLayout& l = info.param;
+      return fmt::format(
+          "world{}_stages{}_{}_m{}_v{}{}", l.world, l.stages,
+          l.schedule == PipelineSchedule::k1F1B ? "onef1b" : name(l.schedule), l.microbatches,
+          l.stages_per_rank,
+          l.shard == parallel::ShardMode::kNone ? "" : std::string("_shard_") + name(l.shard));
+    });
 
+// A whole checkpoint loads into a pipeline, into one whose stages' replicas shard them too.
 TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsTheSingleProcess) {
   const PipelineBatches b = pipeline_batches();
-  const Reference want = single_process(b);
   // The single process's state after 3 steps, saved as the data-parallel plan saves it.
   auto net = make_net();
   auto optimizer = make_pipeline_sgd(net->parameters());
@@ -232,27 +267,40 @@ TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsT
   m.save_to(mb);
   o.save_to(ob);
   const std::string model_bytes = mb.str(), optimizer_bytes = ob.str();
-  std::vector<torch::nn::Sequential> nets{make_net(), make_net()};
-  auto errors = run_ranks(2, [&](int rank, Context& context) {
-    parallel::PipelineOptions options;
-    options.microbatches = 2;
-    parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
-    torch::serialize::InputArchive mi, oi;
-    std::istringstream ms(model_bytes), os(optimizer_bytes);
-    mi.load_from(ms);
-    oi.load_from(os);
-    plan.load_state_dict(mi, oi);
-    for (int s = 3; s < kSteps; ++s) {
-      plan.set_learning_rate(0.1);
-      plan.forward_backward(micro_batch(b, s, 0, 1), true);
-      plan.step();
-      plan.zero_grad();
-    }
-    auto params = plan.module().ptr()->parameters();
-    for (size_t i = 0; i < params.size(); ++i)
-      expect_close(params[i], want.params[i], fmt::format("rank {} parameter {}", rank, i));
-  });
-  EXPECT_ALL_RANKS_OK(errors);
+  for (int s = 3; s < kSteps; ++s) {  // and the single process goes on, unclipped
+    mse(net->forward(b.x[s]), b.y[s]).backward();
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  const auto want = net->parameters();
+  for (const auto& [world, shard] :
+       {std::pair{2, parallel::ShardMode::kNone}, std::pair{4, parallel::ShardMode::kFull},
+        std::pair{4, parallel::ShardMode::kOptimizer}}) {
+    SCOPED_TRACE(fmt::format("{} ranks, --shard {}", world, name(shard)));
+    std::vector<torch::nn::Sequential> nets;
+    for (int r = 0; r < world; ++r) nets.push_back(make_net());
+    auto errors = run_ranks(world, [&](int rank, Context& context) {
+      parallel::PipelineOptions options;
+      options.microbatches = 2;
+      options.shard = shard;
+      parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
+      torch::serialize::InputArchive mi, oi;
+      std::istringstream ms(model_bytes), os(optimizer_bytes);
+      mi.load_from(ms);
+      oi.load_from(os);
+      plan.load_state_dict(mi, oi);
+      for (int s = 3; s < kSteps; ++s) {
+        plan.set_learning_rate(0.1);
+        plan.forward_backward(micro_batch(b, s, plan.replica(), world / 2), true);
+        plan.step();
+        plan.zero_grad();
+      }
+      auto params = plan.module().ptr()->parameters();
+      for (size_t i = 0; i < params.size(); ++i)
+        expect_close(params[i], want[i], fmt::format("rank {} parameter {}", rank, i));
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+  }
 }
 
 // Ranks built with other weights start from rank 0's, sent a stage at a time.

@@ -145,7 +145,6 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
       }
     }
   }
-  if (!params_.empty()) optimizer_ = make_optimizer_(params_);
   if (replica_count_ > 1) {
     std::vector<std::vector<int>> groups(static_cast<size_t>(p));
     for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r % p)].push_back(r);
@@ -166,6 +165,8 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
       }
     }
   }
+  if (options_.shard != ShardMode::kNone && replicas_) build_units();
+  if (!params_.empty()) optimizer_ = make_optimizer_(sharded() ? shards_ : params_);
   for (const auto& line : stage_table_lines()) log::out("{}", line);
   free_others();
 }
@@ -181,14 +182,23 @@ PipelinePlan::~PipelinePlan() {
 }
 
 std::string PipelinePlan::describe() {
+  std::string shard;
+  if (options_.shard != ShardMode::kNone) {
+    shard = sharded()
+                ? fmt::format("; each stage sharded over its {} replicas (--shard {}, {})",
+                              replica_count_, name(options_.shard), zero_stage(options_.shard))
+                : fmt::format("; --shard {}: one replica a stage, nothing to split",
+                              name(options_.shard));
+  }
   return fmt::format(
-      "optimizer step: the optimizer's own, on this rank's stages | plan: pipeline parallel: {} "
-      "stages x {} data-parallel replica{} ({}, {} micro-batches{}; BatchNorm statistics per "
-      "micro-batch)",
-      table_.size(), replica_count_, replica_count_ == 1 ? "" : "s", name(options_.schedule),
-      options_.microbatches,
+      "optimizer step: the optimizer's own, on this rank's stages{} | plan: pipeline parallel: "
+      "{} stages x {} data-parallel replica{} ({}, {} micro-batches{}; BatchNorm statistics per "
+      "micro-batch{})",
+      sharded() ? "' shards" : "", table_.size(), replica_count_, replica_count_ == 1 ? "" : "s",
+      name(options_.schedule), options_.microbatches,
       options_.stages_per_rank > 1 ? fmt::format(", {} stages a rank", options_.stages_per_rank)
-                                   : "");
+                                   : "",
+      shard);
 }
 
 std::string PipelinePlan::epoch_summary() {
@@ -229,6 +239,7 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   Stopwatch total;
   stats_ = {};
   if (others_held_) free_others();
+  if (sharded()) gather_units(/*full_precision=*/false);  // after a step, or freed (full)
   if (boundaries_.empty()) probe_boundaries(batch);
   const int p = options_.stages, stages = static_cast<int>(table_.size());
   const int64_t rows = batch.input.size(0);
@@ -320,7 +331,11 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
     }
   }
   finish_sends();
-  if (sync && replicas_) average_replicas();
+  if (sync && sharded()) {
+    reduce_units();
+  } else if (sync && replicas_) {
+    average_replicas();
+  }
 
   // The loss and logits go to the replica's first rank, which reports them.
   MicroBatchResult result;

@@ -8,6 +8,19 @@
 // g % P of replica g / P; every replica sees its own batch (the data's rank is the replica), and
 // a stage's replicas average their gradients over a group of their own (sub_group.h).
 //
+// Sharded replicas (--shard, torchtitan's PP x FSDP): each stage is one unit (shard_unit.h) split
+// across its replicas. After the last micro-batch's backward its gradients are reduce-scattered
+// instead of all-reduced, and the optimizer steps this replica's shards:
+// - optimizer (ZeRO-1) and gradients (ZeRO-2): the stage's whole parameters are all-gathered
+//   from the updated shards before the next forward; gradients drops the whole gradients once
+//   they are scattered.
+// - full (ZeRO-3): as gradients, and the stage's parameters are freed after the step's
+//   reduce-scatter and gathered again at the next forward. They stay whole through all of a
+//   step's micro-batches (FSDP's reshard_after_forward=False, which torchtitan uses under a
+//   pipeline): one all-gather and one reduce-scatter a step, not one a micro-batch.
+// The parameters equal the unsharded pipeline's up to the order of sums; state_dict() is the
+// same whole model and optimizer state.
+//
 // Within the plan contract (plan.h):
 // - forward_backward() returns the batch's loss and logits on each replica's first rank (the
 //   last stage sends them there, so rank 0 reports), undefined tensors on the others.
@@ -38,6 +51,8 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_split.h"
 #include "parallel/plan.h"
+#include "parallel/sharded/shard_mode.h"
+#include "parallel/sharded/shard_unit.h"
 
 namespace c10d {
 class ProcessGroup;
@@ -69,6 +84,10 @@ struct PipelineOptions {
   // bubble line print: a pipeline of tensor-parallel stages runs on the ranks of one tensor rank
   // t, its rank r being the job's r * stride + t (tensor_parallel_plan.h).
   int rank_stride = 1;
+  // --shard: the stages' replicas shard them (see "Sharded replicas" above); nothing is split
+  // where a stage has one replica. gather_dtype: what the all-gathers send (sharded_plan.h).
+  ShardMode shard = ShardMode::kNone;
+  c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
 };
 
 // One row of the stage table the plan prints at start.
@@ -120,13 +139,13 @@ class PipelinePlan : public Plan {
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
-  std::vector<torch::Tensor> parameters() override;  // this rank's stages'
+  std::vector<torch::Tensor> parameters() override;  // this rank's stages' (or their shards)
   void state_dict(torch::serialize::OutputArchive& model,
                   torch::serialize::OutputArchive& optimizer) override;
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override;
-  // The stages' modes only: no gathering.
+  // The stages' modes; sharded replicas gather their stages for evaluation (collective).
   void set_training(bool on) override;
   // The replica's share; its ranks run the batch through their stages, the first gets the logits.
   Share eval_share(int rank, int world_size) override;
@@ -142,6 +161,7 @@ class PipelinePlan : public Plan {
   int pipeline_rank() const { return pipeline_rank_; }
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }  // null: a rank without params
   int replica() const { return replica_; }
+  const std::vector<ShardUnit>& units() const { return units_; }  // sharded replicas: a stage each
 
  private:
   // Tags above every (micro-batch, stage, direction) one: the loss, the logits, the shapes.
@@ -169,6 +189,14 @@ class PipelinePlan : public Plan {
   void average_replicas();
   void gather_whole();  // every stage's parameters and buffers from its replica-0 rank
   void free_others();   // the memory of the stages this rank does not run
+  // Sharded replicas (pipeline_shards.cpp).
+  bool sharded() const { return !units_.empty(); }
+  void build_units();
+  void reduce_units();                     // reduce-scatter; `full` then frees the stages
+  void gather_units(bool full_precision);  // the stages whole where they are not
+  torch::Tensor clip_shards(double max_norm);
+  std::string save_optimizer_part();  // this pipeline rank's optimizer archive, whole
+  void load_optimizer_part(torch::optim::Optimizer& whole);
 
   torch::nn::AnyModule model_;
   std::vector<models::Layer> layers_;
@@ -185,7 +213,10 @@ class PipelinePlan : public Plan {
   std::vector<torch::Tensor> others_;            // the other stages' parameters and buffers
   std::vector<size_t> others_nbytes_;            // their storage sizes when held
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<Boundary> boundaries_;  // per stage: its output
+  std::vector<ShardUnit> units_;                 // sharded replicas: one per stage of this rank
+  std::vector<torch::Tensor> shards_;            // what the optimizer steps then, params_ order
+  std::vector<std::vector<size_t>> unit_order_;  // units_[u].params()[i] is params_[order[u][i]]
+  std::vector<Boundary> boundaries_;             // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
   PipelineStats stats_;
   PipelineStats epoch_;      // summed since the last epoch_summary() (max_activations: the most)

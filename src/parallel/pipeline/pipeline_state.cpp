@@ -25,6 +25,7 @@ void PipelinePlan::free_others() {
 
 void PipelinePlan::gather_whole() {
   torch::NoGradGuard no_grad;
+  if (sharded()) gather_units(/*full_precision=*/true);
   for (size_t i = 0; i < others_.size(); ++i) materialize_storage(others_[i], others_nbytes_[i]);
   others_held_ = true;
   if (group_) {
@@ -40,7 +41,11 @@ void PipelinePlan::gather_whole() {
   whole_ = true;
 }
 
-void PipelinePlan::set_training(bool on) { model_.ptr()->train(on); }
+void PipelinePlan::set_training(bool on) {
+  model_.ptr()->train(on);
+  // Evaluation runs each replica's own share of batches, so no replica can gather on the way.
+  if (!on && sharded()) gather_units(/*full_precision=*/true);
+}
 
 Plan::Share PipelinePlan::eval_share(int /*rank*/, int /*world_size*/) {
   return {replica_, replica_count_};
@@ -59,9 +64,13 @@ void PipelinePlan::state_dict(torch::serialize::OutputArchive& model,
   // over the whole model in its parameter order (the data-parallel plan's archive).
   std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(model_.ptr()->parameters());
   if (optimizer_) copy_groups(*optimizer_, *whole);
+  // Sharded replicas put their stage's optimizer state together first (every replica takes part).
+  const std::string gathered = sharded() ? save_optimizer_part() : std::string();
   for (int r = 0; r < options_.stages; ++r) {
     std::string bytes;
-    if (r == context_.rank() && optimizer_) {
+    if (r == context_.rank() && sharded()) {
+      bytes = gathered;
+    } else if (r == context_.rank() && optimizer_) {
       torch::serialize::OutputArchive archive;
       optimizer_->save(archive);
       std::ostringstream out;
@@ -99,10 +108,17 @@ void PipelinePlan::load_state_dict(torch::serialize::InputArchive& model,
                                    torch::serialize::InputArchive& optimizer) {
   for (size_t i = 0; i < others_.size(); ++i) materialize_storage(others_[i], others_nbytes_[i]);
   others_held_ = true;
+  if (sharded()) gather_units(/*full_precision=*/true);  // memory for the values loaded
   model_.ptr()->load(model);
   std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(model_.ptr()->parameters());
   whole->load(optimizer);
-  if (optimizer_) {
+  if (sharded()) {
+    for (auto& unit : units_) {
+      unit.restore_storage();
+      unit.shard_from_params();
+    }
+    load_optimizer_part(*whole);
+  } else if (optimizer_) {
     for (auto& t : params_) {
       auto it = whole->state().find(t.unsafeGetTensorImpl());
       if (it != whole->state().end())

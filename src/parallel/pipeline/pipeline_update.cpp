@@ -36,6 +36,7 @@ void PipelinePlan::set_learning_rate(double lr) {
 }
 
 torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
+  if (sharded()) return clip_shards(max_norm);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params_) {
@@ -56,12 +57,16 @@ torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
 void PipelinePlan::step() {
   if (optimizer_) optimizer_->step();
   whole_ = false;
+  for (auto& unit : units_) unit.mark_stale();  // gathered before the next forward
 }
 
 void PipelinePlan::zero_grad() {
   if (optimizer_) optimizer_->zero_grad();
+  if (sharded()) {
+    for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // ZeRO-1's whole gradients
+  }
 }
 
-std::vector<torch::Tensor> PipelinePlan::parameters() { return params_; }
+std::vector<torch::Tensor> PipelinePlan::parameters() { return sharded() ? shards_ : params_; }
 
 }  // namespace ddpx::parallel

@@ -120,13 +120,19 @@ void load_full_optimizer(torch::optim::Optimizer& sharded, std::vector<ShardUnit
   auto whole = whole_params(units, order);
   auto full = make_optimizer(whole);
   full->load(archive);
-  copy_groups(*full, sharded);
+  take_shard_states(sharded, units, order, rank, *full, whole);
+}
+
+void take_shard_states(torch::optim::Optimizer& sharded, std::vector<ShardUnit>& units,
+                       const ModelOrder& order, int rank, torch::optim::Optimizer& full,
+                       const std::vector<torch::Tensor>& full_params) {
+  copy_groups(full, sharded);
   sharded.state().clear();
   for (size_t u = 0; u < units.size(); ++u) {
     auto& unit = units[u];
     for (size_t i = 0; i < unit.shards().size(); ++i) {
-      auto it = full->state().find(whole[order[u][i]].unsafeGetTensorImpl());
-      if (it == full->state().end()) continue;
+      auto it = full.state().find(full_params.at(order[u][i]).unsafeGetTensorImpl());
+      if (it == full.state().end()) continue;
       auto state = it->second->clone();
       const auto& shape = unit.shapes()[i];
       map_state(*state, [&](const torch::Tensor& t) {

@@ -47,6 +47,13 @@ void load_full_optimizer(torch::optim::Optimizer& sharded, std::vector<ShardUnit
                          const ModelOrder& order, int rank, const OptimizerFactory& make_optimizer,
                          torch::serialize::InputArchive& archive);
 
+// The same from an unsharded optimizer already loaded: `full`, over `full_params`, where
+// units[u].params()[i] corresponds to full_params[order[u][i]] (a pipeline's whole model, whose
+// units are one rank's stages). Not collective.
+void take_shard_states(torch::optim::Optimizer& sharded, std::vector<ShardUnit>& units,
+                       const ModelOrder& order, int rank, torch::optim::Optimizer& full,
+                       const std::vector<torch::Tensor>& full_params);
+
 }  // namespace ddpx::parallel
 
 namespace ddpx::parallel {

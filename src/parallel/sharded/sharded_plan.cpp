@@ -19,24 +19,9 @@
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/sharded/sharded_state.h"
 #include "parallel/sharded/units.h"
+#include "parallel/storage.h"
 
 namespace ddpx::parallel {
-namespace {
-
-// A parameter whose memory the plan may free must be the only user of its storage, contiguous
-// from its start (libtorch's own parameters are; a slice of a shared tensor is not).
-void own_storage(torch::Tensor& p, std::map<const void*, int>& seen) {
-  const bool owns = p.is_contiguous() && p.storage_offset() == 0 &&
-                    p.storage().nbytes() == static_cast<size_t>(p.numel()) * p.element_size() &&
-                    seen[p.storage().unsafeGetStorageImpl()]++ == 0;
-  if (!owns) {
-    torch::NoGradGuard no_grad;
-    p.set_data(p.detach().clone(at::MemoryFormat::Contiguous));
-    seen[p.storage().unsafeGetStorageImpl()] = 1;
-  }
-}
-
-}  // namespace
 
 ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
                          const OptimizerFactory& make_optimizer, ShardedOptions options)
@@ -59,10 +44,7 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
                options_.model_name);
   }
   auto named = module.named_parameters(/*recurse=*/true);
-  {
-    std::map<const void*, int> seen;
-    for (auto& p : named) own_storage(p.value(), seen);
-  }
+  own_storages(module.parameters());
   // Every rank starts from rank 0's weights and buffers, as DDP does.
   {
     std::vector<torch::Tensor> state = module.parameters();

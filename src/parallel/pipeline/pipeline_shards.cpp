@@ -1,0 +1,115 @@
+// The pipeline plan's sharded replicas (see pipeline_plan.h, "Sharded replicas"): each of this
+// rank's stages one unit (shard_unit.h) over the stage's replicas, reduce-scattered after a
+// synchronized backward, gathered again before the next forward or evaluation, and its optimizer
+// state brought whole into the pipeline's checkpoint.
+#include <ATen/ops/_foreach_mul.h>
+#include <fmt/format.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "distributed/collectives.h"
+#include "distributed/context.h"
+#include "parallel/pipeline/pipeline_plan.h"
+#include "parallel/sharded/optimizer_state.h"
+#include "parallel/storage.h"
+
+namespace ddpx::parallel {
+
+void PipelinePlan::build_units() {
+  own_storages(params_);
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& p : model_.ptr()->named_parameters(/*recurse=*/true))
+    names[p.value().unsafeGetTensorImpl()] = p.key();
+  size_t next = 0;  // params_ are the stages' in my_stages_ order, layer by layer
+  for (int stage : my_stages_) {
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> param_names;
+    std::vector<size_t> order;
+    for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
+      for (const auto& t : layers_[l].parameters) {
+        params.push_back(t);
+        auto it = names.find(t.unsafeGetTensorImpl());
+        param_names.push_back(it != names.end() ? it->second : layers_[l].name);
+        order.push_back(next++);
+      }
+    }
+    if (params.empty()) continue;  // a stage without parameters has nothing to shard
+    units_.emplace_back(fmt::format("stage {}", stage), params, param_names, replica_,
+                        replica_count_);
+    if (options_.gather_dtype != c10::ScalarType::Undefined)
+      units_.back().set_gather_dtype(options_.gather_dtype);
+    unit_order_.push_back(order);
+  }
+  shards_.resize(params_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (size_t i = 0; i < unit_order_[u].size(); ++i)
+      shards_[unit_order_[u][i]] = units_[u].shards()[i];
+  }
+  if (options_.shard == ShardMode::kFull) {
+    for (auto& unit : units_) unit.release();
+  }
+}
+
+void PipelinePlan::gather_units(bool full_precision) {
+  auto& group = *replicas_->process_group();
+  for (auto& unit : units_) unit.start_gather(group, full_precision);
+  for (auto& unit : units_) unit.finish_gather();
+}
+
+void PipelinePlan::reduce_units() {
+  auto& group = *replicas_->process_group();
+  const bool free_full = options_.shard != ShardMode::kOptimizer;
+  for (auto& unit : units_) unit.start_reduce(group, free_full);
+  for (auto& unit : units_) unit.finish_reduce();
+  if (options_.shard == ShardMode::kFull) {
+    for (auto& unit : units_) unit.release();
+  }
+}
+
+torch::Tensor PipelinePlan::clip_shards(double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& s : shards_) {
+    if (s.grad().defined()) grads.push_back(s.grad());
+  }
+  // The stages split the model and the replicas' shards split each stage (padding is zero): the
+  // squares summed over the world count every element once.
+  torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
+  for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum().cpu();
+  context_.all_reduce_sum(squares);
+  torch::Tensor total = squares.sqrt().reshape({});
+  if (grads.empty()) return total;
+  total = total.to(grads[0].device(), grads[0].scalar_type());
+  auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  at::_foreach_mul_(grads, coefficient);
+  return total;
+}
+
+std::string PipelinePlan::save_optimizer_part() {
+  // Collective over the stage's replicas: each shard's state gathered whole.
+  torch::serialize::OutputArchive archive;
+  save_full_optimizer(*optimizer_, units_, unit_order_, *replicas_->process_group(),
+                      make_optimizer_, archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void PipelinePlan::load_optimizer_part(torch::optim::Optimizer& whole) {
+  const auto all = model_.ptr()->parameters();
+  std::map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < all.size(); ++i) index[all[i].unsafeGetTensorImpl()] = i;
+  std::vector<std::vector<size_t>> order;
+  for (const auto& unit : units_) {
+    order.emplace_back();
+    for (const auto& p : unit.params()) order.back().push_back(index.at(p.unsafeGetTensorImpl()));
+  }
+  take_shard_states(*optimizer_, units_, order, replica_, whole, all);
+}
+
+}  // namespace ddpx::parallel
