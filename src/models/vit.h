@@ -74,6 +74,7 @@ class VisionTransformerImpl : public torch::nn::Module {
   // head(encoder->layers->forward(embed(x))) is forward(x).
   torch::Tensor embed(torch::Tensor x);  // patches, class token, positions: (B, 1 + N, D)
   torch::Tensor head(torch::Tensor x);   // the encoder's LayerNorm, the class token's logits
+  const ViTOptions& options() const { return options_; }
 
   torch::nn::Conv2d conv_proj{nullptr};
   torch::Tensor class_token;  // (1, 1, D)

@@ -33,10 +33,6 @@ void validate_pipeline(const TrainOptions& o) {
              "--batch_size {} (per data-parallel replica) cannot make --microbatches {}; raise "
              "--batch_size or lower --microbatches",
              o.batch_size, pipeline_microbatches(o));
-  DDPX_CHECK(o.shard == parallel::ShardMode::kNone || o.tensor_parallel <= 1, usage,
-             "--shard {} with --pipeline_parallel {} and --tensor_parallel {}: sharding the "
-             "replicas of a 3-D mesh is not built yet; drop --shard (or one of the other two)",
-             parallel::name(o.shard), p, o.tensor_parallel);
   DDPX_CHECK(o.shard_units.empty(), usage,
              "--shard_units with --pipeline_parallel {}: a pipeline shards each of its stages as "
              "one unit; drop --shard_units",
@@ -65,10 +61,6 @@ void validate_tensor_parallel(const TrainOptions& o) {
              "--sequence_parallel splits the tokens among the ranks of --tensor_parallel: add "
              "--tensor_parallel 2 (or more), or drop --sequence_parallel");
   if (t == 1) return;
-  DDPX_CHECK(o.pipeline_parallel == 1 || !o.sequence_parallel, usage,
-             "--pipeline_parallel {} with --tensor_parallel {} --sequence_parallel: a pipeline "
-             "of sequence-parallel stages is not built yet; drop --sequence_parallel",
-             o.pipeline_parallel, t);
   DDPX_CHECK(!o.sync_bn, usage,
              "--tensor_parallel {} with --sync_bn: the models with a tensor-parallel plan have no "
              "BatchNorm; drop --sync_bn",

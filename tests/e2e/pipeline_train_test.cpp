@@ -186,12 +186,6 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
                               "its stages as one unit"),
             std::string::npos)
       << units.output;
-  auto mesh =
-      run_command(ddpx(kMlp + "--pipeline_parallel 2 --tensor_parallel 2 --shard optimizer"), 60);
-  EXPECT_EQ(mesh.exit_code, 2) << mesh.output;
-  EXPECT_NE(mesh.output.find("sharding the replicas of a 3-D mesh is not built yet"),
-            std::string::npos)
-      << mesh.output;
   auto micro = run_command(ddpx(kMlp + "--pipeline_parallel 2 --microbatches 32"), 60);
   EXPECT_EQ(micro.exit_code, 2) << micro.output;
   EXPECT_NE(micro.output.find("--batch_size 16 (per data-parallel replica) cannot make "

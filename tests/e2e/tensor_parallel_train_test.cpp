@@ -4,9 +4,10 @@
 // accuracy and saves a checkpoint whose export torchvision's VisionTransformer loads with every
 // key, holding the single process's weights; a 2 x 2 mesh of data x tensor on the MLP, its pieces
 // averaged by DDP or sharded (ZeRO-3) over the replicas, prints what two data-parallel workers
-// print, and so does a 2 x 2 x 2 mesh of data x pipeline x tensor on 8 ranks; the ViT on a
-// 1 x 2 x 3 mesh prints the single process's figures and exports its weights; layouts that cannot
-// run are refused in one line naming the flag.
+// print, and so does a 2 x 2 x 2 mesh of data x pipeline x tensor on 8 ranks (also with its
+// stages sharded over the replicas); the ViT on a 1 x 2 x 3 mesh, sequence parallel, prints the
+// single process's figures and exports its weights; layouts that cannot run are refused in one
+// line naming the flag.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -79,10 +80,11 @@ TEST(TensorParallelTrainTest, AViTOverThreeRanksTrainsAsOneProcessAndExportsTorc
             std::string::npos)
       << sequence.output;
   expect_same_figures(sequence.output, one.output, 2);
-  // The 3-D mesh's pipeline axis: 2 stages of 4 layers, each split over 3 ranks, recomputing
+  // The 3-D mesh's pipeline axis: 2 stages of 4 layers, each split over 3 ranks, sequence
+  // parallel (each tensor rank's share of the tokens crosses the stage boundary), recomputing
   // their blocks; its checkpoint exports the same weights.
   auto mesh = run_command(ddpx("run 6 --log_dir " + dir.file("logs_mesh") + " -- " + kVitTrain +
-                               "--tensor_parallel 3 --pipeline_parallel 2 "
+                               "--tensor_parallel 3 --pipeline_parallel 2 --sequence_parallel "
                                "--activation_checkpointing blocks --save_dir " +
                                dir.file("mesh")),
                           300);
@@ -166,15 +168,21 @@ TEST(TensorParallelTrainTest, ATwoByTwoMeshPrintsWhatTwoDataParallelWorkersPrint
       << mesh3.output;
   EXPECT_NE(mesh3.output.find("      0       0-1,4-5  fc1"), std::string::npos) << mesh3.output;
   expect_same_figures(mesh3.output, ddp.output, 3);
+  // ... with each stage's pieces sharded over its 2 replicas (ZeRO-3 on the 3-D mesh).
+  auto sharded3 = run_command(ddpx("run 8 --log_dir " + dir.file("e") + " -- " + kMlpTrain +
+                                   "--tensor_parallel 2 --pipeline_parallel 2 --shard full"),
+                              300);
+  ASSERT_EQ(sharded3.exit_code, 0) << sharded3.output;
+  EXPECT_NE(sharded3.output.find("each stage sharded over its 2 replicas (--shard full, ZeRO-3)"),
+            std::string::npos)
+      << sharded3.output;
+  expect_same_figures(sharded3.output, ddp.output, 3);
 }
 
 TEST(TensorParallelTrainTest, LayoutsThatCannotRunAreRefusedNamingTheFlag) {
   const std::vector<std::pair<std::string, std::string>> before_joining = {
       {"--tensor_parallel 0", "--tensor_parallel must be at least 1"},
       {"--sequence_parallel", "--sequence_parallel splits the tokens among the ranks of"},
-      {"--tensor_parallel 2 --pipeline_parallel 2 --sequence_parallel",
-       "--pipeline_parallel 2 with --tensor_parallel 2 --sequence_parallel: a pipeline of "
-       "sequence-parallel stages is not built yet"},
   };
   for (const auto& [flags, expected] : before_joining) {
     auto r = run_command(ddpx(kMlpTrain + flags), 60);

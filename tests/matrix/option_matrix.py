@@ -51,8 +51,6 @@ def hook_compresses(c):
 RULES = [
     ("shard", lambda v: v != "none", "comm_hook", lambda v: v != "allreduce",
      "reduce-scatters gradients uncompressed"),
-    ("pipeline_parallel", lambda v: v > 1, "shard", lambda v: v != "none",
-     "sharding the replicas of a 3-D mesh", [("tensor_parallel", lambda v: v > 1)]),
     ("pipeline_parallel", lambda v: v > 1, "sync_bn", lambda v: v,
      "a pipeline normalises each micro-batch"),
     ("pipeline_parallel", lambda v: v > 1, "comm_hook", lambda v: v != "allreduce",

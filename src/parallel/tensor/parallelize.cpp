@@ -119,11 +119,13 @@ TORCH_MODULE(ParallelViTEncoder);
 class ParallelViTImpl : public nn::Module {
  public:
   ParallelViTImpl(models::VisionTransformer whole, dist::Context& group, bool sequence_parallel,
-                  const models::ActivationCheckpointing& checkpointing)
+                  const models::ActivationCheckpointing& checkpointing,
+                  std::vector<int64_t> sample_shape)
       : whole_(std::move(whole)),
         group_(group),
         sequence_parallel_(sequence_parallel),
-        checkpointing_(checkpointing) {
+        checkpointing_(checkpointing),
+        sample_shape_(std::move(sample_shape)) {
     register_module("conv_proj", whole_->conv_proj);
     register_parameter("class_token", whole_->class_token);
     encoder = register_module("encoder", ParallelViTEncoder(whole_->encoder, group));
@@ -134,27 +136,28 @@ class ParallelViTImpl : public nn::Module {
     const int64_t tokens = x.size(1);
     if (sequence_parallel_) x = split_tokens(x, group_);
     const size_t blocks = encoder->layers->size();
-    for (size_t i = 0; i < blocks; ++i) {
-      if (!sequence_parallel_) {
-        x = block_forward(i, x);
-        continue;
-      }
-      auto block = encoder->layers->ptr<ParallelViTBlockImpl>(i);
-      // Layer i + 1 of the layer sequence: the embedding, the blocks, the head.
-      x = models::checkpoints_layer(checkpointing_, i + 1, blocks + 2)
-              ? block->forward_checkpointed(x, tokens)
-              : block->forward_sequence(x, tokens);
-    }
+    for (size_t i = 0; i < blocks; ++i) x = block_forward(i, x, sequence_parallel_ ? tokens : 0);
     return whole_->head(sequence_parallel_ ? whole_tokens(x, tokens, group_) : x);
   }
 
-  // Layer i + 1 of the layer sequence (the embedding, the blocks, the head), not sequence
-  // parallel.
-  torch::Tensor block_forward(size_t i, const torch::Tensor& x) {
+  // Layer i + 1 of the layer sequence (the embedding, the blocks, the head); `tokens` > 0: x is
+  // this rank's share of a sequence of that many (sequence parallel).
+  torch::Tensor block_forward(size_t i, const torch::Tensor& x, int64_t tokens) {
     auto block = encoder->layers->ptr<ParallelViTBlockImpl>(i);
-    return models::checkpoints_layer(checkpointing_, i + 1, encoder->layers->size() + 2)
-               ? block->forward_checkpointed(x, 0)
-               : block->forward(x);
+    if (models::checkpoints_layer(checkpointing_, i + 1, encoder->layers->size() + 2))
+      return block->forward_checkpointed(x, tokens);
+    return tokens > 0 ? block->forward_sequence(x, tokens) : block->forward(x);
+  }
+
+  // The class token and a token a patch of the images the layers will see (the model's own size
+  // where none was given). A pipeline's later stages never see an image, so their layers take the
+  // length from here.
+  int64_t sequence_length() const {
+    const auto& o = whole_->options();
+    const bool given = sample_shape_.size() == 3;
+    const int64_t h = given ? sample_shape_[1] : o.image_size;
+    const int64_t w = given ? sample_shape_[2] : o.image_size;
+    return 1 + (h / o.patch_size) * (w / o.patch_size);
   }
 
   std::vector<models::Layer> layers() {
@@ -168,22 +171,41 @@ class ParallelViTImpl : public nn::Module {
         for (auto& b : m->buffers()) layer.buffers.push_back(b);
       }
     };
-    models::Layer embed{
-        "embed", [self](const torch::Tensor& x) { return self->whole_->embed(x); }, {}, {}};
+    // Sequence parallel: the stages pass this rank's share of the tokens on (B, count, D).
+    const int64_t tokens = sequence_parallel_ ? sequence_length() : 0;
+    models::Layer embed{"embed",
+                        [self, tokens](const torch::Tensor& x) {
+                          torch::Tensor y = self->whole_->embed(x);
+                          if (tokens == 0) return y;
+                          DDPX_CHECK(y.size(1) == tokens, ErrorKind::kUsage,
+                                     "--sequence_parallel in a pipeline: the images make {} "
+                                     "tokens where the plan was built for {}; give the plan the "
+                                     "images' (C, H, W) (PipelineOptions::sample_shape)",
+                                     y.size(1), tokens);
+                          return split_tokens(y, self->group_);
+                        },
+                        {},
+                        {}};
     tensors({whole_->conv_proj.ptr(), whole_->encoder->dropout.ptr()},
             {whole_->class_token, whole_->encoder->pos_embedding}, embed);
     out.push_back(std::move(embed));
     const auto names = encoder->layers->named_children();
     for (size_t i = 0; i < encoder->layers->size(); ++i) {
-      models::Layer block{"encoder.layers." + names[i].key(),
-                          [self, i](const torch::Tensor& x) { return self->block_forward(i, x); },
-                          {},
-                          {}};
+      models::Layer block{
+          "encoder.layers." + names[i].key(),
+          [self, i, tokens](const torch::Tensor& x) { return self->block_forward(i, x, tokens); },
+          {},
+          {}};
       tensors({encoder->layers->ptr(i)}, {}, block);
       out.push_back(std::move(block));
     }
     models::Layer head{
-        "head", [self](const torch::Tensor& x) { return self->whole_->head(x); }, {}, {}};
+        "head",
+        [self, tokens](const torch::Tensor& x) {
+          return self->whole_->head(tokens > 0 ? whole_tokens(x, tokens, self->group_) : x);
+        },
+        {},
+        {}};
     tensors({whole_->encoder->ln.ptr(), whole_->heads.ptr()}, {}, head);
     out.push_back(std::move(head));
     return out;
@@ -196,6 +218,7 @@ class ParallelViTImpl : public nn::Module {
   dist::Context& group_;
   bool sequence_parallel_;
   models::ActivationCheckpointing checkpointing_;
+  std::vector<int64_t> sample_shape_;
 };
 TORCH_MODULE(ParallelViT);
 
@@ -280,15 +303,15 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
 }
 
 SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
-                       bool sequence_parallel,
-                       const models::ActivationCheckpointing& checkpointing) {
+                       bool sequence_parallel, const models::ActivationCheckpointing& checkpointing,
+                       const std::vector<int64_t>& sample_shape) {
   SplitModel split;
   const int ranks = group.world_size();
   auto* module = whole.ptr().get();
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto holder = models::VisionTransformer(
         std::dynamic_pointer_cast<models::VisionTransformerImpl>(whole.ptr()));
-    ParallelViT parallel(holder, group, sequence_parallel, checkpointing);
+    ParallelViT parallel(holder, group, sequence_parallel, checkpointing, sample_shape);
     const auto blocks = vit->encoder->layers->size();
     for (size_t i = 0; i < blocks; ++i) {
       const std::string b = fmt::format("encoder.layers.encoder_layer_{}.", i);
@@ -315,7 +338,7 @@ SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
                                         "over 1/T of the tokens, two all-gathers and two "
                                         "reduce-scatters a block each way"
                                       : "two all-reduces a block forward, two backward");
-    if (!sequence_parallel) split.layers = parallel->layers();
+    split.layers = parallel->layers();
     split.module = torch::nn::AnyModule(parallel);
     return split;
   }

@@ -43,8 +43,9 @@ struct SplitModel {
   // for cut, so a pipeline can run it in stages (--pipeline_parallel x --tensor_parallel): a
   // ViT's embedding, each split block, its head; the MLP's fc1, fc2, fc3. Each layer runs its
   // own activation checkpointing (the recomputed ViT blocks replay their attention dropout), so
-  // a pipeline over them checkpoints nothing more. Empty with sequence parallelism (its tokens
-  // are split between the embedding and the head).
+  // a pipeline over them checkpoints nothing more. With sequence parallelism the layers between
+  // the embedding and the head pass this rank's share of the tokens (B, count, D), the sequence
+  // being split_model()'s `sample_shape`'s.
   std::vector<models::Layer> layers;
 };
 
@@ -59,10 +60,13 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
 // the chosen layers of the model's layer sequence in backward (models/activation_checkpoint.h):
 // a ViT's encoder blocks, the MLP's middle layer; a recomputed ViT block replays its attention
 // dropout's generator too, so its masks are the first forward's. The recompute runs the block's
-// collectives again, in backward, in the same order on every rank.
+// collectives again, in backward, in the same order on every rank. `sample_shape` (C, H, W): the
+// images the layer sequence will see, for a sequence-parallel ViT's token count (empty: the
+// model's own image size).
 SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
                        bool sequence_parallel = false,
-                       const models::ActivationCheckpointing& checkpointing = {});
+                       const models::ActivationCheckpointing& checkpointing = {},
+                       const std::vector<int64_t>& sample_shape = {});
 
 enum class LinearStyle { kColumn, kRow };
 

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <map>
+
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
@@ -39,14 +41,6 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   const int p = options_.pipeline ? options_.pipeline->stages : 1;
   check_tensor_world(t, world, p);
   tensor::check_splittable(whole_, t, options_.model_name, options_.sequence_parallel);
-  DDPX_CHECK(p == 1 || !options_.sequence_parallel, ErrorKind::kUsage,
-             "--pipeline_parallel {} with --tensor_parallel {} --sequence_parallel: a pipeline of "
-             "sequence-parallel stages is not built yet; drop --sequence_parallel",
-             p, t);
-  DDPX_CHECK(p == 1 || options_.shard == ShardMode::kNone, ErrorKind::kUsage,
-             "--pipeline_parallel {} with --tensor_parallel {} and --shard {}: sharding a "
-             "pipeline's stages is not built yet; drop --shard",
-             p, t, name(options_.shard));
   // Every tensor rank cuts its pieces from the same weights: rank 0's.
   if (context.distributed()) {
     std::vector<torch::Tensor> state = whole_.ptr()->parameters();
@@ -67,8 +61,9 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     tensor_group_ = dist::split_group(context, tensor_groups, "tensor");
   }
   replicas_ = dist::split_group(context, replica_groups, "tensor_replicas");
-  auto split = tensor::split_model(whole_, *tensor_group_, options_.sequence_parallel,
-                                   options_.checkpointing);
+  auto split = tensor::split_model(
+      whole_, *tensor_group_, options_.sequence_parallel, options_.checkpointing,
+      options_.pipeline ? options_.pipeline->sample_shape : std::vector<int64_t>());
   split_ = split.module;
   specs_ = std::move(split.specs);
   auto named = split_.ptr()->named_parameters();
@@ -96,6 +91,7 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     pipeline.checkpointing = {};    // the split layers checkpoint themselves
     pipeline.rank_stride = t;
     pipeline.model_name = options_.model_name;
+    pipeline.shard = options_.shard;  // the replicas of each stage's pieces shard them
     auto plan = std::make_unique<PipelinePlan>(split_, std::move(split.layers), *replicas_,
                                                make_optimizer_, pipeline);
     DDPX_CHECK(plan->optimizer() != nullptr, ErrorKind::kInternal,
@@ -177,15 +173,26 @@ MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, b
     // Sharded over the replicas, what the step reads is each one's shard of the gradient, already
     // averaged over them (the same slice of the same parameter on every tensor rank of a
     // replica): summing the shards over the tensor group sums the whole.
+    // A pipeline's rank holds its stages' (the same stages on every rank of its tensor group).
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> grads;
     const std::vector<torch::Tensor> shards =
         sharded_ != nullptr ? inner_->parameters() : std::vector<torch::Tensor>();
+    std::map<const c10::TensorImpl*, torch::Tensor> stage_shards;  // a sharded pipeline's
+    if (pipeline_ != nullptr) {
+      for (const auto& unit : pipeline_->units()) {
+        for (size_t i = 0; i < unit.params().size(); ++i)
+          stage_shards[unit.params()[i].unsafeGetTensorImpl()] = unit.shards()[i];
+      }
+    }
     for (size_t i = 0; i < partial_grads_.size(); ++i) {
-      const torch::Tensor& g =
-          sharded_ != nullptr ? shards.at(partial_index_[i]).grad() : partial_grads_[i].grad();
+      auto staged = stage_shards.find(partial_grads_[i].unsafeGetTensorImpl());
+      const torch::Tensor& g = sharded_ != nullptr            ? shards.at(partial_index_[i]).grad()
+                               : staged != stage_shards.end() ? staged->second.grad()
+                                                              : partial_grads_[i].grad();
       if (g.defined() && g.numel() > 0) grads.push_back(g.view({-1}));
     }
+    if (grads.empty()) return result;  // a stage without such parameters (the head alone)
     torch::Tensor flat = torch::cat(grads);
     tensor_group_->all_reduce_sum(flat);
     int64_t offset = 0;
@@ -200,7 +207,8 @@ MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, b
 void TensorParallelPlan::set_learning_rate(double lr) { inner_->set_learning_rate(lr); }
 
 torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
-  if (sharded_ != nullptr) return clip_sharded(max_norm);
+  if (sharded_ != nullptr || (pipeline_ != nullptr && !pipeline_->units().empty()))
+    return clip_sharded(max_norm);
   torch::NoGradGuard no_grad;
   torch::Tensor split_squares, whole_squares;
   std::vector<torch::Tensor> grads;
@@ -235,22 +243,35 @@ torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
 }
 
 torch::Tensor TensorParallelPlan::clip_sharded(double max_norm) {
-  // The sharded plan's shards are in the split model's parameter order; each replica holds its
-  // part of each piece's (and each unsplit layer's) averaged gradient, so the job's sum of the
-  // shards' squares counts every piece once and every unsplit layer T times.
+  // Each replica holds its part of each piece's (and each unsplit layer's) averaged gradient:
+  // the sharded plan's shards, in the split model's parameter order, or a sharded pipeline's
+  // stage units'. The job's sum of the shards' squares counts every piece once and every unsplit
+  // layer T times.
   torch::NoGradGuard no_grad;
-  const auto shards = inner_->parameters();
   const auto named = split_.ptr()->named_parameters();
-  DDPX_CHECK(shards.size() == named.size(), ErrorKind::kInternal,
-             "tensor parallel: {} shards for {} parameters", shards.size(), named.size());
+  std::vector<std::pair<torch::Tensor, bool>> shards;  // (shard, of a piece)
+  if (sharded_ != nullptr) {
+    const auto all = inner_->parameters();
+    DDPX_CHECK(all.size() == named.size(), ErrorKind::kInternal,
+               "tensor parallel: {} shards for {} parameters", all.size(), named.size());
+    for (size_t i = 0; i < all.size(); ++i)
+      shards.emplace_back(all[i], specs_.count(named[i].key()) > 0);
+  } else {
+    std::map<const c10::TensorImpl*, bool> piece;
+    for (const auto& p : named) piece[p.value().unsafeGetTensorImpl()] = specs_.count(p.key()) > 0;
+    for (const auto& unit : pipeline_->units()) {
+      for (size_t i = 0; i < unit.params().size(); ++i)
+        shards.emplace_back(unit.shards()[i], piece.at(unit.params()[i].unsafeGetTensorImpl()));
+    }
+  }
   torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
   std::vector<torch::Tensor> grads;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const torch::Tensor& g = shards[i].grad();
+  for (const auto& [shard, of_piece] : shards) {
+    const torch::Tensor& g = shard.grad();
     if (!g.defined()) continue;
     grads.push_back(g);
     torch::Tensor sum = g.to(torch::kFloat64).pow(2).sum().cpu();
-    squares += specs_.count(named[i].key()) ? sum : sum / options_.size;
+    squares += of_piece ? sum : sum / options_.size;
   }
   context_.all_reduce_sum(squares);
   torch::Tensor norm = squares.sqrt().reshape({});
@@ -272,6 +293,7 @@ std::vector<torch::Tensor> TensorParallelPlan::parameters() { return inner_->par
 void TensorParallelPlan::set_training(bool on) {
   whole_.ptr()->train(on);
   split_.ptr()->train(on);
+  if (pipeline_ != nullptr) pipeline_->set_training(on);  // sharded stages: gathered for eval
 }
 
 Plan::Share TensorParallelPlan::eval_share(int /*rank*/, int world_size) {

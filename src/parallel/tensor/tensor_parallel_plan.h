@@ -9,7 +9,8 @@
 // tensor ranks of one replica communicate inside each block (two all-reduces forward, two
 // backward), and each rank's piece is averaged with the same piece of the other replicas by DDP
 // over a group of its own (sub_group.h), as the data-parallel plan averages a whole model; with
-// `shard`, the sharded plan shards it over that group instead (ZeRO-1/2/3 x tensor parallelism).
+// `shard`, the sharded plan shards it over that group instead (ZeRO-1/2/3 x tensor parallelism;
+// on the 3-D mesh the pipeline's sharded replicas shard each stage's pieces, pipeline_plan.h).
 //
 // Within the plan contract (plan.h):
 // - forward_backward() returns the loss and logits on every rank (each tensor rank computes the
@@ -67,8 +68,9 @@ struct TensorParallelOptions {
   // The split model's layers (parallelize.h) cut into P stages, each stage split over T ranks:
   // the pipeline plan (pipeline_plan.h) runs on the ranks of one tensor rank, its stage s of
   // replica d on the job's rank (d * P + s) * T + t. Its stages are balanced by parameters
-  // (the split layers cannot be timed by one rank), its `checkpointing` is this struct's. Not
-  // with sequence parallelism or `shard`.
+  // (the split layers cannot be timed by one rank), its `checkpointing` is this struct's, its
+  // `shard` this struct's (each stage's pieces sharded over their replicas). With sequence
+  // parallelism the stages send each other their share of the tokens, tensor rank t to t.
   std::optional<PipelineOptions> pipeline;
   std::string model_name = "the model";
 };
