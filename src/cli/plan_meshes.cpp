@@ -120,7 +120,12 @@ void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, Me
     q.balance = s.balance;
     q.model_name = s.model_name;
     try {
-      r.meshes.push_back(parallel::predict_pipeline(whole, *layers, s.request, q));
+      for (auto shard : {parallel::ShardMode::kNone, parallel::ShardMode::kOptimizer,
+                         parallel::ShardMode::kGradients, parallel::ShardMode::kFull}) {
+        // --shard needs replicas to shard over.
+        if (shard == parallel::ShardMode::kNone || s.request.world_size > p)
+          r.meshes.push_back(parallel::predict_pipeline(whole, *layers, s.request, q, shard));
+      }
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kUsage) throw;
       r.notes.push_back(fmt::format("pipeline {}: {}", p, reason(e)));

@@ -142,6 +142,31 @@ TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
     }
     if (split.stages_add_up) EXPECT_DOUBLE_EQ(sum, whole_bytes) << r.output;
   }
+  // 2 stages x 2 replicas that shard their stage (ZeRO-2): each rank's states are ZeRO's formula
+  // over its stage's parameters, 4 Psi_r + (8 + K) Psi_r / 2, well below the unsharded (8 + K).
+  test::TempDir dir;
+  auto r = run_command(test::ddpx_command("run 4 --threads_per_worker 1 --log_dir " + dir.path() +
+                                          " -- bench memory --model resnet18 --image_size 32 "
+                                          "--pipeline_parallel 2 --shard gradients --batch_size 4 "
+                                          "--num_classes 10 --json"),
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto params = by_shard(r.output, "param_bytes"), grads = by_shard(r.output, "grad_bytes"),
+             optimizer = by_shard(r.output, "optimizer_bytes"),
+             formula = by_shard(r.output, "formula_bytes");
+  ASSERT_EQ(formula.count("gradients"), 1u) << r.output;
+  ASSERT_EQ(formula.at("gradients").size(), 4u) << "one line per rank\n" << r.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    const double states = params.at("gradients")[rank] + grads.at("gradients")[rank] +
+                          optimizer.at("gradients")[rank];
+    const double want = formula.at("gradients")[rank];
+    EXPECT_NEAR(states, want, 0.01 * want) << "rank " << rank << "\n" << r.output;
+    // The stage whole (4 Psi_r) and a shard of it (2 Psi_r): three times the gradients' shard.
+    EXPECT_NEAR(params.at("gradients")[rank], 3 * grads.at("gradients")[rank],
+                0.01 * params.at("gradients")[rank])
+        << "rank " << rank << "\n"
+        << r.output;
+  }
 }
 
 // The JSON line of `ddpx plan`'s mesh whose "flags" start with `flags`.
@@ -264,8 +289,8 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
 
   // A plan's mesh flags (the line whose flags start with `start`), trained as printed on 2
   // workers for two steps.
-  auto flags_train = [](const std::string& plan, const std::string& start,
-                        const std::string& model) {
+  auto flags_train = [](const std::string& plan, const std::string& start, const std::string& model,
+                        int ranks = 2) {
     const std::string line = mesh_line(plan, start);
     std::smatch m;
     EXPECT_TRUE(std::regex_search(line, m, std::regex("\"flags\": \"([^\"]+)\""))) << start << "\n"
@@ -273,7 +298,8 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
     if (m.empty()) return std::string();
     test::TempDir dir;
     auto train = run_command(
-        test::ddpx_command("run 2 --log_dir " + dir.path() + " -- train --model " + model +
+        test::ddpx_command("run " + std::to_string(ranks) + " --log_dir " + dir.path() +
+                           " -- train --model " + model +
                            " --num_epochs 1 --limit_train_batches 2 --limit_test_batches 1 "
                            "--threads 1 --no_progress " +
                            m[1].str()),
@@ -287,6 +313,16 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
   ASSERT_EQ(mlp.exit_code, 0) << mlp.output;
   for (const std::string flags : {"--tensor_parallel 2", "--pipeline_parallel 2"})
     flags_train(mlp.output, flags, "mlp --image_size 28");
+  // On 4, stages whose 2 replicas shard them (the flags end with --shard full).
+  auto sharded = run_command(test::ddpx_command("plan --model mlp --gpus 4 --image_size 28 "
+                                                "--batch_size 8 --num_classes 10 --json"),
+                             120);
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  EXPECT_NE(flags_train(sharded.output, "--pipeline_parallel 2[^\"]*--shard full",
+                        "mlp --image_size 28", 4)
+                .find("--shard full"),
+            std::string::npos)
+      << sharded.output;
 
   // The interleaved schedule is planned too (V = 2 stages a rank, as ddpx train's default).
   auto interleaved = run_command(

@@ -1,9 +1,10 @@
 // `ddpx plan`'s meshes (parallel/planner/mesh_plan.h, split_probe.h): a pipeline stage holds its
 // layers' parameters and the micro-batches its schedule keeps in flight, the worst stage's rank
-// sets the peak; a tensor rank holds its pieces, the whole model at start, and its gradients only
-// in backward unless replicas keep them in DDP's buckets; impossible layouts are refused naming
-// the flag; and the probes measure real layers and a real split model on thread ranks.
-// (Predictions against `bench memory` on real ranks: tests/e2e/plan_test.cpp.)
+// sets the peak, sharded replicas add their shards and save optimizer state; a tensor rank holds
+// its pieces, the whole model at start, and its gradients only in backward unless replicas keep
+// them in DDP's buckets; impossible layouts are refused naming the flag; and the probes measure
+// real layers and a real split model on thread ranks. (Predictions against `bench memory` on real
+// ranks: tests/e2e/plan_test.cpp.)
 #include "parallel/planner/mesh_plan.h"
 
 #include <gtest/gtest.h>
@@ -69,6 +70,44 @@ TEST(MeshPlanTest, APipelineStageHoldsItsLayersAndTheMicroBatchesItsScheduleKeep
   EXPECT_EQ(two.data, 2);
   EXPECT_DOUBLE_EQ(two.transient, 4 * 200.0);
   EXPECT_TRUE(two.grads_persist);
+}
+
+// With --shard the replicas of a stage shard it (pipeline_plan.h): through a step a rank keeps
+// its stage whole and its gradients whole, beside its shards of both and its share of the
+// optimizer state; the reduce-scatter's input is the stage's gradients once more. Every ZeRO
+// stage peaks alike (the stage is gathered once a step).
+TEST(MeshPlanTest, ShardedPipelineReplicasHoldTheirStageWholeBesideTheirShards) {
+  PlanRequest r;
+  r.world_size = 8;  // 2 stages x 4 replicas
+  r.batch_size = 2;
+  r.optimizer_bytes_per_param = 8;  // AdamW
+  PipelineRequest q;
+  q.stages = 2;
+  q.microbatches = 4;
+  q.balance = PipelineBalance::kParams;
+  const auto plain = predict_pipeline(whole_of(400), four_layers(), r, q);
+  for (ShardMode mode : {ShardMode::kOptimizer, ShardMode::kGradients, ShardMode::kFull}) {
+    SCOPED_TRACE(name(mode));
+    const auto z = predict_pipeline(whole_of(400), four_layers(), r, q, mode);
+    EXPECT_EQ(z.shard, mode);
+    EXPECT_EQ(z.data, 4);
+    EXPECT_DOUBLE_EQ(z.params, 4 * 200.0 + 4 * 200.0 / 4) << "the stage whole and a shard";
+    EXPECT_DOUBLE_EQ(z.grads, 4 * 200.0 + 4 * 200.0 / 4);
+    EXPECT_DOUBLE_EQ(z.optimizer, 8 * 200.0 / 4);
+    EXPECT_DOUBLE_EQ(z.transient, 4 * 200.0) << "the reduce-scatter's input";
+    EXPECT_DOUBLE_EQ(z.activations, plain.activations);
+    // (K (D - 1) - 8) Psi_r / D less than the unsharded stage: 4 x 200 bytes here.
+    EXPECT_DOUBLE_EQ(plain.peak() - z.peak(), 4 * 200.0);
+    EXPECT_EQ(z.flags, plain.flags + " --shard " + name(mode));
+  }
+  r.world_size = 2;  // one replica: nothing to shard over
+  try {
+    predict_pipeline(whole_of(400), four_layers(), r, q, ShardMode::kFull);
+    ADD_FAILURE() << "--shard full on one replica was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("leaves one replica: --shard full"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MeshPlanTest, PipelineLayoutsThatCannotRunAreRefusedNamingTheFlag) {

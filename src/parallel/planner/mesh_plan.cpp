@@ -23,7 +23,7 @@ void add_states(MeshPrediction& p, double own, const PlanRequest& r) {
 }  // namespace
 
 MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
-                                const PlanRequest& r, const PipelineRequest& q) {
+                                const PlanRequest& r, const PipelineRequest& q, ShardMode shard) {
   const int n = r.world_size, stages = q.stages;
   const int chunks = q.schedule == PipelineSchedule::kInterleaved ? q.stages_per_rank : 1;
   DDPX_CHECK(stages >= 2 && n % stages == 0, ErrorKind::kUsage,
@@ -31,6 +31,11 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
   MeshPrediction p;
   p.pipeline = stages;
   p.data = n / stages;
+  DDPX_CHECK(shard == ShardMode::kNone || p.data > 1, ErrorKind::kUsage,
+             "plan: --pipeline_parallel {} on {} GPUs leaves one replica: --shard {} has no ranks "
+             "to shard over",
+             stages, n, name(shard));
+  p.shard = shard;
   p.batch = r.batch_size * stages;  // the global batch of N GPUs at --batch_size each
   p.microbatches = q.microbatches > 0            ? q.microbatches
                    : p.batch % (2 * stages) == 0 ? 2 * stages
@@ -78,6 +83,13 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
   for (int s = 0; s < stages; ++s) {
     MeshPrediction stage = p;
     add_states(stage, own[s], r);
+    if (shard != ShardMode::kNone) {  // see mesh_plan.h
+      const double shards = kWordBytes * own[s] / p.data;
+      stage.params += shards;
+      stage.grads += shards;
+      stage.optimizer = r.optimizer_bytes_per_param * own[s] / p.data;
+      stage.transient = kWordBytes * own[s];  // the reduce-scatter's input
+    }
     stage.activations = run.max_bytes[static_cast<size_t>(s)] + extra[s];
     stage.start = kWordBytes * static_cast<double>(model.parameters);
     if (stage.peak() > worst) {
@@ -94,6 +106,7 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
   p.flags += fmt::format(" --batch_size {}", p.batch);
   if (q.balance != PipelineBalance::kTime)
     p.flags += fmt::format(" --pipeline_balance {}", name(q.balance));
+  if (shard != ShardMode::kNone) p.flags += fmt::format(" --shard {}", name(shard));
   return p;
 }
 

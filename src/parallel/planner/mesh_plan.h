@@ -22,9 +22,15 @@
 //               pieces and whole layers, grouped into units as the sharded plan groups them,
 //               take memory_plan.h's arithmetic for that mode at world D, with the split model's
 //               measured activations
+//   pipeline x --shard  the D = N/P replicas shard each stage (pipeline_plan.h): through a step
+//               a rank holds its stages whole (4 Psi_r, gathered once a step under every mode)
+//               and their accumulating gradients (4 Psi_r) beside its shards of both (4 S each,
+//               S = Psi_r / D, padding left out) and the optimizer's K S; the reduce-scatter's
+//               input (4 Psi_r) comes after the last backward. Against the unsharded stage that
+//               saves (K (D - 1) - 8) Psi_r / D: nothing for AdamW on 2 replicas, more on more.
+//               ZeRO's three stages peak alike here; `full` only frees the stages between steps.
 // The peak is the larger of start and the states plus the larger of transient and activations.
-// Pipelines with --shard are not built in ddpx train yet, so they are not offered; meshes of both
-// pipeline and tensor parallelism train but are not planned yet.
+// Meshes of both pipeline and tensor parallelism train but are not planned yet.
 #pragma once
 
 #include <algorithm>
@@ -41,7 +47,7 @@ namespace ddpx::parallel {
 struct MeshPrediction {
   int data = 1, pipeline = 1, tensor = 1;
   bool sequence_parallel = false;
-  ShardMode shard = ShardMode::kNone;  // tensor parallelism's replicas: --shard
+  ShardMode shard = ShardMode::kNone;  // the replicas': --shard
   int64_t batch = 0;                   // --batch_size: per data-parallel replica
   int microbatches = 0;                // pipeline
   double start = 0;
@@ -72,9 +78,10 @@ struct PipelineRequest {
 
 // Throws ddpx::Error(kUsage) naming the flag where the layout cannot run: P not dividing the
 // world, fewer layers than stages, a batch M does not split, micro-batches of one sample for a
-// BatchNorm model, an interleaved M that P does not divide.
+// BatchNorm model, an interleaved M that P does not divide, `shard` with one replica.
 MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
-                                const PlanRequest& request, const PipelineRequest& pipeline);
+                                const PlanRequest& request, const PipelineRequest& pipeline,
+                                ShardMode shard = ShardMode::kNone);
 
 // `measured` is the probe at T = measured.ranks. With `shard` the N/T replicas shard the pieces;
 // throws ddpx::Error(kUsage) when there is one replica only (nothing to shard over).
