@@ -84,33 +84,23 @@ void PipelinePlan::probe_boundaries(const MicroBatch& batch) {
   }
 }
 
-void PipelinePlan::post_receive(int from_stage, int to_stage, int microbatch, bool forward,
-                                const Boundary& boundary, int64_t rows) {
-  const int stages = static_cast<int>(table_.size());
-  const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
-  if (posted_.count(tag)) return;
+torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch, bool forward,
+                                    const Boundary& boundary, int64_t rows,
+                                    const torch::Device& device) {
   std::vector<int64_t> shape{rows};
   shape.insert(shape.end(), boundary.shape.begin(), boundary.shape.end());
   // Through host memory (Gloo): see send().
   std::vector<torch::Tensor> buffer{
       torch::empty(shape, torch::TensorOptions().dtype(boundary.dtype))};
-  posted_[tag] = {group_->recv(buffer, rank_of(from_stage), tag), buffer[0]};
-}
-
-torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch, bool forward,
-                                    const Boundary& boundary, int64_t rows,
-                                    const torch::Device& device) {
   const int stages = static_cast<int>(table_.size());
   const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
-  post_receive(from_stage, to_stage, microbatch, forward, boundary, rows);  // unless it was
-  PostedReceive posted = std::move(posted_.at(tag));
-  posted_.erase(tag);
   Stopwatch watch;
-  dist::wait_work(posted.work, fmt::format("pipeline {} of micro-batch {} from stage {} (rank {})",
-                                           forward ? "activations" : "gradients", microbatch,
-                                           from_stage, rank_of(from_stage)));
+  dist::wait_work(group_->recv(buffer, rank_of(from_stage), tag),
+                  fmt::format("pipeline {} of micro-batch {} from stage {} (rank {})",
+                              forward ? "activations" : "gradients", microbatch, from_stage,
+                              rank_of(from_stage)));
   stats_.wait_seconds += watch.seconds();
-  return posted.buffer.to(device);
+  return buffer[0].to(device);
 }
 
 void PipelinePlan::send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch,

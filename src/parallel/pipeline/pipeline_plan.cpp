@@ -257,21 +257,7 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   std::vector<torch::Tensor> outputs(static_cast<size_t>(m));
   torch::Tensor loss_sum;
   PipelineShape shape{p, m, options_.stages_per_rank};
-  const std::vector<PipelineAction> actions =
-      schedule_actions(options_.schedule, shape, pipeline_rank_);
-  // The receive an action waits for, posted before the action ahead of it computes.
-  auto post = [&](const PipelineAction& a) {
-    const int stage = a.chunk * p + pipeline_rank_;
-    const int64_t n = inputs[a.microbatch].size(0);
-    if (a.forward && stage > 0) {
-      post_receive(stage - 1, stage, a.microbatch, true, boundaries_[stage - 1], n);
-    } else if (!a.forward && stage < stages - 1) {
-      post_receive(stage + 1, stage, a.microbatch, false, boundaries_[stage], n);
-    }
-  };
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const PipelineAction& a = actions[i];
-    if (i + 1 < actions.size()) post(actions[i + 1]);
+  for (const PipelineAction& a : schedule_actions(options_.schedule, shape, pipeline_rank_)) {
     const int stage = a.chunk * p + pipeline_rank_;
     const bool last = stage == stages - 1;
     const int64_t n = inputs[a.microbatch].size(0);

@@ -42,7 +42,6 @@
 
 #include <torch/nn/modules/container/sequential.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -181,10 +180,6 @@ class PipelinePlan : public Plan {
   int rank_of(int stage) const;  // the global rank that runs `stage` in this replica
   torch::Tensor receive(int from_stage, int to_stage, int microbatch, bool forward,
                         const Boundary& boundary, int64_t rows, const torch::Device& device);
-  // Posts the receive receive() will wait for, so that the transfer runs while this rank
-  // computes the action before (what torch.distributed.pipelining's schedules do too).
-  void post_receive(int from_stage, int to_stage, int microbatch, bool forward,
-                    const Boundary& boundary, int64_t rows);
   void send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch, bool forward);
   // The last stage's logits (rows of the batch) on the replica's first rank; undefined on the
   // others. Collective between those two ranks.
@@ -223,11 +218,6 @@ class PipelinePlan : public Plan {
   std::vector<std::vector<size_t>> unit_order_;  // units_[u].params()[i] is params_[order[u][i]]
   std::vector<Boundary> boundaries_;             // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
-  struct PostedReceive {
-    c10::intrusive_ptr<c10d::Work> work;
-    torch::Tensor buffer;
-  };
-  std::map<int, PostedReceive> posted_;  // by tag
   PipelineStats stats_;
   PipelineStats epoch_;      // summed since the last epoch_summary() (max_activations: the most)
   bool whole_ = true;        // every rank's copy of every stage is current
