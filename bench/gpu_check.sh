@@ -320,6 +320,16 @@ step_parallel() {
   local six="$ddpx run 6 --gpus 0,0,0,0,0,0 --"
   ((gpus > 5)) && six="$ddpx run 6 --"
   TAIL_LINES=6 run_timed mesh_3d_6 150 $six $vit --tensor_parallel 3 --pipeline_parallel 2
+  # ... sequence parallel across the stage boundary: the same figures again.
+  TAIL_LINES=6 run_timed mesh_3d_sp_6 150 $six $vit --tensor_parallel 3 --pipeline_parallel 2 \
+    --sequence_parallel
+  # 2 stages whose 2 replicas shard them (--shard full) on the global batch of 32: the figures
+  # of 2 DDP ranks on that batch (each replica's own augmentation draws, as DDP's ranks').
+  local four="$ddpx run 4 --gpus 0,0,0,0 --"
+  ((gpus > 3)) && four="$ddpx run 4 --"
+  TAIL_LINES=6 run_timed vit_ddp_2 150 $two $vit --batch_size_scaled
+  TAIL_LINES=6 run_timed pipeline_shard_4 150 $four $vit --pipeline_parallel 2 --shard full \
+    --batch_size_scaled
   local r18="train --device cuda --model resnet18 --num_epochs 1 --batch_size 128 \
 --limit_train_batches 40 --limit_test_batches 5 --no_progress"
   TAIL_LINES=6 run_timed ddp_2 150 $two $r18
