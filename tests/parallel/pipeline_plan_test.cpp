@@ -2,14 +2,15 @@
 // one seed and the same global batches, every schedule (GPipe, 1F1B, interleaved 1F1B), on 2
 // ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, and 4 stages), and with the
 // replicas sharding their stage (--shard optimizer, gradients and full, on 2 to 4 replicas, one
-// with padded shards), ends 6 SGD steps, each clipped by the whole model's gradient norm, with
-// the single process's parameters, each step's loss and norm reported, each rank holding memory
-// for its own stages' parameters only while it trains and evaluates (the trained model's
-// logits on each replica's first rank; --shard full: none between steps, a shard of each); its
-// state_dict() is the unsplit model's and optimizer's and loads back into a pipeline, sharded
-// or not; layouts that cannot run are refused on every rank before any collective. Each rank is a
-// real member of a Gloo group on 127.0.0.1. The schedules themselves are checked by simulation: no
-// deadlock, each forward before its backward, the bubble within 3 points of (P-1)/(M+P-1)
+// with padded shards, one accumulating two unsynchronized halves), ends 6 SGD steps, each clipped
+// by the whole model's gradient norm, with the single process's parameters, each step's loss and
+// norm reported, each rank holding memory for its own stages' parameters only while it trains and
+// evaluates (the trained model's logits on each replica's first rank; --shard full: none between
+// steps, a shard of each); its state_dict() is the unsplit model's and optimizer's and loads back
+// into a pipeline, sharded or not; layouts that cannot run are refused on every rank before any
+// collective. Each rank is a real member of a Gloo group on 127.0.0.1. The schedules themselves are
+// checked by simulation: no deadlock, each forward before its backward, the bubble within 3 points
+// of (P-1)/(M+P-1)
 // ((P-1)/(V*M+P-1) interleaved), and at most P - rank micro-batches of activations held under 1F1B,
 // M under GPipe.
 //
@@ -124,6 +125,7 @@ struct PipelineLayout {
   int microbatches;
   int stages_per_rank;
   parallel::ShardMode shard = parallel::ShardMode::kNone;
+  bool accumulate = false;  // each replica's batch as two halves, the first not synchronized
 };
 
 size_t held_bytes(const torch::nn::Sequential& net) {
@@ -153,7 +155,20 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
     EXPECT_EQ(plan.units().empty(), layout.shard == parallel::ShardMode::kNone);
     for (int s = 0; s < kSteps; ++s) {
       plan.set_learning_rate(0.1);
-      auto out = plan.forward_backward(micro_batch(b, s, plan.replica(), replicas), true);
+      parallel::MicroBatch whole = micro_batch(b, s, plan.replica(), replicas);
+      parallel::MicroBatchResult out;
+      if (layout.accumulate) {  // two halves, each's mean loss halved: the whole batch's mean
+        const int64_t half = whole.input.size(0) / 2;
+        for (int h = 0; h < 2; ++h) {
+          parallel::MicroBatch part = whole;
+          part.input = whole.input.narrow(0, h * half, half);
+          part.target = whole.target.narrow(0, h * half, half);
+          part.loss = [](const torch::Tensor& o, const torch::Tensor& y) { return mse(o, y) / 2; };
+          out = plan.forward_backward(part, /*sync=*/h == 1);
+        }
+      } else {
+        out = plan.forward_backward(whole, true);
+      }
       const double norm = plan.clip_grad_norm(kMaxNorm).item<double>();
       EXPECT_NEAR(norm, want.norms[s], 1e-6 * want.norms[s]) << "rank " << rank << " step " << s;
       plan.step();
@@ -164,7 +179,7 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
       }
       if (plan.pipeline_rank() == 0) {
         ASSERT_TRUE(out.loss.defined()) << "rank " << rank << " step " << s;
-        ASSERT_EQ(out.output.size(0), kPipelineBatch / replicas);
+        ASSERT_EQ(out.output.size(0), kPipelineBatch / replicas / (layout.accumulate ? 2 : 1));
         if (replicas == 1) {
           EXPECT_NEAR(out.loss.item<double>(), want.losses[s], 1e-6 * want.losses[s])
               << "step " << s;
@@ -238,6 +253,7 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineLayout{4, 4, PipelineSchedule::k1F1B, 8, 1},
         PipelineLayout{3, 3, PipelineSchedule::kGpipe, 3, 1},
         PipelineLayout{4, 2, PipelineSchedule::k1F1B, 2, 1, parallel::ShardMode::kOptimizer},
+        PipelineLayout{4, 2, PipelineSchedule::k1F1B, 3, 1, parallel::ShardMode::kFull, true},
         PipelineLayout{8, 2, PipelineSchedule::kGpipe, 3, 1, parallel::ShardMode::kGradients},
         PipelineLayout{6, 2, PipelineSchedule::kInterleaved, 2, 2, parallel::ShardMode::kFull}),
     [](const auto& info) {
@@ -246,7 +262,9 @@ INSTANTIATE_TEST_SUITE_P(
           "world{}_stages{}_{}_m{}_v{}{}", l.world, l.stages,
           l.schedule == PipelineSchedule::k1F1B ? "onef1b" : name(l.schedule), l.microbatches,
           l.stages_per_rank,
-          l.shard == parallel::ShardMode::kNone ? "" : std::string("_shard_") + name(l.shard));
+          l.shard == parallel::ShardMode::kNone
+              ? ""
+              : std::string("_shard_") + name(l.shard) + (l.accumulate ? "_accumulated" : ""));
     });
 
 // A whole checkpoint loads into a pipeline, into one whose stages' replicas shard them too.
