@@ -2,7 +2,7 @@
 # ddpx as a C++ user meets it: `cmake --install` of this build into a fresh prefix, then
 # examples/ configured as a project of its own with find_package(ddpx) against that prefix only
 # (no source tree on its include path) and its DDP example built (the one this test runs: each
-# example is a minute of compiling on 2 cores; the in-tree build compiles both), then trained as
+# example is a minute of compiling on 2 cores; the in-tree build compiles all three), then trained as
 # two workers by the installed `ddpx run`. Checks the installed layout, that both ranks end with the same weights, and that
 # the loss falls.
 # Usage: tests/install/find_package_test.sh BUILD_DIR

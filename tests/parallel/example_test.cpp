@@ -1,6 +1,7 @@
-// The examples (examples/my_model_ddp.cpp, examples/my_model_fsdp.cpp) as a user would run
-// them: two processes with torchrun's variables on 127.0.0.1. Both must finish, the loss must
-// fall, and both ranks must end with identical weights.
+// The examples (examples/my_model_ddp.cpp, my_model_fsdp.cpp, my_model_pipeline.cpp) as a user
+// would run them: processes with torchrun's variables on 127.0.0.1 (two; the pipeline four, 2
+// stages x 2 replicas that shard them). Every one must finish, the loss must fall, and every rank
+// must end with identical weights.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -11,18 +12,26 @@
 namespace ddpx::test {
 namespace {
 
-// Runs `binary` as ranks 0 and 1 and checks what every example promises; returns the output.
-std::string run_example_on_two_processes(const std::string& binary) {
+// Runs `binary` as ranks 0 .. world - 1 and checks what every example promises; returns the
+// output (rank 0's, then the others').
+std::string run_example(const std::string& binary, int world = 2) {
   TempDir dir;
   const int port = free_port();
   const std::string bin = shell_quote(binary);
-  std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
-                    " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2";
-  const std::string log1 = shell_quote(dir.file("rank1.log"));
-  auto result = run_command(
-      "RANK=1 LOCAL_RANK=1 " + env + " " + bin + " > " + log1 + " 2>&1 & RANK=0 LOCAL_RANK=0 " +
-          env + " " + bin + "; s=$?; wait $!; t=$?; cat " + log1 + "; [ $s -eq 0 ] && [ $t -eq 0 ]",
-      /*timeout_s=*/120);
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                          " WORLD_SIZE=" + std::to_string(world) +
+                          " LOCAL_WORLD_SIZE=" + std::to_string(world);
+  std::string others, waits, logs;
+  for (int r = 1; r < world; ++r) {
+    const std::string log = shell_quote(dir.file("rank" + std::to_string(r) + ".log"));
+    others += "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " " + env + " " +
+              bin + " > " + log + " 2>&1 & pids=\"$pids $!\"; ";
+    logs += " " + log;
+  }
+  auto result = run_command("pids=; " + others + "RANK=0 LOCAL_RANK=0 " + env + " " + bin +
+                                "; s=$?; for p in $pids; do wait $p || s=1; done; cat" + logs +
+                                "; [ $s -eq 0 ]",
+                            /*timeout_s=*/120);
   EXPECT_FALSE(result.timed_out) << result.output;
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("epoch 5 loss"), std::string::npos) << result.output;
@@ -34,7 +43,7 @@ std::string run_example_on_two_processes(const std::string& binary) {
     ranks.insert((*it)[1]);
     checksums.insert((*it)[2]);
   }
-  EXPECT_EQ(ranks.size(), 2u) << result.output;
+  EXPECT_EQ(ranks.size(), static_cast<size_t>(world)) << result.output;
   EXPECT_EQ(checksums.size(), 1u) << "ranks diverged:\n" << result.output;
 
   // Training works: the last epoch's loss is well below the first's.
@@ -53,7 +62,7 @@ TEST(ExampleTest, MyModelDdpTrainsOnTwoProcessesWithEqualWeights) {
 #ifndef DDPX_EXAMPLE_MY_MODEL_DDP
   GTEST_SKIP() << "examples are not built (DDPX_BUILD_EXAMPLES=OFF)";
 #else
-  run_example_on_two_processes(DDPX_EXAMPLE_MY_MODEL_DDP);
+  run_example(DDPX_EXAMPLE_MY_MODEL_DDP);
 #endif
 }
 
@@ -61,9 +70,23 @@ TEST(ExampleTest, MyModelFsdpTrainsFullyShardedOnTwoProcessesWithEqualWeights) {
 #ifndef DDPX_EXAMPLE_MY_MODEL_FSDP
   GTEST_SKIP() << "examples are not built (DDPX_BUILD_EXAMPLES=OFF)";
 #else
-  const std::string output = run_example_on_two_processes(DDPX_EXAMPLE_MY_MODEL_FSDP);
+  const std::string output = run_example(DDPX_EXAMPLE_MY_MODEL_FSDP);
   EXPECT_NE(output.find("(--shard full, ZeRO-3: parameters, gradients and optimizer state split "
                         "in 3 units)"),
+            std::string::npos)
+      << output;
+#endif
+}
+
+TEST(ExampleTest, MyModelPipelineTrainsAsTwoStagesShardedOverTwoReplicasWithEqualWeights) {
+#ifndef DDPX_EXAMPLE_MY_MODEL_PIPELINE
+  GTEST_SKIP() << "examples are not built (DDPX_BUILD_EXAMPLES=OFF)";
+#else
+  const std::string output = run_example(DDPX_EXAMPLE_MY_MODEL_PIPELINE, 4);
+  EXPECT_NE(output.find("2 stages x 2 data-parallel replicas (1f1b, 4 micro-batches"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("each stage sharded over its 2 replicas (--shard full, ZeRO-3)"),
             std::string::npos)
       << output;
 #endif
