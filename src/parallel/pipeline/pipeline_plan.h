@@ -194,8 +194,7 @@ class PipelinePlan : public Plan {
   void build_units();
   void reduce_units();                     // reduce-scatter; `full` then frees the stages
   void gather_units(bool full_precision);  // the stages whole where they are not
-  torch::Tensor clip_shards(double max_norm);
-  std::string save_optimizer_part();  // this pipeline rank's optimizer archive, whole
+  std::string save_optimizer_part();       // this pipeline rank's optimizer archive, whole
   void load_optimizer_part(torch::optim::Optimizer& whole);
 
   torch::nn::AnyModule model_;

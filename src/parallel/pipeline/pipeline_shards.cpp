@@ -2,7 +2,6 @@
 // rank's stages one unit (shard_unit.h) over the stage's replicas, reduce-scattered after a
 // synchronized backward, gathered again before the next forward or evaluation, and its optimizer
 // state brought whole into the pipeline's checkpoint.
-#include <ATen/ops/_foreach_mul.h>
 #include <fmt/format.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
@@ -11,8 +10,6 @@
 #include <map>
 #include <sstream>
 
-#include "core/error.h"
-#include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/optimizer_state.h"
@@ -69,25 +66,6 @@ void PipelinePlan::reduce_units() {
   if (options_.shard == ShardMode::kFull) {
     for (auto& unit : units_) unit.release();
   }
-}
-
-torch::Tensor PipelinePlan::clip_shards(double max_norm) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& s : shards_) {
-    if (s.grad().defined()) grads.push_back(s.grad());
-  }
-  // The stages split the model and the replicas' shards split each stage (padding is zero): the
-  // squares summed over the world count every element once.
-  torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
-  for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum().cpu();
-  context_.all_reduce_sum(squares);
-  torch::Tensor total = squares.sqrt().reshape({});
-  if (grads.empty()) return total;
-  total = total.to(grads[0].device(), grads[0].scalar_type());
-  auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
-  at::_foreach_mul_(grads, coefficient);
-  return total;
 }
 
 std::string PipelinePlan::save_optimizer_part() {

@@ -36,17 +36,18 @@ void PipelinePlan::set_learning_rate(double lr) {
 }
 
 torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
-  if (sharded()) return clip_shards(max_norm);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
-  for (const auto& p : params_) {
+  for (const auto& p : sharded() ? shards_ : params_) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  // Each stage's squares once: the replicas hold the same averaged gradients.
+  // The stages split the model. Whole, every replica holds the same averaged gradients: each
+  // stage's squares count once a replica. Sharded, the replicas' shards split each stage
+  // (padding is zero): every element counts once.
   torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
   for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum().cpu();
   context_.all_reduce_sum(squares);
-  torch::Tensor total = (squares / replica_count_).sqrt().reshape({});
+  torch::Tensor total = (squares / (sharded() ? 1 : replica_count_)).sqrt().reshape({});
   if (grads.empty()) return total;
   total = total.to(grads[0].device(), grads[0].scalar_type());
   auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
