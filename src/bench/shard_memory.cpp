@@ -256,7 +256,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
         "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
         "over the start's; tensors: the most CPU tensor bytes alive at once (`ddpx plan`'s peak)\n",
         !splits ? formula_text(o.shard)
-        : o.shard != parallel::ShardMode::kNone
+        : units != nullptr  // sharded pieces or stages (a pipeline of one replica shards none)
             ? formula_text(o.shard) + std::string(" over Psi_r, this rank's own parameters, and "
                                                   "N the replicas")
             : "(8+K)Psi_r, Psi_r: this rank's own parameters");
