@@ -183,7 +183,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "checkpoint path, or auto (newest good one in --save_dir)");
   cmd->add_option("--keep_checkpoints", o->keep_checkpoints, "checkpoints kept in --save_dir");
   add_choice(cmd, "--checkpoint_format", o->checkpoint_format, train::kCheckpointFormatNames,
-             "auto (with --shard on 2+ ranks: each rank writes its part, else one file) | whole "
+             "auto (with --shard on 2+ ranks or --pipeline_parallel: each rank writes its "
+             "part, else one file) | whole "
              "(one file: for a --save_dir not shared across nodes) | sharded");
   cmd->add_option("--recipe", *recipe,
                   "start from named settings (--show_recommendations lists them); flags given "

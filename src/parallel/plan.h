@@ -122,6 +122,12 @@ class Plan {
 
   // The parameters whose gradients this rank's step reads (fp16: unscaled and checked first).
   virtual std::vector<torch::Tensor> parameters() = 0;
+  // The device this rank's model is on, where loaded state goes. Not collective, unlike
+  // module(): rank 0 alone asks it while it writes a checkpoint's index.
+  virtual torch::Device device() {
+    const auto params = parameters();
+    return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  }
 
   virtual void state_dict(torch::serialize::OutputArchive& model,
                           torch::serialize::OutputArchive& optimizer) = 0;

@@ -62,7 +62,7 @@ torch::Device model_device(torch::nn::Module& model) {
   const auto params = model.parameters();
   return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
 }
-torch::Device model_device(parallel::Plan& plan) { return model_device(*plan.module().ptr()); }
+torch::Device model_device(parallel::Plan& plan) { return plan.device(); }
 
 std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done) {
   return fmt::format("{}/{}{:04d}{}", save_dir, kPrefix, epochs_done, kSuffix);

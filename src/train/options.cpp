@@ -45,10 +45,6 @@ void validate_pipeline(const TrainOptions& o) {
              "--comm_hook {} with --pipeline_parallel {}: a pipeline stage's replicas average "
              "their gradients uncompressed; drop --comm_hook",
              dist::name(o.comm_hook), p);
-  DDPX_CHECK(o.checkpoint_format != CheckpointFormat::kSharded, usage,
-             "--checkpoint_format sharded with --pipeline_parallel {}: a pipeline writes the whole "
-             "model's checkpoint; use auto or whole",
-             p);
 }
 
 // Tensor parallelism's flags, checked before the job joins (the world and the model's heads
@@ -152,12 +148,12 @@ void validate(const TrainOptions& o) {
              "--loader_workers must be >= 0 (0: chosen from the cores per rank)");
   DDPX_CHECK(o.timeout_s > 0, usage, "--timeout must be positive seconds");
   DDPX_CHECK(o.keep_checkpoints >= 1, usage, "--keep_checkpoints must be at least 1");
-  DDPX_CHECK(
-      o.checkpoint_format != CheckpointFormat::kSharded || o.shard != parallel::ShardMode::kNone,
-      usage,
-      "--checkpoint_format sharded writes each rank's shards: it goes with --shard "
-      "optimizer|gradients|full (with --shard none every rank holds the whole state; use "
-      "auto or whole)");
+  DDPX_CHECK(o.checkpoint_format != CheckpointFormat::kSharded ||
+                 o.shard != parallel::ShardMode::kNone || o.pipeline_parallel > 1,
+             usage,
+             "--checkpoint_format sharded writes each rank's part: it goes with --shard "
+             "optimizer|gradients|full or --pipeline_parallel (with neither every rank holds the "
+             "whole state; use auto or whole)");
   DDPX_CHECK(o.base_batch_size > 0, usage, "--base_batch_size must be positive, got {}",
              o.base_batch_size);
   DDPX_CHECK(o.clip_grad_norm >= 0, usage, "--clip_grad_norm must be >= 0 (0: off), got {}",

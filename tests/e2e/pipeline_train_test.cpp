@@ -1,7 +1,8 @@
 // `ddpx run N -- train --pipeline_parallel P` as a user runs it: two stages train the MLP to the
 // single process's losses and weights, four workers as 2 stages x 2 replicas to DDP's on two
 // (also with the replicas sharding their stage, which resumes its own checkpoint),
-// the pipeline's checkpoint resumes in one process where the single process's own run ends, a
+// the pipeline's checkpoint, written by stage, resumes in one process where the single
+// process's own run ends, `--checkpoint_format whole` writes one file instead, a
 // zoo ResNet is cut by timing its layers and the table says so, layouts or flags that cannot go
 // together are refused in one line naming them, and a killed stage ends the job naming it.
 // --activation_checkpointing trains as without it: DDP, a pipeline and a BatchNorm ResNet; ddpx
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <regex>
 
@@ -88,6 +90,9 @@ TEST(PipelineTrainTest, TwoStagesTrainTheMlpAsOneProcessAndItsCheckpointResumesT
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(acc_single[i], acc_piped[i], 1e-3) << "epoch " << i;
   expect_same_weights(train::checkpoint_path(dir.file("single"), 2),
                       train::checkpoint_path(dir.file("piped"), 2));
+  // Written by stage: a folder of each rank's part, nothing gathered.
+  const std::string by_stage = train::checkpoint_path(dir.file("piped"), 2);
+  EXPECT_TRUE(std::filesystem::is_regular_file(by_stage + "/rank00001-of-00002.ddpx")) << by_stage;
 
   // One process resumes the pipeline's checkpoint, optimizer state included, for epoch 3.
   auto resumed = run_command(
@@ -114,10 +119,13 @@ TEST(PipelineTrainTest, FourWorkersAsTwoStagesTimesTwoReplicasTrainAsTwoDdpWorke
   for (const std::string shard : {"none", "full"}) {
     SCOPED_TRACE("--shard " + shard);
     const std::string save = dir.file("piped_" + shard);
-    auto piped = run_command(
-        ddpx("run 4 --log_dir " + dir.file("l2" + shard) + " -- " + kMlp + clip +
-             "--num_epochs 2 --pipeline_parallel 2 --shard " + shard + " --save_dir " + save),
-        300);
+    // Unsharded, the checkpoint is written whole on request (rank 0 gathers every stage); the
+    // sharded one by stage (each replica its shards).
+    auto piped =
+        run_command(ddpx("run 4 --log_dir " + dir.file("l2" + shard) + " -- " + kMlp + clip +
+                         "--num_epochs 2 --pipeline_parallel 2 --shard " + shard + " --save_dir " +
+                         save + (shard == "none" ? " --checkpoint_format whole" : "")),
+                    300);
     ASSERT_EQ(piped.exit_code, 0) << piped.output;
     EXPECT_NE(piped.output.find("2 stages x 2 data-parallel replicas (1f1b, 4 micro-batches"),
               std::string::npos)
@@ -135,6 +143,7 @@ TEST(PipelineTrainTest, FourWorkersAsTwoStagesTimesTwoReplicasTrainAsTwoDdpWorke
     EXPECT_NEAR(acc_ddp[1], acc_piped[1], 1e-3);
     expect_same_weights(train::checkpoint_path(dir.file("ddp"), 2),
                         train::checkpoint_path(save, 2));
+    EXPECT_EQ(std::filesystem::is_regular_file(train::checkpoint_path(save, 2)), shard == "none");
     if (shard != "full") continue;
     // The sharded pipeline resumes its own checkpoint, optimizer state included, for epoch 3.
     auto resumed = run_command(ddpx("run 4 --log_dir " + dir.file("l3") + " -- " + kMlp + clip +

@@ -7,7 +7,8 @@
 // norm reported, each rank holding memory for its own stages' parameters only while it trains and
 // evaluates (the trained model's logits on each replica's first rank; --shard full: none between
 // steps, a shard of each); its state_dict() is the unsplit model's and optimizer's and loads back
-// into a pipeline, sharded or not; layouts that cannot run are refused on every rank before any
+// into a pipeline, sharded or not, and so are its ranks' parts of a checkpoint by stage, written
+// without gathering anything; layouts that cannot run are refused on every rank before any
 // collective. Each rank is a real member of a Gloo group on 127.0.0.1. The schedules themselves are
 // checked by simulation: no deadlock, each forward before its backward, the bubble within 3 points
 // of (P-1)/(M+P-1)
@@ -20,6 +21,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/sgd.h>
@@ -31,6 +33,7 @@
 #include "core/error.h"
 #include "distributed/ranks.h"
 #include "parallel/plan_evaluation.h"
+#include "parallel/sharded/sharded_state.h"
 
 namespace ddpx::dist {
 namespace {
@@ -134,6 +137,37 @@ size_t held_bytes(const torch::nn::Sequential& net) {
   return held;
 }
 
+std::string bytes_of(torch::serialize::OutputArchive& archive) {
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+torch::serialize::InputArchive archive_of(const std::string& bytes) {
+  std::istringstream in(bytes);
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  return archive;
+}
+
+// The model and optimizer archives load into the unsplit model and its SGD with the single
+// process's trained parameters and momenta.
+void expect_trained_state(torch::serialize::InputArchive model,
+                          torch::serialize::InputArchive optimizer_state, const Reference& want,
+                          const std::string& what) {
+  auto net = make_net();
+  auto optimizer = make_pipeline_sgd(net->parameters());
+  net->load(model);
+  optimizer->load(optimizer_state);
+  auto params = net->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    expect_close(params[i], want.params[i], fmt::format("{} parameter {}", what, i));
+    auto& state = static_cast<torch::optim::SGDParamState&>(
+        *optimizer->state().at(params[i].unsafeGetTensorImpl()));
+    expect_close(state.momentum_buffer(), want.momenta[i], fmt::format("{} momentum {}", what, i));
+  }
+}
+
 class PipelinePlanTest : public ::testing::TestWithParam<PipelineLayout> {};
 
 TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) {
@@ -142,7 +176,8 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
   const Reference want = single_process(b);
   std::vector<torch::nn::Sequential> nets;
   for (int r = 0; r < layout.world; ++r) nets.push_back(make_net());
-  std::vector<std::string> saved(2);
+  std::vector<std::string> saved(2), parts(static_cast<size_t>(layout.world));
+  std::string index_bytes;
   auto errors = run_ranks(layout.world, [&](int rank, Context& context) {
     parallel::PipelineOptions options;
     options.stages = layout.stages;
@@ -210,37 +245,37 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
       EXPECT_LE(shards, mine / replicas + padding) << "rank " << rank;
       EXPECT_GE(shards, mine / replicas) << "rank " << rank;
     }
+    // Its part of a checkpoint by stage: what it holds, gathering nothing (not collective).
+    ASSERT_TRUE(plan.saves_sharded());
+    torch::serialize::OutputArchive part;
+    plan.write_part(part);
+    parts[rank] = bytes_of(part);
+    if (rank == 0) {
+      torch::serialize::OutputArchive index;
+      plan.write_index(index);
+      index_bytes = bytes_of(index);
+    }
+    EXPECT_EQ(held_bytes(nets[rank]), mine) << "rank " << rank << " gathered to write its part";
     auto params = plan.module().ptr()->parameters();
     for (size_t i = 0; i < params.size(); ++i)
       expect_close(params[i], want.params[i], fmt::format("rank {} parameter {}", rank, i));
     torch::serialize::OutputArchive m, o;
     plan.state_dict(m, o);
-    if (rank == 0) {
-      std::ostringstream mb, ob;
-      m.save_to(mb);
-      o.save_to(ob);
-      saved = {mb.str(), ob.str()};
-    }
+    if (rank == 0) saved = {bytes_of(m), bytes_of(o)};
   });
   EXPECT_ALL_RANKS_OK(errors);
   ASSERT_FALSE(saved[0].empty());
 
-  // The checkpoint is the unsplit model's and optimizer's.
-  auto net = make_net();
-  auto optimizer = make_pipeline_sgd(net->parameters());
-  torch::serialize::InputArchive m, o;
-  std::istringstream ms(saved[0]), os(saved[1]);
-  m.load_from(ms);
-  o.load_from(os);
-  net->load(m);
-  optimizer->load(o);
-  auto params = net->parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    expect_close(params[i], want.params[i], fmt::format("saved parameter {}", i));
-    auto& state = static_cast<torch::optim::SGDParamState&>(
-        *optimizer->state().at(params[i].unsafeGetTensorImpl()));
-    expect_close(state.momentum_buffer(), want.momenta[i], fmt::format("saved momentum {}", i));
-  }
+  // The whole checkpoint is the unsplit model's and optimizer's, and so are the parts put
+  // together as a checkpoint by stage is loaded.
+  expect_trained_state(archive_of(saved[0]), archive_of(saved[1]), want, "saved");
+  parallel::ShardedParts by_stage;
+  by_stage.name = "the pipeline's parts";
+  by_stage.index = archive_of(index_bytes);
+  for (const auto& bytes : parts) by_stage.parts.push_back(archive_of(bytes));
+  torch::serialize::OutputArchive m, o;
+  parallel::assemble_whole(by_stage, make_pipeline_sgd, m, o);
+  expect_trained_state(archive_of(bytes_of(m)), archive_of(bytes_of(o)), want, "by stage");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -318,6 +353,99 @@ TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsT
         expect_close(params[i], want[i], fmt::format("rank {} parameter {}", rank, i));
     });
     EXPECT_ALL_RANKS_OK(errors);
+  }
+}
+
+// A BatchNorm model's checkpoint by stage holds what its whole checkpoint holds: every parameter,
+// running statistic and momentum, bitwise, from each stage's own rank (replica 0's statistics),
+// unsharded, sharded and interleaved.
+TEST(PipelinePlanCheckpointTest, PartsByStageHoldWhatTheWholeCheckpointHolds) {
+  auto make_bn_net = [] {
+    torch::manual_seed(7);
+    return torch::nn::Sequential(torch::nn::Linear(6, 24), torch::nn::BatchNorm1d(24),
+                                 torch::nn::Tanh(), torch::nn::Linear(24, 12),
+                                 torch::nn::BatchNorm1d(12), torch::nn::Tanh(),
+                                 torch::nn::Linear(12, 4));
+  };
+  const PipelineBatches b = pipeline_batches();
+  struct Case {
+    int world;
+    PipelineSchedule schedule;
+    int stages_per_rank;
+    parallel::ShardMode shard;
+  };
+  for (const Case& c : {Case{2, PipelineSchedule::k1F1B, 1, parallel::ShardMode::kNone},
+                        Case{4, PipelineSchedule::k1F1B, 1, parallel::ShardMode::kNone},
+                        Case{4, PipelineSchedule::kInterleaved, 2, parallel::ShardMode::kFull},
+                        Case{6, PipelineSchedule::k1F1B, 1, parallel::ShardMode::kOptimizer}}) {
+    SCOPED_TRACE(fmt::format("{} ranks, {}, --shard {}", c.world, name(c.schedule), name(c.shard)));
+    std::vector<torch::nn::Sequential> nets;
+    for (int r = 0; r < c.world; ++r) nets.push_back(make_bn_net());
+    std::vector<std::string> parts(static_cast<size_t>(c.world)), whole(2);
+    std::string index_bytes;
+    auto errors = run_ranks(c.world, [&](int rank, Context& context) {
+      parallel::PipelineOptions options;
+      options.microbatches = 2;
+      options.schedule = c.schedule;
+      options.stages_per_rank = c.stages_per_rank;
+      options.shard = c.shard;
+      parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
+      for (int s = 0; s < 2; ++s) {
+        plan.set_learning_rate(0.1);
+        plan.forward_backward(micro_batch(b, s, plan.replica(), c.world / 2), true);
+        plan.step();
+        plan.zero_grad();
+      }
+      torch::serialize::OutputArchive part;
+      plan.write_part(part);
+      parts[rank] = bytes_of(part);
+      if (rank == 0) {
+        torch::serialize::OutputArchive index;
+        plan.write_index(index);
+        index_bytes = bytes_of(index);
+      }
+      torch::serialize::OutputArchive m, o;
+      plan.state_dict(m, o);
+      if (rank == 0) whole = {bytes_of(m), bytes_of(o)};
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+    ASSERT_FALSE(index_bytes.empty());
+    parallel::ShardedParts by_stage;
+    by_stage.name = "the pipeline's parts";
+    by_stage.index = archive_of(index_bytes);
+    for (const auto& bytes : parts) by_stage.parts.push_back(archive_of(bytes));
+    torch::serialize::OutputArchive m, o;
+    parallel::assemble_whole(by_stage, make_pipeline_sgd, m, o);
+    // Both into the unsplit model and its optimizer, side by side.
+    std::vector<torch::nn::Sequential> loaded{make_bn_net(), make_bn_net()};
+    std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+    for (auto& net : loaded) optimizers.push_back(make_pipeline_sgd(net->parameters()));
+    auto mi = archive_of(whole[0]), oi = archive_of(whole[1]);
+    loaded[0]->load(mi);
+    optimizers[0]->load(oi);
+    auto mp = archive_of(bytes_of(m)), op = archive_of(bytes_of(o));
+    loaded[1]->load(mp);
+    optimizers[1]->load(op);
+    const auto named = loaded[0]->named_parameters();
+    const auto theirs = loaded[1]->named_parameters();
+    for (size_t i = 0; i < named.size(); ++i) {
+      EXPECT_TRUE(torch::equal(named[i].value(), theirs[i].value())) << named[i].key();
+      auto momentum = [&](int which, const torch::Tensor& p) {
+        return static_cast<torch::optim::SGDParamState&>(
+                   *optimizers[which]->state().at(p.unsafeGetTensorImpl()))
+            .momentum_buffer();
+      };
+      EXPECT_TRUE(torch::equal(momentum(0, named[i].value()), momentum(1, theirs[i].value())))
+          << named[i].key() << "'s momentum";
+    }
+    const auto buffers = loaded[0]->named_buffers();
+    const auto their_buffers = loaded[1]->named_buffers();
+    ASSERT_EQ(buffers.size(), 6u);  // two BatchNorms' mean, variance and count
+    for (size_t j = 0; j < buffers.size(); ++j) {
+      EXPECT_TRUE(torch::equal(buffers[j].value(), their_buffers[j].value())) << buffers[j].key();
+    }
+    // Trained statistics, not the initial ones.
+    EXPECT_GT(loaded[1]->named_buffers()["1.running_mean"].abs().sum().item<double>(), 0);
   }
 }
 

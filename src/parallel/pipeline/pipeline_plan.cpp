@@ -145,6 +145,18 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
       }
     }
   }
+  std::set<const c10::TensorImpl*> in_layers;
+  for (const auto& layer : layers_) {
+    for (const auto* list : {&layer.parameters, &layer.buffers})
+      for (const auto& t : *list) in_layers.insert(t.unsafeGetTensorImpl());
+  }
+  const auto model_params = model_.ptr()->parameters();
+  const auto model_buffers = model_.ptr()->buffers();
+  covers_model_ = true;
+  for (const auto* list : {&model_params, &model_buffers}) {
+    for (const auto& t : *list)
+      covers_model_ = covers_model_ && in_layers.count(t.unsafeGetTensorImpl()) > 0;
+  }
   if (replica_count_ > 1) {
     std::vector<std::vector<int>> groups(static_cast<size_t>(p));
     for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r % p)].push_back(r);

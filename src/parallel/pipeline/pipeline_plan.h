@@ -28,10 +28,16 @@
 // - A rank holds only its stages' parameters and buffers while it trains: the other stages'
 //   tensors keep their shapes but not their memory (storage.h) from construction on.
 //   module() and state_dict() bring every stage's parameters and buffers from its replica-0
-//   rank to all ranks, so evaluation, export and checkpoints see the whole trained model, and a
+//   rank to all ranks, so export and whole checkpoints see the whole trained model, and such a
 //   checkpoint is the unsplit model's (it loads in any plan); the next forward_backward() frees
-//   the other stages again. The model as handed over is whole on every rank (rank 0's weights
-//   are broadcast, rank 0 times the layers), so it must fit once, at start.
+//   the other stages again. Evaluation runs through the stages and gathers nothing.
+// - Checkpoints by stage (saves_sharded(), --checkpoint_format auto): each rank writes what it
+//   holds and nothing is gathered. A stage's replica-0 rank writes its stages' parameters,
+//   buffers and optimizer; with sharded replicas every replica writes its shards and their
+//   optimizer state (replica 0 the buffers). The index (sharded_state.h's PartHolders) says
+//   which part holds which rows, so the parts load whole at any world size, in any plan. The model
+//   as handed over is whole on every rank (rank 0's weights are broadcast, rank 0 times the
+//   layers), so it must fit once, at start.
 // - BatchNorm normalises each micro-batch by its own statistics (as in GPipe and PyTorch's
 //   pipelining), so a BatchNorm model's gradients differ from the unsplit batch's; models
 //   without BatchNorm match it to rounding.
@@ -140,6 +146,7 @@ class PipelinePlan : public Plan {
   void step() override;
   void zero_grad() override;
   std::vector<torch::Tensor> parameters() override;  // this rank's stages' (or their shards)
+  torch::Device device() override;  // the model's, also on a rank whose stages have no parameters
   void state_dict(torch::serialize::OutputArchive& model,
                   torch::serialize::OutputArchive& optimizer) override;
   void load_state_dict(torch::serialize::InputArchive& model,
@@ -151,6 +158,11 @@ class PipelinePlan : public Plan {
   Share eval_share(int rank, int world_size) override;
   torch::Tensor forward_eval(const torch::Tensor& input) override;
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+  // Checkpoints by stage (see above); false where the layers do not cover every parameter and
+  // buffer of the model (a part would miss them), which then saves whole.
+  bool saves_sharded() override { return covers_model_; }
+  void write_part(torch::serialize::OutputArchive& part) override;  // not collective
+  void write_index(torch::serialize::OutputArchive& index) override;
   // "pipeline bubble (idle share of forward_backward) by rank: 0 27.1% | 1 26.0%; activations
   // held at most: 0 4 | 1 2": since the last summary, every rank's. Collective.
   std::string epoch_summary() override;
@@ -218,9 +230,10 @@ class PipelinePlan : public Plan {
   std::vector<Boundary> boundaries_;             // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
   PipelineStats stats_;
-  PipelineStats epoch_;      // summed since the last epoch_summary() (max_activations: the most)
-  bool whole_ = true;        // every rank's copy of every stage is current
-  bool others_held_ = true;  // the other stages' tensors have memory (current or not)
+  PipelineStats epoch_;        // summed since the last epoch_summary() (max_activations: the most)
+  bool covers_model_ = false;  // every parameter and buffer of model_ is in a layer
+  bool whole_ = true;          // every rank's copy of every stage is current
+  bool others_held_ = true;    // the other stages' tensors have memory (current or not)
 };
 
 }  // namespace ddpx::parallel

@@ -1,21 +1,33 @@
 // The pipeline plan's whole model and state (see pipeline_plan.h): the other stages' memory freed
-// while a rank trains, every stage brought to every rank for evaluation and checkpoints, and the
-// unsplit optimizer's state assembled from each pipeline rank's, so a pipeline's checkpoint is the
-// data-parallel plan's.
+// while a rank trains, every stage brought to every rank for export and whole checkpoints, the
+// unsplit optimizer's state assembled from each pipeline rank's, so such a checkpoint is the
+// data-parallel plan's; and checkpoints by stage, each rank writing what it holds.
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/sharded/sharded_state.h"
 #include "parallel/storage.h"
 
 namespace ddpx::parallel {
+namespace {
+
+// Each tensor's index in `tensors` (the model's parameters or buffers, in their order).
+std::map<const c10::TensorImpl*, size_t> indices_of(const std::vector<torch::Tensor>& tensors) {
+  std::map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index[tensors[i].unsafeGetTensorImpl()] = i;
+  return index;
+}
+
+}  // namespace
 
 void PipelinePlan::free_others() {
   for (const auto& t : others_) free_storage(t);
@@ -127,6 +139,67 @@ void PipelinePlan::load_state_dict(torch::serialize::InputArchive& model,
     copy_groups(*whole, *optimizer_);
   }
   whole_ = true;
+}
+
+void PipelinePlan::write_part(torch::serialize::OutputArchive& part) {
+  // Sharded replicas each hold a shard of their stages; unsharded ones hold copies, and replica
+  // 0's is the one kept (gather_whole() broadcasts the same).
+  const bool shards_stages = sharded();
+  const bool holds = shards_stages || replica_ == 0;
+  const auto param_index = indices_of(model_.ptr()->parameters());
+  const auto buffer_index = indices_of(model_.ptr()->buffers());
+  std::vector<std::pair<size_t, torch::Tensor>> params, buffers;
+  if (holds) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params.emplace_back(param_index.at(params_[i].unsafeGetTensorImpl()),
+                          shards_stages ? shards_[i] : params_[i]);
+    }
+  }
+  if (replica_ == 0) {
+    for (const auto& b : buffers_)
+      buffers.emplace_back(buffer_index.at(b.unsafeGetTensorImpl()), b);
+  }
+  write_holder_part(params, buffers, holds ? optimizer_.get() : nullptr, part);
+}
+
+void PipelinePlan::write_index(torch::serialize::OutputArchive& index) {
+  const int p = options_.stages;
+  const int world = context_.world_size();
+  // The same test every rank's sharded() makes (a rank whose stages have no parameters builds
+  // no units, but holds none of the rows either).
+  const bool shards_stages = options_.shard != ShardMode::kNone && replica_count_ > 1;
+  const auto param_index = indices_of(model_.ptr()->parameters());
+  const auto buffer_index = indices_of(model_.ptr()->buffers());
+  PartHolders holders;
+  holders.params.resize(param_index.size());
+  holders.buffers.assign(buffer_index.size(), 0);
+  holders.orders.resize(static_cast<size_t>(world));
+  for (const StageInfo& s : table_) {
+    std::vector<int64_t> ranks{s.pipeline_rank};
+    for (int d = 1; shards_stages && d < replica_count_; ++d)
+      ranks.push_back(d * p + s.pipeline_rank);
+    for (size_t l = s.first_layer; l < s.end_layer; ++l) {
+      for (const auto& t : layers_[l].parameters)
+        holders.params[param_index.at(t.unsafeGetTensorImpl())] = ranks;
+      for (const auto& t : layers_[l].buffers)
+        holders.buffers[buffer_index.at(t.unsafeGetTensorImpl())] = s.pipeline_rank;
+    }
+  }
+  // Rank q's optimizer steps its stages' parameters (params_'s order on that rank: its stages
+  // chunk by chunk, layer by layer); unsharded replicas past the first write none.
+  for (int q = 0; q < world; ++q) {
+    if (!shards_stages && q / p > 0) continue;
+    for (int c = 0; c < options_.stages_per_rank; ++c) {
+      const int stage = c * p + q % p;
+      for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
+        for (const auto& t : layers_[l].parameters) {
+          holders.orders[static_cast<size_t>(q)].push_back(
+              static_cast<int64_t>(param_index.at(t.unsafeGetTensorImpl())));
+        }
+      }
+    }
+  }
+  write_holders_index(*model_.ptr(), holders, options_.shard, index);
 }
 
 }  // namespace ddpx::parallel

@@ -70,4 +70,10 @@ void PipelinePlan::zero_grad() {
 
 std::vector<torch::Tensor> PipelinePlan::parameters() { return sharded() ? shards_ : params_; }
 
+torch::Device PipelinePlan::device() {
+  // Freed tensors keep their device (storage.h).
+  const auto params = model_.ptr()->parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+}
+
 }  // namespace ddpx::parallel

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <torch/optim/optimizer.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -77,7 +78,8 @@ struct Layout {
   int world = 0;
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
-  std::vector<int64_t> order;  // model index of each optimizer parameter
+  std::vector<std::vector<int64_t>> holders;  // per parameter: the ranks holding its rows
+  std::vector<std::vector<int64_t>> orders;   // per rank: model index of each optimizer parameter
 };
 
 Layout read_layout(ShardedParts& p) {
@@ -86,14 +88,31 @@ Layout read_layout(ShardedParts& p) {
   DDPX_CHECK(static_cast<int>(p.parts.size()) == l.world, ErrorKind::kData,
              "{}: the index is for {} ranks, {} parts were read", p.name, l.world, p.parts.size());
   const int64_t count = read_value(p.index, "num_params", p.name).toInt();
+  std::vector<int64_t> everyone(static_cast<size_t>(l.world));
+  for (int q = 0; q < l.world; ++q) everyone[static_cast<size_t>(q)] = q;
   for (int64_t k = 0; k < count; ++k) {
     l.names.push_back(read_value(p.index, fmt::format("n{}", k), p.name).toStringRef());
     l.shapes.push_back(shape_of(read_tensor(p.index, fmt::format("s{}", k), p.name)));
+    torch::Tensor holders;
+    l.holders.push_back(p.index.try_read(fmt::format("h{}", k), holders) ? shape_of(holders)
+                                                                         : everyone);
+    DDPX_CHECK(!l.holders.back().empty(), ErrorKind::kData,
+               "{}: the index gives parameter {} no part to hold it", p.name, l.names.back());
+    for (int64_t q : l.holders.back()) {
+      DDPX_CHECK(q >= 0 && q < l.world, ErrorKind::kData,
+                 "{}: the index puts parameter {} in the part of rank {} of {}", p.name,
+                 l.names.back(), q, l.world);
+    }
   }
-  l.order = shape_of(read_tensor(p.index, "order", p.name));
-  for (int64_t k : l.order) {
-    DDPX_CHECK(k >= 0 && k < count, ErrorKind::kData,
-               "{}: the index's optimizer order names parameter {} of {}", p.name, k, count);
+  torch::Tensor shared;
+  const bool one_order = p.index.try_read("order", shared);
+  for (int q = 0; q < l.world; ++q) {
+    l.orders.push_back(
+        shape_of(one_order ? shared : read_tensor(p.index, fmt::format("order{}", q), p.name)));
+    for (int64_t k : l.orders.back()) {
+      DDPX_CHECK(k >= 0 && k < count, ErrorKind::kData,
+                 "{}: the index's optimizer order names parameter {} of {}", p.name, k, count);
+    }
   }
   return l;
 }
@@ -106,21 +125,36 @@ std::string part_name(const ShardedParts& p, int q) {
   return fmt::format("{} (rank {}'s part)", p.name, q);
 }
 
-// Every parameter whole, in the model's order, from every part's rows.
+// Where rank q's part stands among parameter k's holders (its shard's index).
+int position_of(const ShardedParts& p, const Layout& l, size_t k, int q) {
+  const auto& holders = l.holders[k];
+  const auto it = std::find(holders.begin(), holders.end(), q);
+  DDPX_CHECK(it != holders.end(), ErrorKind::kData,
+             "{}: its optimizer steps parameter {}, whose rows the index puts in other parts",
+             part_name(p, q), l.names[k]);
+  return static_cast<int>(it - holders.begin());
+}
+
+ShardShape shape_of_param(const Layout& l, size_t k) {
+  return shape_for(l.shapes[k], static_cast<int>(l.holders[k].size()));
+}
+
+// Every parameter whole, in the model's order, from its holders' rows.
 std::vector<torch::Tensor> whole_params(ShardedParts& p, const Layout& l) {
   std::vector<torch::Tensor> whole;
   for (size_t k = 0; k < l.names.size(); ++k) {
-    const ShardShape shape = shape_for(l.shapes[k], l.world);
+    const ShardShape shape = shape_of_param(l, k);
     torch::Tensor full;
-    for (int q = 0; q < l.world; ++q) {
+    for (size_t i = 0; i < l.holders[k].size(); ++i) {
+      const int q = static_cast<int>(l.holders[k][i]);
       const auto shard = read_tensor(p.parts[q], fmt::format("p{}", k), part_name(p, q));
       DDPX_CHECK(shard.numel() == shape.shard_numel(), ErrorKind::kData,
                  "{}: parameter {} has {} elements in the part, {} expected for shape {} over {} "
                  "ranks",
                  part_name(p, q), l.names[k], shard.numel(), shape.shard_numel(),
-                 c10::str(l.shapes[k]), l.world);
+                 c10::str(l.shapes[k]), l.holders[k].size());
       if (!full.defined()) full = torch::empty(l.shapes[k], shard.options());
-      put_shard(full, shape, q, shard.reshape({-1}));
+      put_shard(full, shape, static_cast<int>(i), shard.reshape({-1}));
     }
     whole.push_back(full);
   }
@@ -136,8 +170,20 @@ void write_model(ShardedParts& p, const Layout& l, const std::vector<torch::Tens
   for (size_t k = 0; k < whole.size(); ++k) put(root, l.names[k], whole[k], /*buffer=*/false);
   const int64_t buffers = read_value(p.index, "num_buffers", p.name).toInt();
   for (int64_t j = 0; j < buffers; ++j) {
+    // In the index, or in the part of the rank "bh<j>" names.
+    c10::IValue holder;
+    torch::serialize::InputArchive* from = &p.index;
+    std::string where = p.name;
+    if (p.index.try_read(fmt::format("bh{}", j), holder)) {
+      const int64_t q = holder.toInt();
+      DDPX_CHECK(q >= 0 && q < l.world, ErrorKind::kData,
+                 "{}: the index puts buffer {} in the part of rank {} of {}", p.name, j, q,
+                 l.world);
+      from = &p.parts[static_cast<size_t>(q)];
+      where = part_name(p, static_cast<int>(q));
+    }
     put(root, read_value(p.index, fmt::format("bn{}", j), p.name).toStringRef(),
-        read_tensor(p.index, fmt::format("b{}", j), p.name), /*buffer=*/true);
+        read_tensor(*from, fmt::format("b{}", j), where), /*buffer=*/true);
   }
   write_node(root, model);
 }
@@ -147,17 +193,31 @@ void write_model(ShardedParts& p, const Layout& l, const std::vector<torch::Tens
 void write_local_part(const std::vector<ShardUnit>& units,
                       const std::vector<std::vector<size_t>>& order,
                       torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& part) {
+  std::vector<std::pair<size_t, torch::Tensor>> shards;
   for (size_t u = 0; u < units.size(); ++u) {
     for (size_t i = 0; i < units[u].shards().size(); ++i)
-      part.write(fmt::format("p{}", order[u][i]), units[u].shards()[i].detach());
+      shards.emplace_back(order[u][i], units[u].shards()[i]);
   }
+  write_holder_part(shards, {}, &optimizer, part);
+}
+
+void write_holder_part(const std::vector<std::pair<size_t, torch::Tensor>>& params,
+                       const std::vector<std::pair<size_t, torch::Tensor>>& buffers,
+                       torch::optim::Optimizer* optimizer, torch::serialize::OutputArchive& part) {
+  for (const auto& [k, rows] : params) part.write(fmt::format("p{}", k), rows.detach());
+  for (const auto& [j, value] : buffers) part.write(fmt::format("b{}", j), value.detach());
+  if (optimizer == nullptr) return;
   torch::serialize::OutputArchive state(part.compilation_unit());
-  optimizer.save(state);
+  optimizer->save(state);
   part.write("optimizer", state);
 }
 
-void write_part_index(torch::nn::Module& model, const std::vector<std::vector<size_t>>& order,
-                      int world_size, ShardMode mode, torch::serialize::OutputArchive& index) {
+namespace {
+
+// What every index says: the world, the mode, the parameters' names and shapes, the modules
+// and the buffers' names.
+void write_names(torch::nn::Module& model, int world_size, ShardMode mode,
+                 torch::serialize::OutputArchive& index) {
   index.write("world_size", c10::IValue(static_cast<int64_t>(world_size)));
   index.write("shard", c10::IValue(std::string(name(mode))));
   const auto named = model.named_parameters();
@@ -166,20 +226,39 @@ void write_part_index(torch::nn::Module& model, const std::vector<std::vector<si
     index.write(fmt::format("n{}", k), c10::IValue(named[k].key()));
     index.write(fmt::format("s{}", k), torch::tensor(named[k].value().sizes().vec(), torch::kLong));
   }
-  std::vector<int64_t> flat;
-  for (const auto& unit : order)
-    for (size_t k : unit) flat.push_back(static_cast<int64_t>(k));
-  index.write("order", torch::tensor(flat, torch::kLong));
   const auto modules = model.named_modules("", /*include_self=*/false);
   index.write("num_modules", c10::IValue(static_cast<int64_t>(modules.size())));
   for (size_t j = 0; j < modules.size(); ++j)
     index.write(fmt::format("m{}", j), c10::IValue(modules[j].key()));
   const auto buffers = model.named_buffers();
   index.write("num_buffers", c10::IValue(static_cast<int64_t>(buffers.size())));
-  for (size_t j = 0; j < buffers.size(); ++j) {
+  for (size_t j = 0; j < buffers.size(); ++j)
     index.write(fmt::format("bn{}", j), c10::IValue(buffers[j].key()));
+}
+
+}  // namespace
+
+void write_part_index(torch::nn::Module& model, const std::vector<std::vector<size_t>>& order,
+                      int world_size, ShardMode mode, torch::serialize::OutputArchive& index) {
+  write_names(model, world_size, mode, index);
+  std::vector<int64_t> flat;
+  for (const auto& unit : order)
+    for (size_t k : unit) flat.push_back(static_cast<int64_t>(k));
+  index.write("order", torch::tensor(flat, torch::kLong));
+  const auto buffers = model.named_buffers();
+  for (size_t j = 0; j < buffers.size(); ++j)
     index.write(fmt::format("b{}", j), buffers[j].value().detach());
-  }
+}
+
+void write_holders_index(torch::nn::Module& model, const PartHolders& holders, ShardMode mode,
+                         torch::serialize::OutputArchive& index) {
+  write_names(model, static_cast<int>(holders.orders.size()), mode, index);
+  for (size_t k = 0; k < holders.params.size(); ++k)
+    index.write(fmt::format("h{}", k), torch::tensor(holders.params[k], torch::kLong));
+  for (size_t q = 0; q < holders.orders.size(); ++q)
+    index.write(fmt::format("order{}", q), torch::tensor(holders.orders[q], torch::kLong));
+  for (size_t j = 0; j < holders.buffers.size(); ++j)
+    index.write(fmt::format("bh{}", j), c10::IValue(holders.buffers[j]));
 }
 
 int parts_world_size(torch::serialize::InputArchive& index, const std::string& name) {
@@ -207,14 +286,19 @@ void assemble_whole(ShardedParts& parts, const OptimizerFactory& make_optimizer,
     stand_ins.back().set_requires_grad(true);
   }
   auto full = make_optimizer(stand_ins);
-  // Per parameter: rank 0's state object (scalars such as Adam's step) and its fields, whole.
+  // Per parameter: the first part's state object (scalars such as Adam's step) and its fields,
+  // whole.
   std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> first(whole.size());
   std::vector<std::vector<torch::Tensor>> fields(whole.size());
+  bool groups_copied = false;
   for (int q = 0; q < l.world; ++q) {
+    const auto& order = l.orders[static_cast<size_t>(q)];
+    if (order.empty()) continue;  // a part without an optimizer
     std::vector<torch::Tensor> shards;
-    for (int64_t k : l.order) {
-      const ShardShape shape = shape_for(l.shapes[k], l.world);
-      shards.push_back(torch::zeros(shape.shard_sizes, whole[k].options()));
+    std::vector<int> positions;
+    for (int64_t k : order) {
+      positions.push_back(position_of(parts, l, static_cast<size_t>(k), q));
+      shards.push_back(torch::zeros(shape_of_param(l, k).shard_sizes, whole[k].options()));
       shards.back().set_requires_grad(true);
     }
     auto local = make_optimizer(shards);
@@ -226,9 +310,10 @@ void assemble_whole(ShardedParts& parts, const OptimizerFactory& make_optimizer,
       fail(ErrorKind::kData, "{}: its optimizer state does not match this optimizer: {}",
            part_name(parts, q), e.what_without_backtrace());
     }
-    if (q == 0) copy_groups(*local, *full);
-    for (size_t j = 0; j < l.order.size(); ++j) {
-      const int64_t k = l.order[j];
+    if (!groups_copied) copy_groups(*local, *full);
+    groups_copied = true;
+    for (size_t j = 0; j < order.size(); ++j) {
+      const int64_t k = order[j];
       auto it = local->state().find(shards[j].unsafeGetTensorImpl());
       if (it == local->state().end()) continue;  // not stepped yet
       const auto tensors = state_tensors(*it->second);
@@ -237,10 +322,10 @@ void assemble_whole(ShardedParts& parts, const OptimizerFactory& make_optimizer,
         for (const auto& t : tensors)
           fields[k].push_back(t.defined() ? torch::zeros(l.shapes[k], t.options()) : t);
       }
-      const ShardShape shape = shape_for(l.shapes[k], l.world);
+      const ShardShape shape = shape_of_param(l, k);
       for (size_t f = 0; f < tensors.size() && f < fields[k].size(); ++f) {
         if (tensors[f].defined() && fields[k][f].defined())
-          put_shard(fields[k][f], shape, q, tensors[f].reshape({-1}));
+          put_shard(fields[k][f], shape, positions[j], tensors[f].reshape({-1}));
       }
     }
   }
