@@ -194,8 +194,9 @@ void run_plan(const PlanOptions& o) {
   }
   if (plan.modes[0].start > plan.usable) {
     advice = fmt::format(
-        "the whole model ({:.2f} GiB of fp32 parameters) does not fit one GPU, and every rank "
-        "builds it whole before a plan splits it; use GPUs with more memory",
+        "the whole model ({:.2f} GiB of fp32 parameters) does not fit one GPU, and every plan "
+        "but a pipeline puts it whole on the GPU before splitting it; use more GPUs for "
+        "more pipeline stages, or GPUs with more memory",
         gib(plan.modes[0].start));
   }
   fmt::print("recommendation: nothing fits {} GPUs at batch {}{}{}\n", o.gpus, o.batch_size,

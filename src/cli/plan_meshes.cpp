@@ -176,7 +176,8 @@ void print_meshes(const MeshResults& results, double usable) {
         "# meshes that split the model, data x pipeline x tensor (sp: --sequence_parallel; z1, "
         "z2, z3: the replicas' --shard optimizer, gradients, full); "
         "batch: --batch_size per replica, the same global batch; GiB on the rank that peaks; "
-        "start: the whole model, built on every rank before the plan splits it\n");
+        "start: what the GPU holds as the plan starts (a pipeline: the rank's stages, built in "
+        "host memory; else the whole model)\n");
     fmt::print("  {:<12} {:>6} {:>8} {:>8} {:>9} {:>9} {:>11} {:>7} {:>8}  {:<24} {}\n", "mesh",
                "batch", "params", "grads", "optimizer", "transient", "activations", "start", "peak",
                "fits", "flags");

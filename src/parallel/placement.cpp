@@ -48,6 +48,14 @@ void place_model(torch::nn::Module& model, const torch::Device& device, bool cha
   }
 }
 
+void place_tensors(const std::vector<torch::Tensor>& tensors, const torch::Device& device,
+                   bool channels_last) {
+  torch::NoGradGuard no_grad;
+  for (const auto& t : tensors) {
+    if (t.defined()) t.set_data(with_format(t.to(device), channels_last));
+  }
+}
+
 DeviceFeeder::DeviceFeeder(data::DataLoader& loader, const torch::Device& device,
                            bool channels_last)
     : loader_(loader), device_(device), channels_last_(channels_last) {

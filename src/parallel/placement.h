@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include <optional>
+#include <vector>
 
 #include "data/loader.h"
 
@@ -18,6 +19,11 @@ namespace ddpx::parallel {
 // Moves every parameter and buffer to `device`; with `channels_last`, 4-d ones (convolution
 // weights) also take the NHWC memory format, which cuDNN's fastest kernels use.
 void place_model(torch::nn::Module& model, const torch::Device& device, bool channels_last);
+
+// The same for some of a module's parameters and buffers (a pipeline rank's stages), each moved
+// in place (set_data: modules, optimizers and autograd keep them).
+void place_tensors(const std::vector<torch::Tensor>& tensors, const torch::Device& device,
+                   bool channels_last);
 
 // Batches of one epoch from `loader`, on `device` (channels_last images when asked). Must not
 // outlive the loader.

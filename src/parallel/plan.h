@@ -6,7 +6,8 @@
 //
 // Contract, for every plan:
 // - What it wraps: the model as built on this rank (placed on its device, pretrained weights
-//   loaded), handed over at construction. The plan may convert layers (SyncBatchNorm,
+//   loaded; a pipeline may take it in host memory and move only its stages to the device),
+//   handed over at construction. The plan may convert layers (SyncBatchNorm,
 //   tensor-parallel layers), keep only some of them (a pipeline stage) or shard their
 //   parameters (ZeRO-3/FSDP).
 // - Ownership: the plan owns the wrapped model and the optimizer. It builds the optimizer from

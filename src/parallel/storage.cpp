@@ -36,4 +36,13 @@ void materialize_storage(const torch::Tensor& t, size_t nbytes) {
   storage->set_nbytes(nbytes);
 }
 
+void move_freed(const torch::Tensor& t, const torch::Device& device) {
+  if (t.device() == device) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor moved = torch::empty({0}, t.options().device(device));  // a storage of 0 bytes
+  moved.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides());
+  moved.unsafeGetTensorImpl()->set_storage_offset(t.storage_offset());
+  t.set_data(moved);
+}
+
 }  // namespace ddpx::parallel

@@ -25,4 +25,9 @@ void own_storages(const std::vector<torch::Tensor>& params);
 // holds that many.
 void materialize_storage(const torch::Tensor& t, size_t nbytes);
 
+// Moves a freed tensor to `device` without giving it memory: it keeps its identity (set_data),
+// shape and strides, and materialize_storage() later allocates it there. A storage it shared is
+// its own from then on, as after Module::to().
+void move_freed(const torch::Tensor& t, const torch::Device& device);
+
 }  // namespace ddpx::parallel

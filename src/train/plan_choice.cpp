@@ -68,6 +68,10 @@ DataRank data_rank(const TrainOptions& o, const dist::Context& context) {
   return {context.rank() / replica_ranks, world / replica_ranks};
 }
 
+bool plan_places_model(const TrainOptions& o) {
+  return o.pipeline_parallel > 1 && o.tensor_parallel <= 1;
+}
+
 ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn::AnyModule model,
                        const parallel::OptimizerFactory& make_optimizer, bool loss_scaling,
                        const std::vector<int64_t>& sample_shape) {
@@ -92,6 +96,10 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     pipeline->checkpointing = checkpointing;
     pipeline->shard = o.shard;
     pipeline->gather_dtype = gather_dtype(o);
+    if (plan_places_model(o)) {
+      pipeline->device = context.device();
+      pipeline->channels_last = o.channels_last;
+    }
   }
   if (pipeline && o.tensor_parallel <= 1) {
     chosen.plan = std::make_unique<parallel::PipelinePlan>(std::move(model), context,

@@ -1,4 +1,5 @@
-// Which parallel plan (parallel/plan.h) a run's options ask for, built over the placed model.
+// Which parallel plan (parallel/plan.h) a run's options ask for, built over the placed model (a
+// pipeline places its own stages: plan_places_model()).
 // --pipeline_parallel P > 1: the pipeline plan; --tensor_parallel T > 1: the tensor-parallel
 // plan; else --shard none (or one process): the data-parallel plan; --shard
 // optimizer|gradients|full over more than one rank: the sharded plan. The trainer's loop never
@@ -32,6 +33,11 @@ struct DataRank {
   int size = 1;
 };
 DataRank data_rank(const TrainOptions& options, const dist::Context& context);
+
+// Whether the plan puts the model on the device itself: a pipeline (without tensor parallelism)
+// takes it whole in host memory and moves only its rank's stages there. Else the caller places
+// the model before choose_plan().
+bool plan_places_model(const TrainOptions& options);
 
 // `sample_shape`: one input sample's (C, H, W), which the pipeline times its layers with.
 // `loss_scaling`: fp16's scaler reads the gradients between backward and the step, so the

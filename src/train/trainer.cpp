@@ -87,7 +87,8 @@ class Run {
     RunFacts facts;
     if (!o_.pretrained.empty())
       facts.pretrained_note = load_pretrained(o_.pretrained, *model.ptr());
-    parallel::place_model(*model.ptr(), device_, o_.channels_last);
+    // A pipeline moves only its rank's stages to the device (the model stays in host memory).
+    if (!plan_places_model(o_)) parallel::place_model(*model.ptr(), device_, o_.channels_last);
 
     // Optimizer and plan: the plan builds the optimizer over the parameters this rank updates.
     facts.global_batch = batch_size_ * data_rank.size * o_.accumulation_steps;

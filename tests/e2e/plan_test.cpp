@@ -276,6 +276,19 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
             std::string::npos)
       << tight.output;
 
+  // ResNet-50's fp32 parameters (0.088 GiB) do not fit a GPU of 0.075 GiB, so no plan that puts
+  // the whole model on it fits; 4 stages, built in host memory, each move only theirs there.
+  auto big = run_command(test::ddpx_command("plan --model resnet50 --gpus 4 --image_size 32 "
+                                            "--batch_size 2 --num_classes 10 --gpu_memory 0.075G "
+                                            "--reserve 0 --pipeline_balance params "
+                                            "--microbatches 4 --momentum 0"),
+                         300);
+  ASSERT_EQ(big.exit_code, 0) << big.output;
+  EXPECT_NE(big.output.find("recommendation: --pipeline_parallel 4 --microbatches 4 --batch_size 8 "
+                            "--pipeline_balance params (no --shard mode fits)"),
+            std::string::npos)
+      << big.output;
+
   // On 4 GPUs the MLP has pipeline and tensor rows; the 3-D mesh trains but is not weighed.
   auto four = run_command(test::ddpx_command("plan --model mlp --gpus 4 --image_size 28 "
                                              "--batch_size 8 --num_classes 10"),

@@ -1,11 +1,13 @@
 // Parts of training that only a GPU can show (label gpu; each test skips with a message where
 // this process sees no GPU, as in CI): the batches' copy stream is one per device, not a new one
 // each epoch; a checkpoint restores the GPU's RNG; gradient clipping runs on the device without
-// reading the norm back.
+// reading the norm back; a pipeline moves only each rank's stage to the GPU.
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/sgd.h>
@@ -15,7 +17,9 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "distributed/ranks.h"
 #include "optim/clip_grad.h"
+#include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/placement.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
@@ -115,6 +119,95 @@ TEST(ClipGradGpuTest, ClipsOnTheDeviceLikeLibtorchWithoutAHostRead) {
   EXPECT_NEAR(norm.item<double>(), expected, 1e-6 * expected);
   for (size_t i = 0; i < mine.size(); ++i)
     EXPECT_LE((mine[i].grad() - reference[i].grad()).abs().max().item<float>(), 1e-6);
+}
+
+// A pipeline handed its model in host memory, as the trainer hands it, puts only each rank's
+// stage on the GPU: two ranks (threads) sharing one GPU have allocated about one model's bytes
+// between them once built, not two; the other stage's tensors are on the GPU without memory; 3
+// SGD steps end at the single process's parameters (on the CPU; 1e-5 relative), and module()
+// gathers them there.
+TEST(PipelineGpuTest, OnlyEachRanksStageReachesTheGpu) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu(torch::kCUDA, 0);
+  auto make_net = [] {
+    torch::manual_seed(11);
+    return torch::nn::Sequential(torch::nn::Linear(512, 1024), torch::nn::Tanh(),
+                                 torch::nn::Linear(1024, 1024), torch::nn::Tanh(),
+                                 torch::nn::Linear(1024, 512), torch::nn::Tanh(),
+                                 torch::nn::Linear(512, 16));
+  };
+  auto sgd = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+  };
+  torch::manual_seed(2);
+  std::vector<torch::Tensor> xs, ys;
+  for (int s = 0; s < 3; ++s) {
+    xs.push_back(torch::randn({8, 512}));
+    ys.push_back(torch::randn({8, 16}));
+  }
+  auto reference = make_net();
+  auto reference_sgd = sgd(reference->parameters());
+  int64_t model_bytes = 0;
+  for (const auto& p : reference->parameters()) model_bytes += p.nbytes();
+  for (int s = 0; s < 3; ++s) {
+    (reference->forward(xs[s]) - ys[s]).pow(2).mean().backward();
+    reference_sgd->step();
+    reference_sgd->zero_grad();
+  }
+  std::vector<torch::nn::Sequential> nets{make_net(), make_net()};
+  auto allocated = [] {
+    torch::cuda::synchronize();
+    return at::accelerator::getDeviceStats(0)
+        .allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  };
+  at::accelerator::resetPeakStats(0);
+  const int64_t before = allocated().current;
+  int64_t built_peak = 0;
+  auto errors = test::run_ranks(2, [&](int rank, dist::Context& context) {
+    parallel::PipelineOptions options;
+    options.microbatches = 2;
+    options.sample_shape = {512};  // timed on the GPU, a layer at a time
+    options.device = gpu;
+    parallel::PipelinePlan plan(nets[rank], context, sgd, options);
+    context.barrier();  // both built
+    if (rank == 0) built_peak = allocated().peak - before;
+    size_t own = 0;
+    for (const auto& p : plan.parameters()) {
+      EXPECT_TRUE(p.is_cuda()) << "rank " << rank;
+      own += p.storage().nbytes();
+    }
+    size_t held = 0;
+    for (const auto& p : nets[rank]->parameters()) {
+      EXPECT_TRUE(p.is_cuda()) << "rank " << rank << ": a parameter left in host memory";
+      held += p.storage().nbytes();
+    }
+    EXPECT_EQ(held, own) << "rank " << rank << " holds another stage's memory";
+    for (int s = 0; s < 3; ++s) {
+      parallel::MicroBatch mb;
+      mb.input = xs[s].to(gpu);
+      mb.target = ys[s].to(gpu);
+      mb.loss = [](const torch::Tensor& o, const torch::Tensor& y) {
+        return (o - y).pow(2).mean();
+      };
+      plan.set_learning_rate(0.05);
+      plan.forward_backward(mb, true);
+      plan.step();
+      plan.zero_grad();
+    }
+    auto got = plan.module().ptr()->parameters();
+    auto want = reference->parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].is_cuda());
+      const double scale = want[i].abs().max().item<double>();
+      EXPECT_LE((got[i].cpu() - want[i]).abs().max().item<double>(), 1e-5 * scale + 1e-7)
+          << "rank " << rank << " parameter " << i;
+    }
+  });
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(test::error_text(errors[r]), "") << r;
+  // The two stages, and rank 0's timing (a layer and its activations at a time): about one
+  // model. The whole model on the GPU on both ranks first would be two.
+  EXPECT_LT(built_peak, model_bytes * 5 / 4)
+      << "built, the ranks peaked at " << built_peak << " B; one model is " << model_bytes << " B";
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
+#include "parallel/placement.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/storage.h"
 
@@ -176,6 +177,12 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
         if (!mine.count(t.unsafeGetTensorImpl())) free_storage(t);
       }
     }
+  }
+  if (options_.device) {  // only this rank's stages take device memory
+    std::vector<torch::Tensor> mine_list = params_;
+    mine_list.insert(mine_list.end(), buffers_.begin(), buffers_.end());
+    place_tensors(mine_list, *options_.device, options_.channels_last);
+    for (const auto& t : others_) move_freed(t, *options_.device);
   }
   if (options_.shard != ShardMode::kNone && replicas_) build_units();
   if (!params_.empty()) optimizer_ = make_optimizer_(sharded() ? shards_ : params_);

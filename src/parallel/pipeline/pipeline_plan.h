@@ -35,9 +35,10 @@
 //   holds and nothing is gathered. A stage's replica-0 rank writes its stages' parameters,
 //   buffers and optimizer; with sharded replicas every replica writes its shards and their
 //   optimizer state (replica 0 the buffers). The index (sharded_state.h's PartHolders) says
-//   which part holds which rows, so the parts load whole at any world size, in any plan. The model
-//   as handed over is whole on every rank (rank 0's weights are broadcast, rank 0 times the
-//   layers), so it must fit once, at start.
+//   which part holds which rows, so the parts load whole at any world size, in any plan.
+// - The model as handed over is whole on every rank (rank 0's weights are broadcast, rank 0
+//   times the layers), so it must fit once, at start: in host memory where `device` is given
+//   (the trainer's way), after which only the rank's stages reach the device.
 // - BatchNorm normalises each micro-batch by its own statistics (as in GPipe and PyTorch's
 //   pipelining), so a BatchNorm model's gradients differ from the unsplit batch's; models
 //   without BatchNorm match it to rounding.
@@ -49,6 +50,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,12 @@ struct PipelineOptions {
   // where a stage has one replica. gather_dtype: what the all-gathers send (sharded_plan.h).
   ShardMode shard = ShardMode::kNone;
   c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
+  // Where the model is handed over in host memory (built whole there, as the trainer does), the
+  // device this rank's stages go to: only they are moved there (channels_last: 4-d tensors in
+  // NHWC), the other stages' tensors move without memory, and rank 0 times each layer there one
+  // at a time. Unset: the stages stay where the model is.
+  std::optional<torch::Device> device;
+  bool channels_last = false;
 };
 
 // One row of the stage table the plan prints at start.

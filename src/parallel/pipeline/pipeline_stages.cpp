@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "distributed/context.h"
 #include "parallel/pipeline/pipeline_plan.h"
+#include "parallel/placement.h"
 
 namespace ddpx::parallel {
 namespace {
@@ -37,13 +38,19 @@ std::vector<double> PipelinePlan::layer_costs() {
   // mode (no BatchNorm statistics or dropout draws change), and the ranks split by its figures.
   if (context_.rank() == 0) {
     auto params = model_.ptr()->parameters();
-    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+    const torch::Device home = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+    // Timed where the stage will run; a model in host memory visits it a layer at a time.
+    const torch::Device device = options_.device.value_or(home);
+    const bool visit = device != home;
     const bool training = model_.ptr()->is_training();
     model_.ptr()->eval();
     std::vector<int64_t> shape{std::max<int64_t>(options_.micro_batch, 1)};
     shape.insert(shape.end(), options_.sample_shape.begin(), options_.sample_shape.end());
     torch::Tensor x = torch::zeros(shape, torch::TensorOptions().device(device));
     for (size_t l = 0; l < layers_.size(); ++l) {
+      std::vector<torch::Tensor> layer = layers_[l].parameters;
+      layer.insert(layer.end(), layers_[l].buffers.begin(), layers_[l].buffers.end());
+      if (visit) place_tensors(layer, device, options_.channels_last);
       torch::Tensor out;
       // The first round warms up; the layer costs the least of the others (on one H200 shared
       // by two ranks, one round each timed ResNet-18's stem as long as the other 9 layers).
@@ -58,6 +65,10 @@ std::vector<double> PipelinePlan::layer_costs() {
         if (round > 0) costs[l] = std::min(costs[l], watch.seconds());
       }
       x = out.detach();
+      if (visit) {  // back to host memory, without the gradients the rounds left
+        for (auto& p : layers_[l].parameters) p.mutable_grad().reset();
+        place_tensors(layer, home, /*channels_last=*/false);
+      }
     }
     for (auto& p : params) p.mutable_grad().reset();
     if (training) model_.ptr()->train();

@@ -91,7 +91,8 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
       stage.transient = kWordBytes * own[s];  // the reduce-scatter's input
     }
     stage.activations = run.max_bytes[static_cast<size_t>(s)] + extra[s];
-    stage.start = kWordBytes * static_cast<double>(model.parameters);
+    // Built whole in host memory; only the rank's stages reach its GPU (pipeline_plan.h).
+    stage.start = kWordBytes * own[s];
     if (stage.peak() > worst) {
       worst = stage.peak();
       stage.worst_stage = s;

@@ -6,7 +6,9 @@
 //
 // Per rank, fp32 (K optimizer bytes a parameter, Psi_r the rank's own parameters):
 //   start       the whole model, 4 Psi: every rank builds it (and moves it to its GPU) before the
-//               plan frees what is not its own (a tensor rank: also its pieces' copies)
+//               plan frees what is not its own (a tensor rank: also its pieces' copies). A
+//               pipeline's ranks build it in host memory and move only their stages to the GPU
+//               (pipeline_plan.h): 4 Psi_r there, so a pipeline can fit a model one GPU cannot.
 //   states      (4 + 4 + K) Psi_r; with more than one replica the replicas' DDP rebuilds its
 //               buckets once (transient 4 Psi_r), as plain DDP does
 //   pipeline    stage s of P under 1F1B holds min(M, P - s) micro-batches' activations of its
