@@ -33,7 +33,13 @@ constexpr const char* kManifest = "manifest.json";
 bool allowed_path(const std::string& path) {
   static const std::regex other(R"(^(logs/rank\d{1,6}\.log|metrics\.json)$)");
   const std::string prefix = "checkpoints/";
-  if (path.rfind(prefix, 0) == 0) return is_checkpoint_name(path.substr(prefix.size()));
+  if (path.rfind(prefix, 0) == 0) {  // NAME, or NAME/PART of a checkpoint written by parts
+    const std::string rest = path.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string::npos) return is_checkpoint_name(rest);
+    return is_checkpoint_name(rest.substr(0, slash)) &&
+           is_checkpoint_part_name(rest.substr(slash + 1));
+  }
   return std::regex_match(path, other);
 }
 
@@ -102,8 +108,9 @@ BackupWriter::BackupWriter(const Job& job, const std::vector<std::string>& check
     DDPX_CHECK(fd >= 0, ErrorKind::kIo, "backup: cannot read {}: {}", file, std::strerror(errno));
     files_.push_back(File{archive_path, fd, "", 0});
   };
-  for (const std::string& c : checkpoints)
-    add_file("checkpoints/" + fs::path(c).filename().string(), c);
+  for (const std::string& c : checkpoints) {
+    for (const auto& [name, file] : checkpoint_files(c)) add_file("checkpoints/" + name, file);
+  }
   for (int rank = 0; !log_dir.empty() && rank < job.workers; ++rank) {
     std::string log = fmt::format("{}/rank{}.log", log_dir, rank);
     if (fs::exists(log)) add_file(fmt::format("logs/rank{}.log", rank), log);
@@ -203,10 +210,14 @@ Backup read_backup(const std::string& archive_path, const std::string& name,
     DDPX_CHECK(r == ARCHIVE_OK, bad, "{}: damaged archive: {}", name,
                archive_error_string(a.get()));
     std::string path = archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "";
-    // tar writes its folders too: the two a backup has carry nothing.
-    if (archive_entry_filetype(entry) == AE_IFDIR &&
-        (path == "checkpoints/" || path == "logs/" || path == "checkpoints" || path == "logs"))
-      continue;
+    // tar writes its folders too: the two a backup has, and checkpoint folders, carry nothing.
+    if (archive_entry_filetype(entry) == AE_IFDIR) {
+      std::string folder = path;
+      if (!folder.empty() && folder.back() == '/') folder.pop_back();
+      if (folder == "checkpoints" || folder == "logs" ||
+          (folder.rfind("checkpoints/", 0) == 0 && is_checkpoint_name(folder.substr(12))))
+        continue;
+    }
     DDPX_CHECK(archive_entry_filetype(entry) == AE_IFREG, bad,
                "{}: '{}' is not a regular file; a backup holds only files", name, path);
     if (manifest.is_null()) {
@@ -266,7 +277,14 @@ Backup read_backup(const std::string& archive_path, const std::string& name,
                path);
     out.close();
     DDPX_CHECK(out, ErrorKind::kIo, "cannot write {}", target.string());
-    if (path.rfind("checkpoints/", 0) == 0) backup.checkpoints.push_back(target.string());
+    if (path.rfind("checkpoints/", 0) == 0) {  // the checkpoint: the file, or its parts' folder
+      const std::string rest = path.substr(12);
+      const std::string checkpoint =
+          (fs::path(dir) / "checkpoints" / rest.substr(0, rest.find('/'))).string();
+      if (std::find(backup.checkpoints.begin(), backup.checkpoints.end(), checkpoint) ==
+          backup.checkpoints.end())
+        backup.checkpoints.push_back(checkpoint);
+    }
     expected.erase(it);
   }
   DDPX_CHECK(!manifest.is_null(), bad, "{}: an empty archive, not a backup", name);

@@ -15,6 +15,11 @@ const std::regex& checkpoint_name() {
   return name;
 }
 
+const std::regex& part_name() {
+  static const std::regex name(R"(^(index|rank\d{5,9}-of-\d{5,9})\.ddpx$)");
+  return name;
+}
+
 }  // namespace
 
 std::string job_name(int64_t id) { return "svc" + std::to_string(id); }
@@ -35,6 +40,25 @@ bool is_checkpoint_name(const std::string& name) {
   return std::regex_match(name, checkpoint_name());
 }
 
+bool is_checkpoint_part_name(const std::string& name) {
+  return std::regex_match(name, part_name());
+}
+
+std::vector<std::pair<std::string, std::string>> checkpoint_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string name = fs::path(path).filename().string();
+  std::vector<std::pair<std::string, std::string>> files;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {{name, path}};
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const std::string part = entry.path().filename().string();
+    if (entry.is_regular_file(ec) && is_checkpoint_part_name(part))
+      files.emplace_back(name + "/" + part, entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::vector<CheckpointFile> list_checkpoint_files(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<CheckpointFile> files;
@@ -42,13 +66,17 @@ std::vector<CheckpointFile> list_checkpoint_files(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
     std::smatch m;
-    if (!entry.is_regular_file(ec) || !std::regex_match(name, m, checkpoint_name())) continue;
+    if (!std::regex_match(name, m, checkpoint_name())) continue;
     CheckpointFile f;
+    f.parts = entry.is_directory(ec);
+    if (f.parts ? !fs::exists(entry.path() / "index.ddpx", ec) : !entry.is_regular_file(ec))
+      continue;
     f.name = name;
     f.epoch = std::stoll(m[1]);
     f.snapshot = m[2].matched;
     f.step = f.snapshot ? std::stoll(m[2]) : 0;
-    f.bytes = static_cast<int64_t>(entry.file_size(ec));
+    for (const auto& [relative, file] : checkpoint_files(entry.path().string()))
+      f.bytes += static_cast<int64_t>(fs::file_size(file, ec));
     struct stat info {};
     if (::stat(entry.path().c_str(), &info) == 0) f.modified = info.st_mtime;
     files.push_back(f);

@@ -40,7 +40,9 @@ const std::string& openapi_json() {
       "Checkpoint": {"type": "object", "properties": {
           "name": {"type": "string"}, "kind": {"type": "string", "enum": ["epoch", "snapshot"]},
           "epoch": {"type": "integer"}, "step": {"type": "integer"},
-          "bytes": {"type": "integer"}, "created": {"type": "integer"}}}
+          "bytes": {"type": "integer"}, "created": {"type": "integer"},
+          "format": {"type": "string", "enum": ["whole", "parts"],
+                     "description": "parts: a folder of each rank's part and an index (--shard on 2+ ranks, --pipeline_parallel)"}}}
     },
     "responses": {
       "Error": {"description": "The request was refused", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},

@@ -16,9 +16,13 @@ namespace {
 using nlohmann::json;
 
 json checkpoint_json(const CheckpointFile& f) {
-  return {{"name", f.name},   {"kind", f.snapshot ? "snapshot" : "epoch"},
-          {"epoch", f.epoch}, {"step", f.step},
-          {"bytes", f.bytes}, {"created", f.modified}};
+  return {{"name", f.name},
+          {"kind", f.snapshot ? "snapshot" : "epoch"},
+          {"epoch", f.epoch},
+          {"step", f.step},
+          {"bytes", f.bytes},
+          {"created", f.modified},
+          {"format", f.parts ? "parts" : "whole"}};
 }
 
 }  // namespace

@@ -76,8 +76,11 @@ Job Scheduler::submit(const std::string& user, const std::vector<std::string>& c
       std::string dir = job_checkpoints_dir(options_.state_dir, job.id);
       std::error_code ec;
       fs::create_directories(dir, ec);
-      for (const std::string& file : checkpoints) {
-        if (!ec) fs::copy_file(file, dir + "/" + fs::path(file).filename().string(), ec);
+      for (const std::string& file : checkpoints) {  // a file, or a folder of parts
+        if (!ec) {
+          fs::copy(file, dir + "/" + fs::path(file).filename().string(),
+                   fs::copy_options::recursive, ec);
+        }
       }
       if (ec) {
         store_.delete_job(job.id);

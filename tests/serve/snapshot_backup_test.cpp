@@ -1,7 +1,8 @@
 // Snapshots and backups over real HTTP: a running train job writes a snapshot when asked and
 // goes on; a new job restored from it resumes at its step; a backup exported from one service
-// (a real .tar.gz, read back with tar) is imported by another, where the job resumes; a damaged
-// or forged backup is refused with a 4xx naming the problem.
+// (a real .tar.gz, read back with tar) is imported by another, where the job resumes, also when
+// its checkpoint is a folder of parts (a pipeline's); a damaged or forged backup is refused with
+// a 4xx naming the problem.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -263,6 +264,59 @@ TEST(ServeBackupTest, ABackupMovesAJobToAnotherServiceWhereItResumes) {
   auto list = b.client().Get("/api/v1/jobs", auth(carol));
   ASSERT_TRUE(list && list->status == 200);
   EXPECT_EQ(json::parse(list->body).size(), 1u) << list->body;
+}
+
+// A checkpoint written by parts (a pipeline's, one part a stage) is listed once its index is
+// there, carried by a backup as its folder's files, and resumed by the job the backup becomes.
+TEST(ServeBackupTest, ACheckpointWrittenByPartsIsListedBackedUpAndResumed) {
+  test::TempDir dir, other_dir;
+  Service a(dir);
+  std::string alice = a.token("alice");
+  const json piped = {"train", "--model",
+                      "mlp",   "--batch_size",
+                      "16",    "--num_epochs",
+                      "1",     "--threads",
+                      "1",     "--limit_train_batches",
+                      "20",    "--limit_test_batches",
+                      "1",     "--pipeline_parallel",
+                      "2"};
+  json job = submit(a, alice, {{"command", piped}, {"workers", 2}});
+  json ended = wait_ended(a, alice, job["id"]);
+  ASSERT_EQ(ended["exit_code"], 0) << log_of(a, alice, job);
+  json listed = snapshots(a, alice, job);
+  ASSERT_EQ(listed.size(), 1u) << listed.dump();
+  EXPECT_EQ(listed[0]["name"], "checkpoint_epoch0001.ddpx");
+  EXPECT_EQ(listed[0]["format"], "parts");
+  EXPECT_GT(listed[0]["bytes"].get<int64_t>(), 1000) << "the folder's files, counted";
+
+  std::string archive = dir.file("job.tar.gz");
+  auto exported =
+      run_command("DDPX_TOKEN=" + alice + " " +
+                  test::ddpx_command("backup " + std::to_string(job["id"].get<int64_t>()) +
+                                     " --server http://127.0.0.1:" + std::to_string(a.port()) +
+                                     " -o " + shell_quote(archive)));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto listing = run_command("tar -tzf " + shell_quote(archive));
+  for (const std::string file :
+       {"index.ddpx", "rank00000-of-00002.ddpx", "rank00001-of-00002.ddpx"}) {
+    EXPECT_NE(listing.output.find("checkpoints/checkpoint_epoch0001.ddpx/" + file + "\n"),
+              std::string::npos)
+        << listing.output;
+  }
+
+  Service b(other_dir);
+  std::string carol = b.token("carol");
+  auto imported =
+      run_command("DDPX_TOKEN=" + carol + " " +
+                  test::ddpx_command("restore " + shell_quote(archive) +
+                                     " --server http://127.0.0.1:" + std::to_string(b.port())));
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  const int64_t new_id = std::stoll(imported.output);
+  json done = wait_ended(b, carol, new_id);
+  std::string resumed = log_of(b, carol, json{{"id", new_id}});
+  EXPECT_EQ(done["exit_code"], 0) << resumed;
+  EXPECT_NE(resumed.find("checkpoint_epoch0001.ddpx after 1 epochs (20 steps)"), std::string::npos)
+      << resumed;
 }
 
 }  // namespace
