@@ -2,6 +2,7 @@
 #include "train/run_checkpoints.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -10,7 +11,40 @@
 namespace ddpx::train {
 
 RunCheckpoints::RunCheckpoints(const TrainOptions& options, dist::Context& context, RunState state)
-    : o_(options), context_(context), state_(std::move(state)) {}
+    : o_(options), context_(context), state_(std::move(state)) {
+  check_shared_save_dir();
+}
+
+bool RunCheckpoints::writes_parts() const {
+  return o_.checkpoint_format != CheckpointFormat::kWhole && state_.plan->saves_sharded();
+}
+
+void RunCheckpoints::check_shared_save_dir() {
+  if (o_.save_dir.empty() || context_.world_size() == 1 || !writes_parts()) return;
+  namespace fs = std::filesystem;
+  const std::string probe = o_.save_dir + "/.ddpx-shared-check";
+  if (context_.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(o_.save_dir, ec);
+    std::ofstream(probe) << "rank 0 of a ddpx job checks that every rank sees --save_dir\n";
+  }
+  context_.barrier();
+  torch::Tensor missing = torch::zeros({context_.world_size()}, torch::kInt32);
+  std::error_code ec;
+  if (!fs::exists(probe, ec)) missing[context_.rank()] = 1;
+  context_.all_reduce_sum(missing);
+  context_.barrier();  // every rank has looked
+  if (context_.rank() == 0) fs::remove(probe, ec);
+  std::string ranks;
+  for (int r = 0; r < context_.world_size(); ++r) {
+    if (missing[r].item<int>() != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  DDPX_CHECK(ranks.empty(), ErrorKind::kUsage,
+             "--save_dir {}: rank(s) {} do not see the file rank 0 wrote there; each rank writes "
+             "its part of a checkpoint into it, so it must be one folder every node sees (a "
+             "shared file system), or give --checkpoint_format whole (rank 0 writes one file)",
+             o_.save_dir, ranks);
+}
 
 torch::nn::Module* RunCheckpoints::ema_module() const {
   return state_.ema != nullptr && *state_.ema ? &(*state_.ema)->module() : nullptr;
@@ -65,7 +99,7 @@ TrainPosition RunCheckpoints::position(int64_t epochs_done, int64_t epoch_step,
 
 void RunCheckpoints::write(const std::string& path, const TrainPosition& position) {
   // Collective either way: the sharded plan's state_dict() gathers, its parts do not.
-  if (o_.checkpoint_format != CheckpointFormat::kWhole && state_.plan->saves_sharded()) {
+  if (writes_parts()) {
     save_sharded_checkpoint(path, *state_.plan, position, state_.meta, ema_module(),
                             context_.rank(), context_.world_size(), [this] { context_.barrier(); });
   } else {

@@ -34,6 +34,9 @@ struct RunState {
 
 class RunCheckpoints {
  public:
+  // Collective: where the run writes checkpoints by parts, every rank checks that it sees the
+  // folder rank 0 writes in (a --save_dir not shared across nodes is refused now, naming the
+  // ranks, rather than at the first checkpoint).
   RunCheckpoints(const TrainOptions& options, dist::Context& context, RunState state);
 
   // Loads --resume into the plan (before training; every rank) and returns where the run goes
@@ -48,6 +51,8 @@ class RunCheckpoints {
 
  private:
   TrainPosition position(int64_t epochs_done, int64_t epoch_step, int64_t global_step) const;
+  bool writes_parts() const;
+  void check_shared_save_dir();
   void write(const std::string& path, const TrainPosition& position);  // whole or sharded
   torch::nn::Module* ema_module() const;
 

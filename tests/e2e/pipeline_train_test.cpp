@@ -245,6 +245,29 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
       << tiny.output;
 }
 
+// Ranks that see different folders under one --save_dir (nodes without a shared file system,
+// here each rank's own folder) are refused before training, naming the ranks and the fix;
+// `--checkpoint_format whole` then trains and writes rank 0's file.
+TEST(PipelineTrainTest, ASaveDirTheRanksDoNotShareIsRefusedBeforeTraining) {
+  test::TempDir dir;
+  auto own_folders = [&](const std::string& log, const std::string& extra) {
+    return run_command(ddpx("run 2 --log_dir " + dir.file(log) + " -- sh -c " +
+                            test::shell_quote("exec " + test::ddpx_binary() + " " + kMlp +
+                                              "--num_epochs 1 --pipeline_parallel 2 --save_dir " +
+                                              dir.path() + "/own$RANK" + extra)),
+                       120);
+  };
+  auto refused = own_folders("refused", "");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("rank(s) 1 do not see the file rank 0 wrote there"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(refused.output.find("Epoch - 0/1"), std::string::npos) << "refused after training";
+  auto whole = own_folders("whole", " --checkpoint_format whole");
+  EXPECT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_TRUE(std::filesystem::is_regular_file(train::checkpoint_path(dir.file("own0"), 1)));
+}
+
 // A stage's worker killed mid-run ends the job within seconds, naming it; no rank waits out a
 // collective timeout, and no worker is left behind.
 TEST(PipelineTrainTest, AKilledStageEndsTheJobNamingIt) {
