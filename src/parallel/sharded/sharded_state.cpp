@@ -36,6 +36,10 @@ torch::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::st
 }
 
 std::vector<int64_t> shape_of(const torch::Tensor& t) {
+  DDPX_CHECK(t.scalar_type() == torch::kLong && t.dim() <= 1, ErrorKind::kData,
+             "a sharded checkpoint's index holds a list of {} where a list of integers belongs; "
+             "it is damaged or from another ddpx",
+             c10::toString(t.scalar_type()));
   auto c = t.to(torch::kCPU).contiguous();
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
@@ -175,7 +179,7 @@ void write_model(ShardedParts& p, const Layout& l, const std::vector<torch::Tens
     torch::serialize::InputArchive* from = &p.index;
     std::string where = p.name;
     if (p.index.try_read(fmt::format("bh{}", j), holder)) {
-      const int64_t q = holder.toInt();
+      const int64_t q = holder.isInt() ? holder.toInt() : -1;
       DDPX_CHECK(q >= 0 && q < l.world, ErrorKind::kData,
                  "{}: the index puts buffer {} in the part of rank {} of {}", p.name, j, q,
                  l.world);
