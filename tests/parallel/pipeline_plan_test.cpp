@@ -168,6 +168,33 @@ void expect_trained_state(torch::serialize::InputArchive model,
   }
 }
 
+// A checkpoint by stage in memory: each rank's part and rank 0's index (written without
+// communicating), put back together as the trainer's load does (sharded_state.h).
+struct ByStage {
+  explicit ByStage(int world) : parts(static_cast<size_t>(world)) {}
+  void write(parallel::PipelinePlan& plan, int rank) {
+    torch::serialize::OutputArchive part;
+    plan.write_part(part);
+    parts[static_cast<size_t>(rank)] = bytes_of(part);
+    if (rank != 0) return;
+    torch::serialize::OutputArchive archive;
+    plan.write_index(archive);
+    index = bytes_of(archive);
+  }
+  // The whole model's and optimizer's archives.
+  std::pair<std::string, std::string> assemble() const {
+    parallel::ShardedParts by_stage;
+    by_stage.name = "the pipeline's parts";
+    by_stage.index = archive_of(index);
+    for (const auto& bytes : parts) by_stage.parts.push_back(archive_of(bytes));
+    torch::serialize::OutputArchive m, o;
+    parallel::assemble_whole(by_stage, make_pipeline_sgd, m, o);
+    return {bytes_of(m), bytes_of(o)};
+  }
+  std::vector<std::string> parts;
+  std::string index;
+};
+
 class PipelinePlanTest : public ::testing::TestWithParam<PipelineLayout> {};
 
 TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) {
@@ -176,8 +203,8 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
   const Reference want = single_process(b);
   std::vector<torch::nn::Sequential> nets;
   for (int r = 0; r < layout.world; ++r) nets.push_back(make_net());
-  std::vector<std::string> saved(2), parts(static_cast<size_t>(layout.world));
-  std::string index_bytes;
+  std::vector<std::string> saved(2);
+  ByStage by_stage(layout.world);
   auto errors = run_ranks(layout.world, [&](int rank, Context& context) {
     parallel::PipelineOptions options;
     options.stages = layout.stages;
@@ -247,14 +274,7 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
     }
     // Its part of a checkpoint by stage: what it holds, gathering nothing (not collective).
     ASSERT_TRUE(plan.saves_sharded());
-    torch::serialize::OutputArchive part;
-    plan.write_part(part);
-    parts[rank] = bytes_of(part);
-    if (rank == 0) {
-      torch::serialize::OutputArchive index;
-      plan.write_index(index);
-      index_bytes = bytes_of(index);
-    }
+    by_stage.write(plan, rank);
     EXPECT_EQ(held_bytes(nets[rank]), mine) << "rank " << rank << " gathered to write its part";
     auto params = plan.module().ptr()->parameters();
     for (size_t i = 0; i < params.size(); ++i)
@@ -269,13 +289,8 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
   // The whole checkpoint is the unsplit model's and optimizer's, and so are the parts put
   // together as a checkpoint by stage is loaded.
   expect_trained_state(archive_of(saved[0]), archive_of(saved[1]), want, "saved");
-  parallel::ShardedParts by_stage;
-  by_stage.name = "the pipeline's parts";
-  by_stage.index = archive_of(index_bytes);
-  for (const auto& bytes : parts) by_stage.parts.push_back(archive_of(bytes));
-  torch::serialize::OutputArchive m, o;
-  parallel::assemble_whole(by_stage, make_pipeline_sgd, m, o);
-  expect_trained_state(archive_of(bytes_of(m)), archive_of(bytes_of(o)), want, "by stage");
+  const auto [model, optimizer] = by_stage.assemble();
+  expect_trained_state(archive_of(model), archive_of(optimizer), want, "by stage");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -381,8 +396,8 @@ TEST(PipelinePlanCheckpointTest, PartsByStageHoldWhatTheWholeCheckpointHolds) {
     SCOPED_TRACE(fmt::format("{} ranks, {}, --shard {}", c.world, name(c.schedule), name(c.shard)));
     std::vector<torch::nn::Sequential> nets;
     for (int r = 0; r < c.world; ++r) nets.push_back(make_bn_net());
-    std::vector<std::string> parts(static_cast<size_t>(c.world)), whole(2);
-    std::string index_bytes;
+    std::vector<std::string> whole(2);
+    ByStage by_stage(c.world);
     auto errors = run_ranks(c.world, [&](int rank, Context& context) {
       parallel::PipelineOptions options;
       options.microbatches = 2;
@@ -396,26 +411,14 @@ TEST(PipelinePlanCheckpointTest, PartsByStageHoldWhatTheWholeCheckpointHolds) {
         plan.step();
         plan.zero_grad();
       }
-      torch::serialize::OutputArchive part;
-      plan.write_part(part);
-      parts[rank] = bytes_of(part);
-      if (rank == 0) {
-        torch::serialize::OutputArchive index;
-        plan.write_index(index);
-        index_bytes = bytes_of(index);
-      }
+      by_stage.write(plan, rank);
       torch::serialize::OutputArchive m, o;
       plan.state_dict(m, o);
       if (rank == 0) whole = {bytes_of(m), bytes_of(o)};
     });
     EXPECT_ALL_RANKS_OK(errors);
-    ASSERT_FALSE(index_bytes.empty());
-    parallel::ShardedParts by_stage;
-    by_stage.name = "the pipeline's parts";
-    by_stage.index = archive_of(index_bytes);
-    for (const auto& bytes : parts) by_stage.parts.push_back(archive_of(bytes));
-    torch::serialize::OutputArchive m, o;
-    parallel::assemble_whole(by_stage, make_pipeline_sgd, m, o);
+    ASSERT_FALSE(by_stage.index.empty());
+    const auto [model, optimizer] = by_stage.assemble();
     // Both into the unsplit model and its optimizer, side by side.
     std::vector<torch::nn::Sequential> loaded{make_bn_net(), make_bn_net()};
     std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
@@ -423,7 +426,7 @@ TEST(PipelinePlanCheckpointTest, PartsByStageHoldWhatTheWholeCheckpointHolds) {
     auto mi = archive_of(whole[0]), oi = archive_of(whole[1]);
     loaded[0]->load(mi);
     optimizers[0]->load(oi);
-    auto mp = archive_of(bytes_of(m)), op = archive_of(bytes_of(o));
+    auto mp = archive_of(model), op = archive_of(optimizer);
     loaded[1]->load(mp);
     optimizers[1]->load(op);
     const auto named = loaded[0]->named_parameters();
