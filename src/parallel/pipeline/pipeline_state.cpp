@@ -156,8 +156,9 @@ void PipelinePlan::write_part(torch::serialize::OutputArchive& part) {
     }
   }
   if (replica_ == 0) {
-    for (const auto& b : buffers_)
-      buffers.emplace_back(buffer_index.at(b.unsafeGetTensorImpl()), b);
+    for (const auto& b : buffers_) {
+      if (b.defined()) buffers.emplace_back(buffer_index.at(b.unsafeGetTensorImpl()), b);
+    }
   }
   write_holder_part(params, buffers, holds ? optimizer_.get() : nullptr, part);
 }
@@ -181,8 +182,10 @@ void PipelinePlan::write_index(torch::serialize::OutputArchive& index) {
     for (size_t l = s.first_layer; l < s.end_layer; ++l) {
       for (const auto& t : layers_[l].parameters)
         holders.params[param_index.at(t.unsafeGetTensorImpl())] = ranks;
-      for (const auto& t : layers_[l].buffers)
-        holders.buffers[buffer_index.at(t.unsafeGetTensorImpl())] = s.pipeline_rank;
+      for (const auto& t : layers_[l].buffers) {
+        if (t.defined())
+          holders.buffers[buffer_index.at(t.unsafeGetTensorImpl())] = s.pipeline_rank;
+      }
     }
   }
   // Rank q's optimizer steps its stages' parameters (params_'s order on that rank: its stages
