@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -77,6 +78,10 @@ std::string plan_flag(const ShardMemoryOptions& o) {
   const std::string shard = o.shard == parallel::ShardMode::kNone
                                 ? std::string()
                                 : fmt::format(" --shard {}", parallel::name(o.shard));
+  if (o.pipeline_parallel > 1 && o.tensor_parallel > 1) {
+    return fmt::format("--pipeline_parallel {} --tensor_parallel {}{}", o.pipeline_parallel,
+                       o.tensor_parallel, shard);
+  }
   if (o.pipeline_parallel > 1)
     return fmt::format("--pipeline_parallel {}{}", o.pipeline_parallel, shard);
   if (o.tensor_parallel > 1) return fmt::format("--tensor_parallel {}{}", o.tensor_parallel, shard);
@@ -141,22 +146,25 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   parallel::DataParallelPlan* data = nullptr;
   torch::optim::Optimizer* split_optimizer = nullptr;  // a pipeline's or tensor-parallel plan's
   const std::vector<parallel::ShardUnit>* units = nullptr;  // whichever plan shards
+  std::optional<parallel::PipelineOptions> pipeline;
   if (o.pipeline_parallel > 1) {
-    parallel::PipelineOptions options;
-    options.stages = o.pipeline_parallel;
-    options.microbatches = o.microbatches > 0 ? o.microbatches : o.pipeline_parallel;
-    DDPX_CHECK(o.batch_size % options.microbatches == 0, ErrorKind::kUsage,
+    pipeline.emplace();
+    pipeline->stages = o.pipeline_parallel;
+    pipeline->microbatches = o.microbatches > 0 ? o.microbatches : o.pipeline_parallel;
+    DDPX_CHECK(o.batch_size % pipeline->microbatches == 0, ErrorKind::kUsage,
                "bench memory: --batch_size {} does not split into {} micro-batches", o.batch_size,
-               options.microbatches);
-    options.balance = o.pipeline_balance;
-    options.schedule = o.pipeline_schedule;
+               pipeline->microbatches);
+    pipeline->balance = o.pipeline_balance;
+    pipeline->schedule = o.pipeline_schedule;
     if (o.pipeline_schedule == parallel::PipelineSchedule::kInterleaved)
-      options.stages_per_rank = o.stages_per_rank > 0 ? o.stages_per_rank : 2;
-    options.sample_shape = {3, config.image_size, config.image_size};  // as ddpx train times
-    options.micro_batch = o.batch_size / options.microbatches;
-    options.model_name = o.model;
-    options.shard = o.shard;
-    auto p = std::make_unique<parallel::PipelinePlan>(model, *context, make, options);
+      pipeline->stages_per_rank = o.stages_per_rank > 0 ? o.stages_per_rank : 2;
+    pipeline->sample_shape = {3, config.image_size, config.image_size};  // as ddpx train times
+    pipeline->micro_batch = o.batch_size / pipeline->microbatches;
+    pipeline->model_name = o.model;
+    pipeline->shard = o.shard;
+  }
+  if (pipeline && o.tensor_parallel <= 1) {
+    auto p = std::make_unique<parallel::PipelinePlan>(model, *context, make, *pipeline);
     split_optimizer = p->optimizer();
     if (!p->units().empty()) units = &p->units();  // the stages sharded over their replicas
     plan = std::move(p);
@@ -166,10 +174,13 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     options.sequence_parallel = o.sequence_parallel;
     options.model_name = o.model;
     options.shard = o.shard;
+    options.pipeline = pipeline;  // the 3-D mesh: a pipeline of tensor-parallel stages
     auto p = std::make_unique<parallel::TensorParallelPlan>(model, *context, make, options);
     split_optimizer = &p->optimizer();
     sharded = p->sharded();  // the replicas' sharded plan over the pieces, with --shard
     if (sharded != nullptr) units = &sharded->units();
+    if (p->pipeline() != nullptr && !p->pipeline()->units().empty())
+      units = &p->pipeline()->units();  // the 3-D mesh's stages sharded over their replicas
     plan = std::move(p);
   } else if (o.shard == parallel::ShardMode::kNone) {
     auto p = std::make_unique<parallel::DataParallelPlan>(model, *context, make,

@@ -195,7 +195,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       memory->add_option("--tensor_parallel", shard->tensor_parallel,
                          "model states per rank as tensor-parallel pieces (ViTs, the MLP), "
                          "beside (8+K)Psi_r (with --shard: the replicas shard them, beside "
-                         "ZeRO's formula over Psi_r); run under `ddpx run N`");
+                         "ZeRO's formula over Psi_r; with --pipeline_parallel: the 3-D mesh); run "
+                         "under `ddpx run N`");
   memory->add_option("--microbatches", shard->microbatches,
                      "with --pipeline_parallel: micro-batches a batch (0: P)");
   add_choice(memory, "--pipeline_balance", shard->pipeline_balance, parallel::kPipelineBalanceNames,
@@ -216,10 +217,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   memory->callback([m, shard, shard_flag, pipeline_flag, tensor_flag, optimizer, memory,
                     &exit_code] {
     // --tensor_parallel and --pipeline_parallel take --shard (their replicas shard the pieces
-    // or the stages), not each other.
-    DDPX_CHECK(shard->pipeline_parallel <= 1 || shard->tensor_parallel <= 1, ErrorKind::kUsage,
-               "bench memory: --pipeline_parallel measures a pipeline, --tensor_parallel a "
-               "tensor-parallel plan; drop one of the two");
+    // or the stages), and each other (the 3-D mesh: a pipeline of tensor-parallel stages).
     DDPX_CHECK(shard->pipeline_parallel >= 1 && shard->tensor_parallel >= 1, ErrorKind::kUsage,
                "bench memory: --pipeline_parallel and --tensor_parallel must be at least 1");
     if (shard_flag->count() == 0 && pipeline_flag->count() == 0 && tensor_flag->count() == 0) {

@@ -67,32 +67,54 @@ std::array<std::vector<int>, 2> splitting_sizes(const MeshSearch& s, MeshResults
 }
 
 // Probes at the two smallest T that split the model (and the same with sequence parallelism),
-// carried to every T (split_probe.h's at_tensor_size).
-void search_tensor(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
+// carried to every T (split_probe.h's at_tensor_size). Returns the carried probes of the T that
+// leave GPUs for pipeline stages, with the split model's layers, for the 3-D meshes.
+std::vector<parallel::TensorMemory> search_tensor(const parallel::ModelMemory& whole,
+                                                  const MeshSearch& s, MeshResults& r) {
   const auto splitting = splitting_sizes(s, r);
+  const int n = s.request.world_size;
+  std::vector<parallel::TensorMemory> for_pipelines;
   for (bool sequence : {false, true}) {
     const std::vector<int>& sizes = splitting[sequence];
     if (sizes.empty()) continue;
-    const auto smallest = parallel::measure_tensor_parallel(s.build, sizes.front(), sequence,
-                                                            s.probe, s.model_name, s.checkpointing);
+    auto probe = [&](int t) {  // the layers too where T leaves room for 2 stages or more
+      return parallel::measure_tensor_parallel(s.build, t, sequence, s.probe, s.model_name,
+                                               s.checkpointing, /*layers=*/n / t >= 2);
+    };
+    const auto smallest = probe(sizes.front());
     // The next size up, not the largest: T threads each hold a rank's pieces and activations.
-    const auto next = sizes.size() == 1
-                          ? smallest
-                          : parallel::measure_tensor_parallel(s.build, sizes[1], sequence, s.probe,
-                                                              s.model_name, s.checkpointing);
+    const auto next = sizes.size() == 1 ? smallest : probe(sizes[1]);
     for (int t : sizes) {
       const auto at = parallel::at_tensor_size(smallest, next, t);
+      if (!at.layers.empty()) for_pipelines.push_back(at);
       for (auto shard : {parallel::ShardMode::kNone, parallel::ShardMode::kOptimizer,
                          parallel::ShardMode::kGradients, parallel::ShardMode::kFull}) {
         // --shard needs replicas to shard over.
-        if (shard == parallel::ShardMode::kNone || s.request.world_size > t)
+        if (shard == parallel::ShardMode::kNone || n > t)
           r.meshes.push_back(parallel::predict_tensor(whole, at, s.request, shard));
       }
     }
   }
   std::stable_sort(r.meshes.begin(), r.meshes.end(),
                    [](const auto& a, const auto& b) { return a.tensor < b.tensor; });
+  return for_pipelines;
 }
+
+parallel::PipelineRequest pipeline_request(const MeshSearch& s, int stages, bool batch_norm) {
+  parallel::PipelineRequest q;
+  q.batch_norm = batch_norm;
+  q.stages = stages;
+  q.microbatches = s.microbatches;
+  q.schedule = s.schedule;
+  q.stages_per_rank = s.stages_per_rank;
+  q.balance = s.balance;
+  q.model_name = s.model_name;
+  return q;
+}
+
+constexpr std::array<parallel::ShardMode, 4> kShardModes = {
+    parallel::ShardMode::kNone, parallel::ShardMode::kOptimizer, parallel::ShardMode::kGradients,
+    parallel::ShardMode::kFull};
 
 void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
   torch::nn::AnyModule model = s.build();
@@ -111,24 +133,40 @@ void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, Me
                  m->as<torch::nn::BatchNorm3dImpl>() != nullptr;
   }
   for (int p : splits_of(s.request.world_size)) {
-    parallel::PipelineRequest q;
-    q.batch_norm = batch_norm;
-    q.stages = p;
-    q.microbatches = s.microbatches;
-    q.schedule = s.schedule;
-    q.stages_per_rank = s.stages_per_rank;
-    q.balance = s.balance;
-    q.model_name = s.model_name;
     try {
-      for (auto shard : {parallel::ShardMode::kNone, parallel::ShardMode::kOptimizer,
-                         parallel::ShardMode::kGradients, parallel::ShardMode::kFull}) {
+      for (auto shard : kShardModes) {
         // --shard needs replicas to shard over.
-        if (shard == parallel::ShardMode::kNone || s.request.world_size > p)
-          r.meshes.push_back(parallel::predict_pipeline(whole, *layers, s.request, q, shard));
+        if (shard == parallel::ShardMode::kNone || s.request.world_size > p) {
+          r.meshes.push_back(parallel::predict_pipeline(whole, *layers, s.request,
+                                                        pipeline_request(s, p, batch_norm), shard));
+        }
       }
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kUsage) throw;
       r.notes.push_back(fmt::format("pipeline {}: {}", p, reason(e)));
+    }
+  }
+}
+
+// The 3-D meshes: P stages of the split model's layers, each over T ranks (the models with a
+// tensor-parallel plan have no BatchNorm).
+void search_pipeline_tensor(const parallel::ModelMemory& whole,
+                            const std::vector<parallel::TensorMemory>& probes, const MeshSearch& s,
+                            MeshResults& r) {
+  for (const auto& at : probes) {
+    for (int p : splits_of(s.request.world_size / at.ranks)) {
+      try {
+        for (auto shard : kShardModes) {
+          if (shard == parallel::ShardMode::kNone || s.request.world_size > p * at.ranks) {
+            r.meshes.push_back(parallel::predict_pipeline_tensor(
+                whole, at, s.request, pipeline_request(s, p, false), shard));
+          }
+        }
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUsage) throw;
+        r.notes.push_back(fmt::format("pipeline {} x tensor {}{}: {}", p, at.ranks,
+                                      at.sequence_parallel ? " sp" : "", reason(e)));
+      }
     }
   }
 }
@@ -138,18 +176,9 @@ void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, Me
 MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& search) {
   MeshResults results;
   if (search.request.world_size < 2) return results;
-  search_tensor(whole, search, results);
+  const auto split_layers = search_tensor(whole, search, results);
   search_pipeline(whole, search, results);
-  bool pipelines = false, tensors = false;
-  for (const auto& mesh : results.meshes) {
-    pipelines = pipelines || mesh.pipeline > 1;
-    tensors = tensors || mesh.tensor > 1;
-  }
-  if (pipelines && tensors && search.request.world_size >= 4) {
-    results.notes.push_back(
-        "pipeline x tensor (the 3-D mesh, --pipeline_parallel P --tensor_parallel T): it trains, "
-        "but the planner does not weigh it yet");
-  }
+  search_pipeline_tensor(whole, split_layers, search, results);
   if (search.checkpointing.every > 0) {  // what was probed, in the flags to paste
     for (auto& mesh : results.meshes)
       mesh.flags += " --activation_checkpointing " + models::name(search.checkpointing);

@@ -1,5 +1,6 @@
 // `ddpx plan`'s second table: the meshes that split the model across ranks (pipeline stages,
-// tensor pieces) with the rest of the GPUs as data-parallel replicas, each probed on this CPU
+// tensor pieces, and pipelines of tensor-parallel stages) with the rest of the GPUs as
+// data-parallel replicas, each probed on this CPU
 // (parallel/planner/split_probe.h) and predicted (mesh_plan.h); and why a mesh is not offered.
 #pragma once
 
@@ -27,12 +28,14 @@ struct MeshSearch {
 };
 
 struct MeshResults {
-  std::vector<parallel::MeshPrediction> meshes;  // tensor parallel first, then pipelines
-  std::vector<std::string> notes;                // what is not offered, and why
+  // Tensor parallel first, then pipelines, then pipelines of tensor-parallel stages.
+  std::vector<parallel::MeshPrediction> meshes;
+  std::vector<std::string> notes;  // what is not offered, and why
 };
 
-// Every P and T > 1 that divides the GPUs: probes and predictions (minutes for a large model on
-// many GPUs: one tensor-parallel probe each T).
+// Every P and T > 1 that divides the GPUs, and every P x T that does: probes and predictions
+// (minutes for a large model on many GPUs: two tensor-parallel probes, with and without sequence
+// parallelism, each also running the split layers one at a time where a 3-D mesh is possible).
 MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& search);
 
 // The mesh to use when no shard mode fits: the least split (smallest P or T) that fits, tensor

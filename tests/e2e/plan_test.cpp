@@ -186,8 +186,8 @@ double number(const std::string& line, const std::string& key) {
 // (the replica's batch, micro-batches and balance from the plan's flags): a pipeline of ResNet-50
 // (stages by parameters, as both are told) on 2 GPUs, ViT-B/16's tensor pieces on 2, with
 // sequence parallelism on 4 (probed on 4 thread ranks), and on 4 as 2 replicas of 2 tensor ranks
-// that shard the pieces (--shard full, gradients), at batches whose activations are a quarter or
-// more of the peak.
+// that shard the pieces (--shard full, gradients), and 3-D meshes (pipelines of tensor-parallel
+// stages) on 6 and 8, at batches whose activations are a quarter or more of the peak.
 TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
   struct Mesh {
     int gpus;
@@ -215,6 +215,23 @@ TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
        "--tensor_parallel 2 --shard gradients --batch_size 32",
        "--model vit_b_16 --image_size 128 --tensor_parallel 2 --shard gradients --batch_size 32",
        "gradients"},
+      // The 3-D mesh, cut by parameters: the tiny ViT (3 heads) as 2 stages of 3 tensor ranks,
+      // with and without sequence parallelism, and the MLP as 2 replicas of 2 stages of 2,
+      // the replicas sharding the stages' pieces.
+      {6, "--model vit_tiny_patch4_32 --batch_size 8",
+       "--pipeline_parallel 2 --tensor_parallel 3 --microbatches 4 --batch_size 48",
+       "--model vit_tiny_patch4_32 --pipeline_parallel 2 --tensor_parallel 3 --microbatches 4 "
+       "--batch_size 48"},
+      {6, "--model vit_tiny_patch4_32 --batch_size 8",
+       "--pipeline_parallel 2 --tensor_parallel 3 --sequence_parallel --microbatches 4 "
+       "--batch_size 48",
+       "--model vit_tiny_patch4_32 --pipeline_parallel 2 --tensor_parallel 3 --sequence_parallel "
+       "--microbatches 4 --batch_size 48"},
+      {8, "--model mlp --image_size 28 --batch_size 64",
+       "--pipeline_parallel 2 --tensor_parallel 2 --microbatches 4 --batch_size 256 --shard full",
+       "--model mlp --image_size 28 --pipeline_parallel 2 --tensor_parallel 2 --microbatches 4 "
+       "--batch_size 256 --shard full",
+       "full"},
   };
   std::map<std::string, std::string> plans;  // by the plan's flags: one probe a model
   for (const auto& mesh : meshes) {
@@ -289,17 +306,6 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
             std::string::npos)
       << big.output;
 
-  // On 4 GPUs the MLP has pipeline and tensor rows; the 3-D mesh trains but is not weighed.
-  auto four = run_command(test::ddpx_command("plan --model mlp --gpus 4 --image_size 28 "
-                                             "--batch_size 8 --num_classes 10"),
-                          120);
-  ASSERT_EQ(four.exit_code, 0) << four.output;
-  EXPECT_NE(four.output.find("# not offered: pipeline x tensor (the 3-D mesh, --pipeline_parallel "
-                             "P --tensor_parallel T): it trains, but the planner does not weigh "
-                             "it yet"),
-            std::string::npos)
-      << four.output;
-
   // A plan's mesh flags (the line whose flags start with `start`), trained as printed on 2
   // workers for two steps.
   auto flags_train = [](const std::string& plan, const std::string& start, const std::string& model,
@@ -326,16 +332,22 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
   ASSERT_EQ(mlp.exit_code, 0) << mlp.output;
   for (const std::string flags : {"--tensor_parallel 2", "--pipeline_parallel 2"})
     flags_train(mlp.output, flags, "mlp --image_size 28");
-  // On 4, stages whose 2 replicas shard them (the flags end with --shard full).
+  // On 4, stages whose 2 replicas shard them (the flags end with --shard full), and the 3-D
+  // mesh: 2 stages of 2 tensor ranks.
   auto sharded = run_command(test::ddpx_command("plan --model mlp --gpus 4 --image_size 28 "
                                                 "--batch_size 8 --num_classes 10 --json"),
                              120);
   ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
-  EXPECT_NE(flags_train(sharded.output, "--pipeline_parallel 2[^\"]*--shard full",
+  EXPECT_NE(flags_train(sharded.output, "--pipeline_parallel 2 --microbatches[^\"]*--shard full",
                         "mlp --image_size 28", 4)
                 .find("--shard full"),
             std::string::npos)
       << sharded.output;
+  EXPECT_EQ(flags_train(sharded.output, "--pipeline_parallel 2 --tensor_parallel 2",
+                        "mlp --image_size 28", 4),
+            "--pipeline_parallel 2 --tensor_parallel 2 --microbatches 4 --batch_size 32")
+      << sharded.output;
+  EXPECT_NE(sharded.output.find("\"mesh\": \"1x2x2\""), std::string::npos) << sharded.output;
 
   // The interleaved schedule is planned too (V = 2 stages a rank, as ddpx train's default).
   auto interleaved = run_command(

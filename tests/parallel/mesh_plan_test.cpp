@@ -273,6 +273,92 @@ TEST(MeshPlanTest, ShardedTensorReplicasHoldTheirZeroStagesShareOfThePieces) {
   EXPECT_EQ(at4.units[1].params[0].rows, 40) << "a whole layer stays whole";
 }
 
+// The 3-D mesh: the pipeline's arithmetic over the split model's layers (a rank's pieces), cut by
+// parameters as ddpx train cuts a pipeline of tensor-parallel stages, on N/(P T) replicas; it
+// starts as tensor parallelism does, with the whole model and the rank's pieces.
+TEST(MeshPlanTest, APipelineOfTensorParallelStagesHoldsItsStagesPiecesOnTheReplicasLeft) {
+  TensorMemory m;
+  m.ranks = 2;
+  m.whole_parameters = 600;
+  m.split_parameters = 400;
+  m.parameters = 400;  // 200 whole, 200 pieces: four layers of 100 a rank
+  m.layers = four_layers();
+  for (auto& layer : m.layers) layer.seconds = 0;  // not timed: cut by parameters
+  PlanRequest r;
+  r.world_size = 8;  // 2 replicas of 2 stages of 2 tensor ranks
+  r.batch_size = 2;  // the replica of 4 GPUs takes 8
+  r.optimizer_bytes_per_param = 4;
+  PipelineRequest q;
+  q.stages = 2;
+  q.microbatches = 4;  // micro-batches of 2
+  const auto p = predict_pipeline_tensor(whole_of(600), m, r, q);
+  EXPECT_EQ(p.data, 2);
+  EXPECT_EQ(p.pipeline, 2);
+  EXPECT_EQ(p.tensor, 2);
+  EXPECT_EQ(p.batch, 8);
+  EXPECT_DOUBLE_EQ(p.params, 4 * 200.0) << "two layers a stage, by parameters";
+  EXPECT_DOUBLE_EQ(p.transient, 4 * 200.0) << "two replicas: DDP rebuilds the stage's buckets";
+  // 1F1B: stage 0 keeps 2 micro-batches (P - 0) of 2 samples x 20 bytes.
+  EXPECT_EQ(p.worst_stage, 0);
+  EXPECT_DOUBLE_EQ(p.activations, 2 * 2 * 20.0);
+  EXPECT_DOUBLE_EQ(p.start, 4 * (600 + 200.0)) << "the whole model and the rank's pieces";
+  EXPECT_EQ(p.flags, "--pipeline_parallel 2 --tensor_parallel 2 --microbatches 4 --batch_size 8");
+  ModelMemory with_images = whole_of(600);
+  with_images.sample_bytes = 5;  // every rank of the replica receives its batch of 8
+  EXPECT_DOUBLE_EQ(predict_pipeline_tensor(with_images, m, r, q).activations, p.activations + 40);
+
+  const auto full = predict_pipeline_tensor(whole_of(600), m, r, q, ShardMode::kFull);
+  EXPECT_DOUBLE_EQ(full.optimizer, 4 * 200.0 / 2) << "the stage's optimizer state over 2 replicas";
+  EXPECT_EQ(full.flags,
+            "--pipeline_parallel 2 --tensor_parallel 2 --microbatches 4 --batch_size 8 "
+            "--shard full");
+  m.sequence_parallel = true;
+  EXPECT_EQ(predict_pipeline_tensor(whole_of(600), m, r, q).flags,
+            "--pipeline_parallel 2 --tensor_parallel 2 --sequence_parallel --microbatches 4 "
+            "--batch_size 8");
+
+  r.world_size = 6;
+  try {
+    predict_pipeline_tensor(whole_of(600), m, r, q);
+    ADD_FAILURE() << "2 x 2 does not divide 6 GPUs";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("--pipeline_parallel 2 x --tensor_parallel 2 does not "
+                                         "divide 6 GPUs"),
+              std::string::npos)
+        << e.what();
+  }
+  r.world_size = 4;
+  EXPECT_THROW(predict_pipeline_tensor(whole_of(600), m, r, q, ShardMode::kFull), Error)
+      << "one replica: nothing to shard over";
+}
+
+// The split layers carry to other T as the whole split model does: U + S/T through two probes.
+TEST(MeshPlanTest, SplitLayersCarryToOtherTensorSizes) {
+  TensorMemory two;
+  two.ranks = 2;
+  two.whole_parameters = 1000;
+  two.split_parameters = 800;
+  two.parameters = 600;
+  two.layers = four_layers();  // 100 parameters and 10 bytes a sample a layer at T = 2
+  TensorMemory eight = two;
+  eight.ranks = 8;
+  eight.parameters = 300;
+  for (auto& layer : eight.layers) {
+    layer.parameters = 25;      // 100 at T = 2: U = 0, S = 200
+    layer.held.per_sample = 4;  // U = 2, S = 16
+  }
+  const auto four = at_tensor_size(two, eight, 4);
+  ASSERT_EQ(four.layers.size(), 4u);
+  EXPECT_EQ(four.layers[1].parameters, 50);
+  EXPECT_DOUBLE_EQ(four.layers[1].held.per_sample, 2 + 16 / 4.0);
+  EXPECT_DOUBLE_EQ(four.layers[1].input.per_sample, 1) << "the same at both: carried as is";
+  TensorMemory without = eight;
+  without.layers.clear();
+  EXPECT_TRUE(at_tensor_size(two, without, 4).layers.empty()) << "nothing to carry from";
+  EXPECT_EQ(at_tensor_size(two, without, 2).layers.size(), 4u) << "a probed size is its probe";
+}
+
 TEST(SplitProbeTest, LayersOfAZooModelAddUpToItAndHoldMoreForMoreSamples) {
   models::ModelConfig config;
   config.num_classes = 10;
@@ -327,6 +413,19 @@ TEST(SplitProbeTest, TensorParallelRanksOnThreadsHoldTheirPiecesAndRefuseModelsW
   EXPECT_EQ(m.split_parameters, fc1 + fc2_weight);
   EXPECT_EQ(m.parameters, fc1 / 2 + fc2_weight / 2 + 32 + fc3);
   EXPECT_GT(m.activations.per_sample, 0);
+  EXPECT_TRUE(m.layers.empty()) << "the layers only when asked";
+
+  // The split layers, each alone on the thread ranks, as a pipeline of them runs them.
+  const auto layered = measure_tensor_parallel(build, 2, false, o, "mlp", {}, /*layers=*/true);
+  ASSERT_EQ(layered.layers.size(), 3u);
+  EXPECT_EQ(layered.layers[0].parameters, fc1 / 2);
+  EXPECT_EQ(layered.layers[1].parameters, fc2_weight / 2 + 32);
+  EXPECT_EQ(layered.layers[2].parameters, fc3);
+  // fc1's output is a rank's half of the hidden width (32 floats a sample); fc2's all-reduced
+  // output is whole (32), and so is the input fc3 receives.
+  EXPECT_GE(layered.layers[0].held.per_sample, 32 * 4.0);
+  EXPECT_DOUBLE_EQ(layered.layers[1].input.per_sample, 32 * 4.0);
+  EXPECT_DOUBLE_EQ(layered.layers[2].input.per_sample, 32 * 4.0);
 
   models::ModelConfig config;
   config.num_classes = 10;

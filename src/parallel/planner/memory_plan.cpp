@@ -81,6 +81,8 @@ ModelMemory measure_model(torch::nn::AnyModule& model, const ProbeOptions& o) {
              "plan: the probe needs a positive batch and image size");
   ModelMemory m;
   m.amp = o.amp;
+  m.sample_bytes =
+      static_cast<double>(3 * o.image_size * o.image_size * sizeof(float) + sizeof(int64_t));
   for (const auto& p : model.ptr()->parameters()) m.parameters += p.numel();
   m.units = unit_params(*model.ptr());
 

@@ -20,30 +20,46 @@ void add_states(MeshPrediction& p, double own, const PlanRequest& r) {
   p.transient = p.data > 1 ? kWordBytes * own : 0;
 }
 
-}  // namespace
+// The replica's batch (images and labels), which every rank of the replica receives.
+double batch_bytes(const ModelMemory& model, const MeshPrediction& p) {
+  return model.sample_bytes * static_cast<double>(p.batch);
+}
 
-MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
-                                const PlanRequest& r, const PipelineRequest& q, ShardMode shard) {
+// The whole model and a tensor rank's pieces, copied out of it, before the whole one's split
+// parameters are freed.
+double tensor_start(const ModelMemory& model, const TensorMemory& m) {
+  return kWordBytes * (static_cast<double>(model.parameters) +
+                       static_cast<double>(m.split_parameters) / m.ranks);
+}
+
+// A pipeline of `layers` on P = q.stages ranks a replica, each stage split over `tensor` ranks
+// (1: whole): the rank that peaks, and the pipeline's flags (`tensor_flags` after P's).
+MeshPrediction pipeline_mesh(const ModelMemory& model, const std::vector<LayerMemory>& layers,
+                             const PlanRequest& r, const PipelineRequest& q, ShardMode shard,
+                             int tensor, const std::string& tensor_flags) {
   const int n = r.world_size, stages = q.stages;
   const int chunks = q.schedule == PipelineSchedule::kInterleaved ? q.stages_per_rank : 1;
-  DDPX_CHECK(stages >= 2 && n % stages == 0, ErrorKind::kUsage,
-             "plan: --pipeline_parallel {} does not divide {} GPUs", stages, n);
+  const std::string split =
+      tensor > 1 ? fmt::format("--pipeline_parallel {} x --tensor_parallel {}", stages, tensor)
+                 : fmt::format("--pipeline_parallel {}", stages);
+  DDPX_CHECK(stages >= 2 && tensor >= 1 && n % (stages * tensor) == 0, ErrorKind::kUsage,
+             "plan: {} does not divide {} GPUs", split, n);
   MeshPrediction p;
   p.pipeline = stages;
-  p.data = n / stages;
+  p.tensor = tensor;
+  p.data = n / (stages * tensor);
   DDPX_CHECK(shard == ShardMode::kNone || p.data > 1, ErrorKind::kUsage,
-             "plan: --pipeline_parallel {} on {} GPUs leaves one replica: --shard {} has no ranks "
-             "to shard over",
-             stages, n, name(shard));
+             "plan: {} on {} GPUs leaves one replica: --shard {} has no ranks to shard over", split,
+             n, name(shard));
   p.shard = shard;
-  p.batch = r.batch_size * stages;  // the global batch of N GPUs at --batch_size each
+  p.batch = r.batch_size * stages * tensor;  // the global batch of N GPUs at --batch_size each
   p.microbatches = q.microbatches > 0            ? q.microbatches
                    : p.batch % (2 * stages) == 0 ? 2 * stages
                                                  : stages;
   DDPX_CHECK(p.batch % p.microbatches == 0, ErrorKind::kUsage,
              "plan: --microbatches {} does not divide the replica's batch {} ({} a GPU x {} "
-             "stages); give a divisor",
-             p.microbatches, p.batch, r.batch_size, stages);
+             "GPUs a replica); give a divisor",
+             p.microbatches, p.batch, r.batch_size, stages * tensor);
   const PipelineShape shape{stages, p.microbatches, chunks};
   const std::string problem = schedule_problem(q.schedule, shape);
   DDPX_CHECK(problem.empty(), ErrorKind::kUsage, "plan: --pipeline_schedule {} with {} stages: {}",
@@ -90,7 +106,7 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
       stage.optimizer = r.optimizer_bytes_per_param * own[s] / p.data;
       stage.transient = kWordBytes * own[s];  // the reduce-scatter's input
     }
-    stage.activations = run.max_bytes[static_cast<size_t>(s)] + extra[s];
+    stage.activations = run.max_bytes[static_cast<size_t>(s)] + extra[s] + batch_bytes(model, p);
     // Built whole in host memory; only the rank's stages reach its GPU (pipeline_plan.h).
     stage.start = kWordBytes * own[s];
     if (stage.peak() > worst) {
@@ -99,15 +115,42 @@ MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<Laye
       p = stage;
     }
   }
-  p.fits = p.peak() <= r.gpu_memory - r.reserve;
-  p.flags = fmt::format("--pipeline_parallel {} --microbatches {}", stages, p.microbatches);
+  p.flags = fmt::format("--pipeline_parallel {}{} --microbatches {}", stages, tensor_flags,
+                        p.microbatches);
   if (q.schedule != PipelineSchedule::k1F1B)
     p.flags += fmt::format(" --pipeline_schedule {}", name(q.schedule));
   if (chunks > 1) p.flags += fmt::format(" --stages_per_rank {}", chunks);
   p.flags += fmt::format(" --batch_size {}", p.batch);
-  if (q.balance != PipelineBalance::kTime)
+  if (tensor == 1 && q.balance != PipelineBalance::kTime)
     p.flags += fmt::format(" --pipeline_balance {}", name(q.balance));
   if (shard != ShardMode::kNone) p.flags += fmt::format(" --shard {}", name(shard));
+  return p;
+}
+
+}  // namespace
+
+MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
+                                const PlanRequest& r, const PipelineRequest& q, ShardMode shard) {
+  MeshPrediction p = pipeline_mesh(model, layers, r, q, shard, 1, "");
+  p.fits = p.peak() <= r.gpu_memory - r.reserve;
+  return p;
+}
+
+MeshPrediction predict_pipeline_tensor(const ModelMemory& model, const TensorMemory& m,
+                                       const PlanRequest& r, const PipelineRequest& q,
+                                       ShardMode shard) {
+  DDPX_CHECK(m.ranks >= 2 && !m.layers.empty(), ErrorKind::kInternal,
+             "plan: the 3-D mesh needs a tensor probe of the split layers at T >= 2");
+  PipelineRequest by_params = q;  // the split layers cannot be timed by one rank
+  by_params.balance = PipelineBalance::kParams;
+  const std::string tensor_flags = fmt::format(" --tensor_parallel {}{}", m.ranks,
+                                               m.sequence_parallel ? " --sequence_parallel" : "");
+  MeshPrediction p = pipeline_mesh(model, m.layers, r, by_params, shard, m.ranks, tensor_flags);
+  p.sequence_parallel = m.sequence_parallel;
+  // The whole model reaches the GPU, then the split layers' pieces are copied out of it (as
+  // tensor parallelism alone); the pipeline then frees what is not the rank's stage.
+  p.start = std::max(p.start, tensor_start(model, m));
+  p.fits = p.peak() <= r.gpu_memory - r.reserve;
   return p;
 }
 
@@ -147,10 +190,8 @@ MeshPrediction predict_tensor(const ModelMemory& model, const TensorMemory& m, c
     p.transient = z.transient;
     p.activations = z.activations + z.backward_transient;
   }
-  // The whole model and this rank's pieces, copied out of it, before the whole one's split
-  // parameters are freed.
-  p.start = kWordBytes * (static_cast<double>(model.parameters) +
-                          static_cast<double>(m.split_parameters) / m.ranks);
+  p.activations += batch_bytes(model, p);
+  p.start = tensor_start(model, m);
   p.fits = p.peak() <= r.gpu_memory - r.reserve;
   p.flags = fmt::format(
       "--tensor_parallel {}{}{} --batch_size {}", m.ranks,

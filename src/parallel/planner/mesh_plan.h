@@ -31,8 +31,14 @@
 //               input (4 Psi_r) comes after the last backward. Against the unsharded stage that
 //               saves (K (D - 1) - 8) Psi_r / D: nothing for AdamW on 2 replicas, more on more.
 //               ZeRO's three stages peak alike here; `full` only frees the stages between steps.
+//   pipeline x tensor (the 3-D mesh)  the pipeline's arithmetic above over the split model's
+//               layers as the T thread ranks measured them (split_probe.h), cut by parameters as
+//               ddpx train cuts them, on D = N/(P T) replicas (sharded as a pipeline's with
+//               --shard); start as tensor parallelism's: the whole model reaches the GPU before
+//               it is split and cut.
+// Every mesh's activations include the replica's batch of images and labels, which every rank of
+// the replica receives (ModelMemory::sample_bytes).
 // The peak is the larger of start and the states plus the larger of transient and activations.
-// Meshes of both pipeline and tensor parallelism train but are not planned yet.
 #pragma once
 
 #include <algorithm>
@@ -84,6 +90,12 @@ struct PipelineRequest {
 MeshPrediction predict_pipeline(const ModelMemory& model, const std::vector<LayerMemory>& layers,
                                 const PlanRequest& request, const PipelineRequest& pipeline,
                                 ShardMode shard = ShardMode::kNone);
+
+// The 3-D mesh: q.stages stages of `measured` (probed with its layers) on N/(P T) replicas.
+// Throws ddpx::Error(kUsage) as predict_pipeline does, naming both sizes.
+MeshPrediction predict_pipeline_tensor(const ModelMemory& model, const TensorMemory& measured,
+                                       const PlanRequest& request, const PipelineRequest& pipeline,
+                                       ShardMode shard = ShardMode::kNone);
 
 // `measured` is the probe at T = measured.ranks. With `shard` the N/T replicas shard the pieces;
 // throws ddpx::Error(kUsage) when there is one replica only (nothing to shard over).

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <functional>
 #include <mutex>
 
 #include "core/error.h"
@@ -31,17 +33,35 @@ void zero_grads(const std::vector<torch::Tensor>& params) {
   }
 }
 
+// The split layers' probes run at this batch and twice it at least: the tensor ranks' collective
+// buffers come and go beside a layer's bytes, which at batch 2 are few enough for them to move the
+// fit.
+constexpr int64_t kLayerProbeBatch = 8;
+
 optim::Amp amp_of(const ProbeOptions& o) { return o.amp ? optim::Amp::kBf16 : optim::Amp::kOff; }
 
 struct LayerPoint {
   double held = 0, extra = 0, input = 0, seconds = 0;
 };
 
+// Where probe_layers() reads a rank's bytes: the process's, or a thread rank's tag (whose peak is
+// reset for every tag at once, so the ranks meet around it).
+struct ByteCounter {
+  std::function<int64_t()> current, peak;
+  std::function<void()> reset_peak;
+};
+
+ByteCounter process_counter(CpuTensorBytes& bytes) {
+  return {[&bytes] { return bytes.current(); }, [&bytes] { return bytes.peak(); },
+          [&bytes] { bytes.reset_peak(); }};
+}
+
 // Every layer at `batch`, one after the other, each on the previous one's output (detached).
+// `seeded`: the inputs drawn from seed 0 (not on thread ranks, which share the generator).
 std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
                                      const std::vector<bool>& recomputed, const ProbeOptions& o,
-                                     int64_t batch, CpuTensorBytes& bytes) {
-  torch::manual_seed(0);
+                                     int64_t batch, const ByteCounter& bytes, bool seeded = true) {
+  if (seeded) torch::manual_seed(0);
   torch::Tensor x = torch::randn({batch, 3, o.image_size, o.image_size});
   const auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
   std::vector<LayerPoint> points(layers.size());
@@ -74,6 +94,50 @@ std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
   return points;
 }
 
+// A layer's name and parameter count.
+struct LayerName {
+  std::string name;
+  int64_t parameters = 0;
+};
+
+std::vector<LayerName> names_of(const std::vector<models::Layer>& layers) {
+  std::vector<LayerName> out;
+  for (const auto& layer : layers) {
+    out.push_back({layer.name, 0});
+    for (const auto& p : layer.parameters) out.back().parameters += p.numel();
+  }
+  return out;
+}
+
+// The layers' memory through probes at two batches (`a` at `small`, `b` at twice that).
+std::vector<LayerMemory> fit_layers(const std::vector<LayerName>& layers,
+                                    const std::vector<bool>& recomputed,
+                                    const std::vector<LayerPoint>& a,
+                                    const std::vector<LayerPoint>& b, int64_t small) {
+  const int64_t large = 2 * small;
+  std::vector<LayerMemory> out(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    LayerMemory& m = out[l];
+    m.name = layers[l].name;
+    m.parameters = layers[l].parameters;
+    m.seconds = a[l].seconds;
+    m.recomputed = recomputed[l];
+    m.held = LinearFit::through(small, a[l].held, large, b[l].held);
+    m.backward_extra = LinearFit::through(small, a[l].extra, large, b[l].extra);
+    m.input = LinearFit::through(small, a[l].input, large, b[l].input);
+  }
+  return out;
+}
+
+// The larger of two probes' figures, layer by layer (thread ranks: the rank that holds most).
+void keep_larger(std::vector<LayerPoint>& into, const std::vector<LayerPoint>& other) {
+  for (size_t l = 0; l < into.size(); ++l) {
+    into[l].held = std::max(into[l].held, other[l].held);
+    into[l].extra = std::max(into[l].extra, other[l].extra);
+    into[l].input = std::max(into[l].input, other[l].input);
+  }
+}
+
 }  // namespace
 
 LinearFit LinearFit::through(int64_t batch_a, double bytes_a, int64_t batch_b, double bytes_b) {
@@ -100,28 +164,18 @@ std::optional<std::vector<LayerMemory>> measure_layers(
   model.ptr()->train();
   zero_grads(model.ptr()->parameters());
   CpuTensorBytes bytes;
-  probe_layers(*layers, recomputed, o, o.batch_small, bytes);  // warms caches
-  const int64_t small = o.batch_small, large = 2 * o.batch_small;
-  const auto a = probe_layers(*layers, recomputed, o, small, bytes);
-  const auto b = probe_layers(*layers, recomputed, o, large, bytes);
-  std::vector<LayerMemory> out(layers->size());
-  for (size_t l = 0; l < layers->size(); ++l) {
-    LayerMemory& m = out[l];
-    m.name = (*layers)[l].name;
-    for (const auto& p : (*layers)[l].parameters) m.parameters += p.numel();
-    m.seconds = a[l].seconds;
-    m.recomputed = recomputed[l];
-    m.held = LinearFit::through(small, a[l].held, large, b[l].held);
-    m.backward_extra = LinearFit::through(small, a[l].extra, large, b[l].extra);
-    m.input = LinearFit::through(small, a[l].input, large, b[l].input);
-  }
-  return out;
+  const ByteCounter counter = process_counter(bytes);
+  probe_layers(*layers, recomputed, o, o.batch_small, counter);  // warms caches
+  const auto a = probe_layers(*layers, recomputed, o, o.batch_small, counter);
+  const auto b = probe_layers(*layers, recomputed, o, 2 * o.batch_small, counter);
+  return fit_layers(names_of(*layers), recomputed, a, b, o.batch_small);
 }
 
 TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>& build, int ranks,
                                      bool sequence_parallel, const ProbeOptions& o,
                                      const std::string& model_name,
-                                     const models::ActivationCheckpointing& checkpointing) {
+                                     const models::ActivationCheckpointing& checkpointing,
+                                     bool layers) {
   DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
              "plan: the probe needs a positive batch and image size");
   torch::nn::AnyModule first = build();  // rank 0's, checked before any thread starts
@@ -135,6 +189,10 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
   CpuTensorBytes bytes;
   std::vector<int64_t> before(static_cast<size_t>(ranks));
   std::mutex mutex;  // one whole model at a time
+  // With `layers`: each rank's layer probes at the small and the large batch.
+  std::vector<std::array<std::vector<LayerPoint>, 2>> points(static_cast<size_t>(ranks));
+  std::vector<LayerName> rank0_layers;
+  const int64_t layer_batch = std::max<int64_t>(o.batch_small, kLayerProbeBatch);
   dist::run_thread_ranks(ranks, [&](dist::Context& group) {
     // Each rank as in a job: its own whole model, split (not collective), the split layers'
     // whole parameters then freed, so the rank keeps its pieces and its own unsplit layers.
@@ -143,7 +201,9 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
     {
       std::lock_guard<std::mutex> lock(mutex);
       torch::nn::AnyModule whole = group.rank() == 0 ? std::move(first) : build();
-      split = tensor::split_model(whole, group, sequence_parallel, checkpointing);
+      // The probe's images, so a sequence-parallel layer sequence splits their tokens.
+      split = tensor::split_model(whole, group, sequence_parallel, checkpointing,
+                                  {3, o.image_size, o.image_size});
       for (const auto& item : whole.ptr()->named_parameters()) {
         if (!split.specs.count(item.key())) continue;
         if (group.rank() == 0) m.split_parameters += item.value().numel();
@@ -187,9 +247,37 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
         }
       }
     }
+    if (layers) {  // the split layers, each alone, as a pipeline of them runs them
+      const int rank = group.rank();
+      const ByteCounter counter{[&bytes, rank] { return bytes.tag_current(rank); },
+                                [&bytes, rank] { return bytes.tag_peak(rank); },
+                                [&bytes, &group] {
+                                  group.barrier();
+                                  if (group.rank() == 0) bytes.reset_peak();
+                                  group.barrier();
+                                }};
+      const std::vector<bool> none(split.layers.size(), false);  // they checkpoint themselves
+      auto& mine = points[static_cast<size_t>(rank)];
+      probe_layers(split.layers, none, o, layer_batch, counter, false);  // warms caches
+      mine[0] = probe_layers(split.layers, none, o, layer_batch, counter, false);
+      mine[1] = probe_layers(split.layers, none, o, 2 * layer_batch, counter, false);
+      if (rank == 0) rank0_layers = names_of(split.layers);
+    }
     CpuTensorBytes::tag_thread(-1);
   });
   m.activations = LinearFit::through(batches[1], measured[1], batches[2], measured[2]);
+  if (layers) {
+    auto largest = points[0];
+    for (size_t r = 1; r < points.size(); ++r) {
+      keep_larger(largest[0], points[r][0]);
+      keep_larger(largest[1], points[r][1]);
+    }
+    std::vector<bool> recomputed(rank0_layers.size());
+    for (size_t l = 0; l < rank0_layers.size(); ++l)
+      recomputed[l] = models::checkpoints_layer(checkpointing, l, rank0_layers.size());
+    m.layers = fit_layers(rank0_layers, recomputed, largest[0], largest[1], layer_batch);
+    for (auto& layer : m.layers) layer.seconds = 0;  // ranks run at once: not a layer's time
+  }
   return m;
 }
 
@@ -198,6 +286,7 @@ TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ra
       a.ranks >= 1 && b.ranks >= 1 && ranks >= 1 && a.sequence_parallel == b.sequence_parallel,
       ErrorKind::kInternal, "plan: tensor probes at {} and {} ranks carried to {}", a.ranks,
       b.ranks, ranks);
+  if (ranks == a.ranks) return a;
   TensorMemory m = a;
   m.ranks = ranks;
   const int64_t unsplit = a.whole_parameters - a.split_parameters;
@@ -220,6 +309,23 @@ TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ra
   };
   m.activations.fixed = fit(a.activations.fixed, b.activations.fixed);
   m.activations.per_sample = std::max(0.0, fit(a.activations.per_sample, b.activations.per_sample));
+  if (a.layers.size() != b.layers.size()) {
+    m.layers.clear();  // one probe without the layers: none carried
+    return m;
+  }
+  auto carry = [&](const LinearFit& at_a, const LinearFit& at_b) {
+    return LinearFit{fit(at_a.fixed, at_b.fixed),
+                     std::max(0.0, fit(at_a.per_sample, at_b.per_sample))};
+  };
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const LayerMemory &la = a.layers[l], &lb = b.layers[l];
+    LayerMemory& out = m.layers[l];
+    out.parameters =
+        std::llround(fit(static_cast<double>(la.parameters), static_cast<double>(lb.parameters)));
+    out.held = carry(la.held, lb.held);
+    out.backward_extra = carry(la.backward_extra, lb.backward_extra);
+    out.input = carry(la.input, lb.input);
+  }
   return m;
 }
 

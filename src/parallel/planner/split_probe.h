@@ -13,7 +13,10 @@
 //   (one at a time) and keeping its pieces, one forward, loss and backward at two batch sizes,
 //   each rank's tensor bytes counted by the thread that allocated them (tensor_bytes.h's tags):
 //   the largest rank's peak. Its own parameters (pieces and whole layers) are counted. Probes at
-//   two T serve every T (at_tensor_size()).
+//   two T serve every T (at_tensor_size()). For the 3-D mesh (a pipeline of tensor-parallel
+//   stages) the same thread ranks also run the split model's layers (SplitModel::layers, as the
+//   pipeline cuts them) one at a time, as for a pipeline above, each rank's bytes by its tag: a
+//   layer's figures are the largest rank's.
 // Both fit activations as fixed + per sample x batch, as measure_model() does.
 #pragma once
 
@@ -62,22 +65,27 @@ struct TensorMemory {
   // Rank 0's pieces and whole layers as the sharded plan groups them (--shard over the replicas),
   // each piece marked with the dim the tensor ranks split.
   std::vector<UnitParams> units;
+  // With `layers`: the split model's layers (parameters: a rank's pieces and whole layers), for
+  // a pipeline of tensor-parallel stages. Their times are not measured (the 3-D mesh balances
+  // its stages by parameters).
+  std::vector<LayerMemory> layers;
 };
 
 // `build` makes the whole model (fp32, CPU): once a rank, one at a time; each rank keeps its pieces
 // and its own unsplit layers, as in a job. Throws ddpx::Error(kUsage) naming --tensor_parallel
 // for a model without a plan or sizes `ranks` does not divide (tensor/parallelize.h's check),
-// before any thread starts.
+// before any thread starts. `layers`: also probe the split model a layer at a time.
 TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>& build, int ranks,
                                      bool sequence_parallel, const ProbeOptions& options,
                                      const std::string& model_name,
-                                     const models::ActivationCheckpointing& checkpointing = {});
+                                     const models::ActivationCheckpointing& checkpointing = {},
+                                     bool layers = false);
 
 // Probes at two sizes (`ddpx plan`: the two smallest T that split the model) carried to any T: the
 // pieces (and the units' pieces, along their split dim) scale as 1/T, and a rank's activations as
 // U + S/T (the unsplit layers' and the split
-// ones'), fitted through the two. Probes of one size give that size only. The caller checks that T
-// splits the model.
+// ones'), fitted through the two; so do each probed layer's parameters and bytes. Probes of one
+// size give that size only. The caller checks that T splits the model.
 TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ranks);
 
 }  // namespace ddpx::parallel
