@@ -197,12 +197,7 @@ TEST_P(Mesh3dTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) {
         [&](const torch::Tensor& logits) {
           expect_close(logits, want.eval_logits, fmt::format("rank {} evaluation logits", rank));
         });
-    for (const auto& p : plan.module().ptr()->named_parameters())
-      expect_close(p.value(), want.trained.params.at(p.key()),
-                   fmt::format("rank {} {}", rank, p.key()));
-    torch::serialize::OutputArchive m, o;
-    plan.state_dict(m, o);
-    if (rank == 0) saved = test::archive_bytes(m, o);
+    test::expect_trained_and_keep_state(plan, rank, want.trained, saved);
   });
   EXPECT_ALL_RANKS_OK(errors);
   ASSERT_FALSE(saved[0].empty());

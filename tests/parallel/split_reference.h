@@ -123,6 +123,19 @@ inline std::vector<std::string> archive_bytes(torch::serialize::OutputArchive& m
   return {m.str(), o.str()};
 }
 
+// The plan's module() (collective: every rank calls it) holds `want`'s parameters, and rank 0
+// keeps the plan's state_dict() bytes in `saved` for expect_checkpoint_holds().
+template <class Plan>
+void expect_trained_and_keep_state(Plan& plan, int rank, const Trained& want,
+                                   std::vector<std::string>& saved) {
+  for (const auto& p : plan.module().ptr()->named_parameters())
+    expect_close(p.value(), want.params.at(p.key()),
+                 "rank " + std::to_string(rank) + " " + p.key());
+  torch::serialize::OutputArchive m, o;
+  plan.state_dict(m, o);
+  if (rank == 0) saved = archive_bytes(m, o);
+}
+
 // Those bytes load into `model` (unsplit, one process) and a momentum_sgd() over it, and hold
 // `want`'s parameters and momenta.
 inline void expect_checkpoint_holds(const std::vector<std::string>& saved,

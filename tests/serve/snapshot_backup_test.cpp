@@ -53,6 +53,16 @@ bool wait_for_log(Service& s, const std::string& token, const json& job, const s
   return false;
 }
 
+// `ddpx restore ARCHIVE` into `s` as the holder of `token`: the new job's id (-1 if refused).
+int64_t restore(Service& s, const std::string& token, const std::string& archive) {
+  auto imported =
+      run_command("DDPX_TOKEN=" + token + " " +
+                  test::ddpx_command("restore " + shell_quote(archive) +
+                                     " --server http://127.0.0.1:" + std::to_string(s.port())));
+  EXPECT_EQ(imported.exit_code, 0) << imported.output;
+  return imported.exit_code == 0 ? std::stoll(imported.output) : -1;
+}
+
 json snapshots(Service& s, const std::string& token, const json& job) {
   auto r = s.client().Get(path_of(job, "/snapshots"), auth(token));
   EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
@@ -222,12 +232,8 @@ TEST(ServeBackupTest, ABackupMovesAJobToAnotherServiceWhereItResumes) {
   // Imported by another service: a new job of the importing user, resuming at the snapshot.
   Service b(other_dir);
   std::string carol = b.token("carol");
-  auto imported =
-      run_command("DDPX_TOKEN=" + carol + " " +
-                  test::ddpx_command("restore " + shell_quote(archive) +
-                                     " --server http://127.0.0.1:" + std::to_string(b.port())));
-  ASSERT_EQ(imported.exit_code, 0) << imported.output;
-  int64_t new_id = std::stoll(imported.output);
+  const int64_t new_id = restore(b, carol, archive);
+  ASSERT_GE(new_id, 0);
   json done = wait_ended(b, carol, new_id);
   json new_job = {{"id", new_id}};
   std::string resumed = log_of(b, carol, new_job);
@@ -306,12 +312,8 @@ TEST(ServeBackupTest, ACheckpointWrittenByPartsIsListedBackedUpAndResumed) {
 
   Service b(other_dir);
   std::string carol = b.token("carol");
-  auto imported =
-      run_command("DDPX_TOKEN=" + carol + " " +
-                  test::ddpx_command("restore " + shell_quote(archive) +
-                                     " --server http://127.0.0.1:" + std::to_string(b.port())));
-  ASSERT_EQ(imported.exit_code, 0) << imported.output;
-  const int64_t new_id = std::stoll(imported.output);
+  const int64_t new_id = restore(b, carol, archive);
+  ASSERT_GE(new_id, 0);
   json done = wait_ended(b, carol, new_id);
   std::string resumed = log_of(b, carol, json{{"id", new_id}});
   EXPECT_EQ(done["exit_code"], 0) << resumed;

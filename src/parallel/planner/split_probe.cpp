@@ -33,10 +33,19 @@ void zero_grads(const std::vector<torch::Tensor>& params) {
   }
 }
 
-// The split layers' probes run at this batch and twice it at least: the tensor ranks' collective
-// buffers come and go beside a layer's bytes, which at batch 2 are few enough for them to move the
-// fit.
+// The split layers' probes run at a batch whose activations come to kLayerProbeBytes at least,
+// up to kLayerProbeBatch (and twice it): the tensor ranks' collective buffers come and go beside
+// a layer's bytes, which for a small model at batch 2 are few enough for them to move the fit;
+// a large model's are not, and its layers at batch 8 and 16 would take minutes.
 constexpr int64_t kLayerProbeBatch = 8;
+constexpr double kLayerProbeBytes = 64.0 * (1 << 20);
+
+int64_t layer_probe_batch(int64_t small, double bytes_small, double bytes_large) {
+  const double per_sample = (bytes_large - bytes_small) / static_cast<double>(small);
+  if (per_sample <= 0) return std::max(small, kLayerProbeBatch);
+  const auto wanted = static_cast<int64_t>(std::ceil(kLayerProbeBytes / per_sample));
+  return std::max(small, std::min(wanted, kLayerProbeBatch));
+}
 
 optim::Amp amp_of(const ProbeOptions& o) { return o.amp ? optim::Amp::kBf16 : optim::Amp::kOff; }
 
@@ -192,7 +201,7 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
   // With `layers`: each rank's layer probes at the small and the large batch.
   std::vector<std::array<std::vector<LayerPoint>, 2>> points(static_cast<size_t>(ranks));
   std::vector<LayerName> rank0_layers;
-  const int64_t layer_batch = std::max<int64_t>(o.batch_small, kLayerProbeBatch);
+  int64_t layer_batch = o.batch_small;  // set from the whole split model's passes
   dist::run_thread_ranks(ranks, [&](dist::Context& group) {
     // Each rank as in a job: its own whole model, split (not collective), the split layers'
     // whole parameters then freed, so the rank keeps its pieces and its own unsplit layers.
@@ -247,7 +256,10 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
         }
       }
     }
-    if (layers) {  // the split layers, each alone, as a pipeline of them runs them
+    if (layers) {       // the split layers, each alone, as a pipeline of them runs them
+      group.barrier();  // rank 0 has written `measured`
+      if (group.rank() == 0) layer_batch = layer_probe_batch(batches[1], measured[1], measured[2]);
+      group.barrier();
       const int rank = group.rank();
       const ByteCounter counter{[&bytes, rank] { return bytes.tag_current(rank); },
                                 [&bytes, rank] { return bytes.tag_peak(rank); },
@@ -258,7 +270,6 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
                                 }};
       const std::vector<bool> none(split.layers.size(), false);  // they checkpoint themselves
       auto& mine = points[static_cast<size_t>(rank)];
-      probe_layers(split.layers, none, o, layer_batch, counter, false);  // warms caches
       mine[0] = probe_layers(split.layers, none, o, layer_batch, counter, false);
       mine[1] = probe_layers(split.layers, none, o, 2 * layer_batch, counter, false);
       if (rank == 0) rank0_layers = names_of(split.layers);
