@@ -1,6 +1,8 @@
 // Blocking collective helpers (see collectives.h).
 #include "distributed/collectives.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <map>
 
 #include "core/env.h"
@@ -69,6 +71,24 @@ void all_reduce_sum(c10d::ProcessGroup& group, torch::Tensor& tensor, const std:
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   wait_work(group.allreduce(tensors, options), what);
+}
+
+void barrier(c10d::ProcessGroup& group) {
+  // As ProcessGroup::barrier() does, with a tensor of this call's own.
+  const bool cuda = group.getBackendType() == c10d::ProcessGroup::BackendType::NCCL;
+  at::Tensor tensor = at::empty({1}, at::TensorOptions()
+                                         .device(cuda ? at::DeviceType::CUDA : at::DeviceType::CPU)
+                                         .dtype(at::kByte));
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("c10d::barrier", "")
+                       .typed<c10::intrusive_ptr<c10d::Work>(
+                           at::Tensor, const c10::intrusive_ptr<c10d::ProcessGroup>&,
+                           const std::vector<int64_t>&, bool, int64_t)>();
+  const c10d::BarrierOptions options;
+  wait_work(
+      op.call(tensor, c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(&group),
+              options.device_ids, options.asyncOp, options.timeout.count()),
+      "barrier");
 }
 
 void broadcast_coalesced(c10d::ProcessGroup& group, const std::vector<torch::Tensor>& tensors,

@@ -26,6 +26,12 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const std::string& wh
 // Blocking in-place sum of one tensor across the group.
 void all_reduce_sum(c10d::ProcessGroup& group, torch::Tensor& tensor, const std::string& what);
 
+// Blocks until every rank of the group has called it. c10d::ProcessGroup::barrier() (torch 2.11)
+// keeps its tensor in a function-level static: two threads of one process calling it on two
+// groups at once (ranks as threads, thread_ranks.h) race on that tensor's reference count and
+// corrupt the heap (one run in a few hundred aborted in malloc). This one makes its own.
+void barrier(c10d::ProcessGroup& group);
+
 // Copies `tensors` from `root` to every rank, flattening same-dtype tensors into buffers of
 // at most `cap_bytes` so that many small tensors cost few collectives.
 void broadcast_coalesced(c10d::ProcessGroup& group, const std::vector<torch::Tensor>& tensors,

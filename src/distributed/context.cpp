@@ -125,7 +125,7 @@ void Context::broadcast(torch::Tensor& tensor, int root) {
 
 void Context::barrier() {
   if (!group_) return;
-  wait_work(group_->barrier(), "barrier");
+  dist::barrier(*group_);  // not group_->barrier(): see collectives.h
 }
 
 std::vector<std::string> Context::gather_text(const std::string& text) {

@@ -273,6 +273,7 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
       mine[0] = probe_layers(split.layers, none, o, layer_batch, counter, false);
       mine[1] = probe_layers(split.layers, none, o, 2 * layer_batch, counter, false);
       if (rank == 0) rank0_layers = names_of(split.layers);
+      group.barrier();  // every rank done with the last layer's collectives before any leaves
     }
     CpuTensorBytes::tag_thread(-1);
   });
