@@ -3,9 +3,9 @@
 PyTorch's DistributedDataParallel (gloo) and its DataLoader, started as torchrun would start it
 (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment). Prints one JSON line on rank 0
 with the same fields as ddpx's --json. With --fsdp: FSDP2's fully_shard instead of DDP. With
---pipeline P (a ResNet, world size P): torch.distributed.pipelining's ScheduleGPipe or
-Schedule1F1B over the stem, the residual blocks and the head cut at --pipeline_cut, as ddpx's
-pipeline cuts them.
+--pipeline P (a ResNet, world size P): torch.distributed.pipelining's ScheduleGPipe,
+Schedule1F1B or ScheduleInterleaved1F1B (--stages_per_rank V stages a rank) over the stem, the
+residual blocks and the head cut at --pipeline_cut, as ddpx's pipeline cuts them.
 
 Run with the torch ddpx was built against: .venv/bin/python bench/pytorch_train.py --help
 """
@@ -81,11 +81,14 @@ def main():
                    help="powerSGD_hook's start_powerSGD_iter (more than 1, as PyTorch requires)")
     p.add_argument("--pipeline", type=int, default=1,
                    help="pipeline stages (the world size; a ResNet): torch.distributed.pipelining")
-    p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"])
+    p.add_argument("--stages_per_rank", type=int, default=2,
+                   help="with --schedule interleaved: stages a rank (rank r holds r, r+P, ...)")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--pipeline_cut", default="",
                    help="first layer of each stage, then the layer count: 0,8,10 (stem, blocks, head)")
     a = p.parse_args()
+    per_rank = a.stages_per_rank if a.schedule == "interleaved" else 1
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if a.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -131,17 +134,27 @@ def main():
     stage_schedule = None
     powersgd_state = None
     if a.pipeline > 1:
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                                  ScheduleInterleaved1F1B)
         layers = [torch.nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)]
         layers += [b for l in (model.layer1, model.layer2, model.layer3, model.layer4) for b in l]
         layers.append(torch.nn.Sequential(model.avgpool, torch.nn.Flatten(1), model.fc))
         bounds = [int(b) for b in a.pipeline_cut.split(",")]
-        assert world == a.pipeline and len(bounds) == a.pipeline + 1 and bounds[-1] == len(layers), \
-            f"--pipeline_cut {a.pipeline_cut}: {a.pipeline + 1} bounds ending at {len(layers)} layers"
-        model = torch.nn.Sequential(*layers[bounds[rank]:bounds[rank + 1]])
-        stage = PipelineStage(model, rank, a.pipeline, device)
-        kind = ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B
-        stage_schedule = kind(stage, n_microbatches=a.microbatches, loss_fn=F.cross_entropy)
+        stages = a.pipeline * per_rank
+        assert world == a.pipeline and len(bounds) == stages + 1 and bounds[-1] == len(layers), \
+            f"--pipeline_cut {a.pipeline_cut}: {stages + 1} bounds ending at {len(layers)} layers"
+        # Rank r holds stages r, r + P, ... (the loop order ddpx's interleaved schedule uses).
+        mine = [torch.nn.Sequential(*layers[bounds[s]:bounds[s + 1]])
+                for s in range(rank, stages, a.pipeline)]
+        model = torch.nn.ModuleList(mine)
+        pipe = [PipelineStage(m, s, stages, device)
+                for m, s in zip(mine, range(rank, stages, a.pipeline))]
+        if a.schedule == "interleaved":
+            stage_schedule = ScheduleInterleaved1F1B(pipe, n_microbatches=a.microbatches,
+                                                     loss_fn=F.cross_entropy)
+        else:
+            kind = ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B
+            stage_schedule = kind(pipe[0], n_microbatches=a.microbatches, loss_fn=F.cross_entropy)
     elif world > 1 and a.fsdp:
         from torch.distributed.fsdp import fully_shard
         from torchvision.models.resnet import BasicBlock, Bottleneck

@@ -30,6 +30,7 @@
 #include "models/stem.h"
 #include "optim/amp.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_split.h"
 #include "parallel/sharded/shard_mode.h"
 
 namespace ddpx::bench {
@@ -64,10 +65,13 @@ struct TrainBenchOptions {
   optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
   parallel::ShardMode shard = parallel::ShardMode::kNone;  // --loop trainer: ddpx train's --shard
-  // --loop trainer: ddpx train's --pipeline_parallel, --microbatches, --pipeline_schedule
+  // --loop trainer: ddpx train's --pipeline_parallel, --microbatches, --pipeline_schedule,
+  // --stages_per_rank and --pipeline_balance
   int pipeline_parallel = 1;
   int microbatches = 0;
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  int stages_per_rank = 0;
+  parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
   int tensor_parallel = 1;     // --loop trainer: ddpx train's --tensor_parallel
   bool deterministic = false;  // --loop trainer: ddpx train's --deterministic
   int64_t deterministic_atom = 8;

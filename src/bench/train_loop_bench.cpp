@@ -60,6 +60,8 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.pipeline_parallel = b.pipeline_parallel;
   o.microbatches = b.microbatches;
   o.pipeline_schedule = b.pipeline_schedule;
+  o.stages_per_rank = b.stages_per_rank;
+  o.pipeline_balance = b.pipeline_balance;
   o.tensor_parallel = b.tensor_parallel;
   o.deterministic = b.deterministic;
   o.deterministic_atom = b.deterministic_atom;

@@ -124,6 +124,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                     "with --pipeline_parallel: micro-batches a batch (0: 2 x P)");
   add_choice(train, "--pipeline_schedule", t->pipeline_schedule, parallel::kPipelineScheduleNames,
              "with --pipeline_parallel: gpipe | 1f1b | interleaved");
+  train->add_option("--stages_per_rank", t->stages_per_rank,
+                    "with --pipeline_schedule interleaved: stages a rank (0: 2)");
+  add_choice(train, "--pipeline_balance", t->pipeline_balance, parallel::kPipelineBalanceNames,
+             "with --pipeline_parallel: time | params (how stages are cut)");
   auto* train_tensor = train->add_option("--tensor_parallel", t->tensor_parallel,
                                          "--loop trainer: ddpx train's --tensor_parallel");
   train->add_flag("--sequence_parallel", t->sequence_parallel,
