@@ -4,8 +4,12 @@ transformer) on a ViT of torchvision's shape, on CPU over Gloo, one rank a proce
 torchrun's environment). torchvision's ViT runs its attention through nn.MultiheadAttention's fused
 in_proj, which DTensor cannot split by heads, so the blocks here hold q, k and v as three Linear
 layers (torchtitan's wq, wk, wv) with the same sizes and arithmetic; the MLP and the rest are
-torchvision's. Prints and appends (--json) images/s, the step time and rank 0's peak resident
-memory, the fields ddpx's `bench train --json` writes.
+torchvision's. With --sequence_parallel: torchtitan's sequence parallelism (SequenceParallel on
+the LayerNorms, the residual stream sharded over tokens between the blocks, the row-parallel
+layers reduce-scattering into it). Prints and appends (--json) images/s, the step time and rank
+0's peak resident memory, the fields ddpx's `bench train --json` writes, and `activation_mib`:
+the tensor bytes one more step's forward added and still holds when its backward starts, from
+the profiler's allocation records: what ddpx's `bench memory` prints as activations.
 """
 import argparse
 import json
@@ -17,7 +21,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                               RowwiseParallel, SequenceParallel,
                                                parallelize_module)
 
 
@@ -50,6 +56,19 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class ContiguousGrad(torch.autograd.Function):
+    """The identity, whose gradient is made contiguous: DTensor's full_tensor() backward views
+    its gradient, which the head's token selection leaves strided."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
 class ViT(nn.Module):
     def __init__(self, image, patch, layers, heads, dim, mlp, classes):
         super().__init__()
@@ -61,11 +80,17 @@ class ViT(nn.Module):
         self.ln = nn.LayerNorm(dim, eps=1e-6)
         self.head = nn.Linear(dim, classes)
 
+        self.mesh = None  # set: sequence parallel over it between the blocks
+
     def forward(self, x):
         x = self.conv_proj(x).flatten(2).transpose(1, 2)
         x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embedding
+        if self.mesh is not None:  # each rank keeps its tokens (an uneven share is DTensor's)
+            x = DTensor.from_local(x, self.mesh, [Replicate()]).redistribute(self.mesh, [Shard(1)])
         for block in self.blocks:
             x = block(x)
+        if self.mesh is not None:
+            x = ContiguousGrad.apply(x.full_tensor())
         return self.head(self.ln(x)[:, 0])
 
 
@@ -92,6 +117,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--sequence_parallel", action="store_true")
     p.add_argument("--json", default="")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -103,21 +129,31 @@ def main():
     model = ViT(size, patch, layers, heads, dim, mlp, a.num_classes)
     mesh = init_device_mesh("cpu", (world,))
     for block in model.blocks:
-        parallelize_module(block, mesh, {
-            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(),
-            "mlp.0": ColwiseParallel(), "mlp.3": RowwiseParallel()})
+        plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+                "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(),
+                "mlp.0": ColwiseParallel(), "mlp.3": RowwiseParallel()}
+        if a.sequence_parallel:  # torchtitan's: the stream stays a DTensor sharded over tokens
+            gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                        use_local_output=True)
+            plan.update({"ln_1": SequenceParallel(), "ln_2": SequenceParallel(),
+                         "attention": gather, "mlp": gather,
+                         "attention.wo": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+                         "mlp.3": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)})
+        parallelize_module(block, mesh, plan)
         block.attention.heads //= world  # this rank's heads
+    if a.sequence_parallel:
+        model.mesh = mesh
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(a.batch_size, 3, size, size, generator=g)
     y = torch.randint(a.num_classes, (a.batch_size,), generator=g)
 
     def step():
-        loss = F.cross_entropy(model(x), y)
+        with torch.profiler.record_function("forward"):  # its end: where backward starts
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=False)  # the states stay allocated, as ddpx's do
 
     for _ in range(a.warmup):
         step()
@@ -127,13 +163,25 @@ def main():
         step()
     dist.barrier()
     seconds = time.perf_counter() - start
+    peak_rss = peak_rss_mib()  # before the profiler's own memory
+    # One more step, its allocations recorded: the bytes its forward added and still holds when
+    # backward starts (its activations), as ddpx's `bench memory` counts them.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        step()
+    events = prof.profiler.kineto_results.events()
+    forward_end = max(e.end_ns() for e in events if e.name() == "forward")
+    cpu = torch._C._autograd.DeviceType.CPU
+    activations = sum(e.nbytes() for e in events if e.name() == "[memory]"
+                      and e.device_type() == cpu and e.start_ns() <= forward_end)
     if rank == 0:
         line = {"images_per_sec": a.steps * a.batch_size / seconds,
-                "step_ms": 1e3 * seconds / a.steps, "peak_rss_mib": peak_rss_mib(),
-                "ranks": world, "model": a.model, "batch_size": a.batch_size}
+                "step_ms": 1e3 * seconds / a.steps, "peak_rss_mib": peak_rss,
+                "ranks": world, "model": a.model, "batch_size": a.batch_size,
+                "sequence_parallel": a.sequence_parallel, "activation_mib": activations / 2**20}
         print(f"pytorch DTensor tensor parallel: {a.model} over {world} ranks, "
               f"{line['images_per_sec']:.1f} images/s, {line['step_ms']:.1f} ms a step, "
-              f"peak RSS {line['peak_rss_mib']:.0f} MiB")
+              f"peak RSS {line['peak_rss_mib']:.0f} MiB, activations {line['activation_mib']:.1f} MiB")
         if a.json:
             with open(a.json, "a") as f:
                 f.write(json.dumps(line) + "\n")

@@ -7,6 +7,7 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -29,7 +30,7 @@
 namespace ddpx::bench {
 namespace {
 
-enum Field { kParams, kGrads, kOptimizer, kFormula, kPeak, kTensorPeak, kCount };
+enum Field { kParams, kGrads, kOptimizer, kFormula, kPeak, kTensorPeak, kActivations, kCount };
 
 int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -205,7 +206,17 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   mb.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
     return torch::nn::functional::cross_entropy(out, target);
   };
+  // The third forward's activations: the tensor bytes it added, as each backward starts (a
+  // pipeline's micro-batches: the most held at once).
+  bool measuring = false;
+  int64_t forward_start = 0, activations = 0;
+  mb.in_backward_context = [&](const std::function<void()>& backward) {
+    if (measuring) activations = std::max(activations, tensor_bytes.current() - forward_start);
+    backward();
+  };
   for (int s = 0; s < 3; ++s) {
+    measuring = s == 2;
+    forward_start = tensor_bytes.current();
     plan->forward_backward(mb, /*sync=*/true);
     if (s == 2) break;  // measured after the third backward: gradients and state all present
     plan->step();
@@ -250,6 +261,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   plan->step();
   mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
   mine[kTensorPeak] = tensor_bytes.peak() - tensor_baseline;
+  mine[kActivations] = activations;
 
   // Every rank's figures to rank 0.
   auto row = torch::tensor(mine, torch::kLong);
@@ -265,14 +277,16 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     fmt::print("# {}\n", described);
     fmt::print(
         "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
-        "over the start's; tensors: the most CPU tensor bytes alive at once (`ddpx plan`'s peak)\n",
+        "over the start's; tensors: the most CPU tensor bytes alive at once (`ddpx plan`'s peak); "
+        "activations: the tensor bytes a forward adds, held when its backward starts\n",
         !splits ? formula_text(o.shard)
         : units != nullptr  // sharded pieces or stages (a pipeline of one replica shards none)
             ? formula_text(o.shard) + std::string(" over Psi_r, this rank's own parameters, and "
                                                   "N the replicas")
             : "(8+K)Psi_r, Psi_r: this rank's own parameters");
-    fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}\n", "rank", "params",
-               "grads", "optimizer", "states", "formula", "vs", "peak", "tensors");
+    fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>11}\n", "rank",
+               "params", "grads", "optimizer", "states", "formula", "vs", "peak", "tensors",
+               "activations");
   }
   for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
     auto v = rows[r].accessor<int64_t, 1>();
@@ -282,17 +296,18 @@ void run_shard_memory(const ShardMemoryOptions& o) {
           "{{\"rank\": {}, \"world_size\": {}, \"shard\": \"{}\", \"model\": \"{}\", "
           "\"batch_size\": {}, \"parameters\": {}, \"param_bytes\": {}, \"grad_bytes\": {}, "
           "\"optimizer_bytes\": {}, \"formula_bytes\": {}, \"peak_bytes\": {}, "
-          "\"tensor_peak_bytes\": {}, \"pipeline_parallel\": {}, \"tensor_parallel\": {}}}\n",
+          "\"tensor_peak_bytes\": {}, \"activation_bytes\": {}, \"pipeline_parallel\": {}, "
+          "\"tensor_parallel\": {}, \"sequence_parallel\": {}}}\n",
           r, n, parallel::name(o.shard), o.model, o.batch_size, psi, v[kParams], v[kGrads],
-          v[kOptimizer], v[kFormula], v[kPeak], v[kTensorPeak], o.pipeline_parallel,
-          o.tensor_parallel);
+          v[kOptimizer], v[kFormula], v[kPeak], v[kTensorPeak], v[kActivations],
+          o.pipeline_parallel, o.tensor_parallel, o.sequence_parallel);
     } else {
       fmt::print(
           "  {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.1f}% {:>10.1f} "
-          "{:>10.1f}\n",
+          "{:>10.1f} {:>11.1f}\n",
           r, mib(v[kParams]), mib(v[kGrads]), mib(v[kOptimizer]), mib(states), mib(v[kFormula]),
           100.0 * (states - v[kFormula]) / std::max<int64_t>(v[kFormula], 1), mib(v[kPeak]),
-          mib(v[kTensorPeak]));
+          mib(v[kTensorPeak]), mib(v[kActivations]));
     }
   }
 }

@@ -169,6 +169,42 @@ TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
   }
 }
 
+// Sequence parallelism on 3 real ranks: each rank keeps only its tokens between the split
+// layers, so the LayerNorms' inputs it holds for backward (two a block) shrink to its share of
+// the sequence. vit_tiny_patch4_32 at 32x32 has 65 tokens (22, 22 and 21 a rank), 6 blocks,
+// width 192; at batch 4 one copy of the stream is 65 x 4 x 192 fp32 = 199,680 bytes, and the
+// LayerNorm inputs are 12 of them. Each rank's activations (bytes a forward adds and still holds
+// when backward starts) drop by at least the tokens it no longer holds, less two stream copies:
+// collectives' buffers that are sometimes released a moment after backward starts (seen: up to
+// one copy of the stream, or four of a rank's share of it).
+TEST(BenchMemoryTest, SequenceParallelHoldsOnlyARanksTokensOfTheLayerNormInputs) {
+  std::map<bool, std::vector<double>> activations;
+  for (bool sequence : {false, true}) {
+    test::TempDir dir;
+    auto r =
+        run_command(test::ddpx_command("run 3 --threads_per_worker 1 --log_dir " + dir.path() +
+                                       " -- bench memory --model vit_tiny_patch4_32 --batch_size 4 "
+                                       "--num_classes 10 --tensor_parallel 3 --json" +
+                                       std::string(sequence ? " --sequence_parallel" : "")),
+                    300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto by = by_shard(r.output, "activation_bytes");
+    ASSERT_EQ(by.count("none"), 1u) << r.output;
+    ASSERT_EQ(by.at("none").size(), 3u) << "one line per rank\n" << r.output;
+    activations[sequence] = by.at("none");
+  }
+  const double stream = 65.0 * 4 * 192 * 4;
+  const double layer_norm_inputs = 6 * 2 * stream;
+  const int tokens[3] = {22, 22, 21};
+  for (int rank = 0; rank < 3; ++rank) {
+    const double cut = activations[false][rank] - activations[true][rank];
+    const double want = layer_norm_inputs * (65 - tokens[rank]) / 65;
+    EXPECT_GE(cut, want - 2 * stream)
+        << "rank " << rank << ": " << activations[false][rank]
+        << " bytes without sequence parallelism, " << activations[true][rank] << " with";
+  }
+}
+
 // The JSON line of `ddpx plan`'s mesh whose "flags" start with `flags`.
 std::string mesh_line(const std::string& text, const std::string& flags) {
   std::smatch m;
