@@ -1,7 +1,8 @@
 // The tensor-parallel plan (parallel/tensor/) against one process training the unsplit model on
 // the same global batches: a small ViT (4 heads, 2 blocks) split over 2 and 4 ranks, on a 2 x 2
 // mesh of data x tensor, with and without sequence parallelism, and the MLP over 2 and 3 ranks.
-// Each rank is a real member of a Gloo group on 127.0.0.1. Checked: the first step's logits and
+// ViT-B/16 itself over 2 and 4 ranks (logits and gradients). Each rank is a real member of a Gloo
+// group on 127.0.0.1. Checked: the first step's logits and
 // loss on every rank, the first step's gradients of every parameter (the pieces gathered), the
 // parameters and momenta after 4 SGD steps (through module() and through state_dict(), which loads
 // into the unsplit model), a checkpoint of the single process loaded into the plan going on as the
@@ -27,6 +28,7 @@
 #include "distributed/ranks.h"
 #include "models/mlp.h"
 #include "models/vit.h"
+#include "models/zoo/registry.h"
 #include "parallel/plan_evaluation.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/split_reference.h"
@@ -240,6 +242,63 @@ TEST(TensorParallelGradientTest, EveryGradientIsTheUnsplitModelsOnTheSameBatch) 
         ++checked;
       }
       EXPECT_EQ(checked, want.first_grads.size()) << "every parameter of the model";
+    });
+    EXPECT_ALL_RANKS_OK(errors);
+  }
+}
+
+// ViT-B/16 itself (12 blocks, 12 heads, width 768, MLP 3072; at 32x32: 5 tokens) split over 2
+// and 4 ranks, and over 4 with sequence parallelism (5 tokens: 2, 1, 1, 1 a rank): the logits in
+// evaluation mode and every parameter's gradient of one training batch are the unsplit model's
+// within the tolerance above.
+TEST(TensorParallelViTB16Test, LogitsAndGradientsAreTheSingleProcessOnTwoAndFourRanks) {
+  const auto make = [] {
+    torch::manual_seed(5);
+    torch::nn::AnyModule model =
+        models::create_model("vit_b_16", models::ModelConfig{10, 32, models::Stem::kImagenet});
+    torch::NoGradGuard no_grad;  // torchvision zeroes the head; weights reach the blocks' grads
+    for (auto& p : model.ptr()->named_parameters())
+      if (p.key().rfind("heads.", 0) == 0) p.value().normal_(0, 0.02);
+    return model;
+  };
+  torch::manual_seed(6);
+  const torch::Tensor x = torch::randn({2, 3, 32, 32});
+  const torch::Tensor y = torch::tensor({3, 7}, torch::kLong);
+  torch::nn::AnyModule whole = make();
+  whole.ptr()->eval();
+  const torch::Tensor want_logits = whole.forward(x).detach();
+  whole.ptr()->train();
+  cross_entropy(whole.forward(x), y).backward();
+  std::map<std::string, torch::Tensor> want_grads;
+  for (const auto& p : whole.ptr()->named_parameters()) want_grads[p.key()] = p.value().grad();
+
+  for (const auto& [ranks, sequence] : {std::pair{2, false}, {4, false}, {4, true}}) {
+    SCOPED_TRACE(fmt::format("{} ranks{}", ranks, sequence ? ", sequence parallel" : ""));
+    std::vector<torch::nn::AnyModule> nets;
+    for (int r = 0; r < ranks; ++r) nets.push_back(make());
+    auto errors = run_ranks(ranks, [&](int rank, Context& context) {
+      auto split = parallel::tensor::split_model(nets[rank], context, sequence);
+      split.module.ptr()->eval();
+      torch::Tensor logits;
+      {
+        torch::NoGradGuard no_grad;
+        logits = split.module.forward(x);
+      }
+      expect_close(logits, want_logits, fmt::format("rank {} logits", rank));
+      split.module.ptr()->train();
+      cross_entropy(split.module.forward(x), y).backward();
+      for (const auto& name : split.partial_grads) {
+        torch::Tensor g = split.module.ptr()->named_parameters()[name].grad();
+        context.all_reduce_sum(g);
+      }
+      for (const auto& p : split.module.ptr()->named_parameters()) {
+        torch::Tensor grad = p.value().grad();
+        ASSERT_TRUE(grad.defined()) << p.key();
+        auto spec = split.specs.find(p.key());
+        if (spec != split.specs.end())
+          grad = parallel::tensor::gather_whole(grad, spec->second, context);
+        expect_close(grad, want_grads.at(p.key()), fmt::format("rank {} grad {}", rank, p.key()));
+      }
     });
     EXPECT_ALL_RANKS_OK(errors);
   }
