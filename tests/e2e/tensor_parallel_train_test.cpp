@@ -6,8 +6,9 @@
 // averaged by DDP or sharded (ZeRO-3) over the replicas, prints what two data-parallel workers
 // print, and so does a 2 x 2 x 2 mesh of data x pipeline x tensor on 8 ranks (also with its
 // stages sharded over the replicas); the ViT on a 1 x 2 x 3 mesh, sequence parallel, prints the
-// single process's figures and exports its weights; layouts that cannot run are refused in one
-// line naming the flag.
+// single process's figures and exports its weights, and its checkpoint resumes in one process
+// and over 3 tensor ranks as the single process's own does; layouts that cannot run are refused
+// in one line naming the flag.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -98,6 +99,24 @@ TEST(TensorParallelTrainTest, AViTOverThreeRanksTrainsAsOneProcessAndExportsTorc
     EXPECT_NE(mesh.output.find(line), std::string::npos) << line << "\n" << mesh.output;
   }
   expect_same_figures(mesh.output, one.output, 2);
+
+  // The mesh's checkpoint resumes at other shapes: in one process and over 3 tensor ranks, its
+  // second epoch prints what the single process's own checkpoint, resumed, prints.
+  const std::string two_epochs =
+      std::regex_replace(kVitTrain, std::regex("--num_epochs 1"), "--num_epochs 2");
+  const auto resume = [&](const std::string& run) {
+    return " --resume " + dir.file(run) + "/checkpoint_epoch0001.ddpx";
+  };
+  auto want = run_command(ddpx(two_epochs + resume("one")), 300);
+  ASSERT_EQ(want.exit_code, 0) << want.output;
+  auto in_one = run_command(ddpx(two_epochs + resume("mesh")), 300);
+  ASSERT_EQ(in_one.exit_code, 0) << in_one.output;
+  expect_same_figures(in_one.output, want.output, 2);
+  auto in_three = run_command(ddpx("run 3 --log_dir " + dir.file("logs_resumed") + " -- " +
+                                   two_epochs + "--tensor_parallel 3" + resume("mesh")),
+                              300);
+  ASSERT_EQ(in_three.exit_code, 0) << in_three.output;
+  expect_same_figures(in_three.output, want.output, 2);
 
   for (const std::string run : {"one", "split", "mesh"}) {
     auto exported = run_command(ddpx("export --checkpoint " + dir.file(run) +
