@@ -123,7 +123,9 @@ torch::Tensor PipelinePlan::logits_to_first_rank(const torch::Tensor& logits, in
   if (last_rank == first_rank) return me == first_rank ? logits : torch::Tensor();
   if (me == last_rank) {
     std::vector<torch::Tensor> out{logits.to(torch::kCPU).contiguous()};
+    Stopwatch watch;  // until the first rank takes them, as a receive waits
     dist::wait_work(group_->send(out, first_rank, kResultTag + 1), "sending the pipeline's logits");
+    stats_.wait_seconds += watch.seconds();
     return {};
   }
   if (me != first_rank) return {};

@@ -363,7 +363,11 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
     result.loss = loss_sum;
   } else if (context_.rank() == last_rank) {
     std::vector<torch::Tensor> loss{loss_sum.reshape({1}).to(torch::kCPU).contiguous()};
+    // Waits until the first rank, done with its last backward, takes it: the last stage's share
+    // of the bubble (the pipeline's drain).
+    Stopwatch watch;
     dist::wait_work(group_->send(loss, first_rank, kResultTag), "sending the pipeline's loss");
+    stats_.wait_seconds += watch.seconds();
   } else if (context_.rank() == first_rank) {
     std::vector<torch::Tensor> loss{torch::empty({1})};
     Stopwatch watch;
