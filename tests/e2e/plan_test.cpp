@@ -170,14 +170,15 @@ TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
 }
 
 // Sequence parallelism on 3 real ranks: each rank keeps only its tokens between the split
-// layers, so the LayerNorms' inputs it holds for backward (two a block) shrink to its share of
-// the sequence. vit_tiny_patch4_32 at 32x32 has 65 tokens (22, 22 and 21 a rank), 6 blocks,
-// width 192; at batch 4 one copy of the stream is 65 x 4 x 192 fp32 = 199,680 bytes, and the
-// LayerNorm inputs are 12 of them. Each rank's activations (bytes a forward adds and still holds
-// when backward starts) drop by at least the tokens it no longer holds, less two stream copies:
-// collectives' buffers that are sometimes released a moment after backward starts (seen: up to
-// one copy of the stream, or four of a rank's share of it).
-TEST(BenchMemoryTest, SequenceParallelHoldsOnlyARanksTokensOfTheLayerNormInputs) {
+// layers, so the activations it holds for backward there shrink to its share of the sequence:
+// the LayerNorms' inputs and the column-parallel layers' inputs (q, k, v's and the MLP's first
+// layer's, which are gathered again in backward), four a block. vit_tiny_patch4_32 at 32x32 has
+// 65 tokens (22, 22 and 21 a rank), 6 blocks, width 192; at batch 4 one copy of the stream is
+// 65 x 4 x 192 fp32 = 199,680 bytes. Each rank's activations (bytes a forward adds and still
+// holds when backward starts) drop by at least the tokens it no longer holds, less two stream
+// copies: collectives' buffers that are sometimes released a moment after backward starts (seen:
+// up to one copy of the stream, or four of a rank's share of it).
+TEST(BenchMemoryTest, SequenceParallelHoldsOnlyARanksTokensBetweenTheSplitLayers) {
   std::map<bool, std::vector<double>> activations;
   for (bool sequence : {false, true}) {
     test::TempDir dir;
@@ -194,11 +195,11 @@ TEST(BenchMemoryTest, SequenceParallelHoldsOnlyARanksTokensOfTheLayerNormInputs)
     activations[sequence] = by.at("none");
   }
   const double stream = 65.0 * 4 * 192 * 4;
-  const double layer_norm_inputs = 6 * 2 * stream;
+  const double between_split_layers = 6 * 4 * stream;
   const int tokens[3] = {22, 22, 21};
   for (int rank = 0; rank < 3; ++rank) {
     const double cut = activations[false][rank] - activations[true][rank];
-    const double want = layer_norm_inputs * (65 - tokens[rank]) / 65;
+    const double want = between_split_layers * (65 - tokens[rank]) / 65;
     EXPECT_GE(cut, want - 2 * stream)
         << "rank " << rank << ": " << activations[false][rank]
         << " bytes without sequence parallelism, " << activations[true][rank] << " with";

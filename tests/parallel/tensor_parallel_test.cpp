@@ -7,7 +7,8 @@
 // parameters and momenta after 4 SGD steps (through module() and through state_dict(), which loads
 // into the unsplit model), a checkpoint of the single process loaded into the plan going on as the
 // single process does, the collective record (exactly two all-reduces of the activations a block
-// forward and two backward; with sequence parallelism all-gathers and reduce-scatters instead),
+// forward and two backward; with sequence parallelism all-gathers and reduce-scatters instead,
+// and an all-gather again in backward before each column-parallel layer),
 // clipping by the whole model's norm, a user's Sequential split with parallelize(), and the layouts
 // refused before any collective.
 //
@@ -390,6 +391,8 @@ TEST(TensorParallelTrafficTest, TwoAllReducesABlockForwardAndTwoBackward) {
 // Sequence parallel: the all-reduces become all-gathers and reduce-scatters of the same
 // activations (each rank's share padded to ceil(S / T) tokens), plus entering and leaving the
 // region (an all-gather each way) and one all-reduce of the LayerNorms' and biases' gradients.
+// Backward gathers each column-parallel layer's input again (Megatron-LM's way: only a rank's
+// share of it is kept): 6 all-gathers a block, 4 reduce-scatters.
 TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInstead) {
   const Batches b = test::random_batches(23, kSteps, kGlobalBatch, kClasses);
   const auto o = vit_options();
@@ -416,7 +419,7 @@ TEST(TensorParallelTrafficTest, SequenceParallelAllGathersAndReduceScattersInste
   EXPECT_ALL_RANKS_OK(errors);
   for (int rank = 0; rank < 2; ++rank) {
     auto& ops = sent[rank];
-    EXPECT_EQ(ops["allgather_into_tensor"].size(), static_cast<size_t>(4 * o.num_layers + 2));
+    EXPECT_EQ(ops["allgather_into_tensor"].size(), static_cast<size_t>(6 * o.num_layers + 2));
     EXPECT_EQ(ops["reduce_scatter_tensor"].size(), static_cast<size_t>(4 * o.num_layers));
     for (const char* op : {"allgather_into_tensor", "reduce_scatter_tensor"}) {
       for (int64_t bytes : ops[op]) EXPECT_EQ(bytes, padded_bytes) << op << " rank " << rank;

@@ -51,9 +51,18 @@ torch::Tensor ParallelSelfAttentionImpl::forward_partial(const torch::Tensor& x)
   return out_proj->forward_partial(attend(x));
 }
 
+torch::Tensor ParallelSelfAttentionImpl::forward_partial_gathered(const torch::Tensor& x,
+                                                                  int64_t tokens) {
+  return out_proj->forward_partial(
+      attend_qkv(gather_tokens_linear(x, tokens, in_proj_weight, in_proj_bias, group_)));
+}
+
 torch::Tensor ParallelSelfAttentionImpl::attend(const torch::Tensor& x) {
-  const int64_t batch = x.size(0), tokens = x.size(1);
-  torch::Tensor qkv = torch::nn::functional::linear(x, in_proj_weight, in_proj_bias);
+  return attend_qkv(torch::nn::functional::linear(x, in_proj_weight, in_proj_bias));
+}
+
+torch::Tensor ParallelSelfAttentionImpl::attend_qkv(const torch::Tensor& qkv) {
+  const int64_t batch = qkv.size(0), tokens = qkv.size(1);
   // (B, S, 3 * h * d) -> three of (B, h, S, d)
   auto split = qkv.view({batch, tokens, 3, heads_, head_dim_}).permute({2, 0, 3, 1, 4});
   torch::Tensor attended;

@@ -38,6 +38,9 @@ class ParallelSelfAttentionImpl : public torch::nn::Module {
   // x: (B, S, D) gathered by gather_tokens -> this rank's heads' partial sum of the output
   // projection, without its all-reduce and bias (sequence parallelism, regions.h).
   torch::Tensor forward_partial(const torch::Tensor& x);
+  // The same from x (B, count, D), this rank's share of `tokens`: gathered with the q, k, v
+  // projection by gather_tokens_linear (regions.h), which keeps only the share for backward.
+  torch::Tensor forward_partial_gathered(const torch::Tensor& x, int64_t tokens);
 
   // The state of the generator attention dropout draws from on `device`, and its restore: what a
   // block recomputed in backward replays (activation checkpointing), as checkpoint() replays
@@ -53,7 +56,8 @@ class ParallelSelfAttentionImpl : public torch::nn::Module {
   RowParallelLinear out_proj{nullptr};
 
  private:
-  torch::Tensor attend(const torch::Tensor& x);  // this rank's heads: (B, S, D / T)
+  torch::Tensor attend(const torch::Tensor& x);        // this rank's heads: (B, S, D / T)
+  torch::Tensor attend_qkv(const torch::Tensor& qkv);  // the same from x's q, k, v projection
 
   at::Generator& region_generator(const torch::Device& device);
 

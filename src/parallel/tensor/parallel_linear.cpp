@@ -45,6 +45,10 @@ torch::Tensor ColumnParallelLinearImpl::forward_local(const torch::Tensor& x) {
   return torch::nn::functional::linear(x, weight, bias);
 }
 
+torch::Tensor ColumnParallelLinearImpl::forward_gathered(const torch::Tensor& x, int64_t tokens) {
+  return gather_tokens_linear(x, tokens, weight, bias, group_);
+}
+
 RowParallelLinearImpl::RowParallelLinearImpl(const torch::nn::Linear& whole, dist::Context& group)
     : group_(group) {
   check_divides(whole->weight.size(1), group.world_size(), "a layer's input features");

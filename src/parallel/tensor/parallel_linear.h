@@ -38,6 +38,9 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   // The same without copy_to_region: for an input gathered by gather_tokens (regions.h).
   torch::Tensor forward_local(const torch::Tensor& x);
+  // Sequence parallel: x (B, count, D), this rank's share of `tokens`, gathered and multiplied
+  // in one node that keeps only the share for backward (gather_tokens_linear, regions.h).
+  torch::Tensor forward_gathered(const torch::Tensor& x, int64_t tokens);
   ShardSpec spec() const { return {0, parts_}; }
 
   torch::Tensor weight, bias;

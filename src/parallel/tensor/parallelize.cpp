@@ -48,14 +48,16 @@ class ParallelViTBlockImpl : public nn::Module {
     return x + mlp->forward(ln_2(x));
   }
   // Sequence parallel: input (B, count, D), this rank's share of `tokens` (regions.h).
+  // The LayerNorms' outputs are gathered inside the layers that read them, which keep only this
+  // rank's share for backward (gather_tokens_linear).
   torch::Tensor forward_sequence(torch::Tensor input, int64_t tokens) {
-    torch::Tensor h = gather_tokens(ln_1(input), tokens, group_);
     torch::Tensor x =
-        dropout(with_bias(reduce_scatter_tokens(self_attention->forward_partial(h), group_),
-                          self_attention->out_proj->bias)) +
+        dropout(
+            with_bias(reduce_scatter_tokens(
+                          self_attention->forward_partial_gathered(ln_1(input), tokens), group_),
+                      self_attention->out_proj->bias)) +
         input;
-    h = gather_tokens(ln_2(x), tokens, group_);
-    h = mlp->ptr<ColumnParallelLinearImpl>(0)->forward_local(h);
+    torch::Tensor h = mlp->ptr<ColumnParallelLinearImpl>(0)->forward_gathered(ln_2(x), tokens);
     h = any_at(mlp, 2).forward(any_at(mlp, 1).forward(h));
     auto fc2 = mlp->ptr<RowParallelLinearImpl>(3);
     h = with_bias(reduce_scatter_tokens(fc2->forward_partial(h), group_), fc2->bias);

@@ -138,6 +138,43 @@ struct WholeTokens : torch::autograd::Function<WholeTokens> {
   }
 };
 
+// gather_tokens then linear, the gathered input recomputed in backward (see regions.h).
+struct GatherTokensLinear : torch::autograd::Function<GatherTokensLinear> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               int64_t tokens, int64_t group) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["tokens"] = tokens;
+    ctx->saved_data["bias"] = bias.defined();
+    ctx->save_for_backward({x, weight});
+    const torch::Tensor whole =
+        all_gather_tokens(x.contiguous(), tokens, *reinterpret_cast<dist::Context*>(group));
+    return at::linear(whole, weight, bias);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1];
+    dist::Context& group = group_of(ctx);
+    // In the gradient's dtype (bf16 under autocast, as the forward's product was).
+    const torch::Tensor g = grads[0].contiguous();
+    const auto dtype = g.scalar_type();
+    const int64_t out = g.size(-1), in = weight.size(1);
+    const torch::Tensor whole =
+        all_gather_tokens(x.contiguous(), ctx->saved_data["tokens"].toInt(), group).to(dtype);
+    const torch::Tensor rows = g.reshape({-1, out});
+    torch::Tensor grad_weight, grad_bias;
+    if (ctx->needs_input_grad(1))
+      grad_weight = rows.t().mm(whole.reshape({-1, in})).to(weight.scalar_type());
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2))
+      grad_bias = rows.sum(0).to(weight.scalar_type());
+    torch::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) {
+      grad_x = reduce_scatter_to_share(at::matmul(g, weight.to(dtype)), group).to(x.scalar_type());
+    }
+    return {grad_x, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 TokenShard token_shard(int64_t tokens, int rank, int ranks) {
@@ -163,6 +200,13 @@ torch::Tensor reduce_scatter_tokens(const torch::Tensor& x, dist::Context& group
 torch::Tensor whole_tokens(const torch::Tensor& x, int64_t tokens, dist::Context& group) {
   if (!group.distributed()) return x;
   return WholeTokens::apply(x, tokens, address(group));
+}
+
+torch::Tensor gather_tokens_linear(const torch::Tensor& x, int64_t tokens,
+                                   const torch::Tensor& weight, const torch::Tensor& bias,
+                                   dist::Context& group) {
+  if (!group.distributed()) return at::linear(x, weight, bias);
+  return GatherTokensLinear::apply(x, weight, bias, tokens, address(group));
 }
 
 torch::Tensor copy_to_region(const torch::Tensor& x, dist::Context& group) {

@@ -15,7 +15,9 @@
 // reduce-scatter forward, an all-gather backward): the same bytes as the all-reduces they replace,
 // and each rank's LayerNorm and dropout activations are 1/T of the sequence. split_tokens and
 // whole_tokens enter and leave the region from whole activations. A sequence that T does not
-// divide is padded inside the collectives only.
+// divide is padded inside the collectives only. gather_tokens_linear fuses f with the
+// column-parallel layer after it so that the gathered input is not kept for backward (one more
+// all-gather in backward, in exchange for 1/T of that activation).
 #pragma once
 
 #include <torch/types.h>
@@ -46,5 +48,14 @@ torch::Tensor reduce_scatter_tokens(const torch::Tensor& x, dist::Context& group
 // x: (B, count, D) -> (B, tokens, D) whole, for layers that run whole on every rank; backward:
 // this rank's share of the (identical) gradients.
 torch::Tensor whole_tokens(const torch::Tensor& x, int64_t tokens, dist::Context& group);
+
+// gather_tokens(x) followed by the column-parallel linear (weight: this rank's rows, bias: this
+// rank's or undefined), as one autograd node that keeps only x, this rank's share, for backward
+// and gathers it again there (Megatron-LM's sequence parallelism): the whole sequence is never
+// held between forward and backward. Backward: an all-gather of x, then the reduce-scatter of
+// its gradient. x: (B, count, D) -> (B, tokens, rows of weight).
+torch::Tensor gather_tokens_linear(const torch::Tensor& x, int64_t tokens,
+                                   const torch::Tensor& weight, const torch::Tensor& bias,
+                                   dist::Context& group);
 
 }  // namespace ddpx::parallel::tensor
