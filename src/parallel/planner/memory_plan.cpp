@@ -40,8 +40,8 @@ int64_t probe(torch::nn::AnyModule& model, const ProbeOptions& o, int64_t batch,
     }
     loss.backward();
   }
-  return std::max<int64_t>(0,
-                           bytes.peak() - before - static_cast<int64_t>(x.nbytes() + y.nbytes()));
+  // x and y are counted in `before` (predict() adds the batch itself: ModelMemory::sample_bytes).
+  return std::max<int64_t>(0, bytes.peak() - before);
 }
 
 int64_t shard_elements(const UnitParams& unit, int world) {
@@ -127,7 +127,9 @@ ModePrediction predict(const ModelMemory& model, ShardMode mode, const PlanReque
   ModePrediction p;
   p.mode = mode;
   p.start = kFp32 * psi;
-  p.activations = model.activation_bytes(r.batch_size);
+  // The activations and the batch itself (images and labels), which the rank holds through them.
+  p.activations =
+      model.activation_bytes(r.batch_size) + model.sample_bytes * static_cast<double>(r.batch_size);
   switch (mode) {
     case ShardMode::kNone:
       p.params = kFp32 * psi;

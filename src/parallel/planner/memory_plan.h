@@ -72,8 +72,8 @@ struct ModelMemory {
   double activation_per_sample = 0;  // bytes
   bool amp = false;
   // A sample's input image (fp32) and label: the batch the loader hands every rank of a
-  // replica. The mesh rows (mesh_plan.h) add the replica's batch of them; the activations above
-  // leave it out.
+  // replica. predict() and the mesh rows (mesh_plan.h) add the rank's batch of them; the
+  // activations above leave it out.
   double sample_bytes = 0;
 
   double activation_bytes(int64_t batch) const;
