@@ -4,9 +4,9 @@
 # DTensor tensor parallelism (parallelize_module, ColwiseParallel/RowwiseParallel, torchtitan's
 # split, and torchtitan's SequenceParallel; bench/pytorch_tensor_parallel.py) on a ViT of the same
 # shape, on the same T ranks, batch and synthetic data, CPU and Gloo: images/s, step time, rank
-# 0's peak resident memory, and each rank's activations (the tensor bytes a forward adds and
-# still holds when its backward starts: ddpx's `bench memory`, the peer's profiler records; the
-# most over the ranks). Each configuration runs alone, one after the other. DTensor's sequence
+# 0's peak resident memory, and each rank's activations (ddpx's `bench memory`: the tensor bytes
+# a forward adds and still holds when its backward starts; the peer: the tensors its forward
+# saves for backward, by autograd's saved-tensor hooks; the most over the ranks). Each configuration runs alone, one after the other. DTensor's sequence
 # parallelism fails in backward when T does not divide the tokens (PyTorch 2.11); its row then
 # says so.
 # Usage: bench/compare_tensor_parallel.sh [steps]   (BUILD=build; MODEL=vit_tiny_patch4_32,

@@ -8,8 +8,10 @@ torchvision's. With --sequence_parallel: torchtitan's sequence parallelism (Sequ
 the LayerNorms, the residual stream sharded over tokens between the blocks, the row-parallel
 layers reduce-scattering into it). Prints and appends (--json) images/s, the step time and rank
 0's peak resident memory, the fields ddpx's `bench train --json` writes, and `activation_mib`:
-the tensor bytes one more step's forward added and still holds when its backward starts, from
-the profiler's allocation records: what ddpx's `bench memory` prints as activations.
+the bytes of the tensors one more step's forward saves for its backward (autograd's saved-tensor
+hooks, each storage once, the parameters and the batch left out): the activations, which
+ddpx's `bench memory` counts at the allocator (what a forward adds and still holds when its
+backward starts: the same tensors, and the logits and loss besides).
 """
 import argparse
 import json
@@ -149,8 +151,7 @@ def main():
     y = torch.randint(a.num_classes, (a.batch_size,), generator=g)
 
     def step():
-        with torch.profiler.record_function("forward"):  # its end: where backward starts
-            loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)  # the states stay allocated, as ddpx's do
@@ -163,17 +164,24 @@ def main():
         step()
     dist.barrier()
     seconds = time.perf_counter() - start
-    peak_rss = peak_rss_mib()  # before the profiler's own memory
-    # One more step, its allocations recorded: the bytes its forward added and still holds when
-    # backward starts (its activations), as ddpx's `bench memory` counts them.
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
+    peak_rss = peak_rss_mib()
+    # One more step, the forward's saved tensors counted (each storage once; the parameters and
+    # the input batch, there before it, left out): the activations its backward will read.
+    before = {t.untyped_storage().data_ptr() for t in (x, y)}
+    for p in model.parameters():
+        before.add((p._local_tensor if isinstance(p, DTensor) else p).untyped_storage().data_ptr())
+    saved = {}
+
+    def pack(t):
+        local = t._local_tensor if isinstance(t, DTensor) else t
+        storage = local.untyped_storage()
+        if storage.data_ptr() not in before:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         step()
-    events = prof.profiler.kineto_results.events()
-    forward_end = max(e.end_ns() for e in events if e.name() == "forward")
-    cpu = torch._C._autograd.DeviceType.CPU
-    activations = sum(e.nbytes() for e in events if e.name() == "[memory]"
-                      and e.device_type() == cpu and e.start_ns() <= forward_end)
+    activations = sum(saved.values())
     if rank == 0:
         line = {"images_per_sec": a.steps * a.batch_size / seconds,
                 "step_ms": 1e3 * seconds / a.steps, "peak_rss_mib": peak_rss,
