@@ -3,8 +3,12 @@
 # loop with --pipeline_parallel P under GPipe, 1F1B and interleaved 1F1B (V stages a rank), and
 # torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B and ScheduleInterleaved1F1B on
 # torchvision's model cut where ddpx cut it (ddpx's stage table gives the cut), on the same
-# ranks, batch, micro-batches and synthetic data, CPU and Gloo: images/s and rank 0's peak
-# resident memory. Each configuration runs alone, one after the other.
+# ranks, batch, micro-batches and synthetic data, CPU and Gloo: images/s, rank 0's peak
+# resident memory, ddpx's bubble (each rank's idle share over the timed steps; PyTorch measures
+# none), and the most activations a rank held at once (ddpx: `bench memory`'s activation_bytes,
+# what its forwards added and still held as a backward started; PyTorch: the tensors its
+# forwards saved for backward, from first save to last use, by autograd's saved-tensor hooks).
+# Each configuration runs alone, one after the other.
 # Usage: bench/compare_pipeline.sh [steps]   (BUILD=build; MODEL=resnet18 (a ResNet), SIZE=32,
 #        BATCH=32, RANKS=2 (the stages), MICRO=4, V=2 (interleaved), STEPS=20, WARMUP=3,
 #        SCHEDULES="gpipe 1f1b interleaved")
@@ -30,6 +34,10 @@ for schedule in $schedules; do
     train --model "$model" --image_size "$size" --batch_size "$batch" --steps "$steps" \
     --warmup "$warmup" --no_augment --pipeline_parallel "$ranks" --microbatches "$micro" --pipeline_schedule "$schedule" \
     --stages_per_rank "$(per_rank "$schedule")" --json "$out/ddpx_$schedule" > "$out/ddpx_$schedule.log" 2>&1
+  "$ddpx" run "$ranks" --threads_per_worker "$threads" --tee 0 --log_dir "$out/log" -- bench \
+    memory --model "$model" --image_size "$size" --batch_size "$batch" --num_classes 10 \
+    --pipeline_parallel "$ranks" --microbatches "$micro" --pipeline_schedule "$schedule" \
+    --stages_per_rank "$(per_rank "$schedule")" --json > "$out/ddpx_$schedule.memory" 2>/dev/null
 done
 # ddpx's cut: the layer count of each stage row of its table ("stem .. layer4.0 (8)" or one name).
 cut_of() {
@@ -47,6 +55,8 @@ PY
 for schedule in $schedules; do
   cut=$(cut_of "$out/ddpx_$schedule.log")
   echo "# ddpx's cut for $schedule (first layer of each stage): $cut"
+  memory_cut=$(cut_of "$out/ddpx_$schedule.memory")
+  [ "$memory_cut" = "$cut" ] || echo "# note: ddpx's bench memory timed its layers and cut at $memory_cut, so its $schedule activations are not the same stages' as PyTorch's"
   port=$(free_port)
   for r in $(seq 0 $((ranks - 1))); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=$threads \
@@ -63,16 +73,23 @@ import json, os, sys
 d, schedules = sys.argv[1], sys.argv[2:]
 def row(name):
     return json.loads(open(os.path.join(d, name)).readline())
-print(f"# {'configuration':<44} {'img/s':>8} {'step ms':>8} {'peak RSS MiB':>13}")
+def activations(name):  # ddpx: the most over the ranks, from bench memory's lines
+    path = os.path.join(d, name + ".memory")
+    lines = [json.loads(l) for l in open(path) if l.startswith("{")] if os.path.exists(path) else []
+    return max(l["activation_bytes"] for l in lines) / 2**20 if lines else float("nan")
+print(f"# {'configuration':<44} {'img/s':>8} {'step ms':>8} {'peak RSS MiB':>13} {'activations MiB':>16}  bubble")
 peer = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 rows = [(f"ddpx --pipeline_schedule {s}", f"ddpx_{s}") for s in schedules]
 rows += [(f"pytorch pipelining {peer[s]}", f"pt_{s}") for s in schedules]
 r = {f: row(f) for _, f in rows}
 for label, f in rows:
     x = r[f]
-    print(f"  {label:<44} {x['images_per_sec']:8.1f} {x['step_ms']:8.1f} {x['peak_rss_mib']:13.0f}")
+    act = x.get("activation_mib", float("nan")) if f.startswith("pt_") else activations(f)
+    bubble = x.get("plan_summary", "").split("by rank: ")[-1].split(";")[0] if f.startswith("ddpx_") else "not measured"
+    print(f"  {label:<44} {x['images_per_sec']:8.1f} {x['step_ms']:8.1f} {x['peak_rss_mib']:13.0f} {act:16.1f}  {bubble}")
 for s in schedules:
     a, b = r[f"ddpx_{s}"], r[f"pt_{s}"]
     print(f"# {s}: ddpx / pytorch images/s {a['images_per_sec'] / b['images_per_sec']:.2f}x, "
-          f"rank 0 peak RSS {a['peak_rss_mib'] - b['peak_rss_mib']:+.0f} MiB")
+          f"rank 0 peak RSS {a['peak_rss_mib'] - b['peak_rss_mib']:+.0f} MiB, "
+          f"activations {activations('ddpx_' + s) - b.get('activation_mib', float('nan')):+.1f} MiB")
 PY

@@ -55,6 +55,49 @@ class ImageDataset(Dataset):
         return self.transform(x), int(self.labels[i])
 
 
+def pipeline_activations(schedule, model, rank, stages, batch, opt):
+    """One more pipeline step, the tensors its forwards save for backward counted while they are
+    held (autograd's saved-tensor hooks: a storage from its first save to its last use in
+    backward; the parameters and the batch left out): the most this rank held at once, the
+    largest over the ranks, in MiB."""
+    x, y = batch
+    before = {t.untyped_storage().data_ptr() for t in (x, y)}
+    before |= {p.untyped_storage().data_ptr() for p in model.parameters()}
+    uses, size = {}, {}
+    held = [0, 0]  # now, most
+
+    def pack(t):
+        key = t.untyped_storage().data_ptr()
+        if key not in before:
+            if uses.get(key, 0) == 0:
+                size[key] = t.untyped_storage().nbytes()
+                held[0] += size[key]
+                held[1] = max(held[1], held[0])
+            uses[key] = uses.get(key, 0) + 1
+        return (key, t)
+
+    def unpack(saved):
+        key, t = saved
+        if key in uses:
+            uses[key] -= 1
+            if uses[key] == 0:
+                del uses[key]
+                held[0] -= size[key]
+        return t
+
+    opt.zero_grad()
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        if rank == 0:
+            schedule.step(x)
+        elif rank == stages - 1:
+            schedule.step(target=y, losses=[])
+        else:
+            schedule.step()
+    most = torch.tensor([float(held[1])])
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    return most.item() / 2**20
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", default="synthetic", choices=["synthetic", "fashion-mnist"])
@@ -224,6 +267,9 @@ def main():
     if device.type == "cuda":
         torch.cuda.synchronize()
     elapsed = time.time() - t0
+    activation_mib = None
+    if stage_schedule is not None:
+        activation_mib = pipeline_activations(stage_schedule, model, rank, a.pipeline, next(it), opt)
     ips = a.steps * a.batch_size * (world // a.pipeline) / elapsed
     if rank == 0:
         line = {"peer": "pytorch", "world_size": world, "batch_size": a.batch_size,
@@ -232,6 +278,8 @@ def main():
                 "startup_s": first_step,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "fsdp": a.fsdp, "pipeline": a.pipeline}
+        if activation_mib is not None:  # the most over the stages' ranks
+            line["activation_mib"] = activation_mib
         if powersgd_state is not None:
             # The elements sent over those before compression, counted by the hook itself.
             line["powersgd_ratio"] = float(powersgd_state.compression_stats()[0])
