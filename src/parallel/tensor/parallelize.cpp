@@ -47,15 +47,12 @@ class ParallelViTBlockImpl : public nn::Module {
     torch::Tensor x = dropout(self_attention(ln_1(input))) + input;
     return x + mlp->forward(ln_2(x));
   }
-  // Sequence parallel: input (B, count, D), this rank's share of `tokens` (regions.h).
-  // The LayerNorms' outputs are gathered inside the layers that read them, which keep only this
-  // rank's share for backward (gather_tokens_linear).
+  // Sequence parallel: input (B, count, D), this rank's share of `tokens` (regions.h); the
+  // layers that read the LayerNorms' outputs gather them, keeping only the share for backward.
   torch::Tensor forward_sequence(torch::Tensor input, int64_t tokens) {
+    torch::Tensor a = self_attention->forward_partial_gathered(ln_1(input), tokens);
     torch::Tensor x =
-        dropout(
-            with_bias(reduce_scatter_tokens(
-                          self_attention->forward_partial_gathered(ln_1(input), tokens), group_),
-                      self_attention->out_proj->bias)) +
+        dropout(with_bias(reduce_scatter_tokens(a, group_), self_attention->out_proj->bias)) +
         input;
     torch::Tensor h = mlp->ptr<ColumnParallelLinearImpl>(0)->forward_gathered(ln_2(x), tokens);
     h = any_at(mlp, 2).forward(any_at(mlp, 1).forward(h));
