@@ -5,6 +5,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
@@ -14,6 +15,9 @@ class CollectiveTrace;
 }
 
 namespace ddpx::dist {
+
+class ShmAllreduce;
+class ShmBackend;
 
 // The verdict on a failed collective from every rank's record (collective_report.h); also
 // prints the table to stderr once per rank unless DDPX_TRACE_TABLE=0 (the launcher prints it).
@@ -39,5 +43,13 @@ void broadcast_coalesced(c10d::ProcessGroup& group, const std::vector<torch::Ten
 
 // Every rank's copy of a same-shaped int64 tensor, in rank order.
 std::vector<torch::Tensor> all_gather(c10d::ProcessGroup& group, const torch::Tensor& tensor);
+
+// `op` on the shared-memory transport's thread (ShmBackend::submit), recorded in `group`'s
+// collective record, when it keeps one, as `name` with `tensors`' signature (a meta tensor
+// will do): the collectives that ddpx runs there outside c10d's calls (the sharded SGD
+// step's reduce-and-apply, a sharded unit's gather-and-apply) count as the ones they stand for.
+c10::intrusive_ptr<c10d::Work> submit_shm(c10d::ProcessGroup& group, ShmBackend& shm,
+                                          const char* name, const std::vector<at::Tensor>& tensors,
+                                          std::function<void(ShmAllreduce&)> op);
 
 }  // namespace ddpx::dist

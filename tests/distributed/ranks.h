@@ -29,9 +29,11 @@ inline dist::WorldInfo loopback_world(int rank, int world_size, int port) {
 }
 
 // Runs fn(rank, context) on `world_size` threads; returns each rank's exception (or null).
+// `transport`: for CPU tensors (kAuto: the shared-memory transport, all ranks being on this host).
 inline std::vector<std::exception_ptr> run_ranks(
     int world_size, const std::function<void(int, dist::Context&)>& fn,
-    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    std::chrono::milliseconds timeout = std::chrono::seconds(20),
+    dist::Transport transport = dist::Transport::kAuto) {
   const int port = free_port();
   std::vector<std::exception_ptr> errors(world_size);
   std::vector<std::thread> threads;
@@ -42,6 +44,7 @@ inline std::vector<std::exception_ptr> run_ranks(
         options.device = dist::DeviceChoice::kCpu;
         options.backend = dist::BackendChoice::kGloo;
         options.timeout = timeout;
+        options.transport = transport;
         auto context = dist::init(loopback_world(rank, world_size, port), options);
         fn(rank, *context);
       } catch (...) {

@@ -1,10 +1,11 @@
 // Reduce-scatter and all-gather into tensors through a job's process group (Gloo and shared
 // memory on 127.0.0.1): exact sums and averages, equal to Gloo's, for 2, 3 and 4 ranks, float32,
 // float64, bfloat16 and float16, sizes that divide nothing and sizes past the shared-memory slots;
-// in place and from the arenas; Gloo still taking what shared memory cannot; mismatched calls
-// refused; the collective record naming both ops with their logical bytes.
+// in place and from the arenas; gather-and-apply; Gloo still taking what shared memory cannot;
+// mismatched calls refused; the collective record naming both ops with their logical bytes.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "core/error.h"
@@ -232,6 +233,60 @@ TEST(ShmCollectivesTest, ArenaInputsAreReadInPlace) {
       }
     });
   }
+}
+
+// Gather-and-apply (a sharded unit's all-gather straight into its parameters): every rank's
+// arena tensor is handed to every rank, its own included, in rank order, for 2 and 3 ranks and
+// a size past the slots; a rank whose tensor is in ordinary memory makes every rank throw,
+// naming it, and a mismatched call is named as such.
+TEST(ShmCollectivesTest, GatherAndApplyHandsEveryRanksArenaTensorToEveryRank) {
+  for (int world : {2, 3}) {
+    test::run_shm_ranks(world, [&](int rank, ShmAllreduce& shm) {
+      ASSERT_NE(shm.arena(), nullptr);
+      const int64_t n = past_the_slots(torch::kFloat32);
+      torch::Tensor shard = shm.arena()->allocate(n, torch::kFloat32);
+      shard.copy_(ag_input(n, rank, torch::kFloat32));
+      torch::Tensor gathered = torch::empty({world * n});
+      const int64_t before = shm.calls_in_place();
+      shm.gather_apply(shard, [&](const std::vector<const void*>& sources) {
+        ASSERT_EQ(static_cast<int>(sources.size()), world);
+        EXPECT_EQ(sources[rank], shard.data_ptr());
+        for (int q = 0; q < world; ++q)
+          std::memcpy(gathered.data_ptr<float>() + q * n, sources[q], n * sizeof(float));
+      });
+      EXPECT_EQ(shm.calls_in_place() - before, 1);
+      for (int q = 0; q < world; ++q)
+        EXPECT_TRUE(torch::equal(gathered.narrow(0, q * n, n), ag_input(n, q, torch::kFloat32)))
+            << "rank " << rank << " read rank " << q << "'s tensor";
+    });
+  }
+  std::vector<std::string> errors(2);
+  test::run_shm_ranks(2, [&](int rank, ShmAllreduce& shm) {
+    torch::Tensor shard =
+        rank == 1 ? torch::ones({8}) : shm.arena()->allocate(8, torch::kFloat32).fill_(1);
+    try {
+      shm.gather_apply(shard, [](const std::vector<const void*>&) {});
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("not in shared memory on every rank"), std::string::npos) << e;
+  test::run_shm_ranks(2, [&](int rank, ShmAllreduce& shm) {
+    torch::Tensor shard = shm.arena()->allocate(8, torch::kFloat32);
+    torch::Tensor output = torch::empty({16});
+    try {
+      if (rank == 0) shm.gather_apply(shard, [](const std::vector<const void*>&) {});
+      if (rank == 1) shm.all_gather(output, shard);
+      errors[rank] = "";
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("rank 0 gather-and-apply float[8], rank 1 all-gather float[8]"),
+              std::string::npos)
+        << e;
 }
 
 // Ranks that disagree on the size or the op must not sum unrelated bytes: every rank throws,

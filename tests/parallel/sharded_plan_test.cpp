@@ -1,6 +1,7 @@
 // The sharded plan (parallel/sharded/sharded_plan.h) against the data-parallel plan: with one
 // seed and the same global batches, ZeRO-1/2/3 end 20 steps with DDP's parameters and
-// momentum, on 2 and 4 ranks (each rank a real member of a Gloo group on 127.0.0.1), for a
+// momentum, on 2 and 4 ranks (each rank a real member of a Gloo group on 127.0.0.1, with the
+// shared-memory transport, whose all-gathers copy the shards in place, and without it), for a
 // model without BatchNorm and one with it, with and without gradient accumulation; their
 // state_dict() is the whole state and loads at another world size and shard mode; ZeRO-3 holds
 // no whole parameter between steps; the collective record counts 2 Psi a step for ZeRO-1/2 and
@@ -210,18 +211,21 @@ struct Trained {
 };
 
 Trained train_sharded(ShardMode mode, Model model, int world, int steps, int accumulation = 1,
-                      bool adam = false) {
+                      bool adam = false, Transport transport = Transport::kAuto) {
   const ShardedBatches b = sharded_batches(model, steps);
   Trained run;
   run.saved.resize(world);
   run.descriptions.resize(world);
   auto models = make_models(model, world);
-  auto errors = run_ranks(world, [&](int rank, Context& context) {
-    auto plan = make_plan(mode, models[rank], context, adam);
-    run.descriptions[rank] = plan->describe();
-    for (int s = 0; s < steps; ++s) train_step(*plan, b, s, rank, world, accumulation);
-    run.saved[rank] = save(*plan);
-  });
+  auto errors = run_ranks(
+      world,
+      [&](int rank, Context& context) {
+        auto plan = make_plan(mode, models[rank], context, adam);
+        run.descriptions[rank] = plan->describe();
+        for (int s = 0; s < steps; ++s) train_step(*plan, b, s, rank, world, accumulation);
+        run.saved[rank] = save(*plan);
+      },
+      std::chrono::seconds(20), transport);
   EXPECT_ALL_RANKS_OK(errors);
   return run;
 }
@@ -242,6 +246,9 @@ struct Case {
   Model model;
   int world;
   int accumulation;
+  // kAuto: the shared-memory transport, whose arena holds the shards, so every all-gather
+  // copies them in place; kGloo: all-gathers into a buffer, then out of it.
+  Transport transport = Transport::kAuto;
 };
 
 class ShardedPlanTest : public ::testing::TestWithParam<Case> {};
@@ -249,7 +256,8 @@ class ShardedPlanTest : public ::testing::TestWithParam<Case> {};
 TEST_P(ShardedPlanTest, TwentyStepsEndWithDdpsParametersAndMomentum) {
   const Case c = GetParam();
   const Trained ddp = train_sharded(ShardMode::kNone, c.model, c.world, 20, c.accumulation);
-  const Trained sharded = train_sharded(c.mode, c.model, c.world, 20, c.accumulation);
+  const Trained sharded =
+      train_sharded(c.mode, c.model, c.world, 20, c.accumulation, false, c.transport);
   const auto want = read_back_sharded(c.model, ddp.saved[0], false);
   // The weights moved from their initial values.
   EXPECT_FALSE(torch::allclose(want[0], make_sharded_model(c.model).ptr()->parameters()[0]));
@@ -260,24 +268,31 @@ TEST_P(ShardedPlanTest, TwentyStepsEndWithDdpsParametersAndMomentum) {
   EXPECT_NE(sharded.descriptions[0].find(std::string("--shard ") + parallel::name(c.mode)),
             std::string::npos)
       << sharded.descriptions[0];
+  EXPECT_EQ(sharded.descriptions[0].find("straight from shared memory") != std::string::npos,
+            c.transport == Transport::kAuto)
+      << sharded.descriptions[0];
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ShardedPlanTest,
-                         ::testing::Values(Case{ShardMode::kOptimizer, Model::kMlp, 2, 1},
-                                           Case{ShardMode::kGradients, Model::kMlp, 2, 1},
-                                           Case{ShardMode::kFull, Model::kMlp, 2, 1},
-                                           Case{ShardMode::kFull, Model::kMlp, 4, 1},
-                                           Case{ShardMode::kGradients, Model::kMlp, 4, 2},
-                                           Case{ShardMode::kFull, Model::kMlp, 2, 2},
-                                           Case{ShardMode::kOptimizer, Model::kConvNet, 4, 1},
-                                           Case{ShardMode::kFull, Model::kConvNet, 2, 1},
-                                           Case{ShardMode::kFull, Model::kConvNet, 4, 2}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(parallel::name(info.param.mode)) +
-                                  (info.param.model == Model::kMlp ? "_mlp_" : "_convnet_") +
-                                  std::to_string(info.param.world) + "ranks" +
-                                  (info.param.accumulation > 1 ? "_accumulating" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, ShardedPlanTest,
+    ::testing::Values(Case{ShardMode::kOptimizer, Model::kMlp, 2, 1},
+                      Case{ShardMode::kGradients, Model::kMlp, 2, 1},
+                      Case{ShardMode::kFull, Model::kMlp, 2, 1},
+                      Case{ShardMode::kFull, Model::kMlp, 4, 1},
+                      Case{ShardMode::kGradients, Model::kMlp, 4, 2},
+                      Case{ShardMode::kFull, Model::kMlp, 2, 2},
+                      Case{ShardMode::kOptimizer, Model::kConvNet, 4, 1},
+                      Case{ShardMode::kFull, Model::kConvNet, 2, 1},
+                      Case{ShardMode::kFull, Model::kConvNet, 4, 2},
+                      Case{ShardMode::kOptimizer, Model::kMlp, 2, 1, Transport::kGloo},
+                      Case{ShardMode::kFull, Model::kMlp, 4, 2, Transport::kGloo}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return std::string(parallel::name(info.param.mode)) +
+             (info.param.model == Model::kMlp ? "_mlp_" : "_convnet_") +
+             std::to_string(info.param.world) + "ranks" +
+             (info.param.accumulation > 1 ? "_accumulating" : "") +
+             (info.param.transport == Transport::kGloo ? "_gloo" : "");
+    });
 
 // A checkpoint of ZeRO-3 on 2 ranks (Adam: moments and step) loads into 3 ranks of ZeRO-2 and
 // into 4 of ZeRO-1, whose state_dict() gives it back unchanged; and 5 more steps from it on 4

@@ -2,6 +2,8 @@
 // every rank's output, copied straight from the peers' arenas or, per round, through the slots.
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <vector>
 
 #include "core/error.h"
 #include "distributed/shm/shm_allreduce.h"
@@ -11,6 +13,7 @@ namespace ddpx::dist {
 
 using shm_layout::kAllgather;
 using shm_layout::kBytes;
+using shm_layout::kGatherApply;
 using shm_layout::signature;
 using shm_layout::type_code;
 
@@ -60,6 +63,37 @@ void ShmAllreduce::all_gather(torch::Tensor& output, const torch::Tensor& input)
     // has copied this round out.
     ++chunks_done_;
   }
+}
+
+void ShmAllreduce::gather_apply(const torch::Tensor& tensor, const ReadFn& read) {
+  DDPX_CHECK(tensor.defined() && tensor.device().is_cpu() && tensor.is_contiguous(),
+             ErrorKind::kInternal,
+             "shared-memory gather-and-apply got {}; it takes a contiguous "
+             "CPU tensor",
+             tensor.defined() ? tensor.toString() : std::string("nothing"));
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  const uint64_t type = type_code(tensor.scalar_type());
+  start_call(signature(kGatherApply, type, 0, type == kBytes ? bytes : tensor.numel()),
+             tensor.data_ptr(), bytes);
+  if (bytes == 0) return barrier();
+  if (!all_in_arenas()) {
+    barrier();  // every rank finds the same and throws alike
+    fail(ErrorKind::kDist,
+         "rank {}: a tensor of gather-and-apply is not in shared memory on every rank "
+         "(/dev/shm full?); free /dev/shm or set DDPX_SHM_ARENA=0",
+         rank_);
+  }
+  ++calls_in_place_;
+  std::vector<const void*> sources(world_size_);
+  for (int q = 0; q < world_size_; ++q) sources[q] = q == rank_ ? tensor.data_ptr() : placed(q);
+  std::exception_ptr error;
+  try {
+    read(sources);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  barrier();  // every peer's tensor stays as it is until every rank has read it
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace ddpx::dist

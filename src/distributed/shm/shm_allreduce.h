@@ -75,6 +75,15 @@ class ShmAllreduce {
       std::function<void(int64_t lo, int64_t n, const std::vector<const void*>& sources)>;
   void allreduce_apply(torch::Tensor& tensor, const ApplyFn& apply);
 
+  // Gather-and-apply, the all-gather's counterpart of reduce-and-apply: hands `read` every
+  // rank's `tensor` (sources[q] rank q's, this rank's own included), each lying in its
+  // rank's arena, to copy wherever it was set up to (a sharded unit's shards straight into its
+  // parameters, with no gathered buffer between); returns once every rank has read. Every
+  // rank's tensor must have the same dtype and size and lie in its arena (else kDist on every
+  // rank).
+  using ReadFn = std::function<void(const std::vector<const void*>& sources)>;
+  void gather_apply(const torch::Tensor& tensor, const ReadFn& read);
+
   // Root's bytes into every rank's tensor (contiguous CPU, any dtype), through root's slots.
   void broadcast(torch::Tensor& tensor, int root);
   static bool supports_broadcast(const torch::Tensor& tensor);

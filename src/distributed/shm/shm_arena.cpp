@@ -37,11 +37,21 @@ torch::Tensor ShmArena::allocate(int64_t numel, c10::ScalarType dtype, bool peer
     in_use_ += length;
   }
   auto self = shared_from_this();
+  const Counter counter = counter_.load();
+  if (counter != nullptr) counter(static_cast<int64_t>(wanted));
   if (peers_map_it)
     return torch::from_blob(
-        mapping_->at(offset_ + at), {numel}, [self](void*) {}, torch::TensorOptions().dtype(dtype));
+        mapping_->at(offset_ + at), {numel},
+        [self, counter, wanted](void*) {
+          if (counter != nullptr) counter(-static_cast<int64_t>(wanted));
+        },
+        torch::TensorOptions().dtype(dtype));
   return torch::from_blob(
-      mapping_->at(offset_ + at), {numel}, [self, at, length](void*) { self->release(at, length); },
+      mapping_->at(offset_ + at), {numel},
+      [self, at, length, counter, wanted](void*) {
+        if (counter != nullptr) counter(-static_cast<int64_t>(wanted));
+        self->release(at, length);
+      },
       torch::TensorOptions().dtype(dtype));
 }
 

@@ -13,6 +13,7 @@
 
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -53,6 +54,14 @@ class ShmArena : public std::enable_shared_from_this<ShmArena> {
 
   size_t bytes_in_use() const;
 
+  // From now on, in every arena of this process (a job's group and its sub-groups each have
+  // theirs), `counter(bytes)` when a tensor is handed out and `counter(-bytes)` when it is given
+  // back (its requested bytes, as an allocator counts them): how bench memory counts these
+  // tensors with the CPU allocator's (on a GPU they would be the allocator's too). Tensors
+  // handed out before are not counted either way. Null stops counting.
+  using Counter = void (*)(int64_t bytes);
+  static void count_with(Counter counter) { counter_.store(counter); }
+
  private:
   void release(size_t offset, size_t bytes);
 
@@ -62,6 +71,7 @@ class ShmArena : public std::enable_shared_from_this<ShmArena> {
   mutable std::mutex mutex_;
   std::map<size_t, size_t> free_;  // offset in arena -> length, coalesced
   size_t in_use_ = 0;
+  static inline std::atomic<Counter> counter_{nullptr};
 };
 
 }  // namespace ddpx::dist

@@ -19,7 +19,8 @@ constexpr size_t kControlBytes = 8192;
 constexpr uint64_t kNowhere = ~uint64_t{0};  // Control::places: the tensor is not in an arena
 
 // One call in one word: op << 60 | type << 56 | root << 48 | count. op: 0 sum, 1 average,
-// 2 broadcast, 3 reduce-and-apply, 4 reduce-scatter sum, 5 reduce-scatter average, 6 all-gather;
+// 2 broadcast, 3 reduce-and-apply, 4 reduce-scatter sum, 5 reduce-scatter average, 6 all-gather,
+// 7 gather-and-apply;
 // type: 1 float32, 2 float64, 3 bytes, 4 bfloat16, 5 float16; count: elements (of the input),
 // or bytes for type 3.
 enum : uint64_t {
@@ -30,6 +31,7 @@ enum : uint64_t {
   kReduceScatterSum = 4,
   kReduceScatterAverage = 5,
   kAllgather = 6,
+  kGatherApply = 7,
 };
 enum : uint64_t { kFloat32 = 1, kFloat64 = 2, kBytes = 3, kBFloat16 = 4, kFloat16 = 5 };
 // The type code of a dtype; kBytes for the ones that have none (all-gather copies any).

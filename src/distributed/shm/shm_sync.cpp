@@ -25,6 +25,7 @@ using shm_layout::kBroadcast;
 using shm_layout::kBytes;
 using shm_layout::kFloat16;
 using shm_layout::kFloat64;
+using shm_layout::kGatherApply;
 using shm_layout::kNowhere;
 using shm_layout::kReduceScatterAverage;
 using shm_layout::kReduceScatterSum;
@@ -52,6 +53,7 @@ std::string describe_signature(uint64_t sig) {
                      : op == kReduceScatterSum     ? "reduce-scatter sum "
                      : op == kReduceScatterAverage ? "reduce-scatter average "
                      : op == kAllgather            ? "all-gather "
+                     : op == kGatherApply          ? "gather-and-apply "
                                                    : "sum ";
   const char* dtype = type == kFloat64    ? "double"
                       : type == kBytes    ? "bytes"

@@ -6,7 +6,6 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "distributed/c10d/traced_backend.h"
 #include "distributed/collectives.h"
 #include "distributed/shm/shm_backend.h"
 #include "optim/sgd_kernel.h"
@@ -141,11 +140,7 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
 
 ShardedSgd::ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
                        dist::ShmBackend& shm, std::vector<Held> held)
-    : sgd_(sgd),
-      group_(std::move(group)),
-      shm_(shm),
-      traced_(dynamic_cast<dist::TracedBackend*>(group_->getBackend(c10::DeviceType::CPU).get())),
-      held_(std::move(held)) {
+    : sgd_(sgd), group_(std::move(group)), shm_(shm), held_(std::move(held)) {
   for (const auto& h : held_) {
     owners_.push_back(h.owner);
     data_.push_back(h.param.data_ptr());
@@ -241,11 +236,9 @@ void ShardedSgd::step() {
 
 c10::intrusive_ptr<c10d::Work> ShardedSgd::submit(const char* name, const torch::Tensor& tensor,
                                                   std::function<void(dist::ShmAllreduce&)> op) {
-  auto start = [&] { return shm_.submit(std::move(op)); };
-  if (traced_ == nullptr) return start();
   std::vector<at::Tensor> tensors;
   if (tensor.defined()) tensors.push_back(tensor);
-  return traced_->record(name, tensors, start);
+  return dist::submit_shm(*group_, shm_, name, tensors, std::move(op));
 }
 
 void ShardedSgd::step_on_comm_thread(dist::ShmAllreduce& shm) {

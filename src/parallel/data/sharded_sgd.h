@@ -43,7 +43,6 @@ class Work;
 namespace ddpx::dist {
 class ShmBackend;
 class ShmAllreduce;
-class TracedBackend;
 }  // namespace ddpx::dist
 
 namespace ddpx::parallel {
@@ -106,8 +105,6 @@ class ShardedSgd {
   torch::optim::SGD& sgd_;
   std::shared_ptr<c10d::ProcessGroup> group_;  // keeps `shm_` alive
   dist::ShmBackend& shm_;
-  dist::TracedBackend* traced_ =
-      nullptr;  // the group's CPU backend when it records (owned by group_)
   std::vector<Held> held_;
   std::vector<int> owners_;
   std::vector<const void*> data_;  // where each param and momentum buffer was put

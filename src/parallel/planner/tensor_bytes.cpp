@@ -73,6 +73,12 @@ class CountingAllocator final : public c10::Allocator {
     return tags_[tag].peak;
   }
 
+  void add(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    current_ += bytes;
+    peak_ = std::max(peak_, current_);
+  }
+
   static thread_local int thread_tag;
 
  private:
@@ -145,5 +151,7 @@ void CpuTensorBytes::reset_peak() { counting().reset_peak(); }
 int64_t CpuTensorBytes::tag_current(int tag) const { return counting().tag_current(tag); }
 int64_t CpuTensorBytes::tag_peak(int tag) const { return counting().tag_peak(tag); }
 void CpuTensorBytes::tag_thread(int tag) { CountingAllocator::thread_tag = tag; }
+
+void CpuTensorBytes::count_outside(int64_t bytes) { counting().add(bytes); }
 
 }  // namespace ddpx::parallel

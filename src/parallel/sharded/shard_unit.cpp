@@ -3,8 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "core/error.h"
 #include "distributed/collectives.h"
+#include "distributed/shm/shm_allreduce.h"
+#include "distributed/shm/shm_backend.h"
 #include "parallel/data/atoms.h"
 #include "parallel/storage.h"
 
@@ -21,12 +25,14 @@ torch::Tensor alias(const c10::Storage& storage, int64_t offset, c10::IntArrayRe
 }  // namespace
 
 ShardUnit::ShardUnit(std::string name, std::vector<torch::Tensor> params,
-                     std::vector<std::string> names, int rank, int world_size)
+                     std::vector<std::string> names, int rank, int world_size,
+                     const ScratchPool::Allocate& place, ScratchPool* scratch)
     : name_(std::move(name)),
       rank_(rank),
       world_(world_size),
       params_(std::move(params)),
-      names_(std::move(names)) {
+      names_(std::move(names)),
+      scratch_(scratch) {
   DDPX_CHECK(!params_.empty(), ErrorKind::kInternal, "shard unit {} has no parameters", name_);
   const auto options = params_[0].options().requires_grad(false);
   int64_t total = 0;
@@ -47,7 +53,8 @@ ShardUnit::ShardUnit(std::string name, std::vector<torch::Tensor> params,
     total += shapes_.back().shard_numel();
     aliases_.push_back(alias(p.storage(), 0, p.sizes(), options));
   }
-  flat_ = torch::empty({total}, options);
+  if (place && options.device().is_cpu()) flat_ = place(total, params_[0].scalar_type());
+  if (!flat_.defined()) flat_ = torch::empty({total}, options);
   gather_dtype_ = flat_.scalar_type();
   grad_flat_ = torch::zeros({total}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -105,19 +112,65 @@ void ShardUnit::start_gather(c10d::ProcessGroup& group, bool full_precision) {
   if (gather_work_ && full && !pending_full_) finish_gather();  // then again, in full
   if (gather_work_) return;
   if (gathered_ && (gathered_full_ || !full)) return;
+  if (in_place_ != nullptr && full) return start_gather_in_place(group);
   const auto dtype = full ? flat_.scalar_type() : gather_dtype_;
   gather_input_ = dtype == flat_.scalar_type() ? flat_ : flat_.to(dtype);
-  gather_buffer_ = torch::empty({world_ * flat_.numel()}, flat_.options().dtype(dtype));
+  gather_buffer_ = scratch(world_ * flat_.numel(), dtype);
   pending_full_ = full;
   gather_work_ = group._allgather_base(gather_buffer_, gather_input_);
+}
+
+bool ShardUnit::shards_in(const dist::ShmBackend& shm) const {
+  const auto& arena = shm.arena();
+  return arena != nullptr && flat_.device().is_cpu() &&
+         arena->locate(flat_.data_ptr(), flat_.numel() * flat_.element_size()).has_value();
+}
+
+void ShardUnit::start_gather_in_place(c10d::ProcessGroup& group) {
+  for (size_t i = 0; i < params_.size(); ++i) materialize(i);  // here, not on the comm thread
+  // What the copy needs, by value: the op runs on the transport's thread.
+  struct Piece {
+    char* to;
+    int64_t from, row_bytes, rows_per_rank;
+    std::vector<int64_t> rows;  // real rows of each rank
+  };
+  std::vector<Piece> pieces;
+  const int64_t size = flat_.element_size();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& s = shapes_[i];
+    Piece piece{static_cast<char*>(aliases_[i].data_ptr()),
+                offsets_[i] * size,
+                s.row_numel * size,
+                s.rows_per_rank,
+                {}};
+    for (int q = 0; q < world_; ++q) piece.rows.push_back(s.real_rows(q));
+    pieces.push_back(std::move(piece));
+  }
+  pending_full_ = true;
+  const auto logical = torch::empty({world_ * flat_.numel()}, flat_.options().device(torch::kMeta));
+  gather_work_ = dist::submit_shm(
+      group, *in_place_, "allgather_into_tensor", {logical},
+      [flat = flat_, pieces = std::move(pieces)](dist::ShmAllreduce& shm) {
+        shm.gather_apply(flat, [&](const std::vector<const void*>& sources) {
+          for (const auto& p : pieces) {
+            for (size_t q = 0; q < sources.size(); ++q) {
+              if (p.rows[q] == 0) continue;
+              std::memcpy(p.to + q * p.rows_per_rank * p.row_bytes,
+                          static_cast<const char*>(sources[q]) + p.from, p.rows[q] * p.row_bytes);
+            }
+          }
+        });
+      });
 }
 
 void ShardUnit::finish_gather() {
   if (!gather_work_) return;
   auto work = std::move(gather_work_);
   dist::wait_work(work, fmt::format("the all-gather of sharded unit '{}'", name_));
-  copy_out(gather_buffer_);  // widens a low-precision gather back to the parameters' dtype
-  gather_buffer_ = torch::Tensor();
+  if (gather_buffer_.defined()) {  // else gathered in place
+    copy_out(gather_buffer_);      // widens a low-precision gather back to the parameters' dtype
+    give_back(gather_buffer_);
+  }
   gather_input_ = torch::Tensor();
   gathered_ = true;
   gathered_full_ = pending_full_;
@@ -143,8 +196,18 @@ void ShardUnit::copy_out(const torch::Tensor& gathered) {
   }
 }
 
-torch::Tensor ShardUnit::pack_gradients(bool free_full) {
-  auto packed = torch::empty({world_ * flat_.numel()}, flat_.options());
+torch::Tensor ShardUnit::scratch(int64_t numel, c10::ScalarType dtype) {
+  if (scratch_) return scratch_->acquire(numel, dtype, flat_.device());
+  return torch::empty({numel}, flat_.options().dtype(dtype));
+}
+
+void ShardUnit::give_back(torch::Tensor& buffer) {
+  if (scratch_) scratch_->release(buffer);
+  buffer = torch::Tensor();
+}
+
+torch::Tensor ShardUnit::pack_gradients(bool free_full, torch::Tensor into) {
+  auto packed = into.defined() ? into : torch::empty({world_ * flat_.numel()}, flat_.options());
   auto rows = packed.view({world_, flat_.numel()});
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& grad = params_[i].grad();
@@ -161,12 +224,13 @@ torch::Tensor ShardUnit::pack_gradients(bool free_full) {
   return packed;
 }
 
-void ShardUnit::start_reduce(c10d::ProcessGroup& group, bool free_full) {
+void ShardUnit::start_reduce(c10d::ProcessGroup& group, bool free_full, bool group_averages) {
   if (reduce_work_) return;
   torch::NoGradGuard no_grad;
-  reduce_input_ = pack_gradients(free_full);
+  reduce_input_ = pack_gradients(free_full, scratch(world_ * flat_.numel(), flat_.scalar_type()));
   c10d::ReduceScatterOptions options;
-  options.reduceOp = c10d::ReduceOp::SUM;
+  options.reduceOp = group_averages ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+  reduce_averaged_ = group_averages;
   reduce_work_ = group._reduce_scatter_base(grad_flat_, reduce_input_, options);
 }
 
@@ -174,9 +238,9 @@ void ShardUnit::finish_reduce() {
   if (!reduce_work_) return;
   auto work = std::move(reduce_work_);
   dist::wait_work(work, fmt::format("the reduce-scatter of sharded unit '{}'", name_));
-  reduce_input_ = torch::Tensor();
+  give_back(reduce_input_);
   torch::NoGradGuard no_grad;
-  grad_flat_.div_(world_);
+  if (!reduce_averaged_) grad_flat_.div_(world_);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].requires_grad()) shards_[i].mutable_grad() = shard_grads_[i];
   }

@@ -26,16 +26,25 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
+#include "parallel/sharded/scratch_pool.h"
 #include "parallel/sharded/shard_layout.h"
+
+namespace ddpx::dist {
+class ShmBackend;
+}
 
 namespace ddpx::parallel {
 
 class ShardUnit {
  public:
   // `params`: the model's parameters of this unit (contiguous, storage of their own; the plan
-  // makes them so), `names` their names in the model.
+  // makes them so), `names` their names in the model. `place`, if given, allocates the flat
+  // shard buffer (CPU only): the shared-memory transport's arena, from which peers' all-gathers
+  // read it in place. `scratch`, if given, lends the collectives' buffers (it must outlive
+  // the unit).
   ShardUnit(std::string name, std::vector<torch::Tensor> params, std::vector<std::string> names,
-            int rank, int world_size);
+            int rank, int world_size, const ScratchPool::Allocate& place = {},
+            ScratchPool* scratch = nullptr);
 
   const std::string& name() const { return name_; }
   const std::vector<torch::Tensor>& params() const { return params_; }
@@ -67,6 +76,15 @@ class ShardUnit {
   void set_gather_dtype(c10::ScalarType dtype);
   c10::ScalarType gather_dtype() const { return gather_dtype_; }
 
+  // Whether this rank's flat shard buffer lies in `shm`'s arena (see the constructor's `place`).
+  bool shards_in(const dist::ShmBackend& shm) const;
+  // From now on, full-precision gathers go through `shm` as gather-and-apply
+  // (dist::ShmAllreduce::gather_apply): each rank copies every rank's shards from shared memory
+  // straight into its parameters, with no gathered buffer in between, recorded as the
+  // all-gather it stands for. Every rank must call it alike (the plan decides collectively),
+  // and only when shards_in(shm) holds on every rank.
+  void gather_in_place(dist::ShmBackend* shm) { in_place_ = shm; }
+
   // Frees the parameters' storage (nothing is communicated).
   void release();
   // The shards changed (a step): the parameters, still allocated, are out of date until the
@@ -76,8 +94,9 @@ class ShardUnit {
   // Starts the reduce-scatter of the parameters' gradients (a parameter without one counts as
   // zeros); `free_full` drops the parameters' whole gradients once copied into the collective's
   // input (ZeRO-2/3). finish_reduce() waits, frees the input, averages over the ranks, and points
-  // each shard's .grad() at its slice.
-  void start_reduce(c10d::ProcessGroup& group, bool free_full);
+  // each shard's .grad() at its slice. `group_averages`: the group reduces with ReduceOp::AVG
+  // (dist::BucketPolicy::averages), averaging in the pass that sums; else SUM, then a division.
+  void start_reduce(c10d::ProcessGroup& group, bool free_full, bool group_averages = false);
   void finish_reduce();
   bool reduce_pending() const { return reduce_work_ != nullptr; }
 
@@ -96,8 +115,12 @@ class ShardUnit {
  private:
   // The parameters' gradients (zeros for none) as the world_ rows of a reduce-scatter's input,
   // row q rank q's shards' layout.
-  torch::Tensor pack_gradients(bool free_full);
+  // `into`: world_ * shard_numel() elements to write them to (undefined: allocated).
+  torch::Tensor pack_gradients(bool free_full, torch::Tensor into = {});
+  torch::Tensor scratch(int64_t numel, c10::ScalarType dtype);
+  void give_back(torch::Tensor& buffer);
   void materialize(size_t i);
+  void start_gather_in_place(c10d::ProcessGroup& group);
   void copy_out(const torch::Tensor& gathered);
 
   std::string name_;
@@ -114,6 +137,9 @@ class ShardUnit {
   bool gathered_full_ = true;     // ... in the shards' own precision
   c10::ScalarType gather_dtype_;  // what all-gathers send (flat_'s by default)
   bool pending_full_ = true;      // the gather under way is in full precision
+  bool reduce_averaged_ = false;  // the reduce under way averages (no division afterwards)
+  ScratchPool* scratch_ = nullptr;
+  dist::ShmBackend* in_place_ = nullptr;  // gather_in_place()
 
   torch::Tensor gather_buffer_, gather_input_, reduce_input_;
   c10::intrusive_ptr<c10d::Work> gather_work_, reduce_work_;

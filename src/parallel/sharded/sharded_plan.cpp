@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
@@ -29,7 +30,9 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
       context_(context),
       group_(context.process_group()),
       make_optimizer_(make_optimizer),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      policy_(context.bucket_policy()),
+      scratch_(policy_.allocate) {
   DDPX_CHECK(group_ != nullptr, ErrorKind::kInternal,
              "the sharded plan needs a process group (more than one rank)");
   DDPX_CHECK(options_.mode != ShardMode::kNone, ErrorKind::kInternal,
@@ -63,11 +66,12 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
       order.push_back(index_of.at(name));
       params.push_back(named[order.back()].value());
     }
-    units_.emplace_back(spec.name, params, spec.param_names, context_.rank(),
-                        context_.world_size());
+    units_.emplace_back(spec.name, params, spec.param_names, context_.rank(), context_.world_size(),
+                        policy_.allocate, &scratch_);
     model_order_.push_back(order);
     for (size_t i = 0; i < order.size(); ++i) shards_[order[i]] = units_.back().shards()[i];
   }
+  gather_in_place_if_shared();
   optimizer_ = make_optimizer(shards_);
   if (options_.deterministic_atom > 0) {
     std::vector<torch::Tensor> trained;
@@ -108,6 +112,21 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
   }
 }
 
+void ShardedPlan::gather_in_place_if_shared() {
+  // Where every rank's shards lie in its shared-memory arena, full-precision gathers copy them
+  // straight from there into the parameters (ShardUnit::gather_in_place). One rank may have
+  // lacked room: the ranks agree first, and otherwise all gather as before.
+  dist::ShmBackend* shm = context_.shm();
+  if (shm == nullptr || env::get_or("DDPX_GATHER_IN_PLACE", "1") == "0") return;
+  bool here = !units_.empty();
+  for (const auto& unit : units_) here = here && unit.shards_in(*shm);
+  torch::Tensor votes = torch::tensor({int64_t{here}});
+  dist::all_reduce_sum(*group_, votes, "sharded units in shared memory");
+  if (votes.item<int64_t>() != context_.world_size()) return;
+  for (auto& unit : units_) unit.gather_in_place(shm);
+  gathers_in_place_ = true;
+}
+
 ShardedPlan::~ShardedPlan() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
 }
@@ -132,11 +151,12 @@ std::string ShardedPlan::describe() {
              : std::string();
   return fmt::format(
       "optimizer step: {}, on this rank's shards | plan: sharded "
-      "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{})",
+      "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{}){}",
       dynamic_cast<torch::optim::SGD*>(optimizer_.get()) != nullptr ? "fused SGD"
                                                                     : "the optimizer's own",
       context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size(),
-      low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "", atoms);
+      low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "", atoms,
+      gathers_in_place_ ? "; all-gathers straight from shared memory into the parameters" : "");
 }
 
 torch::nn::AnyModule& ShardedPlan::module() {
@@ -187,7 +207,11 @@ void ShardedPlan::start_reduce(size_t unit) {
     units_[in_flight_.front()].finish_reduce();
     in_flight_.erase(in_flight_.begin());
   }
-  units_[unit].start_reduce(*group_, /*free_full=*/options_.mode != ShardMode::kOptimizer);
+  const auto& shard = units_[unit].shards()[0];
+  const bool averages =
+      policy_.averages && policy_.averages(shard.scalar_type(), shard.device().type());
+  units_[unit].start_reduce(*group_, /*free_full=*/options_.mode != ShardMode::kOptimizer,
+                            averages);
   in_flight_.push_back(unit);
 }
 

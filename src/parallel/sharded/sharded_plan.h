@@ -44,9 +44,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
+#include "distributed/bucket_policy.h"
 #include "parallel/data/atoms.h"
 #include "parallel/plan.h"
 #include "parallel/sharded/param_gate.h"
+#include "parallel/sharded/scratch_pool.h"
 #include "parallel/sharded/shard_mode.h"
 #include "parallel/sharded/shard_unit.h"
 
@@ -111,7 +113,8 @@ class ShardedPlan : public Plan, private GateListener {
   void on_use(const std::vector<int>& units) override;
   void on_grad_ready(size_t unit);
   void start_reduce(size_t unit);  // bounded: finishes the oldest of two in flight first
-  void gather_all();               // every unit's parameters whole (state_dict, load, refresh)
+  void gather_in_place_if_shared();
+  void gather_all();  // every unit's parameters whole (state_dict, load, refresh)
   void release_all(bool keep_root);
   void finish_backward();
   MicroBatchResult forward_backward_atoms(const MicroBatch& batch, bool sync);
@@ -122,6 +125,9 @@ class ShardedPlan : public Plan, private GateListener {
   OptimizerFactory make_optimizer_;
   ShardedOptions options_;
   int sync_bn_layers_ = 0;
+  dist::BucketPolicy policy_;      // where the shards and buffers live; whether the group averages
+  ScratchPool scratch_;            // the units' collective buffers (outlives them)
+  bool gathers_in_place_ = false;  // from shared memory straight into the parameters
 
   std::vector<ShardUnit> units_;
   std::vector<std::vector<size_t>> model_order_;  // units_[u].params()[i] is model param [u][i]
