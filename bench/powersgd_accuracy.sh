@@ -6,19 +6,26 @@
 # once compressing, and whether PowerSGD ends within 0.3 points of plain averaging with at least
 # 50x less gradient traffic.
 # Usage: bench/powersgd_accuracy.sh   (BUILD=build; MODEL=resnet18, EPOCHS=5, BATCH=128 a rank,
-#        RANKS=2, RANK_R=2, START=100 (plain steps first), LR=0.05, SEED=0)
+#        RANKS=2, RANK_R=2, START=100 (plain steps first), LR=0.05, SEED=0,
+#        HOOKS="allreduce powersgd": HOOKS=powersgd runs only the compressed arm, against the
+#        plain arm's final accuracy given as BASELINE=0.9222 (a run of the same seed and epochs))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
 py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
 model="${MODEL:-resnet18}"; epochs="${EPOCHS:-5}"; batch="${BATCH:-128}"; ranks="${RANKS:-2}"
 rank_r="${RANK_R:-2}"; start="${START:-100}"; lr="${LR:-0.05}"; seed="${SEED:-0}"
+hooks="${HOOKS:-allreduce powersgd}"
+if [[ $hooks != *allreduce* && -z ${BASELINE:-} ]]; then
+  echo "powersgd_accuracy.sh: HOOKS=$hooks leaves out the plain arm; give its final test accuracy as BASELINE=0.9222" >&2
+  exit 2
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
 echo "# $model on Fashion-MNIST, $ranks ranks x batch $batch, SGD momentum 0.9, lr $lr cosine, $epochs epochs, seed $seed; PowerSGD rank $rank_r from step $start"
-for hook in allreduce powersgd; do
+for hook in $hooks; do
   flags=(--comm_hook "$hook")
   [[ $hook == powersgd ]] && flags+=(--powersgd_rank "$rank_r" --powersgd_start_iter "$start")
   start_s=$(date +%s)
@@ -29,10 +36,14 @@ for hook in allreduce powersgd; do
     { tail -20 "$out/$hook.log"; exit 1; }
   echo "# $hook: $(( $(date +%s) - start_s )) s"
 done
-$py - "$out" <<'PY'
+$py - "$out" "${BASELINE:-}" <<'PY'
 import json, os, sys
-d = sys.argv[1]
-runs = {h: [json.loads(l) for l in open(os.path.join(d, h + ".jsonl"))] for h in ("allreduce", "powersgd")}
+d, baseline = sys.argv[1], sys.argv[2]
+runs = {h: [json.loads(l) for l in open(os.path.join(d, h + ".jsonl"))]
+        for h in ("allreduce", "powersgd") if os.path.exists(os.path.join(d, h + ".jsonl"))}
+if "allreduce" not in runs:  # HOOKS=powersgd: the plain arm's final accuracy from BASELINE
+    runs["allreduce"] = [{"epoch": p["epoch"], "accuracy_test": float("nan")} for p in runs["powersgd"]]
+    runs["allreduce"][-1]["accuracy_test"] = float(baseline)
 print(f"# {'epoch':>5} {'allreduce test acc':>19} {'powersgd test acc':>18} {'powersgd s/epoch':>17}")
 for a, p in zip(runs["allreduce"], runs["powersgd"]):
     print(f"  {a['epoch']:>5} {a['accuracy_test']:19.4f} {p['accuracy_test']:18.4f} {p['time_s']:17.1f}")
