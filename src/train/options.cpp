@@ -23,16 +23,14 @@ void validate_pipeline(const TrainOptions& o) {
     return;
   }
   const int p = o.pipeline_parallel;
-  const std::string problem = parallel::schedule_problem(
-      o.pipeline_schedule, {p, pipeline_microbatches(o), pipeline_stages_per_rank(o)});
+  // (--batch_size_scaled: the replica's batch is known once the job has joined; the same
+  // check runs then, before the first collective: check_pipeline_batch.)
+  const int m = pipeline_microbatches(o, o.batch_size_scaled ? 0 : o.batch_size);
+  const std::string problem =
+      parallel::schedule_problem(o.pipeline_schedule, {p, m, pipeline_stages_per_rank(o)});
   DDPX_CHECK(problem.empty(), usage, "--pipeline_schedule {} with --pipeline_parallel {}: {}",
              parallel::name(o.pipeline_schedule), p, problem);
-  // (--batch_size_scaled: the replica's batch is known once the job has joined; the plan
-  // checks each batch.)
-  DDPX_CHECK(o.batch_size_scaled || o.batch_size >= pipeline_microbatches(o), usage,
-             "--batch_size {} (per data-parallel replica) cannot make --microbatches {}; raise "
-             "--batch_size or lower --microbatches",
-             o.batch_size, pipeline_microbatches(o));
+  if (!o.batch_size_scaled) check_pipeline_batch(o, o.batch_size);
   DDPX_CHECK(o.shard_units.empty(), usage,
              "--shard_units with --pipeline_parallel {}: a pipeline shards each of its stages as "
              "one unit; drop --shard_units",
@@ -114,8 +112,33 @@ void validate_deterministic(const TrainOptions& o) {
 
 }  // namespace
 
-int pipeline_microbatches(const TrainOptions& o) {
-  return o.microbatches > 0 ? o.microbatches : 2 * o.pipeline_parallel;
+int pipeline_microbatches(const TrainOptions& o, int64_t replica_batch) {
+  if (o.microbatches > 0) return o.microbatches;
+  const int p = o.pipeline_parallel;
+  // 2P (1F1B's bubble at a third of P's), else P where only that divides the batch, as
+  // `ddpx plan` chooses; neither dividing it is refused by check_pipeline_batch.
+  if (replica_batch > 0 && replica_batch % (2 * p) != 0 && replica_batch % p == 0) return p;
+  return 2 * p;
+}
+
+void check_pipeline_batch(const TrainOptions& o, int64_t replica_batch) {
+  const int m = pipeline_microbatches(o, replica_batch);
+  if (replica_batch % m == 0) return;
+  const int64_t below = replica_batch / m * m;  // two batches that divide, nearest first
+  const int64_t a = below > 0 ? below : m, b = below > 0 ? below + m : 2 * m;
+  const std::string flag =
+      o.batch_size_scaled ? "--batch_size_scaled's per-replica batch" : "--batch_size";
+  if (o.microbatches > 0) {
+    fail(ErrorKind::kUsage,
+         "{} {} does not divide into --microbatches {}: each micro-batch takes the same "
+         "rows; pick a batch that {} divides ({} or {}) or other --microbatches",
+         flag, replica_batch, m, m, a, b);
+  }
+  fail(ErrorKind::kUsage,
+       "{} {} divides into neither {} nor {} micro-batches (--pipeline_parallel {}): pick a "
+       "batch that {} divides ({} or {}) or give --microbatches M with M dividing {}",
+       flag, replica_batch, 2 * o.pipeline_parallel, o.pipeline_parallel, o.pipeline_parallel, m, a,
+       b, replica_batch);
 }
 
 int pipeline_stages_per_rank(const TrainOptions& o) {

@@ -108,7 +108,7 @@ struct TrainOptions {
   // Pipeline parallel (parallel/pipeline/): P stages a replica; 1 is none. --batch_size stays per
   // data-parallel replica (world / P of them).
   int pipeline_parallel = 1;
-  int microbatches = 0;  // per batch; 0: 2 x pipeline_parallel
+  int microbatches = 0;  // per batch; 0: 2 x pipeline_parallel (P where only P divides)
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
   int stages_per_rank = 0;  // interleaved's V; 0: 2 for interleaved, else 1
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
@@ -143,8 +143,14 @@ struct TrainOptions {
 // Throws ddpx::Error(kUsage) naming the flag when a value is out of range.
 void validate(const TrainOptions& options);
 
-// --microbatches and --stages_per_rank with their automatic values filled in.
-int pipeline_microbatches(const TrainOptions& options);
+// --microbatches and --stages_per_rank with their automatic values filled in. Automatic
+// micro-batches: 2 x --pipeline_parallel, or --pipeline_parallel where only that divides
+// `replica_batch` (the batch of one data-parallel replica; 0: not known yet).
+int pipeline_microbatches(const TrainOptions& options, int64_t replica_batch);
+// Throws ddpx::Error(kUsage) naming the flags when the micro-batches do not divide
+// `replica_batch` evenly (an epoch's last, smaller batch may still split unevenly: each
+// micro-batch is then weighted by its rows).
+void check_pipeline_batch(const TrainOptions& options, int64_t replica_batch);
 int pipeline_stages_per_rank(const TrainOptions& options);
 
 }  // namespace ddpx::train

@@ -85,13 +85,14 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
   if (o.pipeline_parallel > 1) {
     pipeline.emplace();
     pipeline->stages = o.pipeline_parallel;
-    pipeline->microbatches = pipeline_microbatches(o);
+    const int64_t replica_batch = per_rank_batch(o, data_rank(o, context).size);
+    check_pipeline_batch(o, replica_batch);  // before the first collective, on every rank
+    pipeline->microbatches = pipeline_microbatches(o, replica_batch);
     pipeline->schedule = o.pipeline_schedule;
     pipeline->stages_per_rank = pipeline_stages_per_rank(o);
     pipeline->balance = o.pipeline_balance;
     pipeline->sample_shape = sample_shape;
-    pipeline->micro_batch = std::max<int64_t>(
-        per_rank_batch(o, data_rank(o, context).size) / pipeline->microbatches, 1);
+    pipeline->micro_batch = replica_batch / pipeline->microbatches;
     pipeline->model_name = o.model;
     pipeline->checkpointing = checkpointing;
     pipeline->shard = o.shard;

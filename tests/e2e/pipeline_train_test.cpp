@@ -197,8 +197,9 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
       << units.output;
   auto micro = run_command(ddpx(kMlp + "--pipeline_parallel 2 --microbatches 32"), 60);
   EXPECT_EQ(micro.exit_code, 2) << micro.output;
-  EXPECT_NE(micro.output.find("--batch_size 16 (per data-parallel replica) cannot make "
-                              "--microbatches 32"),
+  EXPECT_NE(micro.output.find("--batch_size 16 does not divide into --microbatches 32: each "
+                              "micro-batch takes the same rows; pick a batch that 32 divides "
+                              "(32 or 64)"),
             std::string::npos)
       << micro.output;
   auto odd = run_command(ddpx(kMlp + "--pipeline_parallel 2 --pipeline_schedule interleaved "

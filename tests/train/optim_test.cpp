@@ -57,5 +57,42 @@ TEST(OptionsTest, RejectsBadValuesNamingTheFlag) {
   EXPECT_NO_THROW(validate(o));
 }
 
+// A batch the micro-batches do not divide is refused at start, naming the flags and a batch
+// that works; left automatic, M is 2P, or P where only P divides the batch.
+TEST(OptionsTest, PipelineMicroBatchesMustDivideTheBatch) {
+  TrainOptions o;
+  o.pipeline_parallel = 3;
+  o.batch_size = 12;
+  EXPECT_EQ(pipeline_microbatches(o, o.batch_size), 6);
+  EXPECT_NO_THROW(validate(o));
+  o.batch_size = 9;
+  EXPECT_EQ(pipeline_microbatches(o, o.batch_size), 3);
+  EXPECT_NO_THROW(validate(o));
+  o.batch_size = 16;
+  try {
+    validate(o);
+    FAIL() << "--batch_size 16 with 3 stages";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_EQ(std::string(e.what()),
+              "--batch_size 16 divides into neither 6 nor 3 micro-batches (--pipeline_parallel "
+              "3): pick a batch that 6 divides (12 or 18) or give --microbatches M with M "
+              "dividing 16");
+  }
+  o.microbatches = 4;
+  EXPECT_NO_THROW(validate(o));
+  o.microbatches = 5;
+  try {
+    validate(o);
+    FAIL() << "--batch_size 16 in 5 micro-batches";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--batch_size 16 does not divide into --microbatches 5: each micro-batch takes "
+              "the same rows; pick a batch that 5 divides (15 or 20) or other --microbatches");
+  }
+  o.batch_size_scaled = true;  // the replica's batch is checked once the job has joined
+  EXPECT_NO_THROW(validate(o));
+}
+
 }  // namespace
 }  // namespace ddpx::train
