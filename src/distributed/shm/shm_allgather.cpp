@@ -76,13 +76,7 @@ void ShmAllreduce::gather_apply(const torch::Tensor& tensor, const ReadFn& read)
   start_call(signature(kGatherApply, type, 0, type == kBytes ? bytes : tensor.numel()),
              tensor.data_ptr(), bytes);
   if (bytes == 0) return barrier();
-  if (!all_in_arenas()) {
-    barrier();  // every rank finds the same and throws alike
-    fail(ErrorKind::kDist,
-         "rank {}: a tensor of gather-and-apply is not in shared memory on every rank "
-         "(/dev/shm full?); free /dev/shm or set DDPX_SHM_ARENA=0",
-         rank_);
-  }
+  require_in_arenas("a tensor of gather-and-apply", "DDPX_SHM_ARENA=0");
   ++calls_in_place_;
   std::vector<const void*> sources(world_size_);
   for (int q = 0; q < world_size_; ++q) sources[q] = q == rank_ ? tensor.data_ptr() : placed(q);

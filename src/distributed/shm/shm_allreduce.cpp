@@ -119,22 +119,11 @@ void ShmAllreduce::allreduce_apply(torch::Tensor& tensor, const ApplyFn& apply) 
   start_call(signature(kApply, type_code(tensor.scalar_type()), 0, total), tensor.data_ptr(),
              total * static_cast<int64_t>(tensor.element_size()));
   if (total == 0) return barrier();
-  if (!all_in_arenas()) {
-    barrier();  // every rank finds the same and throws alike
-    fail(ErrorKind::kDist,
-         "rank {}: a gradient bucket of reduce-and-apply is not in shared memory on every rank "
-         "(/dev/shm full?); free /dev/shm or set DDPX_SHARDED_STEP=0",
-         rank_);
-  }
+  require_in_arenas("a gradient bucket of reduce-and-apply", "DDPX_SHARDED_STEP=0");
   ++calls_in_place_;
-  std::vector<const void*> sources;
-  auto tensor_of = [&](int r) {
-    return mapping_->at(arena_begin_ + r * arena_bytes_ +
-                        control_->places[r].load(std::memory_order_relaxed));
-  };
-  sources.push_back(tensor_of(rank_));
+  std::vector<const void*> sources{placed(rank_)};
   for (int r = 0; r < world_size_; ++r)
-    if (r != rank_) sources.push_back(tensor_of(r));
+    if (r != rank_) sources.push_back(placed(r));
   const int64_t lo = total * rank_ / world_size_, hi = total * (rank_ + 1) / world_size_;
   std::exception_ptr error;
   try {

@@ -128,6 +128,9 @@ class ShmAllreduce {
   char* slot(int set, int rank) const;
   void check_calls_agree();
   bool all_in_arenas() const;
+  // Unless all_in_arenas(): a barrier, then ddpx::Error(kDist) naming `what` and the setting
+  // `fix` that turns the in-place op off, thrown alike on every rank.
+  void require_in_arenas(const char* what, const char* fix);
   // Publishes this call's signature and where its `bytes` at `data` lie (in the arena or not),
   // waits for every rank and checks that all made the same call.
   void start_call(uint64_t signature, const void* data, int64_t bytes);

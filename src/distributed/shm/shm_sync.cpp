@@ -141,4 +141,13 @@ bool ShmAllreduce::all_in_arenas() const {
   return true;
 }
 
+void ShmAllreduce::require_in_arenas(const char* what, const char* fix) {
+  if (all_in_arenas()) return;
+  barrier();  // every rank finds the same and throws alike
+  fail(ErrorKind::kDist,
+       "rank {}: {} is not in shared memory on every rank (/dev/shm full?); free /dev/shm or "
+       "set {}",
+       rank_, what, fix);
+}
+
 }  // namespace ddpx::dist
