@@ -271,6 +271,10 @@ TEST_P(ShardedPlanTest, TwentyStepsEndWithDdpsParametersAndMomentum) {
   EXPECT_EQ(sharded.descriptions[0].find("straight from shared memory") != std::string::npos,
             c.transport == Transport::kAuto)
       << sharded.descriptions[0];
+  // ZeRO-1/2 on shared memory keep the parameters there, the shards their own rows.
+  EXPECT_EQ(sharded.descriptions[0].find("each rank's shards their own rows") != std::string::npos,
+            c.transport == Transport::kAuto && c.mode != ShardMode::kFull)
+      << sharded.descriptions[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -293,6 +297,60 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.accumulation > 1 ? "_accumulating" : "") +
              (info.param.transport == Transport::kGloo ? "_gloo" : "");
     });
+
+// ZeRO-1 on the shared-memory transport keeps each unit's parameters in shared memory: every
+// shard is this rank's rows of its parameter (a step on the shard is a step on the parameter),
+// and a checkpoint part carries those rows alone, not the whole unit they are views of: it is
+// the size of the part written over Gloo, whose shards lie in a buffer of their own.
+TEST(ShardedResidentTest, ShardsAreTheParametersOwnRowsAndPartsCarryOnlyThem) {
+  std::map<Transport, std::vector<size_t>> part_bytes;
+  for (Transport transport : {Transport::kAuto, Transport::kGloo}) {
+    auto models = make_models(Model::kMlp, 4);
+    part_bytes[transport].resize(4);
+    auto errors = run_ranks(
+        4,
+        [&](int rank, Context& context) {
+          auto plan = make_plan(ShardMode::kOptimizer, models[rank], context, false);
+          auto& sharded = dynamic_cast<parallel::ShardedPlan&>(*plan);
+          for (const auto& unit : sharded.units()) {
+            EXPECT_EQ(unit.resident(), transport == Transport::kAuto) << unit.name();
+            if (!unit.resident()) continue;
+            for (size_t i = 0; i < unit.params().size(); ++i) {
+              const auto& shape = unit.shapes()[i];
+              if (shape.real_rows(rank) == 0) continue;
+              const auto rows = unit.params()[i]
+                                    .detach()
+                                    .view({shape.rows, -1})
+                                    .narrow(0, rank * shape.rows_per_rank, shape.real_rows(rank));
+              EXPECT_EQ(unit.shards()[i].data_ptr(), rows.data_ptr()) << unit.param_names()[i];
+              torch::NoGradGuard no_grad;
+              unit.shards()[i].add_(1.0);  // through the shard, into the parameter
+              EXPECT_TRUE(torch::equal(rows, unit.shards()[i]
+                                                 .view({shape.rows_per_rank, -1})
+                                                 .narrow(0, 0, shape.real_rows(rank))))
+                  << unit.param_names()[i];
+            }
+          }
+          torch::serialize::OutputArchive part;
+          plan->write_part(part);
+          std::stringstream bytes;
+          part.save_to(bytes);
+          torch::serialize::InputArchive back;
+          back.load_from(bytes);
+          for (const auto& key : back.keys()) {
+            if (key.empty() || key[0] != 'p') continue;
+            torch::Tensor rows;
+            back.read(key, rows);
+            EXPECT_EQ(rows.storage().nbytes(), rows.numel() * rows.element_size())
+                << "rank " << rank << " " << key << " was written with a larger buffer";
+            part_bytes[transport][rank] += rows.storage().nbytes();
+          }
+        },
+        std::chrono::seconds(20), transport);
+    EXPECT_ALL_RANKS_OK(errors);
+  }
+  EXPECT_EQ(part_bytes[Transport::kAuto], part_bytes[Transport::kGloo]);
+}
 
 // A checkpoint of ZeRO-3 on 2 ranks (Adam: moments and step) loads into 3 ranks of ZeRO-2 and
 // into 4 of ZeRO-1, whose state_dict() gives it back unchanged; and 5 more steps from it on 4

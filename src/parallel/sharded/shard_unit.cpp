@@ -26,7 +26,7 @@ torch::Tensor alias(const c10::Storage& storage, int64_t offset, c10::IntArrayRe
 
 ShardUnit::ShardUnit(std::string name, std::vector<torch::Tensor> params,
                      std::vector<std::string> names, int rank, int world_size,
-                     const ScratchPool::Allocate& place, ScratchPool* scratch)
+                     const ScratchPool::Allocate& place, ScratchPool* scratch, bool resident)
     : name_(std::move(name)),
       rank_(rank),
       world_(world_size),
@@ -51,14 +51,37 @@ ShardUnit::ShardUnit(std::string name, std::vector<torch::Tensor> params,
     offsets_.push_back(total);
     nbytes_.push_back(p.storage().nbytes());
     total += shapes_.back().shard_numel();
-    aliases_.push_back(alias(p.storage(), 0, p.sizes(), options));
   }
-  if (place && options.device().is_cpu()) flat_ = place(total, params_[0].scalar_type());
-  if (!flat_.defined()) flat_ = torch::empty({total}, options);
-  gather_dtype_ = flat_.scalar_type();
+  total_ = total;
+  dtype_ = params_[0].scalar_type();
+  gather_dtype_ = dtype_;
+  const bool on_cpu = options.device().is_cpu();
+  if (resident && place && on_cpu) storage_ = place(world_ * total, dtype_);
+  resident_ = storage_.defined();
+  if (resident_) {
+    // Each parameter moves into its padded rows of the buffer; the padding stays zero, as a
+    // flat buffer's does.
+    torch::NoGradGuard no_grad;
+    storage_.zero_();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto region = alias(storage_.storage(), storage_.storage_offset() + resident_offset(i),
+                          params_[i].sizes(), options);
+      region.copy_(params_[i].detach());
+      params_[i].set_data(region);
+    }
+  } else {
+    if (place && on_cpu) flat_ = place(total, dtype_);
+    if (!flat_.defined()) flat_ = torch::empty({total}, options);
+  }
+  for (const auto& p : params_)
+    aliases_.push_back(alias(p.storage(), p.storage_offset(), p.sizes(), options));
   grad_flat_ = torch::zeros({total}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto shard = alias(flat_.storage(), offsets_[i], shapes_[i].shard_sizes, options);
+    auto shard = resident_ ? alias(storage_.storage(),
+                                   storage_.storage_offset() + resident_offset(i) +
+                                       rank_ * shapes_[i].shard_numel(),
+                                   shapes_[i].shard_sizes, options)
+                           : alias(flat_.storage(), offsets_[i], shapes_[i].shard_sizes, options);
     shard.set_requires_grad(params_[i].requires_grad());  // a frozen parameter stays frozen
     shards_.push_back(shard);
     shard_grads_.push_back(
@@ -75,6 +98,7 @@ int64_t ShardUnit::param_bytes() const {
 
 void ShardUnit::shard_from_params() {
   DDPX_CHECK(gathered_, ErrorKind::kInternal, "unit {} is sharded from released parameters", name_);
+  if (resident_) return;  // the shards are the parameters' own rows (restore_storage: see there)
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto flat = flat_.narrow(0, offsets_[i], shapes_[i].shard_numel());
@@ -88,7 +112,7 @@ void ShardUnit::restore_storage() {
     auto& p = params_[i];
     if (p.storage().unsafeGetStorageImpl() == aliases_[i].storage().unsafeGetStorageImpl())
       continue;
-    materialize(i);
+    if (!resident_) materialize(i);
     aliases_[i].copy_(p.detach());
     p.set_data(aliases_[i]);
   }
@@ -97,68 +121,83 @@ void ShardUnit::restore_storage() {
 void ShardUnit::materialize(size_t i) { materialize_storage(params_[i], nbytes_[i]); }
 
 void ShardUnit::release() {
+  DDPX_CHECK(!resident_, ErrorKind::kInternal, "unit {} keeps its parameters resident", name_);
   if (gather_work_) finish_gather();  // never leave a collective writing into freed memory
   for (auto& p : params_) free_storage(p);
   gathered_ = false;
 }
 
 void ShardUnit::set_gather_dtype(c10::ScalarType dtype) {
-  if (!c10::isFloatingType(flat_.scalar_type()) || !c10::isFloatingType(dtype)) return;
+  if (!c10::isFloatingType(dtype_) || !c10::isFloatingType(dtype)) return;
+  // A resident unit's own rows are its fp32 shards: a low-precision gather would round them.
+  DDPX_CHECK(!resident_ || dtype == dtype_, ErrorKind::kInternal,
+             "unit {} keeps its parameters resident and gathers in {} only", name_,
+             c10::toString(dtype_));
   gather_dtype_ = dtype;
 }
 
 void ShardUnit::start_gather(c10d::ProcessGroup& group, bool full_precision) {
-  const bool full = full_precision || gather_dtype_ == flat_.scalar_type();
+  const bool full = full_precision || gather_dtype_ == dtype_;
   if (gather_work_ && full && !pending_full_) finish_gather();  // then again, in full
   if (gather_work_) return;
   if (gathered_ && (gathered_full_ || !full)) return;
   if (in_place_ != nullptr && full) return start_gather_in_place(group);
-  const auto dtype = full ? flat_.scalar_type() : gather_dtype_;
-  gather_input_ = dtype == flat_.scalar_type() ? flat_ : flat_.to(dtype);
-  gather_buffer_ = scratch(world_ * flat_.numel(), dtype);
+  const auto dtype = full ? dtype_ : gather_dtype_;
+  gather_input_ = local_flat(dtype);
+  gather_buffer_ = scratch(world_ * total_, dtype);
   pending_full_ = full;
   gather_work_ = group._allgather_base(gather_buffer_, gather_input_);
 }
 
+torch::Tensor ShardUnit::local_flat(c10::ScalarType dtype) const {
+  if (!resident_) return dtype == dtype_ ? flat_ : flat_.to(dtype);
+  torch::NoGradGuard no_grad;
+  auto flat = torch::empty({total_}, grad_flat_.options().dtype(dtype));
+  for (size_t i = 0; i < shards_.size(); ++i)
+    flat.narrow(0, offsets_[i], shapes_[i].shard_numel()).copy_(shards_[i].reshape({-1}));
+  return flat;
+}
+
 bool ShardUnit::shards_in(const dist::ShmBackend& shm) const {
   const auto& arena = shm.arena();
-  return arena != nullptr && flat_.device().is_cpu() &&
-         arena->locate(flat_.data_ptr(), flat_.numel() * flat_.element_size()).has_value();
+  const auto& t = published();
+  return arena != nullptr && t.device().is_cpu() &&
+         arena->locate(t.data_ptr(), t.numel() * t.element_size()).has_value();
 }
 
 void ShardUnit::start_gather_in_place(c10d::ProcessGroup& group) {
-  for (size_t i = 0; i < params_.size(); ++i) materialize(i);  // here, not on the comm thread
-  // What the copy needs, by value: the op runs on the transport's thread.
-  struct Piece {
+  // here, not on the comm thread
+  if (!resident_)
+    for (size_t i = 0; i < params_.size(); ++i) materialize(i);
+  // What the copy needs, by value: the op runs on the transport's thread. Rank q's real rows of
+  // each parameter, from where rank q publishes them to where this rank's parameter holds them:
+  // a flat buffer's shards at the same offset on every rank, a resident unit's rows at their own
+  // place in every rank's buffer (this rank's own rows are its shards already).
+  struct Copy {
     char* to;
-    int64_t from, row_bytes, rows_per_rank;
-    std::vector<int64_t> rows;  // real rows of each rank
+    int rank;
+    int64_t from, bytes;
   };
-  std::vector<Piece> pieces;
-  const int64_t size = flat_.element_size();
+  std::vector<Copy> copies;
+  const int64_t size = static_cast<int64_t>(c10::elementSize(dtype_));
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& s = shapes_[i];
-    Piece piece{static_cast<char*>(aliases_[i].data_ptr()),
-                offsets_[i] * size,
-                s.row_numel * size,
-                s.rows_per_rank,
-                {}};
-    for (int q = 0; q < world_; ++q) piece.rows.push_back(s.real_rows(q));
-    pieces.push_back(std::move(piece));
+    for (int q = 0; q < world_; ++q) {
+      const int64_t bytes = s.real_rows(q) * s.row_numel * size;
+      if (bytes == 0 || (resident_ && q == rank_)) continue;
+      const int64_t rows_at = q * s.rows_per_rank * s.row_numel * size;  // in the parameter
+      const int64_t from = resident_ ? resident_offset(i) * size + rows_at : offsets_[i] * size;
+      copies.push_back({static_cast<char*>(aliases_[i].data_ptr()) + rows_at, q, from, bytes});
+    }
   }
   pending_full_ = true;
-  const auto logical = torch::empty({world_ * flat_.numel()}, flat_.options().device(torch::kMeta));
+  const auto logical = torch::empty({world_ * total_}, grad_flat_.options().device(torch::kMeta));
   gather_work_ = dist::submit_shm(
       group, *in_place_, "allgather_into_tensor", {logical},
-      [flat = flat_, pieces = std::move(pieces)](dist::ShmAllreduce& shm) {
-        shm.gather_apply(flat, [&](const std::vector<const void*>& sources) {
-          for (const auto& p : pieces) {
-            for (size_t q = 0; q < sources.size(); ++q) {
-              if (p.rows[q] == 0) continue;
-              std::memcpy(p.to + q * p.rows_per_rank * p.row_bytes,
-                          static_cast<const char*>(sources[q]) + p.from, p.rows[q] * p.row_bytes);
-            }
-          }
+      [published = published(), copies = std::move(copies)](dist::ShmAllreduce& shm) {
+        shm.gather_apply(published, [&](const std::vector<const void*>& sources) {
+          for (const auto& c : copies)
+            std::memcpy(c.to, static_cast<const char*>(sources[c.rank]) + c.from, c.bytes);
         });
       });
 }
@@ -183,22 +222,22 @@ void ShardUnit::gather(c10d::ProcessGroup& group) {
 
 void ShardUnit::copy_out(const torch::Tensor& gathered) {
   torch::NoGradGuard no_grad;
-  const auto rows = gathered.view({world_, flat_.numel()});
+  const auto rows = gathered.view({world_, total_});
   for (size_t i = 0; i < params_.size(); ++i) {
-    materialize(i);
+    if (!resident_) materialize(i);
     const auto& s = shapes_[i];
     auto full = aliases_[i].view({-1});
     for (int q = 0; q < world_; ++q) {
       const int64_t n = s.real_rows(q) * s.row_numel;
-      if (n == 0) continue;
+      if (n == 0 || (resident_ && q == rank_)) continue;  // a resident unit's own: its shards
       full.narrow(0, q * s.rows_per_rank * s.row_numel, n).copy_(rows[q].narrow(0, offsets_[i], n));
     }
   }
 }
 
 torch::Tensor ShardUnit::scratch(int64_t numel, c10::ScalarType dtype) {
-  if (scratch_) return scratch_->acquire(numel, dtype, flat_.device());
-  return torch::empty({numel}, flat_.options().dtype(dtype));
+  if (scratch_) return scratch_->acquire(numel, dtype, grad_flat_.device());
+  return torch::empty({numel}, grad_flat_.options().dtype(dtype));
 }
 
 void ShardUnit::give_back(torch::Tensor& buffer) {
@@ -207,8 +246,8 @@ void ShardUnit::give_back(torch::Tensor& buffer) {
 }
 
 torch::Tensor ShardUnit::pack_gradients(bool free_full, torch::Tensor into) {
-  auto packed = into.defined() ? into : torch::empty({world_ * flat_.numel()}, flat_.options());
-  auto rows = packed.view({world_, flat_.numel()});
+  auto packed = into.defined() ? into : torch::empty({world_ * total_}, grad_flat_.options());
+  auto rows = packed.view({world_, total_});
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& grad = params_[i].grad();
     for (int q = 0; q < world_; ++q) {
@@ -227,7 +266,7 @@ torch::Tensor ShardUnit::pack_gradients(bool free_full, torch::Tensor into) {
 void ShardUnit::start_reduce(c10d::ProcessGroup& group, bool free_full, bool group_averages) {
   if (reduce_work_) return;
   torch::NoGradGuard no_grad;
-  reduce_input_ = pack_gradients(free_full, scratch(world_ * flat_.numel(), flat_.scalar_type()));
+  reduce_input_ = pack_gradients(free_full, scratch(world_ * total_, dtype_));
   c10d::ReduceScatterOptions options;
   options.reduceOp = group_averages ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
   reduce_averaged_ = group_averages;
@@ -254,7 +293,7 @@ void ShardUnit::reduce_in_tree(c10d::ProcessGroup& group, int64_t atoms, bool fr
   dist::wait_work(
       group.alltoall_base(output, input, equal_splits, equal_splits),
       fmt::format("--deterministic: the all-to-all of sharded unit '{}''s gradients", name_));
-  grad_flat_.copy_(tree_sum(output.view({world_, flat_.numel()}).unbind(0)));
+  grad_flat_.copy_(tree_sum(output.view({world_, total_}).unbind(0)));
   grad_flat_.div_(static_cast<double>(atoms));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].requires_grad()) shards_[i].mutable_grad() = shard_grads_[i];
@@ -267,14 +306,14 @@ std::vector<torch::Tensor> ShardUnit::gather_full(c10d::ProcessGroup& group,
              "unit {}: {} tensors to gather for {} parameters", name_, local.size(),
              params_.size());
   torch::NoGradGuard no_grad;
-  auto input = torch::empty({flat_.numel()}, local[0].options().requires_grad(false));
+  auto input = torch::empty({total_}, local[0].options().requires_grad(false));
   for (size_t i = 0; i < local.size(); ++i) {
     input.narrow(0, offsets_[i], shapes_[i].shard_numel()).copy_(local[i].reshape({-1}));
   }
-  auto output = torch::empty({world_ * flat_.numel()}, input.options());
+  auto output = torch::empty({world_ * total_}, input.options());
   dist::wait_work(group._allgather_base(output, input),
                   fmt::format("the all-gather of unit '{}''s state", name_));
-  const auto rows = output.view({world_, flat_.numel()});
+  const auto rows = output.view({world_, total_});
   std::vector<torch::Tensor> full;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto whole = torch::empty(params_[i].sizes(), input.options());

@@ -3,7 +3,11 @@
 // root's own parameters), FSDP2's "FSDPParamGroup".
 //
 // The unit owns this rank's shards of its parameters, laid one after another in one flat
-// buffer (shard_layout.h), and the flat buffer of their averaged gradients. The shards are the
+// buffer (shard_layout.h), and the flat buffer of their averaged gradients. A resident unit
+// (ZeRO-1/2 on one host, see the constructor) has no flat buffer: its parameters lie padded,
+// one after another, in one buffer in shared memory, and each shard is this rank's rows of its
+// parameter there, so a step updates the parameters' own rows and a gather copies only the
+// peers' rows. The shards are the
 // tensors the optimizer steps (leaves, requires_grad, each of shape (rows_per_rank, rest...));
 // their .grad() are slices of the gradient buffer after a synchronized backward.
 //
@@ -41,10 +45,13 @@ class ShardUnit {
   // makes them so), `names` their names in the model. `place`, if given, allocates the flat
   // shard buffer (CPU only): the shared-memory transport's arena, from which peers' all-gathers
   // read it in place. `scratch`, if given, lends the collectives' buffers (it must outlive
-  // the unit).
+  // the unit). `resident`, with `place`: lay the parameters themselves there, padded (each a
+  // view of that buffer from then on, set_data), the shards being this rank's rows of them;
+  // only for units never released (ZeRO-1/2) whose gathers stay in full precision. Where
+  // `place` has no room, the unit is laid out as without it.
   ShardUnit(std::string name, std::vector<torch::Tensor> params, std::vector<std::string> names,
             int rank, int world_size, const ScratchPool::Allocate& place = {},
-            ScratchPool* scratch = nullptr);
+            ScratchPool* scratch = nullptr, bool resident = false);
 
   const std::string& name() const { return name_; }
   const std::vector<torch::Tensor>& params() const { return params_; }
@@ -52,9 +59,10 @@ class ShardUnit {
   const std::vector<torch::Tensor>& shards() const { return shards_; }
   const std::vector<ShardShape>& shapes() const { return shapes_; }
   // Elements of this rank's flat shard buffer (padding included): one rank's share of a gather.
-  int64_t shard_numel() const { return flat_.numel(); }
+  int64_t shard_numel() const { return total_; }
   int64_t param_bytes() const;  // the unit's parameters, unpadded, whole
   bool gathered() const { return gathered_; }
+  bool resident() const { return resident_; }
 
   // Sets this rank's shards from the parameters as they are now (construction, load).
   void shard_from_params();
@@ -76,7 +84,8 @@ class ShardUnit {
   void set_gather_dtype(c10::ScalarType dtype);
   c10::ScalarType gather_dtype() const { return gather_dtype_; }
 
-  // Whether this rank's flat shard buffer lies in `shm`'s arena (see the constructor's `place`).
+  // Whether this rank's flat shard buffer (a resident unit: its parameters' buffer) lies in
+  // `shm`'s arena (see the constructor's `place`).
   bool shards_in(const dist::ShmBackend& shm) const;
   // From now on, full-precision gathers go through `shm` as gather-and-apply
   // (dist::ShmAllreduce::gather_apply): each rank copies every rank's shards from shared memory
@@ -121,6 +130,12 @@ class ShardUnit {
   void give_back(torch::Tensor& buffer);
   void materialize(size_t i);
   void start_gather_in_place(c10d::ProcessGroup& group);
+  // What peers read in place: the flat shard buffer, or a resident unit's parameters' buffer.
+  const torch::Tensor& published() const { return resident_ ? storage_ : flat_; }
+  // This rank's shards as one contiguous buffer in `dtype` (a resident unit packs a copy).
+  torch::Tensor local_flat(c10::ScalarType dtype) const;
+  // Where parameter i's padded rows start in a resident unit's buffer, in elements.
+  int64_t resident_offset(size_t i) const { return world_ * offsets_[i]; }
   void copy_out(const torch::Tensor& gathered);
 
   std::string name_;
@@ -130,8 +145,12 @@ class ShardUnit {
   std::vector<ShardShape> shapes_;
   std::vector<int64_t> offsets_;  // each parameter's start in the flat buffers
   std::vector<size_t> nbytes_;    // each parameter's storage size when gathered
-  torch::Tensor flat_;            // this rank's shards, one after another
-  torch::Tensor grad_flat_;       // their averaged gradients
+  torch::Tensor flat_;            // this rank's shards, one after another (not resident)
+  torch::Tensor storage_;         // resident: every parameter's padded rows, in shared memory
+  bool resident_ = false;
+  int64_t total_ = 0;        // elements of one rank's shards, padding included
+  c10::ScalarType dtype_;    // the parameters' (and shards') dtype
+  torch::Tensor grad_flat_;  // their averaged gradients
   std::vector<torch::Tensor> shards_, shard_grads_;
   bool gathered_ = true;          // the parameters hold their values (at construction they do)
   bool gathered_full_ = true;     // ... in the shards' own precision

@@ -56,6 +56,12 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     dist::broadcast_coalesced(*group_, state, /*root=*/0);
   }
 
+  // ZeRO-1/2 on one host in full precision: each unit's parameters lie in shared memory, the
+  // shards their own rows (ShardUnit's `resident`), so a gather copies only the peers' rows.
+  const bool full_precision = options_.gather_dtype == c10::ScalarType::Undefined;
+  const bool resident = options_.mode != ShardMode::kFull && full_precision &&
+                        options_.deterministic_atom == 0 && context_.shm() != nullptr &&
+                        env::get_or("DDPX_GATHER_IN_PLACE", "1") != "0";
   std::map<std::string, size_t> index_of;
   for (size_t k = 0; k < named.size(); ++k) index_of[named[k].key()] = k;
   shards_.resize(named.size());
@@ -67,7 +73,7 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
       params.push_back(named[order.back()].value());
     }
     units_.emplace_back(spec.name, params, spec.param_names, context_.rank(), context_.world_size(),
-                        policy_.allocate, &scratch_);
+                        policy_.allocate, &scratch_, resident);
     model_order_.push_back(order);
     for (size_t i = 0; i < order.size(); ++i) shards_[order[i]] = units_.back().shards()[i];
   }
@@ -151,12 +157,16 @@ std::string ShardedPlan::describe() {
              : std::string();
   return fmt::format(
       "optimizer step: {}, on this rank's shards | plan: sharded "
-      "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{}){}",
+      "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{}){}{}",
       dynamic_cast<torch::optim::SGD*>(optimizer_.get()) != nullptr ? "fused SGD"
                                                                     : "the optimizer's own",
       context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size(),
       low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "", atoms,
-      gathers_in_place_ ? "; all-gathers straight from shared memory into the parameters" : "");
+      gathers_in_place_ ? "; all-gathers straight from shared memory into the parameters" : "",
+      !units_.empty() && units_[0].resident()
+          ? " (the parameters in shared memory, each rank's shards their own rows: all-gathers "
+            "copy only the peers' rows)"
+          : "");
 }
 
 torch::nn::AnyModule& ShardedPlan::module() {

@@ -208,7 +208,13 @@ void write_local_part(const std::vector<ShardUnit>& units,
 void write_holder_part(const std::vector<std::pair<size_t, torch::Tensor>>& params,
                        const std::vector<std::pair<size_t, torch::Tensor>>& buffers,
                        torch::optim::Optimizer* optimizer, torch::serialize::OutputArchive& part) {
-  for (const auto& [k, rows] : params) part.write(fmt::format("p{}", k), rows.detach());
+  // A shard may be a view of a larger buffer (a resident unit's rows): written alone, not with
+  // the buffer the archive would otherwise carry along.
+  for (const auto& [k, rows] : params) {
+    const bool alone =
+        rows.storage_offset() == 0 && rows.storage().nbytes() == rows.numel() * rows.element_size();
+    part.write(fmt::format("p{}", k), alone ? rows.detach() : rows.detach().clone());
+  }
   for (const auto& [j, value] : buffers) part.write(fmt::format("b{}", j), value.detach());
   if (optimizer == nullptr) return;
   torch::serialize::OutputArchive state(part.compilation_unit());
