@@ -45,28 +45,30 @@ void count_model(torch::nn::Module& module, int64_t& params, int64_t& grads) {
   }
 }
 
-double formula(parallel::ShardMode shard, double psi, double k, int n) {
+// `resident`: ZeRO-1/2's shards are rows of the parameters (shard_unit.h), no copy of their own.
+double formula(parallel::ShardMode shard, double psi, double k, int n, bool resident) {
+  const double copy = resident ? 0 : 4;  // the fp32 shards beside the parameters
   switch (shard) {
     case parallel::ShardMode::kNone:
       return (4 + 4 + k) * psi;
     case parallel::ShardMode::kOptimizer:
-      return 8 * psi + (4 + 4 + k) * psi / n;
+      return 8 * psi + (copy + 4 + k) * psi / n;
     case parallel::ShardMode::kGradients:
-      return 4 * psi + (4 + 4 + k) * psi / n;
+      return 4 * psi + (copy + 4 + k) * psi / n;
     case parallel::ShardMode::kFull:
       return (4 + 4 + k) * psi / n;
   }
   return 0;
 }
 
-const char* formula_text(parallel::ShardMode shard) {
+const char* formula_text(parallel::ShardMode shard, bool resident) {
   switch (shard) {
     case parallel::ShardMode::kNone:
       return "(4+4+K)Psi";
     case parallel::ShardMode::kOptimizer:
-      return "8Psi+(8+K)Psi/N";
+      return resident ? "8Psi+(4+K)Psi/N (the shards: rows of the parameters)" : "8Psi+(8+K)Psi/N";
     case parallel::ShardMode::kGradients:
-      return "4Psi+(8+K)Psi/N";
+      return resident ? "4Psi+(4+K)Psi/N (the shards: rows of the parameters)" : "4Psi+(8+K)Psi/N";
     case parallel::ShardMode::kFull:
       return "(8+K)Psi/N";
   }
@@ -238,14 +240,17 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   }
 
   std::vector<int64_t> mine(kCount, 0);
+  const bool resident = units != nullptr && !units->empty() && units->front().resident();
   if (units != nullptr) {
+    std::set<const void*> storages;  // a resident unit's parameters share one
     for (const auto& unit : *units) {
       for (const auto& p : unit.params()) {
-        mine[kParams] += static_cast<int64_t>(p.storage().nbytes());
+        if (storages.insert(p.storage().unsafeGetStorageImpl()).second)
+          mine[kParams] += static_cast<int64_t>(p.storage().nbytes());
         mine[kGrads] += bytes_of(p.grad());
       }
       for (const auto& s : unit.shards()) {
-        mine[kParams] += bytes_of(s);
+        if (!unit.resident()) mine[kParams] += bytes_of(s);  // else rows of the parameters
         mine[kGrads] += bytes_of(s.grad());
       }
     }
@@ -269,8 +274,8 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   // The replicas shard Psi_r over the N/T ranks of a tensor rank, or the N/P of a stage.
   const int replicas = n / std::max(o.tensor_parallel, 1) / std::max(o.pipeline_parallel, 1);
   mine[kFormula] = static_cast<int64_t>(
-      !splits            ? formula(o.shard, static_cast<double>(psi), k, n)
-      : units != nullptr ? formula(o.shard, static_cast<double>(own), k, replicas)
+      !splits            ? formula(o.shard, static_cast<double>(psi), k, n, resident)
+      : units != nullptr ? formula(o.shard, static_cast<double>(own), k, replicas, resident)
                          : (4 + 4 + k) * static_cast<double>(own));
   plan->step();
   mine[kPeak] = static_cast<int64_t>((proc_status_mib("VmHWM") - baseline) * (1 << 20));
@@ -293,10 +298,11 @@ void run_shard_memory(const ShardMemoryOptions& o) {
         "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
         "over the start's; tensors: the most CPU tensor bytes alive at once (`ddpx plan`'s peak); "
         "activations: the tensor bytes a forward adds, held when its backward starts\n",
-        !splits ? formula_text(o.shard)
+        !splits ? formula_text(o.shard, resident)
         : units != nullptr  // sharded pieces or stages (a pipeline of one replica shards none)
-            ? formula_text(o.shard) + std::string(" over Psi_r, this rank's own parameters, and "
-                                                  "N the replicas")
+            ? formula_text(o.shard, resident) +
+                  std::string(" over Psi_r, this rank's own parameters, and "
+                              "N the replicas")
             : "(8+K)Psi_r, Psi_r: this rank's own parameters");
     fmt::print("# {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>11}\n", "rank",
                "params", "grads", "optimizer", "states", "formula", "vs", "peak", "tensors",

@@ -105,11 +105,13 @@ torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch
 
 void PipelinePlan::send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch,
                         bool forward) {
-  // GPU tensors go through host memory, by Gloo, whose sends never block: NCCL's send waits for
-  // its receive, and 1F1B's two ranks each send (activations one way, gradients the other)
-  // before they receive on the same pair's stream, which can deadlock unless the pairs are
-  // grouped (as torch.distributed.pipelining's batch_isend_irecv does). NCCL send/recv, grouped,
-  // comes once it has run on GPUs.
+  // GPU tensors go through host memory, by Gloo, whose sends never block and whose tags pick the
+  // matching receive. NCCL's send waits for its receive, and matches them by order on the pair's
+  // stream, not by tag: 1F1B's two ranks each send (activations one way, gradients the other)
+  // before they receive, which deadlocks unless each step's sends and receives are grouped (as
+  // torch.distributed.pipelining's batch_isend_irecv does), and an interleaved pair carries two
+  // stages each way, whose orders must agree on both ends. NCCL send/recv, grouped, comes once
+  // it can run on two GPUs (docs/distributed.md, section 7).
   std::vector<torch::Tensor> buffer{t.detach().to(torch::kCPU).contiguous()};
   const int stages = static_cast<int>(table_.size());
   const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);

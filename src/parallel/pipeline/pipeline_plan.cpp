@@ -204,8 +204,9 @@ std::string PipelinePlan::describe() {
   std::string shard;
   if (options_.shard != ShardMode::kNone) {
     shard = sharded()
-                ? fmt::format("; each stage sharded over its {} replicas (--shard {}, {})",
-                              replica_count_, name(options_.shard), zero_stage(options_.shard))
+                ? fmt::format("; each stage sharded over its {} replicas (--shard {}, {}){}",
+                              replica_count_, name(options_.shard), zero_stage(options_.shard),
+                              gathers_in_place_ ? ", all-gathered straight from shared memory" : "")
                 : fmt::format("; --shard {}: one replica a stage, nothing to split",
                               name(options_.shard));
   }

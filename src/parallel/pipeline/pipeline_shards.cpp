@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "distributed/bucket_policy.h"
 #include "distributed/context.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/optimizer_state.h"
@@ -19,6 +20,12 @@ namespace ddpx::parallel {
 
 void PipelinePlan::build_units() {
   own_storages(params_);
+  // As the sharded plan's units: on one host the shards (ZeRO-1/2: the parameters too) lie in
+  // the replicas' shared memory, and gathers copy straight from the peers' shards into the
+  // parameters. No pool of collective buffers: a stage reduces once a step, not once a unit
+  // during backward, and `ddpx plan`'s mesh rows count no pool.
+  const dist::BucketPolicy policy = replicas_->bucket_policy();
+  const bool resident = keeps_resident(options_.shard, options_.gather_dtype, replicas_->shm());
   std::map<const c10::TensorImpl*, std::string> names;
   for (const auto& p : model_.ptr()->named_parameters(/*recurse=*/true))
     names[p.value().unsafeGetTensorImpl()] = p.key();
@@ -37,7 +44,7 @@ void PipelinePlan::build_units() {
     }
     if (params.empty()) continue;  // a stage without parameters has nothing to shard
     units_.emplace_back(fmt::format("stage {}", stage), params, param_names, replica_,
-                        replica_count_);
+                        replica_count_, policy.allocate, nullptr, resident);
     if (options_.gather_dtype != c10::ScalarType::Undefined)
       units_.back().set_gather_dtype(options_.gather_dtype);
     unit_order_.push_back(order);
@@ -47,6 +54,8 @@ void PipelinePlan::build_units() {
     for (size_t i = 0; i < unit_order_[u].size(); ++i)
       shards_[unit_order_[u][i]] = units_[u].shards()[i];
   }
+  gathers_in_place_ = gather_in_place_if_shared(units_, *replicas_->process_group(), replica_count_,
+                                                replicas_->shm());
   if (options_.shard == ShardMode::kFull) {
     for (auto& unit : units_) unit.release();
   }
@@ -61,7 +70,13 @@ void PipelinePlan::gather_units(bool full_precision) {
 void PipelinePlan::reduce_units() {
   auto& group = *replicas_->process_group();
   const bool free_full = options_.shard != ShardMode::kOptimizer;
-  for (auto& unit : units_) unit.start_reduce(group, free_full);
+  const dist::BucketPolicy policy = replicas_->bucket_policy();
+  for (auto& unit : units_) {
+    const auto& shard = unit.shards()[0];
+    const bool averages =
+        policy.averages && policy.averages(shard.scalar_type(), shard.device().type());
+    unit.start_reduce(group, free_full, averages);
+  }
   for (auto& unit : units_) unit.finish_reduce();
   if (options_.shard == ShardMode::kFull) {
     for (auto& unit : units_) unit.release();

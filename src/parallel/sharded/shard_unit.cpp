@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/shm/shm_allreduce.h"
@@ -323,6 +324,24 @@ std::vector<torch::Tensor> ShardUnit::gather_full(c10d::ProcessGroup& group,
     full.push_back(whole);
   }
   return full;
+}
+
+bool keeps_resident(ShardMode mode, c10::ScalarType gather_dtype, const dist::ShmBackend* shm) {
+  return mode != ShardMode::kNone && mode != ShardMode::kFull &&
+         gather_dtype == c10::ScalarType::Undefined && shm != nullptr &&
+         env::get_or("DDPX_GATHER_IN_PLACE", "1") != "0";
+}
+
+bool gather_in_place_if_shared(std::vector<ShardUnit>& units, c10d::ProcessGroup& group,
+                               int world_size, dist::ShmBackend* shm) {
+  if (shm == nullptr || env::get_or("DDPX_GATHER_IN_PLACE", "1") == "0") return false;
+  bool here = !units.empty();
+  for (const auto& unit : units) here = here && unit.shards_in(*shm);
+  torch::Tensor votes = torch::tensor({int64_t{here}});
+  dist::all_reduce_sum(group, votes, "sharded units in shared memory");
+  if (votes.item<int64_t>() != world_size) return false;
+  for (auto& unit : units) unit.gather_in_place(shm);
+  return true;
 }
 
 }  // namespace ddpx::parallel

@@ -32,6 +32,7 @@
 
 #include "parallel/sharded/scratch_pool.h"
 #include "parallel/sharded/shard_layout.h"
+#include "parallel/sharded/shard_mode.h"
 
 namespace ddpx::dist {
 class ShmBackend;
@@ -163,5 +164,18 @@ class ShardUnit {
   torch::Tensor gather_buffer_, gather_input_, reduce_input_;
   c10::intrusive_ptr<c10d::Work> gather_work_, reduce_work_;
 };
+
+// Whether the units of a plan under `mode` that gathers in `gather_dtype` (Undefined: the
+// shards' own) keep their parameters resident (the constructor's `resident`): ZeRO-1/2 in full
+// precision where the group has the shared-memory transport `shm`, unless
+// DDPX_GATHER_IN_PLACE=0.
+bool keeps_resident(ShardMode mode, c10::ScalarType gather_dtype, const dist::ShmBackend* shm);
+
+// Where every rank's `units` lie in `shm`'s arena (shards_in), has them gather in place from
+// then on (gather_in_place) and returns true. One rank may have lacked room: the ranks agree
+// first, so every rank returns alike. Collective over `group` (of `world_size` ranks) unless
+// `shm` is null or DDPX_GATHER_IN_PLACE=0 (then false on every rank).
+bool gather_in_place_if_shared(std::vector<ShardUnit>& units, c10d::ProcessGroup& group,
+                               int world_size, dist::ShmBackend* shm);
 
 }  // namespace ddpx::parallel

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <map>
 
-#include "core/env.h"
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
@@ -58,10 +57,8 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
 
   // ZeRO-1/2 on one host in full precision: each unit's parameters lie in shared memory, the
   // shards their own rows (ShardUnit's `resident`), so a gather copies only the peers' rows.
-  const bool full_precision = options_.gather_dtype == c10::ScalarType::Undefined;
-  const bool resident = options_.mode != ShardMode::kFull && full_precision &&
-                        options_.deterministic_atom == 0 && context_.shm() != nullptr &&
-                        env::get_or("DDPX_GATHER_IN_PLACE", "1") != "0";
+  const bool resident = options_.deterministic_atom == 0 &&
+                        keeps_resident(options_.mode, options_.gather_dtype, context_.shm());
   std::map<std::string, size_t> index_of;
   for (size_t k = 0; k < named.size(); ++k) index_of[named[k].key()] = k;
   shards_.resize(named.size());
@@ -77,7 +74,10 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     model_order_.push_back(order);
     for (size_t i = 0; i < order.size(); ++i) shards_[order[i]] = units_.back().shards()[i];
   }
-  gather_in_place_if_shared();
+  // Full-precision gathers copy every rank's shards straight from shared memory into the
+  // parameters where every rank's lie there.
+  gathers_in_place_ =
+      gather_in_place_if_shared(units_, *group_, context_.world_size(), context_.shm());
   optimizer_ = make_optimizer(shards_);
   if (options_.deterministic_atom > 0) {
     std::vector<torch::Tensor> trained;
@@ -116,21 +116,6 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     }
     release_all(/*keep_root=*/false);
   }
-}
-
-void ShardedPlan::gather_in_place_if_shared() {
-  // Where every rank's shards lie in its shared-memory arena, full-precision gathers copy them
-  // straight from there into the parameters (ShardUnit::gather_in_place). One rank may have
-  // lacked room: the ranks agree first, and otherwise all gather as before.
-  dist::ShmBackend* shm = context_.shm();
-  if (shm == nullptr || env::get_or("DDPX_GATHER_IN_PLACE", "1") == "0") return;
-  bool here = !units_.empty();
-  for (const auto& unit : units_) here = here && unit.shards_in(*shm);
-  torch::Tensor votes = torch::tensor({int64_t{here}});
-  dist::all_reduce_sum(*group_, votes, "sharded units in shared memory");
-  if (votes.item<int64_t>() != context_.world_size()) return;
-  for (auto& unit : units_) unit.gather_in_place(shm);
-  gathers_in_place_ = true;
 }
 
 ShardedPlan::~ShardedPlan() {

@@ -113,8 +113,7 @@ class ShardedPlan : public Plan, private GateListener {
   void on_use(const std::vector<int>& units) override;
   void on_grad_ready(size_t unit);
   void start_reduce(size_t unit);  // bounded: finishes the oldest of two in flight first
-  void gather_in_place_if_shared();
-  void gather_all();  // every unit's parameters whole (state_dict, load, refresh)
+  void gather_all();               // every unit's parameters whole (state_dict, load, refresh)
   void release_all(bool keep_root);
   void finish_backward();
   MicroBatchResult forward_backward_atoms(const MicroBatch& batch, bool sync);
