@@ -167,7 +167,8 @@ bool ShardUnit::shards_in(const dist::ShmBackend& shm) const {
 }
 
 void ShardUnit::start_gather_in_place(c10d::ProcessGroup& group) {
-  // here, not on the comm thread
+  // Memory for released parameters (a resident unit is never released), here, not on the
+  // comm thread.
   if (!resident_)
     for (size_t i = 0; i < params_.size(); ++i) materialize(i);
   // What the copy needs, by value: the op runs on the transport's thread. Rank q's real rows of
