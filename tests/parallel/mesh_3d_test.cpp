@@ -189,7 +189,7 @@ TEST_P(Mesh3dTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) {
     if (layout.shard == parallel::ShardMode::kNone) {
       for (const auto& p : plan.parameters()) mine += p.nbytes();
     } else if (layout.shard != parallel::ShardMode::kFull) {
-      for (const auto& unit : plan.pipeline()->units()) mine += unit.param_bytes();
+      for (const auto& unit : plan.pipeline()->units()) mine += unit.held_bytes();
     }
     EXPECT_EQ(held, mine) << "rank " << rank << " holds more than its stage's pieces";
     test::expect_replica_evaluation(

@@ -268,9 +268,7 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
     size_t held = 0;  // a resident unit (ZeRO-1/2 on shared memory) holds its padded rows
     for (const auto& unit : plan.units()) {
       mine += static_cast<size_t>(unit.param_bytes());
-      held += unit.resident() ? static_cast<size_t>(unit.shard_numel() * replicas) *
-                                    unit.shards()[0].element_size()
-                              : static_cast<size_t>(unit.param_bytes());
+      held += static_cast<size_t>(unit.held_bytes());
       for (const auto& p : unit.params()) padding += p.nbytes() / std::max<int64_t>(p.size(0), 1);
     }
     if (plan.units().empty()) mine = held = shards;

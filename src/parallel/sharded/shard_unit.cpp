@@ -97,6 +97,11 @@ int64_t ShardUnit::param_bytes() const {
   return bytes;
 }
 
+int64_t ShardUnit::held_bytes() const {
+  return resident_ ? storage_.numel() * static_cast<int64_t>(storage_.element_size())
+                   : param_bytes();
+}
+
 void ShardUnit::shard_from_params() {
   DDPX_CHECK(gathered_, ErrorKind::kInternal, "unit {} is sharded from released parameters", name_);
   if (resident_) return;  // the shards are the parameters' own rows (restore_storage: see there)

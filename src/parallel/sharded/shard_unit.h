@@ -62,6 +62,9 @@ class ShardUnit {
   // Elements of this rank's flat shard buffer (padding included): one rank's share of a gather.
   int64_t shard_numel() const { return total_; }
   int64_t param_bytes() const;  // the unit's parameters, unpadded, whole
+  // The memory the parameters hold while gathered: param_bytes(), or a resident unit's whole
+  // buffer (every rank's rows, padded).
+  int64_t held_bytes() const;
   bool gathered() const { return gathered_; }
   bool resident() const { return resident_; }
 
