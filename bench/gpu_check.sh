@@ -276,8 +276,10 @@ step_bench() {
 }
 
 step_pipeline() {
-  # Two stages on CUDA tensors: one GPU each, or both on one GPU (Gloo between them), the
-  # activations crossing through host memory until grouped NCCL send/recv has run on a GPU.
+  # Two stages on CUDA tensors: one GPU each, the activations and gradients by NCCL send/recv on
+  # the pipeline's links (the start-up line says `stage boundaries by NCCL send/recv, on the
+  # GPU`), or both on one GPU (Gloo between them, through host memory: NCCL refuses two ranks
+  # on one GPU).
   local pp="$ddpx run 2 --"
   ((gpus > 1)) || pp="$ddpx run 2 --gpus 0,0 --"
   local short="--model resnet18 --num_epochs 1 --batch_size 128 --limit_train_batches 60 \

@@ -8,13 +8,14 @@
 
 #include "core/error.h"
 #include "distributed/c10d/factories.h"
+#include "distributed/c10d/traced_backend.h"
 #include "distributed/shm/shm_backend.h"
 
 namespace ddpx::dist {
 
 std::shared_ptr<Context> split_group(const Context& parent,
                                      const std::vector<std::vector<int>>& groups,
-                                     const std::string& name) {
+                                     const std::string& name, const SplitOptions& options) {
   const int me = parent.rank();
   int index = -1, rank = -1;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -45,9 +46,11 @@ std::shared_ptr<Context> split_group(const Context& parent,
   }
   auto store = make_prefix_store(fmt::format("ddpx/split/{}/{}/", name, index), parent.store());
   const auto timeout = built.options.timeout;
+  const bool recorded = options.recorded && parent.trace();
+  if (recorded) built.trace = parent.trace();
   c10::intrusive_ptr<c10d::Backend> cpu =
       make_gloo_backend(store, rank, world.world_size, timeout, built.gloo_host);
-  if (parent.shm()) {
+  if (parent.shm() && options.shared_memory) {
     if (auto shm = make_shm_backend(store, cpu, rank, world.world_size, timeout)) {
       built.shm = shm.get();
       cpu = std::move(shm);
@@ -56,10 +59,14 @@ std::shared_ptr<Context> split_group(const Context& parent,
   built.backend = cpu->getBackendName();
   c10::intrusive_ptr<c10d::Backend> cuda;
   if (parent.built().nccl) {
-    cuda = make_nccl_backend(store, rank, world.world_size, timeout);
+    // Recorded, ddpx's watch ends a late NCCL transfer before PyTorch's watchdog (context.cpp).
+    cuda = make_nccl_backend(store, rank, world.world_size,
+                             recorded ? timeout + kInnerTimeoutMargin : timeout);
+    if (recorded) cuda = c10::make_intrusive<TracedBackend>(std::move(cuda), built.trace, timeout);
     built.backend = "nccl/" + built.backend;
     built.nccl = true;
   }
+  if (recorded) cpu = c10::make_intrusive<TracedBackend>(std::move(cpu), built.trace, timeout);
   auto group = make_process_group(store, rank, world.world_size, std::move(cpu), std::move(cuda));
   return std::make_shared<Context>(world, std::move(store), std::move(group), std::move(built));
 }

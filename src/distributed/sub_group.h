@@ -4,7 +4,8 @@
 // the job's store under a prefix of the split's name, with the backends the job's group has
 // (Gloo, through shared memory when the job's is; NCCL for CUDA tensors when the job has it).
 // The result is a Context whose rank and world size are this rank's within its group, so DDP and
-// every other user of a Context run on it unchanged. Sub-groups are not in the collective record.
+// every other user of a Context run on it unchanged. Sub-groups are not in the collective record
+// unless asked (SplitOptions::recorded).
 #pragma once
 
 #include <memory>
@@ -15,12 +16,21 @@
 
 namespace ddpx::dist {
 
+struct SplitOptions {
+  // false: Gloo alone for CPU tensors even where the job's group has the shared-memory
+  // transport (a group for point-to-point transfers, which that transport hands to Gloo anyway).
+  bool shared_memory = true;
+  // In the job's collective record (the parent's), with its watch over NCCL's work: a hang or a
+  // failure in the group ends the job with the record's verdict (docs/distributed.md, 4).
+  bool recorded = false;
+};
+
 // `groups`: disjoint lists of global ranks covering every rank, the same on every rank; a rank's
 // position in its list is its rank in the group. Collective over the members of each group.
 // A group of one is a lone Context (no process group; its collectives are the identity).
 // Throws ddpx::Error(kInternal) when this rank is in no group or in two.
 std::shared_ptr<Context> split_group(const Context& parent,
                                      const std::vector<std::vector<int>>& groups,
-                                     const std::string& name);
+                                     const std::string& name, const SplitOptions& options = {});
 
 }  // namespace ddpx::dist

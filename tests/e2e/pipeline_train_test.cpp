@@ -73,9 +73,11 @@ TEST(PipelineTrainTest, TwoStagesTrainTheMlpAsOneProcessAndItsCheckpointResumesT
   EXPECT_NE(piped.output.find("pipeline: 2 stages on 2 ranks a replica, 1 replica"),
             std::string::npos)
       << piped.output;
-  EXPECT_NE(piped.output.find("plan: pipeline parallel: 2 stages x 1 data-parallel replica "
-                              "(gpipe, 4 micro-batches; BatchNorm statistics per micro-batch)"),
-            std::string::npos)
+  EXPECT_NE(
+      piped.output.find("plan: pipeline parallel: 2 stages x 1 data-parallel replica "
+                        "(gpipe, 4 micro-batches; BatchNorm statistics per micro-batch; stage "
+                        "boundaries by Gloo send/recv)"),
+      std::string::npos)
       << piped.output;
   auto loss_single = numbers_after(single.output, "loss_train");
   auto loss_piped = numbers_after(piped.output, "loss_train");

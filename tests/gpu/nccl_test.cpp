@@ -6,7 +6,10 @@
 // and links.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
 #include <cstdlib>
@@ -16,6 +19,7 @@
 #include "distributed/context.h"
 #include "distributed/ranks.h"
 #include "parallel/data/ddp.h"
+#include "parallel/pipeline/pipeline_plan.h"
 #include "support/support.h"
 #include "trace/collective_trace.h"
 
@@ -116,6 +120,87 @@ TEST(NcclTest, WorldOfOneRunsDdpThroughNccl) {
     size_t recorded = context.trace()->snapshot().entries.size();
     EXPECT_GE(recorded, 6u) << "the reducer's NCCL all-reduces are in the collective record";
   });
+}
+
+// Two pipeline stages on two GPUs: activations and gradients cross by NCCL send/recv on the
+// links between the ranks (pipeline_links.h), on the GPU, under each schedule (interleaved: two
+// stages a rank, so the pair carries both ways on four links), and 3 SGD steps end at the single
+// process's parameters (on the CPU; 1e-5 relative), with every transfer in the collective record.
+// A link whose two ends post in different orders would hang here or mix up micro-batches.
+TEST(NcclTest, TwoPipelineStagesOnTwoGpusTradeTensorsByNcclAndTrainAsOneProcess) {
+  if (torch::cuda::device_count() < 2)
+    GTEST_SKIP() << "needs 2 visible GPUs (NCCL refuses two ranks on one GPU), this process sees "
+                 << static_cast<int>(torch::cuda::device_count());
+  auto make_net = [] {
+    torch::manual_seed(11);
+    return torch::nn::Sequential(
+        torch::nn::Linear(64, 128), torch::nn::Tanh(), torch::nn::Linear(128, 128),
+        torch::nn::Tanh(), torch::nn::Linear(128, 64), torch::nn::Tanh(), torch::nn::Linear(64, 8));
+  };
+  auto sgd = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+  };
+  auto mse = [](const torch::Tensor& o, const torch::Tensor& y) { return (o - y).pow(2).mean(); };
+  torch::manual_seed(2);
+  std::vector<torch::Tensor> xs, ys;
+  for (int s = 0; s < 3; ++s) {
+    xs.push_back(torch::randn({8, 64}));
+    ys.push_back(torch::randn({8, 8}));
+  }
+  auto reference = make_net();
+  auto reference_sgd = sgd(reference->parameters());
+  for (int s = 0; s < 3; ++s) {
+    mse(reference->forward(xs[s]), ys[s]).backward();
+    reference_sgd->step();
+    reference_sgd->zero_grad();
+  }
+  InitOptions options;
+  options.backend = BackendChoice::kNccl;
+  options.timeout = std::chrono::seconds(60);
+  for (auto schedule : {parallel::PipelineSchedule::kGpipe, parallel::PipelineSchedule::k1F1B,
+                        parallel::PipelineSchedule::kInterleaved}) {
+    SCOPED_TRACE(name(schedule));
+    std::vector<torch::nn::Sequential> nets{make_net(), make_net()};
+    run_ranks(2, options, [&](int rank, Context& context) {
+      const torch::Device gpu(torch::kCUDA, rank);
+      parallel::PipelineOptions pipeline;
+      pipeline.microbatches = 4;
+      pipeline.schedule = schedule;
+      pipeline.stages_per_rank = schedule == parallel::PipelineSchedule::kInterleaved ? 2 : 1;
+      pipeline.balance = parallel::PipelineBalance::kParams;
+      pipeline.device = gpu;
+      parallel::PipelinePlan plan(nets[rank], context, sgd, pipeline);
+      EXPECT_NE(plan.describe().find("stage boundaries by NCCL send/recv, on the GPU"),
+                std::string::npos)
+          << plan.describe();
+      const size_t recorded_before = context.trace()->snapshot().entries.size();
+      for (int s = 0; s < 3; ++s) {
+        parallel::MicroBatch mb;
+        mb.input = xs[s].to(gpu);
+        mb.target = ys[s].to(gpu);
+        mb.loss = mse;
+        plan.set_learning_rate(0.05);
+        plan.forward_backward(mb, true);
+        plan.step();
+        plan.zero_grad();
+      }
+      size_t p2p = 0;
+      for (const auto& e : context.trace()->snapshot().entries)
+        p2p += e.sig.op == "send" || e.sig.op == "recv";
+      // Each step: M activations and M gradients over each of the V*2-1 boundaries, each
+      // posted once at each end; plus the loss and logits to rank 0.
+      const size_t boundaries = pipeline.stages_per_rank * 2 - 1;
+      EXPECT_GE(p2p, size_t{3} * 2 * 4 * boundaries) << "rank " << rank;
+      EXPECT_GT(context.trace()->snapshot().entries.size(), recorded_before);
+      auto got = plan.module().ptr()->parameters();
+      auto want = reference->parameters();
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double scale = want[i].abs().max().item<double>();
+        EXPECT_LE((got[i].cpu() - want[i]).abs().max().item<double>(), 1e-5 * scale + 1e-7)
+            << "rank " << rank << " parameter " << i;
+      }
+    });
+  }
 }
 
 // The case two ranks sharing one GPU train: a linear layer and a batch of 8, on the GPU, the

@@ -28,8 +28,10 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "distributed/ranks.h"
@@ -567,6 +569,48 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineScheduleTest,
                                                   : name(info.param.schedule),
                                               info.param.chunks);
                          });
+
+// NCCL matches a pair's transfers by order, not by tag: on each link (sender, receiver, kind:
+// pipeline_links.h) the sender's sends must name the same (micro-batch, stage) in the same order
+// as the receiver's receives, for every layout a user can ask for, or an NCCL pipeline would
+// hang or take one micro-batch's tensor for another's. The CPU's runs take the same order over
+// Gloo (PipelinePlanTest); this covers the layouts they do not run.
+TEST(PipelineScheduleTest, EachLinksSendsComeInTheOrderOfItsReceives) {
+  using Link = std::tuple<int, int, bool>;  // sender, receiver, activations
+  int layouts = 0;
+  for (PipelineSchedule schedule :
+       {PipelineSchedule::kGpipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved}) {
+    for (int p = 2; p <= 8; ++p) {
+      for (int m = 1; m <= 16; ++m) {
+        for (int v = 1; v <= 4; ++v) {
+          PipelineShape shape{p, m, v};
+          if (!parallel::schedule_problem(schedule, shape).empty()) continue;
+          ++layouts;
+          std::map<Link, std::vector<std::pair<int, int>>> sent, received;
+          size_t transfers = 0;
+          for (int r = 0; r < p; ++r) {
+            for (const auto& t : parallel::schedule_transfers(schedule, shape, r)) {
+              ++transfers;
+              const Link link = t.send ? Link{r, t.peer, t.forward} : Link{t.peer, r, t.forward};
+              (t.send ? sent : received)[link].push_back({t.microbatch, t.stage});
+            }
+          }
+          // Each of the V*P-1 boundaries carries M activations and M gradients, each sent and
+          // received once.
+          EXPECT_EQ(transfers, static_cast<size_t>(4 * m * (v * p - 1)));
+          EXPECT_EQ(sent.size(), received.size());
+          for (const auto& [link, order] : sent) {
+            EXPECT_EQ(order, received[link])
+                << name(schedule) << " P=" << p << " M=" << m << " V=" << v << ": "
+                << (std::get<2>(link) ? "activations" : "gradients") << " from rank "
+                << std::get<0>(link) << " to " << std::get<1>(link);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(layouts, 150);
+}
 
 TEST(PipelineScheduleTest, TheIssuesFiguresForFourStagesAndEightMicroBatches) {
   PipelineShape shape{4, 8, 1};

@@ -1,8 +1,11 @@
 // The pipeline plan's transfers between stages (see pipeline_plan.h): the boundaries' shapes,
-// agreed once, then activations forward and their gradients back, by c10d send/recv with a tag
-// per (micro-batch, stage, direction), through host memory.
+// agreed once, then activations forward and their gradients back, by c10d send/recv on the links
+// between adjacent ranks (pipeline_links.h), in the order of the schedule's actions.
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 
+#include <optional>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "core/error.h"
@@ -15,12 +18,12 @@ namespace ddpx::parallel {
 
 namespace {
 
+c10::Stream current_stream(const torch::Device& device) {
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+
 constexpr int kShapeTag = (1 << 24) + 16;  // the boundaries' table: above PipelinePlan's results
 constexpr int64_t kMaxDims = 8;            // of a boundary, less the batch dimension
-
-int tag_of(int microbatch, int stage, int stages, bool forward) {
-  return (microbatch * stages + stage) * 2 + (forward ? 0 : 1);
-}
 
 }  // namespace
 
@@ -89,33 +92,50 @@ torch::Tensor PipelinePlan::receive(int from_stage, int to_stage, int microbatch
                                     const torch::Device& device) {
   std::vector<int64_t> shape{rows};
   shape.insert(shape.end(), boundary.shape.begin(), boundary.shape.end());
-  // Through host memory (Gloo): see send().
+  // On the GPU where the job has NCCL, else through host memory (Gloo): as send() sends it.
+  const bool on_device = links_->on_device() && device.is_cuda();
+  auto options = torch::TensorOptions().dtype(boundary.dtype);
   std::vector<torch::Tensor> buffer{
-      torch::empty(shape, torch::TensorOptions().dtype(boundary.dtype))};
-  const int stages = static_cast<int>(table_.size());
-  const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
+      torch::empty(shape, on_device ? options.device(device) : options)};
+  // NCCL's wait() only makes this rank's stream wait: the stream's idle time is the span
+  // between an event before the wait and one after it (device_idle()).
+  std::optional<c10::Event> reached;
+  if (on_device) {
+    reached.emplace(device.type(), c10::EventFlag::BACKEND_DEFAULT);
+    reached->record(current_stream(device));
+  }
   Stopwatch watch;
-  dist::wait_work(group_->recv(buffer, rank_of(from_stage), tag),
-                  fmt::format("pipeline {} of micro-batch {} from stage {} (rank {})",
-                              forward ? "activations" : "gradients", microbatch, from_stage,
-                              rank_of(from_stage)));
+  dist::wait_work(links_->recv(buffer, from_stage % options_.stages, forward),
+                  fmt::format("pipeline stage {}'s {} of micro-batch {} from stage {} (rank {})",
+                              to_stage, forward ? "activations" : "gradients", microbatch,
+                              from_stage, rank_of(from_stage)));
   stats_.wait_seconds += watch.seconds();
-  return buffer[0].to(device);
+  if (!on_device) return buffer[0].to(device);
+  c10::Event resumed(device.type(), c10::EventFlag::BACKEND_DEFAULT);
+  resumed.record(current_stream(device));
+  device_waits_.emplace_back(std::move(*reached), std::move(resumed));
+  return buffer[0];
 }
 
-void PipelinePlan::send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch,
-                        bool forward) {
-  // GPU tensors go through host memory, by Gloo, whose sends never block and whose tags pick the
-  // matching receive. NCCL's send waits for its receive, and matches them by order on the pair's
-  // stream, not by tag: 1F1B's two ranks each send (activations one way, gradients the other)
-  // before they receive, which deadlocks unless each step's sends and receives are grouped (as
-  // torch.distributed.pipelining's batch_isend_irecv does), and an interleaved pair carries two
-  // stages each way, whose orders must agree on both ends. NCCL send/recv, grouped, comes once
-  // it can run on two GPUs (docs/distributed.md, section 7).
-  std::vector<torch::Tensor> buffer{t.detach().to(torch::kCPU).contiguous()};
-  const int stages = static_cast<int>(table_.size());
-  const int tag = tag_of(microbatch, forward ? from_stage : to_stage, stages, forward);
-  sends_.emplace_back(group_->send(buffer, rank_of(to_stage), tag), buffer[0]);
+double PipelinePlan::device_idle() {
+  double seconds = 0;
+  for (auto& [reached, resumed] : device_waits_) {
+    resumed.synchronize();
+    seconds += reached.elapsedTime(resumed) / 1e3;  // milliseconds
+  }
+  device_waits_.clear();
+  return seconds;
+}
+
+void PipelinePlan::send(const torch::Tensor& t, int to_stage, bool forward) {
+  // Each link's transfers match by order, so a send needs no tag: the rank at the other end
+  // receives in the same order (pipeline_links.h). A send never waits for its receive here:
+  // Gloo's return at once, NCCL's run on the link's own stream; finish_sends() waits for them.
+  torch::Tensor data = t.detach();
+  data =
+      links_->on_device() && data.is_cuda() ? data.contiguous() : data.to(torch::kCPU).contiguous();
+  std::vector<torch::Tensor> buffer{data};
+  sends_.emplace_back(links_->send(buffer, to_stage % options_.stages, forward), buffer[0]);
 }
 
 torch::Tensor PipelinePlan::logits_to_first_rank(const torch::Tensor& logits, int64_t rows,
@@ -143,7 +163,7 @@ torch::Tensor PipelinePlan::logits_to_first_rank(const torch::Tensor& logits, in
 
 torch::Tensor PipelinePlan::forward_eval(const torch::Tensor& input) {
   // The whole batch through the stages in order, one micro-batch, no gradients: evaluation
-  // needs no schedule. The tags are micro-batch 0's: no training transfer is in flight.
+  // needs no schedule. Its transfers take the links in stage order, after training's have finished.
   torch::NoGradGuard no_grad;
   if (others_held_) free_others();
   if (boundaries_.empty()) {
@@ -163,10 +183,11 @@ torch::Tensor PipelinePlan::forward_eval(const torch::Tensor& input) {
     }
     for (size_t l = bounds_[s]; l < bounds_[s + 1]; ++l) x = layers_[l].forward(x);
     if (s + 1 < stages && rank_of(s + 1) != me) {
-      send(x, s, s + 1, 0, true);
+      send(x, s + 1, true);
       finish_sends();
     }
   }
+  device_waits_.clear();  // evaluation has no bubble to report
   return logits_to_first_rank(me == rank_of(stages - 1) ? x : torch::Tensor(), rows,
                               input.device());
 }

@@ -16,6 +16,7 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
+#include "parallel/pipeline/pipeline_links.h"
 #include "parallel/placement.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/storage.h"
@@ -163,6 +164,7 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
     for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r % p)].push_back(r);
     replicas_ = dist::split_group(context_, groups, "pipeline_replicas");
   }
+  if (group_ && p > 1) links_ = std::make_unique<PipelineLinks>(context_, p, v > 1);
   // The ranks start from rank 0's weights, as DDP's do: a stage at a time, each rank freeing a
   // stage it does not run as soon as it has it, so no rank holds a second copy of the model.
   if (group_) {
@@ -213,11 +215,14 @@ std::string PipelinePlan::describe() {
   return fmt::format(
       "optimizer step: the optimizer's own, on this rank's stages{} | plan: pipeline parallel: "
       "{} stages x {} data-parallel replica{} ({}, {} micro-batches{}; BatchNorm statistics per "
-      "micro-batch{})",
+      "micro-batch{}{})",
       sharded() ? "' shards" : "", table_.size(), replica_count_, replica_count_ == 1 ? "" : "s",
       name(options_.schedule), options_.microbatches,
       options_.stages_per_rank > 1 ? fmt::format(", {} stages a rank", options_.stages_per_rank)
                                    : "",
+      !links_               ? ""
+      : links_->on_device() ? "; stage boundaries by NCCL send/recv, on the GPU"
+                            : "; stage boundaries by Gloo send/recv",
       shard);
 }
 
@@ -319,7 +324,7 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
       } else {
         forward();
       }
-      if (!last) send(f.output, stage, stage + 1, a.microbatch, true);
+      if (!last) send(f.output, stage + 1, true);
       in_flight[{a.microbatch, stage}] = std::move(f);
       stats_.max_activations = std::max(stats_.max_activations, static_cast<int>(in_flight.size()));
     } else {
@@ -346,11 +351,12 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
       if (stage > 0) {
         torch::Tensor grad = f.input.grad();
         if (!grad.defined()) grad = torch::zeros_like(f.input);
-        send(grad, stage, stage - 1, a.microbatch, false);
+        send(grad, stage - 1, false);
       }
     }
   }
   finish_sends();
+  stats_.wait_seconds += device_idle();
   if (sync && sharded()) {
     reduce_units();
   } else if (sync && replicas_) {

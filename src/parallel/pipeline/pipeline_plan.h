@@ -47,6 +47,7 @@
 // included), in stage order, handing the shapes on, so no rank sends a shape at run time.
 #pragma once
 
+#include <c10/core/Event.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <memory>
@@ -72,6 +73,8 @@ class Context;
 }
 
 namespace ddpx::parallel {
+
+class PipelineLinks;
 
 struct PipelineOptions {
   int stages = 2;        // P: pipeline ranks
@@ -116,8 +119,10 @@ struct StageInfo {
 
 // What the last forward_backward() spent, on this rank.
 struct PipelineStats {
-  double seconds = 0;       // the whole forward_backward
-  double wait_seconds = 0;  // blocked on a receive (or on sends at the end): the bubble
+  double seconds = 0;  // the whole forward_backward
+  // Blocked on a receive (or on sends at the end): the bubble. On a GPU with NCCL, the time its
+  // stream waited on receives.
+  double wait_seconds = 0;
   int max_activations = 0;  // micro-batches whose activations this rank held at once
   double idle_share() const { return seconds > 0 ? wait_seconds / seconds : 0; }
 };
@@ -200,12 +205,15 @@ class PipelinePlan : public Plan {
   int rank_of(int stage) const;  // the global rank that runs `stage` in this replica
   torch::Tensor receive(int from_stage, int to_stage, int microbatch, bool forward,
                         const Boundary& boundary, int64_t rows, const torch::Device& device);
-  void send(const torch::Tensor& t, int from_stage, int to_stage, int microbatch, bool forward);
+  void send(const torch::Tensor& t, int to_stage, bool forward);
   // The last stage's logits (rows of the batch) on the replica's first rank; undefined on the
   // others. Collective between those two ranks.
   torch::Tensor logits_to_first_rank(const torch::Tensor& logits, int64_t rows,
                                      const torch::Device& device);
   void finish_sends();
+  // The time this rank's GPU stream sat waiting on NCCL receives since the last call (it waits
+  // for their events: call after the step's last receive); 0 off the GPU.
+  double device_idle();
   void average_replicas();
   void gather_whole();  // every stage's parameters and buffers from its replica-0 rank
   void free_others();   // the memory of the stages this rank does not run
@@ -222,6 +230,7 @@ class PipelinePlan : public Plan {
   dist::Context& context_;
   std::shared_ptr<c10d::ProcessGroup> group_;
   std::shared_ptr<dist::Context> replicas_;  // this stage's data-parallel replicas
+  std::unique_ptr<PipelineLinks> links_;     // to the adjacent pipeline ranks (P > 1)
   OptimizerFactory make_optimizer_;
   PipelineOptions options_;
   int pipeline_rank_ = 0, replica_ = 0, replica_count_ = 1;
@@ -237,6 +246,7 @@ class PipelinePlan : public Plan {
   std::vector<std::vector<size_t>> unit_order_;  // units_[u].params()[i] is params_[order[u][i]]
   std::vector<Boundary> boundaries_;             // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
+  std::vector<std::pair<c10::Event, c10::Event>> device_waits_;  // (before, after) a receive
   PipelineStats stats_;
   PipelineStats epoch_;        // summed since the last epoch_summary() (max_activations: the most)
   bool covers_model_ = false;  // every parameter and buffer of model_ is in a layer

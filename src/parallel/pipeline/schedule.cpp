@@ -79,6 +79,24 @@ std::vector<PipelineAction> schedule_actions(PipelineSchedule schedule, const Pi
   return actions;
 }
 
+std::vector<PipelineTransfer> schedule_transfers(PipelineSchedule schedule,
+                                                 const PipelineShape& shape, int rank) {
+  const int p = shape.ranks, last = shape.stages() - 1;
+  std::vector<PipelineTransfer> transfers;
+  for (const PipelineAction& a : schedule_actions(schedule, shape, rank)) {
+    const int stage = a.chunk * p + rank, m = a.microbatch;
+    const int before = (stage + p - 1) % p, after = (stage + 1) % p;  // neighbours' ranks
+    if (a.forward) {
+      if (stage > 0) transfers.push_back({false, true, before, m, stage - 1});
+      if (stage < last) transfers.push_back({true, true, after, m, stage});
+    } else {
+      if (stage < last) transfers.push_back({false, false, after, m, stage + 1});
+      if (stage > 0) transfers.push_back({true, false, before, m, stage});
+    }
+  }
+  return transfers;
+}
+
 ScheduleRun simulate_schedule(PipelineSchedule schedule, const PipelineShape& shape,
                               double forward_time, double backward_time,
                               const std::vector<std::vector<double>>& chunk_bytes) {

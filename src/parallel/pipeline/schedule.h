@@ -50,6 +50,27 @@ std::string schedule_problem(PipelineSchedule schedule, const PipelineShape& sha
 std::vector<PipelineAction> schedule_actions(PipelineSchedule schedule, const PipelineShape& shape,
                                              int rank);
 
+// A transfer a rank posts as it runs its actions: an action's input received before it runs
+// (activations from the previous stage for a forward, gradients from the next for a backward),
+// its output sent after.
+struct PipelineTransfer {
+  bool send = true;     // else a receive
+  bool forward = true;  // activations, else their gradients
+  int peer = 0;         // the pipeline rank at the other end
+  int microbatch = 0;
+  int stage = 0;  // the sending stage
+  bool operator==(const PipelineTransfer& o) const {
+    return send == o.send && forward == o.forward && peer == o.peer && microbatch == o.microbatch &&
+           stage == o.stage;
+  }
+};
+
+// Rank `rank`'s transfers in the order it posts them. NCCL matches a pair's transfers by this
+// order alone: on each link (pipeline_links.h) one end's sends must come in the order of the
+// other end's receives, which every schedule here keeps (tested for P, M and V up to 8, 16, 4).
+std::vector<PipelineTransfer> schedule_transfers(PipelineSchedule schedule,
+                                                 const PipelineShape& shape, int rank);
+
 // The schedule run with every stage's forward taking `forward_time` and backward
 // `backward_time`, each rank starting an action once its input is there (the previous stage's
 // forward, the next stage's backward) and sends taking no time.

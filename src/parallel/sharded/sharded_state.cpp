@@ -211,8 +211,7 @@ void write_holder_part(const std::vector<std::pair<size_t, torch::Tensor>>& para
   // A shard may be a view of a larger buffer (a resident unit's rows): written alone, not with
   // the buffer the archive would otherwise carry along.
   for (const auto& [k, rows] : params) {
-    const bool alone =
-        rows.storage_offset() == 0 && rows.storage().nbytes() == rows.numel() * rows.element_size();
+    const bool alone = rows.storage_offset() == 0 && rows.storage().nbytes() == rows.nbytes();
     part.write(fmt::format("p{}", k), alone ? rows.detach() : rows.detach().clone());
   }
   for (const auto& [j, value] : buffers) part.write(fmt::format("b{}", j), value.detach());
