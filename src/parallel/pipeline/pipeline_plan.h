@@ -2,9 +2,9 @@
 // into P stages (stage_split.h; V*P with --stages_per_rank V), one a rank, and each batch cut into
 // M micro-batches that flow through the stages in the order of a schedule (schedule.h): GPipe,
 // 1F1B or interleaved 1F1B. Activations go forward and their gradients back by c10d send/recv
-// (Gloo; GPU tensors through host memory for now, see send()), each micro-batch's loss is
-// taken on the last stage, and the gradients are those of the unsplit model over the whole
-// batch. A world of N ranks is P stages x N/P data-parallel replicas: global rank g is stage
+// on links between neighbouring ranks (pipeline_links.h: NCCL on GPUs, Gloo on the CPU, their
+// transfers matched by order), each micro-batch's loss is taken on the last stage, and the
+// gradients are those of the unsplit model over the whole batch. A world of N ranks is P stages x N/P data-parallel replicas: global rank g is stage
 // g % P of replica g / P; every replica sees its own batch (the data's rank is the replica), and
 // a stage's replicas average their gradients over a group of their own (sub_group.h).
 //
