@@ -4,9 +4,10 @@
 // 1F1B or interleaved 1F1B. Activations go forward and their gradients back by c10d send/recv
 // on links between neighbouring ranks (pipeline_links.h: NCCL on GPUs, Gloo on the CPU, their
 // transfers matched by order), each micro-batch's loss is taken on the last stage, and the
-// gradients are those of the unsplit model over the whole batch. A world of N ranks is P stages x N/P data-parallel replicas: global rank g is stage
-// g % P of replica g / P; every replica sees its own batch (the data's rank is the replica), and
-// a stage's replicas average their gradients over a group of their own (sub_group.h).
+// gradients are those of the unsplit model over the whole batch. A world of N ranks is P stages x
+// N/P data-parallel replicas: global rank g is stage g % P of replica g / P; every replica sees its
+// own batch (the data's rank is the replica), and a stage's replicas average their gradients over a
+// group of their own (sub_group.h).
 //
 // Sharded replicas (--shard, torchtitan's PP x FSDP): each stage is one unit (shard_unit.h) split
 // across its replicas. After the last micro-batch's backward its gradients are reduce-scattered
