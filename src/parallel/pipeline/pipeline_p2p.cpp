@@ -5,6 +5,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
@@ -135,6 +136,14 @@ void PipelinePlan::send(const torch::Tensor& t, int to_stage, bool forward) {
   data =
       links_->on_device() && data.is_cuda() ? data.contiguous() : data.to(torch::kCPU).contiguous();
   std::vector<torch::Tensor> buffer{data};
+  // Finished sends give their tensors back now rather than at the step's end: NCCL's say so
+  // once their stream has run them (Gloo's only when waited for, in finish_sends()).
+  auto finished = std::remove_if(sends_.begin(), sends_.end(), [](auto& sent) {
+    if (!sent.first->isCompleted()) return false;
+    dist::wait_work(sent.first, "a pipeline send");  // at once; throws its error, if any
+    return true;
+  });
+  sends_.erase(finished, sends_.end());
   sends_.emplace_back(links_->send(buffer, to_stage % options_.stages, forward), buffer[0]);
 }
 
