@@ -229,8 +229,9 @@ double number(const std::string& line, const std::string& key) {
 // (the replica's batch, micro-batches and balance from the plan's flags): a pipeline of ResNet-50
 // (stages by parameters, as both are told) on 2 GPUs, ViT-B/16's tensor pieces on 2, with
 // sequence parallelism on 4 (probed on 4 thread ranks), and on 4 as 2 replicas of 2 tensor ranks
-// that shard the pieces (--shard full, gradients), and 3-D meshes (pipelines of tensor-parallel
-// stages) on 6 and 8, at batches whose activations are a quarter or more of the peak.
+// that shard the pieces (--shard full, gradients, optimizer), and 3-D meshes (pipelines of
+// tensor-parallel stages) on 6 and 8, at batches whose activations are a quarter or more of the
+// peak.
 TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
   struct Mesh {
     int gpus;
@@ -258,6 +259,10 @@ TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
        "--tensor_parallel 2 --shard gradients --batch_size 32",
        "--model vit_b_16 --image_size 128 --tensor_parallel 2 --shard gradients --batch_size 32",
        "gradients"},
+      {4, "--model vit_b_16 --image_size 128 --batch_size 16",
+       "--tensor_parallel 2 --shard optimizer --batch_size 32",
+       "--model vit_b_16 --image_size 128 --tensor_parallel 2 --shard optimizer --batch_size 32",
+       "optimizer"},
       // The 3-D mesh, cut by parameters: the tiny ViT (3 heads) as 2 stages of 3 tensor ranks,
       // with and without sequence parallelism, and the MLP as 2 replicas of 2 stages of 2,
       // the replicas sharding the stages' pieces.
@@ -293,7 +298,8 @@ TEST(PlanCliTest, MeshPeaksAgreeWithBenchMemoryWithinTenPercent) {
 
     test::TempDir dir;
     // ZeRO-1/2 in a GPU's layout (see PredictedPeaksAgreeWithBenchMemoryWithinTenPercent).
-    const bool resident = std::string(mesh.shard) == "gradients";
+    const bool resident =
+        std::string(mesh.shard) == "gradients" || std::string(mesh.shard) == "optimizer";
     auto bench = run_command(
         std::string(resident ? "DDPX_GATHER_IN_PLACE=0 " : "") +
             test::ddpx_command("run " + gpus + " --threads_per_worker 1 --log_dir " + dir.path() +

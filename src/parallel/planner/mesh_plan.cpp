@@ -189,6 +189,15 @@ MeshPrediction predict_tensor(const ModelMemory& model, const TensorMemory& m, c
     p.optimizer = z.optimizer;
     p.transient = z.transient;
     p.activations = z.activations + z.backward_transient;
+    if (shard == ShardMode::kOptimizer) {
+      // ZeRO-1 keeps only the gradients' shard between steps: the pieces' whole gradients are
+      // freed at zero_grad and come back in backward as the activations go, and the split
+      // blocks (a transformer's) free activations as fast as they make gradients, so the whole
+      // gradients peak after the activations, in the step, beside its reduce-scatter buffers.
+      const double whole = kWordBytes * static_cast<double>(m.parameters);
+      p.grads -= whole;
+      p.transient += whole;
+    }
   }
   p.activations += batch_bytes(model, p);
   p.start = tensor_start(model, m);

@@ -23,7 +23,9 @@
 //   tensor x --shard  the replicas shard the pieces (ZeRO-1/2/3 over D = N/T ranks): a rank's
 //               pieces and whole layers, grouped into units as the sharded plan groups them,
 //               take memory_plan.h's arithmetic for that mode at world D, with the split model's
-//               measured activations
+//               measured activations; under ZeRO-1 the whole gradients (4 Psi_r) come in backward
+//               as the activations go (zero_grad frees them) and peak in the step, beside the
+//               reduce-scatter's buffers, not on top of the activations
 //   pipeline x --shard  the D = N/P replicas shard each stage (pipeline_plan.h): through a step
 //               a rank holds its stages whole (4 Psi_r, gathered once a step under every mode)
 //               and their accumulating gradients (4 Psi_r) beside its shards of both (4 S each,
