@@ -56,9 +56,8 @@ TEST(TensorBoardWriterTest, Crc32cMatchesCastagnoliCheckValue) {
 }
 
 TEST(TensorBoardWriterTest, TensorBoardReadsBackScalars) {
-  if (!test::python_has_module("tensorboard")) {
-    GTEST_SKIP() << "the build's Python lacks tensorboard; run scripts/python-env --tests";
-  }
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("tensorboard"))
+      << "the build's Python lacks tensorboard; run scripts/python-env --tests";
   test::TempDir dir;
   std::string log_dir = dir.file("runs/first");  // the writer creates the parents
   {

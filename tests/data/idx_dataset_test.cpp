@@ -63,8 +63,9 @@ TEST(IdxDatasetTest, ReadsGzipFilesWrittenByNumpy) {
 }
 
 TEST(IdxDatasetTest, RealFashionMnistMatchesPython) {
-  if (!std::filesystem::exists(test::fashion_mnist_dir() + "/train-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  DDPX_SKIP_WITHOUT_TOOL(
+      std::filesystem::exists(test::fashion_mnist_dir() + "/train-images-idx3-ubyte.gz"))
+      << "Debian's dataset-fashion-mnist is not installed (scripts/bootstrap --tests)";
   auto splits = load_dataset(DatasetSpec{});  // fashion-mnist from its default folder
   EXPECT_EQ(splits.train.size(), 60000);
   EXPECT_EQ(splits.test.size(), 10000);

@@ -218,8 +218,8 @@ TEST(BenchSmokeTest, BucketSweepScriptPrintsItsTable) {
 }
 
 TEST(BenchSmokeTest, PytorchPeerRuns) {
-  if (!test::python_has_module("torchvision"))
-    GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
+      << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
   auto r = test::run_command(std::string(DDPX_PYTHON) + " " + test::source_dir() +
                                  "/bench/pytorch_train.py --steps 1 --warmup 1 --batch_size 4 "
                                  "--workers 0",
@@ -229,8 +229,8 @@ TEST(BenchSmokeTest, PytorchPeerRuns) {
 }
 
 TEST(BenchSmokeTest, CompareTrainScriptPrintsEveryRatio) {
-  if (!test::python_has_module("torchvision"))
-    GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
+      << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
   // One round (ROUNDS=2 doubles part 1's eight process starts for two lines of arithmetic).
   auto r = run_command("ROUNDS=1 WARMUP=1 BATCH=8 DDPX_BIN=" + test::ddpx_binary() + " " +
                            test::source_dir() + "/bench/compare_train.sh 1",

@@ -30,7 +30,7 @@ int header_threads(const std::string& output) {
 TEST(OutsideLauncherTest, TorchrunWorkersTakeTheOneThreadTorchrunSets) {
   const std::string torchrun =
       (std::filesystem::path(test::python_binary()).parent_path() / "torchrun").string();
-  if (!std::filesystem::exists(torchrun)) GTEST_SKIP() << "no torchrun beside " << torchrun;
+  DDPX_SKIP_WITHOUT_TOOL(std::filesystem::exists(torchrun)) << "no torchrun beside " << torchrun;
   if (dist::usable_cores() < 2) GTEST_SKIP() << "one core: every choice gives one thread";
   auto r =
       run_command("unset OMP_NUM_THREADS DDPX_THREADS; " + torchrun +
@@ -46,7 +46,7 @@ TEST(OutsideLauncherTest, TorchrunWorkersTakeTheOneThreadTorchrunSets) {
 TEST(OutsideLauncherTest, TorchrunWorkersRunAPipelineOfTwoStages) {
   const std::string torchrun =
       (std::filesystem::path(test::python_binary()).parent_path() / "torchrun").string();
-  if (!std::filesystem::exists(torchrun)) GTEST_SKIP() << "no torchrun beside " << torchrun;
+  DDPX_SKIP_WITHOUT_TOOL(std::filesystem::exists(torchrun)) << "no torchrun beside " << torchrun;
   auto r = run_command(torchrun + " --nproc_per_node 2 --no-python --master_port " +
                            std::to_string(test::free_port()) + " " + test::ddpx_binary() +
                            " train --model mlp --dataset synthetic --synthetic_size 64 "

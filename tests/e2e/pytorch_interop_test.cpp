@@ -32,8 +32,8 @@ const std::string kInteropTrain =
 class TorchrunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(torchrun()))
-      GTEST_SKIP() << "no torchrun beside DDPX_PYTHON (" << torchrun() << ")";
+    DDPX_SKIP_WITHOUT_TOOL(std::filesystem::exists(torchrun()))
+        << "no torchrun beside DDPX_PYTHON (" << torchrun() << ")";
   }
 };
 
@@ -79,8 +79,8 @@ TEST_F(TorchrunTest, ARestartAfterAFailedWorkerTrainsToTheEnd) {
 // ResNet-18 trained briefly on Fashion-MNIST by ddpx, exported, then evaluated by torchvision's
 // resnet18 on the same 512 test images with the same preprocessing: the same accuracy.
 TEST(WeightsRoundTripTest, ExportedWeightsGivePyTorchTheSameTestAccuracy) {
-  if (!test::python_has_module("torchvision"))
-    GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
+      << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
   test::TempDir dir;
   auto trained = run_command(
       test::ddpx_binary() +
@@ -133,8 +133,8 @@ print('accuracy %.6f' % (pred == torch.from_numpy(y.astype(np.int64))).float().m
 // (torchvision's ResNet with ddpx's 3x3 conv1 and no max-pool swapped in), and for ddpx's own
 // MLP it says torchvision has no such model instead of naming one that does not exist.
 TEST(WeightsRoundTripTest, TheExportLineIsPythonThatLoadsTheFile) {
-  if (!test::python_has_module("torchvision"))
-    GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
+      << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
   test::TempDir dir;
   const std::string limits =
       "DDPX_EPOCHS=1 DDPX_MAX_STEPS=1 DDPX_MAX_TEST_BATCHES=1 "

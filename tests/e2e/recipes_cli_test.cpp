@@ -62,7 +62,8 @@ void check_outputs(const std::string& dir, int ranks, const std::string& output)
 }
 
 TEST(RecipeOptionsTest, EveryOptionTrainsWithTwoWorkersAndResumesWithItsEma) {
-  if (!test::python_has_module("tensorboard")) GTEST_SKIP() << "run scripts/python-env --tests";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("tensorboard"))
+      << "needs tensorboard in DDPX_PYTHON (scripts/python-env --tests)";
   test::TempDir dir;
   const std::string common =
       " -- train --model resnet18 --num_epochs 1 --batch_size 32 "
@@ -102,7 +103,8 @@ TEST(RecipeOptionsTest, EveryOptionTrainsWithTwoWorkersAndResumesWithItsEma) {
 }
 
 TEST(RecipeOptionsTest, EveryOptionTrainsInOneProcess) {
-  if (!test::python_has_module("tensorboard")) GTEST_SKIP() << "run scripts/python-env --tests";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("tensorboard"))
+      << "needs tensorboard in DDPX_PYTHON (scripts/python-env --tests)";
   test::TempDir dir;
   auto r = run_command(
       ddpx_command(std::string("train --model resnet18 --num_epochs 1 --batch_size 32 "

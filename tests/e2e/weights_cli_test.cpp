@@ -18,8 +18,8 @@ using test::ddpx;
 class WeightsCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!test::python_has_module("torchvision"))
-      GTEST_SKIP() << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+    DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
+        << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
   }
   test::TempDir dir_;
   const std::string train_ =

@@ -37,8 +37,8 @@ struct Kind {
 class ContainerTest : public ::testing::TestWithParam<Kind> {};
 
 TEST_P(ContainerTest, DockerfileIsPinnedBuildsDdpxAndChecksHealthWithoutSsh) {
-  if (!test::python_has_module("dockerfile_parse"))
-    GTEST_SKIP() << "dockerfile-parse is not installed in DDPX_PYTHON (scripts/python-env --tests)";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("dockerfile_parse"))
+      << "dockerfile-parse is not installed in DDPX_PYTHON (scripts/python-env --tests)";
   Kind kind = GetParam();
   TempDir dir;
   auto result = run_command(

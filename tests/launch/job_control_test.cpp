@@ -189,7 +189,8 @@ TEST_F(JobControlTest, ShellHoldsAReservationThatRunAndTorchrunInsideUse) {
   ASSERT_EQ(all.size(), 1u) << "`ddpx run` inside the shell uses the shell's reservation";
   EXPECT_EQ(all[0]["exit_code"], 7);
 
-  if (!test::python_has_module("torch")) GTEST_SKIP() << "no torch in DDPX_PYTHON for torchrun";
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torch"))
+      << "no torch in DDPX_PYTHON for torchrun";
   std::string probe = dir_.file("probe.py");
   test::write_bytes(probe, "import os\nprint('torchrun worker port', os.environ['MASTER_PORT'])\n");
   std::string torchrun =

@@ -1,11 +1,14 @@
 // Runs reference scripts under DDPX_PYTHON with torch and torchvision imported, so tests
-// compare ddpx models against the real torchvision. Tests skip when torchvision is missing.
+// compare ddpx models against the real torchvision. Tests skip when torchvision is missing
+// (fail where DDPX_REQUIRE_TEST_TOOLS=1).
 #pragma once
 
 #include <torch/types.h>
 
 #include <string>
 #include <vector>
+
+#include "support/support.h"
 
 namespace ddpx::test {
 
@@ -30,9 +33,10 @@ void expect_logits_match(const torch::Tensor& y, const torch::Tensor& expected,
 
 }  // namespace ddpx::test
 
-// Inside a TEST: skips with a message when torchvision is not installed.
+// Inside a TEST: skips with a message when torchvision is not installed (fails where
+// DDPX_REQUIRE_TEST_TOOLS=1, support.h).
 #define DDPX_RUN_TORCHVISION(var, body)                                   \
   ::ddpx::test::TorchvisionRun var = ::ddpx::test::run_torchvision(body); \
-  if (!var.available)                                                     \
-  GTEST_SKIP() << "DDPX_PYTHON lacks torch/torchvision "                  \
-                  "(scripts/python-env --tests installs them) for reference data"
+  DDPX_SKIP_WITHOUT_TOOL(var.available)                                   \
+      << "DDPX_PYTHON lacks torch/torchvision "                           \
+         "(scripts/python-env --tests installs them) for reference data"

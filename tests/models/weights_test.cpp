@@ -70,7 +70,7 @@ TEST(WeightsTest, ReadsATorchSaveDictFromPython) {
       "torch.save({'a': torch.arange(6, dtype=torch.float32).reshape(2, 3),\n"
       "            'n': torch.tensor(5)}, '" +
       path + "')\n");
-  if (r.exit_code == 77) GTEST_SKIP() << "DDPX_PYTHON lacks torch";
+  DDPX_SKIP_WITHOUT_TOOL(r.exit_code != 77) << "DDPX_PYTHON lacks torch";
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto tensors = read_state_dict(path);
   ASSERT_EQ(tensors.size(), 2u);
@@ -91,7 +91,7 @@ TEST(WeightsTest, ReadsAModuleStateDictWithMetadataAsTorchvisionShipsIt) {
       "    m[1].running_var.fill_(4); m[1].num_batches_tracked.fill_(9)\n"
       "torch.save(m.state_dict(), '" +
       path + "')\n");
-  if (r.exit_code == 77) GTEST_SKIP() << "DDPX_PYTHON lacks torch";
+  DDPX_SKIP_WITHOUT_TOOL(r.exit_code != 77) << "DDPX_PYTHON lacks torch";
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto tensors = read_state_dict(path);
   EXPECT_EQ(tensors.size(), 7u) << "2 Linear + 5 BatchNorm entries, no placeholder";

@@ -123,10 +123,9 @@ std::unique_ptr<test::TempDir> ZooParityTest::dir_;
 std::unique_ptr<test::TorchvisionRun> ZooParityTest::run_;
 
 TEST_P(ZooParityTest, LogitsMatchTorchvision) {
-  if (!run_->available) {
-    GTEST_SKIP() << "DDPX_PYTHON lacks torch/torchvision (scripts/python-env --tests installs "
-                    "them) for reference data";
-  }
+  DDPX_SKIP_WITHOUT_TOOL(run_->available)
+      << "DDPX_PYTHON lacks torch/torchvision (scripts/python-env --tests installs them) for "
+         "reference data";
   ASSERT_FALSE(run_->lines.empty()) << "zoo_reference.py printed nothing";
   const std::string& first = run_->lines.front();  // "rng <python's fingerprint>"
   ASSERT_EQ(first.rfind("rng ", 0), 0u) << "unexpected first line: " << first;

@@ -237,8 +237,8 @@ TEST(ServeTest, TheShellVerbsDriveTheService) {
 TEST(ServeTest, FuzzingTheApiFromItsOpenApiDocumentGetsNo5xx) {
   std::string schemathesis =
       test::python_binary().substr(0, test::python_binary().rfind('/') + 1) + "schemathesis";
-  if (run_command("test -x " + shell_quote(schemathesis), 10).exit_code != 0)
-    GTEST_SKIP() << "schemathesis is not installed beside DDPX_PYTHON (scripts/python-env --tests)";
+  DDPX_SKIP_WITHOUT_TOOL(run_command("test -x " + shell_quote(schemathesis), 10).exit_code == 0)
+      << "schemathesis is not installed beside DDPX_PYTHON (scripts/python-env --tests)";
   test::TempDir dir;
   Service s(dir, "--slots 2", "PATH=" + dir.file("empty-path"));
   std::string token = s.token("fuzz");

@@ -129,6 +129,23 @@ std::string usage_error(const std::function<void()>& fn) {
   ADD_FAILURE() << "expected a ddpx::Error";
   return "";
 }
+bool test_tools_required() {
+  const char* value = std::getenv("DDPX_REQUIRE_TEST_TOOLS");
+  return value != nullptr && std::string(value) == "1";
+}
+
+::testing::TestPartResult::Type missing_tool_outcome() {
+  return test_tools_required() ? ::testing::TestPartResult::kFatalFailure
+                               : ::testing::TestPartResult::kSkip;
+}
+
+const char* missing_tool_summary() {
+  return test_tools_required()
+             ? "Failed: a tool this test needs is missing, and DDPX_REQUIRE_TEST_TOOLS=1 (CI) "
+               "wants every one installed (scripts/bootstrap --tests, scripts/python-env --tests)"
+             : "";  // as GTEST_SKIP's: the reason alone
+}
+
 std::string python_binary() { return DDPX_PYTHON; }
 std::string source_dir() { return DDPX_SOURCE_DIR; }
 std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }

@@ -1,6 +1,9 @@
 // Shared test helpers: temporary directories, running commands (the ddpx binary, Debian's
-// python3 for reference data) with a time limit, and free loopback ports.
+// python3 for reference data) with a time limit, free loopback ports, and the skip of a test
+// whose tool is missing (a failure where DDPX_REQUIRE_TEST_TOOLS=1).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
@@ -55,4 +58,26 @@ int free_port();  // a TCP port free on 127.0.0.1 right now
 const std::vector<std::string>& temp_dirs();
 void write_bytes(const std::string& path, const std::string& bytes);
 
+// Whether a missing test tool is a failure rather than a skip: DDPX_REQUIRE_TEST_TOOLS=1 (CI's
+// .ci/run, and scripts/test when CI=true), where scripts/bootstrap --tests and
+// scripts/python-env --tests have installed every one, so a missing one is a broken set-up.
+bool test_tools_required();
+// The outcome and the first line of DDPX_SKIP_WITHOUT_TOOL's message.
+::testing::TestPartResult::Type missing_tool_outcome();
+const char* missing_tool_summary();
+
 }  // namespace ddpx::test
+
+// Inside a TEST (or a fixture's SetUp): when `present` is false, skips the test with the
+// streamed reason, or fails it where test_tools_required(). For what the test set-up installs
+// (a Python module of scripts/python-env --tests, torchrun, a Debian package of
+// scripts/bootstrap --tests), not for what cannot exist here (a GPU, a Docker daemon: GTEST_SKIP).
+//   DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision")) << "needs torchvision ...";
+#define DDPX_SKIP_WITHOUT_TOOL(present)                                                        \
+  GTEST_AMBIGUOUS_ELSE_BLOCKER_                                                                \
+  if (present)                                                                                 \
+    ;                                                                                          \
+  else                                                                                         \
+    return ::testing::internal::AssertHelper(::ddpx::test::missing_tool_outcome(), __FILE__,   \
+                                             __LINE__, ::ddpx::test::missing_tool_summary()) = \
+               ::testing::Message()
