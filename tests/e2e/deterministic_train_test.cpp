@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "e2e/refused_job.h"
 #include "support/support.h"
 
 namespace ddpx {
@@ -144,13 +145,8 @@ TEST(DeterministicTrainTest, WhatWouldBreakItIsRefusedNamingTheFlags) {
     EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
   }
   // Known once the job has joined: refused by every rank before the plan's first collective.
-  test::TempDir dir;
-  auto r = run_command(
-      ddpx(fmt::format("run 3 --log_dir {} -- {}--deterministic", dir.path(), mlp)), 120);
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--deterministic: the world size 3 is not a power of two"),
-            std::string::npos)
-      << r.output;
+  test::expect_job_refused_before_any_collective(
+      3, mlp + "--deterministic", {"--deterministic: the world size 3 is not a power of two"});
 }
 
 }  // namespace

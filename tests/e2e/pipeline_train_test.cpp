@@ -14,6 +14,7 @@
 #include <map>
 #include <regex>
 
+#include "e2e/refused_job.h"
 #include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
@@ -216,21 +217,13 @@ TEST(PipelineTrainTest, LayoutsAndFlagsThatCannotGoTogetherAreRefusedInOneLine) 
                             "micro-batches for 4 stages"),
             std::string::npos)
       << few.output;
+  test::expect_job_refused_before_any_collective(
+      3, kMlp + "--pipeline_parallel 2",
+      {"--pipeline_parallel 2 does not divide the world of 3 ranks"});
+  test::expect_job_refused_before_any_collective(
+      2, kMlp + "--pipeline_parallel 2 --pipeline_schedule interleaved",
+      {"mlp has 3 layers a pipeline can cut between, fewer than the 4 stages asked for"});
   test::TempDir dir;
-  auto world = run_command(
-      ddpx("run 3 --log_dir " + dir.file("w") + " -- " + kMlp + "--pipeline_parallel 2"), 120);
-  EXPECT_NE(world.exit_code, 0);
-  EXPECT_NE(world.output.find("--pipeline_parallel 2 does not divide the world of 3 ranks"),
-            std::string::npos)
-      << world.output;
-  auto deep = run_command(ddpx("run 2 --log_dir " + dir.file("d") + " -- " + kMlp +
-                               "--pipeline_parallel 2 --pipeline_schedule interleaved"),
-                          120);
-  EXPECT_NE(deep.exit_code, 0);
-  EXPECT_NE(deep.output.find("mlp has 3 layers a pipeline can cut between, fewer than the 4 "
-                             "stages asked for"),
-            std::string::npos)
-      << deep.output;
   // Micro-batches of one sample leave BatchNorm one value a channel at ResNet-18's last stage:
   // the failing stage's own line, not its neighbour's lost connection, names the flag.
   auto tiny = run_command(ddpx("run 2 --log_dir " + dir.file("t") +

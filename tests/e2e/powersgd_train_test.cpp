@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "e2e/refused_job.h"
 #include "support/support.h"
 
 namespace ddpx {
@@ -62,14 +63,9 @@ TEST(PowerSgdTrainTest, SettingsThatCannotWorkAreRefusedNamingTheFlags) {
   }
   // A rank no gradient matrix of the model can take: every rank refuses before DDP's first
   // broadcast, and the job ends.
-  test::TempDir dir;
-  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("logs") + " -- " + kPowerSgdTrain +
-                            "--comm_hook powersgd --powersgd_rank 4096"),
-                       120);
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--powersgd_rank 4096: no gradient matrix of --model mlp compresses"),
-            std::string::npos)
-      << r.output;
+  test::expect_job_refused_before_any_collective(
+      2, kPowerSgdTrain + "--comm_hook powersgd --powersgd_rank 4096",
+      {"--powersgd_rank 4096: no gradient matrix of --model mlp compresses"});
 }
 
 }  // namespace

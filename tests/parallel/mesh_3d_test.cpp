@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "distributed/ranks.h"
+#include "distributed/refused_ranks.h"
 #include "models/mlp.h"
 #include "models/vit.h"
 #include "parallel/plan_evaluation.h"
@@ -261,19 +262,13 @@ TEST(Mesh3dRefusalTest, AWorldTheMeshDoesNotDivideIsRefusedOnEveryRankBeforeAnyC
   const Layout layout{Net::kViT, 6, 2, 2};
   std::vector<torch::nn::AnyModule> nets;
   for (int r = 0; r < layout.world; ++r) nets.push_back(make_net(layout.net));
-  auto errors = run_ranks(
+  test::expect_refused_before_any_collective(
       layout.world,
       [&](int rank, Context& context) {
         parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd,
                                           mesh_options(layout));
       },
-      std::chrono::seconds(5));
-  for (int r = 0; r < layout.world; ++r) {
-    const std::string text = error_text(errors[r]);
-    EXPECT_NE(text.find("--pipeline_parallel 2 x --tensor_parallel 2"), std::string::npos)
-        << "rank " << r << ": " << text;
-    EXPECT_NE(text.find("multiple of 4 ranks"), std::string::npos) << "rank " << r << ": " << text;
-  }
+      {"--pipeline_parallel 2 x --tensor_parallel 2", "multiple of 4 ranks"});
 }
 
 }  // namespace mesh_3d_test

@@ -35,6 +35,7 @@
 
 #include "core/error.h"
 #include "distributed/ranks.h"
+#include "distributed/refused_ranks.h"
 #include "parallel/plan_evaluation.h"
 #include "parallel/sharded/sharded_state.h"
 
@@ -482,39 +483,31 @@ TEST(PipelinePlanStartTest, EveryRankStartsFromRankZerosWeights) {
 
 TEST(PipelinePlanRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAnyCollective) {
   std::vector<torch::nn::Sequential> nets{make_net(), make_net(), make_net()};
-  auto refused = [&](int world, parallel::PipelineOptions options) {
-    auto errors = run_ranks(
+  auto refused = [&](int world, parallel::PipelineOptions options, const std::string& expected) {
+    SCOPED_TRACE(expected);
+    test::expect_refused_before_any_collective(
         world,
         [&](int rank, Context& context) {
           parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
         },
-        std::chrono::seconds(5));
-    std::string first;
-    for (int r = 0; r < world; ++r) {
-      EXPECT_TRUE(errors[r]) << "rank " << r << " was not refused";
-      if (r == 0) first = error_text(errors[r]);
-    }
-    return first;
+        {expected});
   };
   parallel::PipelineOptions three;
   three.stages = 2;
-  EXPECT_NE(refused(3, three).find("--pipeline_parallel 2 does not divide the world of 3 ranks"),
-            std::string::npos);
+  refused(3, three, "--pipeline_parallel 2 does not divide the world of 3 ranks");
   parallel::PipelineOptions interleaved;
   interleaved.schedule = PipelineSchedule::kInterleaved;
   interleaved.stages_per_rank = 2;
   interleaved.microbatches = 3;
-  EXPECT_NE(refused(2, interleaved).find("3 micro-batches is not a multiple of 2"),
-            std::string::npos);
+  refused(2, interleaved, "3 micro-batches is not a multiple of 2");
   parallel::PipelineOptions few;
   few.microbatches = 1;
-  EXPECT_NE(refused(2, few).find("1f1b needs at least one micro-batch a stage"), std::string::npos);
+  refused(2, few, "1f1b needs at least one micro-batch a stage");
   parallel::PipelineOptions deep;
   deep.schedule = PipelineSchedule::kInterleaved;
   deep.stages_per_rank = 4;
   deep.microbatches = 2;
-  EXPECT_NE(refused(2, deep).find("7 layers a pipeline can cut between, fewer than the 8 stages"),
-            std::string::npos);
+  refused(2, deep, "7 layers a pipeline can cut between, fewer than the 8 stages");
 }
 
 struct ScheduleCase {

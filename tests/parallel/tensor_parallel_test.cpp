@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "distributed/ranks.h"
+#include "distributed/refused_ranks.h"
 #include "models/mlp.h"
 #include "models/vit.h"
 #include "models/zoo/registry.h"
@@ -631,51 +632,32 @@ TEST(TensorParallelizeTest, AUsersSequentialSplitsByNameAndComputesTheSameOutput
 // Layouts that cannot run end on every rank with one line, before any collective.
 TEST(TensorParallelRefusalTest, LayoutsThatCannotRunAreRefusedOnEveryRankBeforeAnyCollective) {
   auto refused = [](int world, int tensor, std::function<torch::nn::AnyModule()> make,
-                    bool sequence = false) {
-    std::vector<std::string> messages(world);
-    std::vector<size_t> collectives(world, 0);
+                    const std::string& expected, bool sequence = false) {
+    SCOPED_TRACE(expected);
     std::vector<torch::nn::AnyModule> nets;
     for (int r = 0; r < world; ++r) nets.push_back(make());
-    auto errors = run_ranks(
+    test::expect_refused_before_any_collective(
         world,
         [&](int rank, Context& context) {
-          const size_t before = context.trace() ? context.trace()->snapshot().entries.size() : 0;
           parallel::TensorParallelOptions options;
           options.size = tensor;
           options.sequence_parallel = sequence;
           options.model_name = "the net";
-          try {
-            parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
-          } catch (const Error& e) {
-            EXPECT_EQ(e.kind(), ErrorKind::kUsage);
-            messages[rank] = e.what();
-          }
-          collectives[rank] =
-              (context.trace() ? context.trace()->snapshot().entries.size() : 0) - before;
+          parallel::TensorParallelPlan plan(nets[rank], context, test::momentum_sgd, options);
         },
-        std::chrono::seconds(5));
-    EXPECT_ALL_RANKS_OK(errors);
-    for (int r = 0; r < world; ++r) {
-      EXPECT_FALSE(messages[r].empty()) << "rank " << r << " was not refused";
-      EXPECT_EQ(collectives[r], 0u) << "rank " << r << " communicated before refusing";
-    }
-    return messages[0];
+        {expected});
   };
   auto vit = [] { return make_net(Net::kViT); };
-  EXPECT_NE(refused(3, 2, vit).find("--tensor_parallel 2: the world of 3 ranks is not a whole "
-                                    "number of tensor-parallel groups"),
-            std::string::npos);
-  EXPECT_NE(refused(3, 3, vit).find("--tensor_parallel 3: the net's attention heads (4) do not "
-                                    "split over 3 ranks"),
-            std::string::npos);
+  refused(3, 2, vit,
+          "--tensor_parallel 2: the world of 3 ranks is not a whole number of tensor-parallel "
+          "groups");
+  refused(3, 3, vit,
+          "--tensor_parallel 3: the net's attention heads (4) do not split over 3 ranks");
   auto linear = [] { return torch::nn::AnyModule(torch::nn::Linear(4, 4)); };
   auto mlp = [] { return make_net(Net::kMlp); };
-  EXPECT_NE(refused(2, 2, mlp, true).find("--sequence_parallel: the net has no sequence of tokens"),
-            std::string::npos);
-  EXPECT_NE(refused(2, 2, linear)
-                .find("the net has no tensor-parallel plan; the models that "
-                      "have one are the ViTs"),
-            std::string::npos);
+  refused(2, 2, mlp, "--sequence_parallel: the net has no sequence of tokens", true);
+  refused(2, 2, linear,
+          "the net has no tensor-parallel plan; the models that have one are the ViTs");
 }
 
 }  // namespace tensor_parallel_test

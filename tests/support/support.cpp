@@ -89,6 +89,16 @@ CommandResult run_command(const std::string& command, int timeout_s) {
   ::waitpid(pid, &status, 0);
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+  if (result.timed_out) {
+    // A hang is never what a test wants, also where it expects a failure (exit_code != 0): the
+    // kill's 137 would pass there.
+    result.exit_code = kTimedOut;
+    constexpr size_t kTail = 4000;
+    const size_t from = result.output.size() > kTail ? result.output.size() - kTail : 0;
+    ADD_FAILURE() << "still running after its time limit of " << timeout_s
+                  << " s, killed: " << command << "\n... its output's end:\n"
+                  << result.output.substr(from);
+  }
   return result;
 }
 

@@ -26,12 +26,20 @@ class TempDir {
 };
 
 struct CommandResult {
-  int exit_code = -1;  // the exit status, or 128+signal when killed by a signal
+  // The exit status, or 128+signal when killed by a signal; kTimedOut when run_command killed
+  // it at its time limit.
+  int exit_code = -1;
   bool timed_out = false;
   std::string output;  // stdout and stderr together
 };
 
-// Runs `/bin/sh -c command`, killing its process group after timeout_s.
+// The exit_code of a command killed at its time limit: no exit status a program can give, so
+// that a test expecting a failure (`exit_code != 0`) or a signal's 137 cannot take a hang for it.
+constexpr int kTimedOut = -1000;
+
+// Runs `/bin/sh -c command`, killing its process group after timeout_s. A command still running
+// then is a test failure (named with its command and the end of its output) and returns
+// exit_code kTimedOut: no test expects a hang.
 CommandResult run_command(const std::string& command, int timeout_s = 300);
 
 // Runs the build's Python (DDPX_PYTHON: the .venv with the pinned torch, torchvision and numpy)
