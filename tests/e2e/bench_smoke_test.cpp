@@ -19,8 +19,8 @@ using test::run_command;
 using test::ddpx;
 
 // The seed's GEMM lines: every product checked against the fp64 reference (so a wrong multiply
-// fails here), and a GFLOPS figure that is a positive, finite number written with thousands
-// separators.
+// fails here), and a GFLOPS figure written with thousands separators that is 2mnk/t of the
+// run's own printed time per multiply and its m, n, k.
 TEST(BenchSmokeTest, GemmPrintsTheSeedsLines) {
   for (const char* dtype : {"fp32", "bf16", "fp64"}) {
     auto r = run_command(
@@ -43,17 +43,27 @@ TEST(BenchSmokeTest, GemmPrintsTheSeedsLines) {
     std::smatch total;
     ASSERT_TRUE(std::regex_search(r.output, total, std::regex(R"(\nTotal time: ([0-9.]+) ms)")))
         << r.output;
-    EXPECT_GT(std::stod(total[1]), 0.0) << r.output;
+    const double total_ms = std::stod(total[1]);
+    EXPECT_GT(total_ms, 0.0) << r.output;
     std::smatch gflops;
     ASSERT_TRUE(std::regex_search(
         r.output, gflops,
-        std::regex(R"(\nAverage performance: ([0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}) GFLOPS \()")))
+        std::regex(R"(\nAverage performance: ([0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}) GFLOPS \(.*, )"
+                   R"(([0-9]+)x([0-9]+)x([0-9]+)\))")))
         << "digits grouped by commas\n"
         << r.output;
     std::string digits = gflops[1];
     digits.erase(std::remove(digits.begin(), digits.end(), ','), digits.end());
     const double value = std::stod(digits);
-    EXPECT_TRUE(std::isfinite(value) && value > 0) << r.output;
+    const double m = std::stod(gflops[3]), n = std::stod(gflops[4]), k = std::stod(gflops[5]);
+    EXPECT_EQ(m * n * k, 96.0 * 96 * 96) << "--size 96\n" << r.output;
+    // 2mnk flops a multiply over the mean time of the 3 timed ones. The total is printed to
+    // 0.0005 ms, so the figure derived from it is known to 0.0005/total of itself, plus the
+    // GFLOPS' own rounding.
+    const double expected = 2 * m * n * k / (total_ms / 3 * 1e-3) / 1e9;
+    EXPECT_NEAR(value, expected, expected * (0.001 + 0.0006 / total_ms) + 0.01)
+        << "GFLOPS is not 2mnk/t of the printed time\n"
+        << r.output;
   }
 }
 
