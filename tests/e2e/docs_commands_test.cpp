@@ -1,12 +1,15 @@
-// Every example command in the README and docs/ still parses as printed: each `ddpx ...` and
-// `./run-ddp.sh ...` line of their code blocks is run with DDPX_PARSE_ONLY=1 (the real binary
-// parses and checks flags, values and required arguments, then exits 0 without running), the
-// `train ...` after a `ddpx run ... --` too, and run-ddp.sh through the launcher's --dry_run. A
-// flag renamed or removed in the code fails here, naming the file and the line. Every training
-// command (`ddpx train ...`, `ddpx run N -- train ...`) then runs for real as printed, shortened
-// only by the environment (one epoch of one step and one test batch of 16, as
-// train/env_limits.h names them in the run's header), and must end with exit code 0; so must
-// `ddpx models`. Every other command runs on a fixture in docs_fixtures_test.cpp (or says there
+// Every example command in the README and docs/ still parses as printed: each line of their
+// code blocks with a `ddpx` command (support/doc_commands.h: also behind a launcher, `taskset -c 0
+// ddpx ...`, `srun ... ddpx ...`, or an installed `~/.local/bin/ddpx`) and each `./run-ddp.sh ...`
+// line is run with DDPX_PARSE_ONLY=1 (the real binary parses and checks flags, values and
+// required arguments, then exits 0 without running), the `train ...` after a `ddpx run ... --`
+// too, and run-ddp.sh through the launcher's --dry_run. A flag renamed or removed in the code
+// fails here, naming the file and the line. Every training command that this host runs as printed
+// (`ddpx train ...`, `ddpx run N -- train ...`, behind environment assignments or taskset) then
+// runs for real, shortened only by the environment (one epoch of one step and one test batch of
+// 16, as train/env_limits.h names them in the run's header), and must end with exit code 0
+// having trained and tested: its `Epoch - 0/1` line and `Training took`; `ddpx models` must list
+// the zoo. Every other command runs on a fixture in docs_fixtures_test.cpp (or says there
 // why it cannot run here), and docs/serve.md's quick start in tests/serve/quick_start_test.cpp.
 #include <gtest/gtest.h>
 
@@ -66,14 +69,14 @@ TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
   int ran = 0;
   for (const auto& c : all_doc_commands()) {
     const std::string& text = c.text;
-    const bool trains = trains_here(text);
-    if (!trains && text != "ddpx models") continue;
+    const bool trains = trains_here(c);
+    if (!trains && c.printed != "ddpx models") continue;
     SCOPED_TRACE(c.file + ":" + std::to_string(c.line) + ": " + text);
     const std::string folder = dir.file(std::to_string(ran));
     std::filesystem::create_directories(folder);
-    auto r = run_command(
-        "cd " + test::shell_quote(folder) + " && " + limits + ddpx + " " + filled(text).substr(5),
-        300);
+    auto r = run_command("cd " + test::shell_quote(folder) + " && " + limits + launcher_here(c) +
+                             ddpx + " " + filled(text).substr(5),
+                         300);
     EXPECT_EQ(r.exit_code, 0) << c.file << ":" << c.line << ": `" << text
                               << "` does not run as printed:\n"
                               << r.output;
@@ -81,6 +84,12 @@ TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
       EXPECT_NE(r.output.find("limits from the environment: DDPX_EPOCHS=1"), std::string::npos)
           << "a shortened run says so\n"
           << r.output;
+      // It trained (a refusal or a crash exits 0 nowhere, but a run that only parses would) and
+      // reached the end.
+      EXPECT_NE(r.output.find("Epoch - 0/1"), std::string::npos) << "no epoch line\n" << r.output;
+      EXPECT_NE(r.output.find("Training took"), std::string::npos) << "no end line\n" << r.output;
+    } else if (!trains) {
+      EXPECT_NE(r.output.find("resnet18"), std::string::npos) << "the zoo lists\n" << r.output;
     }
     ++ran;
   }

@@ -54,6 +54,16 @@ bool is_command(const std::string& text) {
 
 bool is_fence(const std::string& line) { return trim(line).rfind("```", 0) == 0; }
 
+// A `ddpx` word where a command starts: at the start (a path before it allowed), or behind
+// environment assignments and a launcher of its own (its flags and values up to the word).
+// Groups: 1 the launcher, 2 an installed ddpx's folder, 3 the ddpx command's arguments.
+const std::regex& ddpx_line() {
+  static const std::regex pattern(
+      R"(^((?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:(?:srun|mpirun|taskset|torchrun|env|exec|nohup))"
+      R"(\s+(?:\S+\s+)*?)?)(\S*/)?ddpx\s+(.*)$)");
+  return pattern;
+}
+
 }  // namespace
 
 std::vector<DocCommand> commands_in(const std::string& path) {
@@ -89,9 +99,17 @@ std::vector<DocCommand> commands_in(const std::string& path) {
     std::stringstream parts(text);
     for (std::string part; std::getline(parts, part, ';');) {
       part = trim(part);
-      if (part.rfind("ddpx ", 0) != 0 && part.rfind("./run-ddp.sh ", 0) != 0) continue;
-      if (!is_command(part)) continue;
-      out.push_back(DocCommand{path, pending_line, block, part});
+      if (part.size() > 2 && part.compare(part.size() - 2, 2, " &") == 0)
+        part = trim(part.substr(0, part.size() - 2));  // started in the background
+      if (part.rfind("./run-ddp.sh ", 0) == 0) {
+        if (is_command(part)) out.push_back(DocCommand{path, pending_line, block, part, "", part});
+        continue;
+      }
+      std::smatch m;
+      if (!std::regex_match(part, m, ddpx_line())) continue;
+      const std::string command = "ddpx " + m[3].str();
+      if (!is_command(command)) continue;
+      out.push_back(DocCommand{path, pending_line, block, command, m[1].str() + m[2].str(), part});
     }
   }
   return out;
@@ -132,6 +150,15 @@ bool trains_here(const std::string& text) {
       text.find("--nnodes") != std::string::npos || text.find("--dry_run") != std::string::npos;
   return trains && !elsewhere;
 }
+
+bool runs_on_this_host(const DocCommand& c) {
+  static const std::regex here(R"(^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:taskset\s+.*)?$)");
+  return std::regex_match(c.launcher, here);
+}
+
+std::string launcher_here(const DocCommand& c) { return runs_on_this_host(c) ? c.launcher : ""; }
+
+bool trains_here(const DocCommand& c) { return runs_on_this_host(c) && trains_here(c.text); }
 
 std::vector<std::string> block_lines(const std::string& path, int block) {
   std::ifstream in(test::source_dir() + "/" + path);
