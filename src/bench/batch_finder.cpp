@@ -127,9 +127,15 @@ BatchFinderResult find_batch_size(const BatchFinderOptions& o) {
              "--margin is the share of GPU memory kept free: in [0, 1), got {}", o.margin);
   dist::set_threads(o.threads > 0 ? o.threads : dist::default_threads());
   const torch::Device device = dist::select_device(o.device, dist::detect_world());
-  optim::check_amp(o.amp, device);
+  // --amp auto: bf16 where this device computes it natively, as `ddpx train` decides.
+  const optim::AmpChoice amp = optim::resolve_amp(o.amp, dist::bf16_support(device));
+  optim::check_amp(amp.amp, device);
+  BatchFinderOptions resolved = o;
+  resolved.amp = amp.amp;
 
   BatchFinderResult r;
+  r.amp = amp.reason.empty() ? optim::name(amp.amp)
+                             : fmt::format("{} ({})", optim::name(amp.amp), amp.reason);
   r.device =
       device.is_cuda() ? fmt::format("{} ({})", device.str(), dist::device_name(device)) : "cpu";
   if (device.is_cuda()) {
@@ -139,7 +145,7 @@ BatchFinderResult find_batch_size(const BatchFinderOptions& o) {
     r.memory_limit_gib =
         o.memory_budget_gib > 0 ? o.memory_budget_gib : available_memory_mib() / 2 / 1024.0;
   }
-  Trainer trainer(o, device);
+  Trainer trainer(resolved, device);
   // A size fits when it ran and its peak stays under the limit (less the margin on a GPU).
   auto fits = [&](BatchTrial& t) {
     t.fits = t.fits && (device.is_cuda() ? t.peak_gib <= (1 - o.margin) * r.memory_limit_gib
@@ -200,7 +206,7 @@ void print_batch_finder(const BatchFinderOptions& o, const BatchFinderResult& r)
       o.model,
       models::find_model(o.model).has_cifar_stem ? std::string(" stem ") + models::name(o.stem)
                                                  : std::string(),
-      o.image_size, o.image_size, optim::name(o.amp), r.device, o.steps);
+      o.image_size, o.image_size, r.amp, r.device, o.steps);
   log::out("# memory limit {:.1f} GiB ({})", r.memory_limit_gib,
            r.device == "cpu" ? "CPU budget: --memory_budget_gib, default half of MemAvailable"
                              : fmt::format("GPU memory, {:.0f}% kept free", 100 * o.margin));

@@ -45,6 +45,7 @@ struct BatchTrial {
 
 struct BatchFinderResult {
   std::string device;              // "cuda:0 (NVIDIA H100 ...)" or "cpu"
+  std::string amp;                 // "bf16", or with --amp auto "bf16 (auto: this CPU has ...)"
   double memory_limit_gib = 0;     // the GPU's memory or the CPU budget
   std::vector<BatchTrial> trials;  // in the order tried
   int64_t recommended = 0;         // 0: not even the start batch fits

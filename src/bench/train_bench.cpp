@@ -79,7 +79,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   auto context = dist::init(init);
   log::set_rank(context->rank());
   const torch::Device device = context->device();
-  optim::check_amp(o.amp, device);
+  // --amp auto: bf16 where this device computes it natively, as `ddpx train` decides.
+  const optim::AmpChoice amp = optim::resolve_amp(o.amp, dist::bf16_support(device));
+  optim::check_amp(amp.amp, device);
   if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
   auto synchronize = [&] {
     if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
@@ -172,7 +174,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
     };
     // fp16 without loss scaling: a benchmark of speed, not of convergence.
     mb.in_forward_context = [&](const std::function<void()>& forward) {
-      optim::AutocastGuard autocast(o.amp, device);
+      optim::AutocastGuard autocast(amp.amp, device);
       forward();
     };
     plan.forward_backward(mb, sync);
@@ -241,8 +243,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
             .peak /
         1073741824.0;
-    const char* compute = o.amp == optim::Amp::kBf16             ? "bf16"
-                          : o.amp == optim::Amp::kFp16           ? "fp16"
+    const char* compute = amp.amp == optim::Amp::kBf16           ? "bf16"
+                          : amp.amp == optim::Amp::kFp16         ? "fp16"
                           : at::globalContext().allowTF32CuDNN() ? "tf32"
                                                                  : "fp32";
     if (auto peak = gpu_peak(dist::device_name(device), compute)) {
@@ -268,11 +270,12 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   log::out(
       "# ddpx bench train: {} ({} stem), {} classes, {}x{} input, batch {} per rank, {} "
       "rank(s) over {}, data {}, {} thread(s) per rank, buckets {}+{} MiB, hook {}, device {}, "
-      "amp {}, channels_last {}",
+      "amp {}{}, channels_last {}",
       o.model, models::name(o.stem), splits.train.num_classes, o.image_size, o.image_size,
       o.batch_size, context->world_size(), context->backend(), data::name(o.data), threads,
       o.first_bucket_mb, o.bucket_mb, dist::name(o.comm_hook), dist::describe_device(device),
-      optim::name(o.amp), o.channels_last ? "on" : "off");
+      optim::name(amp.amp), amp.reason.empty() ? "" : " (" + amp.reason + ")",
+      o.channels_last ? "on" : "off");
   log::out(
       "images/s (all ranks): {:.1f} | loop: phases (a copy of the step, split) | sync: {} | "
       "loader: 1 worker thread per rank, alone {:.0f} images/s per rank",
@@ -308,7 +311,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
                            {"backend", context->backend()},
                            {"loader_images_per_sec", loader_images_per_sec},
                            {"device", dist::device_name(device)},
-                           {"amp", optim::name(o.amp)},
+                           {"amp", optim::name(amp.amp)},
                            {"channels_last", o.channels_last},
                            {"forward_gflop", r.forward_gflop}};
     if (r.mfu) line["mfu"] = *r.mfu;

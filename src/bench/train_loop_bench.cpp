@@ -113,6 +113,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   train::run_training(options, after_step);
   DDPX_CHECK(seconds > 0, ErrorKind::kInternal,
              "bench train: the training loop ended before its timed window");
+  // What --amp auto became (the trainer decided the same and printed why in its header).
+  const optim::Amp amp = optim::resolve_amp(b.amp, dist::bf16_support(device)).amp;
 
   TrainBenchResult r;
   r.sync =
@@ -138,8 +140,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
             .peak /
         1073741824.0;
-    const char* compute = b.amp == optim::Amp::kBf16             ? "bf16"
-                          : b.amp == optim::Amp::kFp16           ? "fp16"
+    const char* compute = amp == optim::Amp::kBf16               ? "bf16"
+                          : amp == optim::Amp::kFp16             ? "fp16"
                           : at::globalContext().allowTF32CuDNN() ? "tf32"
                                                                  : "fp32";
     if (auto peak = gpu_peak(dist::device_name(device), compute)) {
@@ -172,7 +174,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
                            {"startup_s", r.startup_s},
                            {"backend", backend},
                            {"device", dist::device_name(device)},
-                           {"amp", optim::name(b.amp)},
+                           {"amp", optim::name(amp)},
                            {"channels_last", b.channels_last},
                            {"forward_gflop", r.forward_gflop}};
     if (r.mfu) line["mfu"] = *r.mfu;

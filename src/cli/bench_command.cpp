@@ -113,7 +113,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
              "--loop phases)");
   add_choice(train, "--device", t->device, dist::kDeviceNames, "auto | cpu | cuda");
   add_choice(train, "--amp", t->amp, optim::kAmpNames,
-             "off | bf16 | fp16 (autocast, as ddpx train)");
+             "off | bf16 | fp16 | auto (autocast, as ddpx train)");
   train->add_flag("--channels_last", t->channels_last, "NHWC weights and images");
   auto* train_shard = add_choice(train, "--shard", t->shard, parallel::kShardModeNames,
                                  "--loop trainer: ddpx train's --shard (none | optimizer | "

@@ -106,6 +106,7 @@ void run_plan(const PlanOptions& o) {
   parallel::ProbeOptions probe;
   probe.image_size = config.image_size;
   probe.num_classes = o.num_classes;
+  // fp16 is probed as bf16 (the same bytes); auto as bf16, what the GPUs a plan is for take.
   probe.amp = o.amp != optim::Amp::kOff;
   parallel::ModelMemory m;
   {
@@ -155,7 +156,11 @@ void run_plan(const PlanOptions& o) {
       "GiB ({:.1f} GiB usable after --reserve {}), {} (K = {:.0f} bytes a parameter), amp {}\n",
       o.model, m.parameters / 1e6, config.image_size, config.image_size, o.batch_size, o.gpus,
       gib(request.gpu_memory), gib(plan.usable), o.reserve, train::name(o.optimizer),
-      request.optimizer_bytes_per_param, optim::name(o.amp));
+      request.optimizer_bytes_per_param,
+      o.amp == optim::Amp::kAuto
+          ? "auto (planned as bf16: a GPU of compute capability 8.0 or newer takes it; fp32, "
+            "more activation memory, on older ones)"
+          : optim::name(o.amp));
   fmt::print(
       "# activations measured on this CPU{}: {:.1f} MiB at batch {}, {:.1f} MiB at batch {} -> "
       "{:.1f} MiB + {:.2f} MiB a sample\n",
@@ -223,7 +228,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch_size", o->batch_size, "batch per GPU, as ddpx train's --batch_size");
   cmd->add_option("--image_size", o->image_size, "input height = width (0: the model's own)");
   cmd->add_option("--num_classes", o->num_classes, "classifier outputs");
-  add_choice(cmd, "--amp", o->amp, optim::kAmpNames, "off | bf16 | fp16 (probed as bf16)");
+  add_choice(cmd, "--amp", o->amp, optim::kAmpNames,
+             "off | bf16 | fp16 (probed as bf16) | auto (bf16 where the GPU computes it: planned "
+             "as bf16)");
   add_choice(cmd, "--optimizer", o->optimizer, train::kOptimizerNames,
              "sgd | adam | adamw | lars | lamb: its state per parameter");
   cmd->add_option("--momentum", o->momentum, "SGD and LARS momentum (0: no momentum state)");

@@ -100,7 +100,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   add_choice(cmd, "--device", o->device, dist::kDeviceNames,
              "auto (the GPU of LOCAL_RANK when one is visible) | cpu | cuda (also ROCm GPUs)");
   add_choice(cmd, "--amp", o->amp, optim::kAmpNames,
-             "mixed precision: off | bf16 (also on CPU) | fp16 (GPU, with loss scaling)");
+             "mixed precision: off | bf16 (also on CPU) | fp16 (GPU, with loss scaling) | auto "
+             "(bf16 where the device computes it natively: a GPU of compute capability 8.0 or "
+             "newer, a CPU with AVX512-BF16 or AMX-BF16; else off; the header says which)");
   cmd->add_flag("--channels_last", o->channels_last,
                 "NHWC memory format for convolution weights and images (faster on GPUs)");
   add_switch(cmd, "cudnn_benchmark", o->cudnn_benchmark,

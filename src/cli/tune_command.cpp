@@ -35,7 +35,8 @@ void add_tune_command(CLI::App& app, int& exit_code) {
       "--threads", b->threads,
       "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
   add_choice(batch, "--device", b->device, dist::kDeviceNames, "auto | cpu | cuda");
-  add_choice(batch, "--amp", b->amp, optim::kAmpNames, "off | bf16 | fp16");
+  add_choice(batch, "--amp", b->amp, optim::kAmpNames,
+             "off | bf16 | fp16 | auto (bf16 where the device computes it natively, else off)");
   batch->add_flag("--channels_last", b->channels_last, "NHWC weights and images");
   batch->callback([b, md, &exit_code] {
     b->model = md->model;

@@ -100,6 +100,19 @@ std::string device_name(const torch::Device& device) {
   return device.str();
 }
 
+optim::Bf16Support bf16_support(const torch::Device& device) {
+#ifdef DDPX_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto* p = at::cuda::getDeviceProperties(device.index());
+    const std::string gpu =
+        fmt::format("{} (compute capability {}.{})", p->name, p->major, p->minor);
+    if (p->major >= 8) return {true, gpu + " computes bf16"};
+    return {false, gpu + " has no native bf16; --amp fp16 uses its tensor cores"};
+  }
+#endif
+  return optim::cpu_bf16_support(optim::cpuinfo_flags());
+}
+
 std::string describe_device(const torch::Device& device) {
   auto memory = device_memory(device);
   if (!memory) return device.str();

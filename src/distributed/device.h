@@ -15,6 +15,7 @@
 
 #include "distributed/choices.h"
 #include "distributed/world.h"
+#include "optim/amp.h"
 
 namespace ddpx::dist {
 
@@ -34,6 +35,11 @@ torch::Device select_device(DeviceChoice choice, const WorldInfo& world);
 
 // For the start-up header: "cuda:0 NVIDIA H100 80GB HBM3, 79.1 GiB (0.5 GiB in use)" or "cpu".
 std::string describe_device(const torch::Device& device);
+
+// Whether `device` computes bf16 natively (what `--amp auto` asks): a CPU with AVX512-BF16 or
+// AMX-BF16 in /proc/cpuinfo, a GPU of compute capability 8.0 or newer (NVIDIA Ampere on; on ROCm
+// the gfx major, 9 and up for the MI series).
+optim::Bf16Support bf16_support(const torch::Device& device);
 
 // Free and total memory of a GPU (empty for the CPU).
 struct DeviceMemory {

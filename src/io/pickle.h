@@ -1,6 +1,6 @@
 // A small, bounds-checked reader for Python pickles (protocols 2 to 5), the one pickle machine
-// of ddpx: it reads CIFAR's "python version" batches (dicts of numpy arrays and lists) and checks
-// the data.pkl of torch.save files (io/torch_file.h) before libtorch's unpickler sees them. It
+// of ddpx: it reads CIFAR's "python version" batches (dicts of numpy arrays and lists) and the
+// data.pkl of torch.save'd state_dicts (io/torch_file.h; libtorch's unpickler never sees it). It
 // never executes anything: a GLOBAL becomes a named reference, and REDUCE/NEWOBJ on an unknown
 // callable becomes an opaque Object keeping its arguments. The few callables that build data (numpy
 // arrays and dtypes, _codecs.encode for bytes under protocol 2, collections.OrderedDict) are

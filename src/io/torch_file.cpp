@@ -142,10 +142,64 @@ TorchZip read_torch_zip(std::string_view bytes, const std::string& path, const s
   return zip;
 }
 
-void check_state_dict_pickle(std::string_view pickle, const std::string& path) {
+namespace {
+
+// What torch._utils._rebuild_tensor_v2's arguments say, checked for their kinds.
+PickledTensor rebuilt_tensor(const pickle::Value* v, const std::string& path,
+                             const std::string& name) {
+  using pickle::Kind;
+  auto bad = [&](const char* what) {
+    fail(ErrorKind::kData,
+         "weights file '{}': entry '{}' is not a tensor as torch.save writes one ({}); save it "
+         "with torch.save(model.state_dict(), path)",
+         path, name, what);
+  };
+  auto ints = [&](const pickle::Value* tuple, const char* what) {
+    if (tuple->kind != Kind::kTuple) bad(what);
+    std::vector<int64_t> out;
+    for (const pickle::Value* d : tuple->items) {
+      if (d->kind != Kind::kInt) bad(what);
+      out.push_back(d->integer);
+    }
+    return out;
+  };
+  // A Parameter: _rebuild_parameter(tensor, requires_grad, hooks).
+  if (v->kind == Kind::kObject && v->module == "torch._utils" && v->name == "_rebuild_parameter") {
+    if (v->args.empty()) bad("a parameter without its tensor");
+    v = v->args[0];
+  }
+  if (v->kind != Kind::kObject || v->module != "torch._utils" || v->name != "_rebuild_tensor_v2")
+    bad(v->kind == Kind::kObject ? "another kind of object" : pickle::kind_name(v->kind));
+  const auto& a = v->args;
+  if (a.size() < 4) bad("too few arguments");
+  // The storage: a persistent id ('storage', storage type, key, location, numel).
+  const pickle::Value* id = a[0];
+  if (id->kind != Kind::kObject || id->module != "persistent_id" || id->args.size() != 1 ||
+      id->args[0]->kind != Kind::kTuple)
+    bad("its storage is not a persistent id");
+  const auto& s = id->args[0]->items;
+  if (s.size() != 5 || !s[0]->is_string() || s[0]->text != "storage" ||
+      s[1]->kind != Kind::kGlobal || s[1]->module != "torch" || !s[2]->is_string() ||
+      s[4]->kind != Kind::kInt)
+    bad("its storage id is not ('storage', type, key, location, size)");
+  PickledTensor t;
+  t.storage_type = s[1]->name;
+  t.storage_key = s[2]->text;
+  t.storage_numel = s[4]->integer;
+  if (a[1]->kind != Kind::kInt) bad("its offset is not an int");
+  t.offset = a[1]->integer;
+  t.sizes = ints(a[2], "its sizes are not a tuple of ints");
+  t.strides = ints(a[3], "its strides are not a tuple of ints");
+  if (t.sizes.size() != t.strides.size()) bad("its sizes and strides differ in length");
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, PickledTensor>> read_state_dict_pickle(std::string_view bytes,
+                                                                          const std::string& path) {
   pickle::Limits limits;
-  // The opcodes torch.save's protocol 2 writes for a state_dict, and no others: libtorch's
-  // unpickler lacks some that io/pickle reads (FRAME, STACK_GLOBAL, ...).
+  // The opcodes torch.save's protocol 2 writes for a state_dict, and no others.
   limits.opcodes = std::string(
       "\x80"
       "cqrhj)}]N\x88\x89KMJG\x8aX(t\x85\x86\x87RbsaQue.");
@@ -158,7 +212,24 @@ void check_state_dict_pickle(std::string_view pickle, const std::string& path) {
   limits.max_memo = 1 << 20;
   limits.max_links = 1 << 21;
   limits.advice = "save it with torch.save(model.state_dict(), path)";
-  pickle::parse(pickle, fmt::format("weights file '{}', data.pkl", path), limits);
+  const pickle::Pickle parsed =
+      pickle::parse(bytes, fmt::format("weights file '{}', data.pkl", path), limits);
+  const pickle::Value* root = parsed.root();
+  DDPX_CHECK(root->kind == pickle::Kind::kDict, ErrorKind::kData,
+             "weights file '{}' holds a {}, expected a dict of name -> tensor (a state_dict); "
+             "save it with torch.save(model.state_dict(), path)",
+             path, pickle::kind_name(root->kind));
+  std::vector<std::pair<std::string, PickledTensor>> out;
+  for (const auto& [key, value] : root->entries) {
+    DDPX_CHECK(key->kind == pickle::Kind::kStr, ErrorKind::kData,
+               "weights file '{}' has a key that is not a name ({}); expected a plain state_dict",
+               path, pickle::kind_name(key->kind));
+    // state_dict()'s OrderedDict is BUILT with {'_metadata': module versions}, which io/pickle
+    // adds as an entry; a tensor is never a dict, and ddpx needs no versions.
+    if (key->text == "_metadata" && value->kind == pickle::Kind::kDict) continue;
+    out.emplace_back(key->text, rebuilt_tensor(value, path, key->text));
+  }
+  return out;
 }
 
 }  // namespace ddpx::io

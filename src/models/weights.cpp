@@ -1,17 +1,14 @@
-// Name-based copy of tensors into modules, and reading torch.save files: ddpx's own zip reader
-// and pickle check (io/torch_file.h, io/pickle.h) in front of libtorch's unpickler.
+// Name-based copy of tensors into modules, and reading torch.save files through ddpx's own zip
+// and pickle readers (io/torch_file.h, io/pickle.h), which describe each tensor; the tensors are
+// made here from the archive's records.
 #include "models/weights.h"
 
-#include <c10/core/CPUAllocator.h>
 #include <fmt/ranges.h>
-#include <torch/csrc/jit/serialization/unpickler.h>
 
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -86,59 +83,38 @@ void load_named_tensors(torch::nn::Module& module,
 
 namespace {
 
-// torch.save(model.state_dict()) pickles a collections.OrderedDict, which libtorch's
-// unpickler turned into None on 1.13, where this was written (it expects OrderedDict only as a
-// tensor's unused backward hooks), and 1.13's lacked the POP and SETITEM opcodes. Two edits make
-// such a pickle loadable:
-// - the opening  GLOBAL 'collections OrderedDict', BINPUT 0, EMPTY_TUPLE, REDUCE  becomes
-//   EMPTY_DICT, MARK, GLOBAL ..., BINPUT 0, NONE, SETITEMS: a plain dict whose placeholder entry
-//   {0: None} swallows the global's index (memo 0 still holds it for the tensors' hooks);
-// - the closing BUILD that attaches `_metadata` (module versions we do not need) is cut off:
-//   the pickle stops right before that state dict is built.
-// Other pickles (a plain dict) are left untouched. Returns whether the placeholder was added.
-constexpr char kOrderedDictGlobal[] = "ccollections\nOrderedDict\n";
-constexpr char kMetadataKey[] = "X\x09\x00\x00\x00_metadata";
-
-bool rewrite_ordered_dict(std::string& pickle) {
-  const std::string global(kOrderedDictGlobal, sizeof(kOrderedDictGlobal) - 1);
-  const std::string opening = std::string("\x80\x02", 2) + global + std::string("q\x00)R", 4);
-  if (pickle.compare(0, opening.size(), opening) != 0) return false;
-  const std::string metadata(kMetadataKey, sizeof(kMetadataKey) - 1);
-  const size_t key = pickle.rfind(metadata);
-  if (key != std::string::npos) {
-    // The state dict opens with EMPTY_DICT then BINPUT n (2 bytes) or LONG_BINPUT n (5 bytes).
-    size_t open = std::string::npos;
-    if (key >= 3 && pickle[key - 3] == '}' && pickle[key - 2] == 'q') open = key - 3;
-    if (key >= 6 && pickle[key - 6] == '}' && pickle[key - 5] == 'r') open = key - 6;
-    if (open != std::string::npos) pickle = pickle.substr(0, open) + ".";
-  }
-  pickle = std::string("\x80\x02}(", 4) + global + std::string("q\x00Nu", 4) +
-           pickle.substr(opening.size());
-  return true;
+// The dtype of each plain storage type torch.save names (io/torch_file.h lets no other through).
+torch::ScalarType storage_dtype(const std::string& type, const std::string& path) {
+  static const std::map<std::string, torch::ScalarType> kDtypes = {
+      {"FloatStorage", torch::kFloat32}, {"DoubleStorage", torch::kFloat64},
+      {"HalfStorage", torch::kFloat16},  {"BFloat16Storage", torch::kBFloat16},
+      {"LongStorage", torch::kInt64},    {"IntStorage", torch::kInt32},
+      {"ShortStorage", torch::kInt16},   {"CharStorage", torch::kInt8},
+      {"ByteStorage", torch::kUInt8},    {"BoolStorage", torch::kBool}};
+  auto it = kDtypes.find(type);
+  DDPX_CHECK(it != kDtypes.end(), ErrorKind::kData,
+             "weights file '{}' holds a torch.{}, which ddpx does not read; save plain tensors "
+             "with torch.save(model.state_dict(), path)",
+             path, type);
+  return it->second;
 }
 
-// The records of the unpickled storages: where libtorch's storage memory starts, and how many
-// bytes the file really had for it (libtorch sizes a storage by the count in the pickle).
-using RecordSizes = std::map<const void*, size_t>;
-
-// A tensor must lie inside its storage and the storage inside its record: libtorch (1.13,
-// where this was found) sets sizes, strides and offset from the pickle unchecked, so reading a bad
-// one reads past memory.
-void check_extent(const torch::Tensor& t, const RecordSizes& records, const std::string& path,
-                  const std::string& name) {
+// A tensor must lie inside its storage and the storage inside its record: sizes, strides, the
+// offset and the storage's element count all come from the file.
+void check_extent(const io::PickledTensor& t, int64_t item_size, size_t record_bytes,
+                  const std::string& path, const std::string& name) {
   auto bad = [&](const char* what) {
     fail(ErrorKind::kData, "weights file '{}': tensor '{}' {}; the file is corrupt, save it again",
          path, name, what);
   };
-  const c10::Storage& storage = t.storage();
-  const auto record = records.find(storage.data());
-  const size_t have = record == records.end() ? 0 : record->second;
-  if (storage.nbytes() > have) bad("claims more storage than its record holds");
-  if (t.storage_offset() < 0) bad("has a negative offset");
-  // The last element's index, with overflow checks (sizes and strides are untrusted).
-  uint64_t last = static_cast<uint64_t>(t.storage_offset());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    const int64_t size = t.sizes()[d], stride = t.strides()[d];
+  if (t.storage_numel < 0 ||
+      static_cast<unsigned __int128>(t.storage_numel) * item_size > record_bytes)
+    bad("claims more storage than its record holds");
+  if (t.offset < 0) bad("has a negative offset");
+  // The last element's index, with overflow checks.
+  uint64_t last = static_cast<uint64_t>(t.offset);
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    const int64_t size = t.sizes[d], stride = t.strides[d];
     if (size < 0 || stride < 0) bad("has a negative size or stride");
     if (size == 0) return;  // no elements, nothing is read
     unsigned __int128 reach =
@@ -146,13 +122,12 @@ void check_extent(const torch::Tensor& t, const RecordSizes& records, const std:
     if (reach >= (uint64_t(1) << 56)) bad("is too large");
     last = static_cast<uint64_t>(reach);
   }
-  if ((last + 1) * t.dtype().itemsize() > storage.nbytes()) {
-    bad("reaches past the end of its storage");
-  }
+  if (last >= static_cast<uint64_t>(t.storage_numel)) bad("reaches past the end of its storage");
 }
 
 // Reads the dict from the bytes of a torch.save file; `path` labels errors. The zip and the
-// pickle pass ddpx's own checks (io/torch_file.h) before libtorch's unpickler sees them.
+// pickle are read by ddpx's own readers (io/torch_file.h); each storage becomes one host tensor
+// that the state_dict's tensors view, as torch.load shares them.
 std::map<std::string, torch::Tensor> read_state_dict_from(std::string_view bytes,
                                                           const std::string& path) {
   const std::string hint =
@@ -161,60 +136,39 @@ std::map<std::string, torch::Tensor> read_state_dict_from(std::string_view bytes
   auto data_pkl = zip.records.find("data.pkl");
   DDPX_CHECK(data_pkl != zip.records.end(), ErrorKind::kData,
              "weights file '{}' has a compressed data.pkl; {}", path, hint);
-  std::string pickle(data_pkl->second);
-  const bool placeholder = rewrite_ordered_dict(pickle);
-  io::check_state_dict_pickle(pickle, path);
-  RecordSizes record_sizes;
-  torch::IValue value;
-  try {
-    size_t offset = 0;
-    auto reader = [&](char* buffer, size_t n) {
-      n = std::min(n, pickle.size() - offset);
-      std::memcpy(buffer, pickle.data() + offset, n);
-      offset += n;
-      return n;
-    };
-    auto read_record = [&](const std::string& key) {
-      auto it = zip.records.find("data/" + key);
-      DDPX_CHECK(it != zip.records.end(), ErrorKind::kData,
-                 "weights file '{}' lacks the record data/{} that its data.pkl names; the file "
-                 "is incomplete, save it again",
-                 path, key);
-      at::DataPtr data = c10::GetCPUAllocator()->allocate(it->second.size());
-      if (!it->second.empty()) std::memcpy(data.get(), it->second.data(), it->second.size());
-      record_sizes[data.get()] = it->second.size();
-      return data;
-    };
-    // Storages go to the CPU whatever device they were saved from.
-    torch::jit::Unpickler unpickler(reader, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
-                                    read_record, /*device=*/c10::Device(c10::kCPU));
-    unpickler.set_version(zip.version);
-    value = unpickler.parse_ivalue();
-  } catch (const Error&) {
-    throw;
-  } catch (const c10::Error& e) {
-    fail(ErrorKind::kData,
-         "cannot read weights file '{}': not a readable torch.save file ({}); save it from "
-         "Python with torch.save(model.state_dict(), path) (torch >= 1.6 zip format)",
-         path, e.what_without_backtrace());
-  } catch (const std::exception& e) {  // e.g. std::out_of_range from a malformed pickle
-    fail(ErrorKind::kData,
-         "cannot read weights file '{}': malformed torch.save data ({}); re-save it from Python "
-         "with torch.save(model.state_dict(), path)",
-         path, e.what());
-  }
-  DDPX_CHECK(value.isGenericDict(), ErrorKind::kData,
-             "weights file '{}' holds a {}, expected a dict of name -> tensor (a state_dict)", path,
-             value.tagKind());
+  std::map<std::string, torch::Tensor> storages;  // by key: flat, of the storage's dtype
   std::map<std::string, torch::Tensor> out;
-  for (const auto& entry : value.toGenericDict()) {
-    if (placeholder && entry.key().isInt() && entry.value().isNone()) continue;
-    DDPX_CHECK(entry.key().isString() && entry.value().isTensor(), ErrorKind::kData,
-               "weights file '{}' has an entry that is not name -> tensor ({} -> {}); expected "
-               "a plain state_dict",
-               path, entry.key().tagKind(), entry.value().tagKind());
-    check_extent(entry.value().toTensor(), record_sizes, path, entry.key().toStringRef());
-    out[entry.key().toStringRef()] = entry.value().toTensor();
+  for (const auto& [name, t] : io::read_state_dict_pickle(data_pkl->second, path)) {
+    const torch::ScalarType dtype = storage_dtype(t.storage_type, path);
+    auto record = zip.records.find("data/" + t.storage_key);
+    DDPX_CHECK(record != zip.records.end(), ErrorKind::kData,
+               "weights file '{}' lacks the record data/{} that its data.pkl names; the file "
+               "is incomplete, save it again",
+               path, t.storage_key);
+    check_extent(t, static_cast<int64_t>(c10::elementSize(dtype)), record->second.size(), path,
+                 name);
+    torch::Tensor& storage = storages[t.storage_key];
+    if (!storage.defined()) {
+      storage = torch::empty({t.storage_numel}, torch::TensorOptions().dtype(dtype));
+      if (storage.nbytes() > 0)
+        std::memcpy(storage.data_ptr(), record->second.data(), storage.nbytes());
+    }
+    DDPX_CHECK(storage.scalar_type() == dtype && storage.numel() == t.storage_numel,
+               ErrorKind::kData,
+               "weights file '{}': tensor '{}' reads storage {} as another type or size than "
+               "the tensors before it; the file is corrupt, save it again",
+               path, name, t.storage_key);
+    DDPX_CHECK(out.count(name) == 0, ErrorKind::kData,
+               "weights file '{}' names tensor '{}' twice; the file is corrupt, save it again",
+               path, name);
+    try {
+      out[name] = storage.as_strided(t.sizes, t.strides, t.offset);
+    } catch (const c10::Error& e) {  // an empty tensor's offset past its storage, say
+      fail(ErrorKind::kData,
+           "weights file '{}': tensor '{}' does not fit its storage ({}); the "
+           "file is corrupt, save it again",
+           path, name, e.what_without_backtrace());
+    }
   }
   return out;
 }

@@ -9,6 +9,31 @@
 
 namespace ddpx::optim {
 
+namespace {
+
+// Whether the space-separated `flags` hold `flag` as a whole word.
+bool has_flag(const std::string& flags, const char* flag) {
+  std::string padded = " " + flags + " ";
+  for (char& c : padded)
+    if (c == '\t' || c == '\n') c = ' ';
+  return padded.find(std::string(" ") + flag + " ") != std::string::npos;
+}
+
+}  // namespace
+
+Bf16Support cpu_bf16_support(const std::string& flags) {
+  const bool avx512 = has_flag(flags, "avx512_bf16"), amx = has_flag(flags, "amx_bf16");
+  if (!avx512 && !amx) return {false, "no native bf16 on this CPU; bf16 would be emulated"};
+  return {true, std::string("this CPU has ") + (avx512 && amx ? "AVX512-BF16 and AMX-BF16"
+                                                : avx512      ? "AVX512-BF16"
+                                                              : "AMX-BF16")};
+}
+
+AmpChoice resolve_amp(Amp requested, const Bf16Support& device) {
+  if (requested != Amp::kAuto) return {requested, ""};
+  return {device.native ? Amp::kBf16 : Amp::kOff, "auto: " + device.why};
+}
+
 std::optional<torch::ScalarType> amp_dtype(Amp amp) {
   switch (amp) {
     case Amp::kBf16:
@@ -17,6 +42,8 @@ std::optional<torch::ScalarType> amp_dtype(Amp amp) {
       return torch::kHalf;
     case Amp::kOff:
       break;
+    case Amp::kAuto:
+      fail(ErrorKind::kInternal, "--amp auto reached autocast unresolved (optim::resolve_amp)");
   }
   return std::nullopt;
 }
@@ -29,12 +56,7 @@ void check_amp(Amp amp, const torch::Device& device) {
 }
 
 std::string amp_speed_note(Amp amp, const torch::Device& device, const std::string& flags) {
-  if (amp != Amp::kBf16 || !device.is_cpu()) return "";
-  auto has = [&](const char* flag) {
-    std::string padded = " " + flags + " ";
-    return padded.find(std::string(" ") + flag + " ") != std::string::npos;
-  };
-  if (has("avx512_bf16") || has("amx_bf16")) return "";
+  if (amp != Amp::kBf16 || !device.is_cpu() || cpu_bf16_support(flags).native) return "";
   return "note: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): "
          "--amp bf16 is emulated here and often 10-50x slower than fp32; --amp off trains faster";
 }

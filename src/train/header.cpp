@@ -70,7 +70,8 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
           : fmt::format(" (--learning_rate {} x ({} / {}), {} scaling)", o.learning_rate,
                         f.global_batch, o.base_batch_size, name(o.lr_scale))));
   if (auto line = regularization_line(o, f); !line.empty()) lines.push_back(line);
-  lines.push_back(fmt::format("device {} | amp {} | channels_last {} | {}", f.device, name(o.amp),
+  lines.push_back(fmt::format("device {} | amp {}{} | channels_last {} | {}", f.device, name(o.amp),
+                              f.amp_reason.empty() ? "" : " (" + f.amp_reason + ")",
                               o.channels_last ? "on" : "off", f.plan));
   if (!f.amp_note.empty()) lines.push_back(f.amp_note);
   for (size_t r = 0; r < f.rank_devices.size(); ++r)

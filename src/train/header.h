@@ -42,6 +42,7 @@ struct RunFacts {
   int loader_workers = 0;
   std::string env_limits;  // env_limits_line(): the environment's limits this run applied
   std::string amp_note;    // optim::amp_speed_note(): --amp bf16 on a CPU without native bf16
+  std::string amp_reason;  // why --amp auto chose what it did (optim::resolve_amp), else ""
 };
 
 // The facts read off the job, the data set and the model (`parameters`: the whole model's, as

@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "distributed/device.h"
 #include "models/zoo/registry.h"
+#include "optim/amp.h"
 #include "parallel/placement.h"
 #include "train/data_setup.h"
 #include "train/epoch_meter.h"
@@ -73,6 +74,9 @@ class Run {
     validate(o_);
     context_ = join_job(o_);
     device_ = context_->device();
+    // --amp auto becomes bf16 or off here, before anything reads the choice.
+    const optim::AmpChoice amp = optim::resolve_amp(o_.amp, dist::bf16_support(device_));
+    o_.amp = amp.amp;
     // The data's ranks are the data-parallel replicas (a pipeline's stages share one).
     const DataRank data_rank = train::data_rank(o_, *context_);
     batch_size_ = per_rank_batch(o_, data_rank.size);
@@ -85,6 +89,7 @@ class Run {
     models::ModelConfig config{data_->splits.train.num_classes, data_->image_size, o_.stem};
     auto model = models::create_model(o_.model, config);
     RunFacts facts;
+    facts.amp_reason = amp.reason;
     if (!o_.pretrained.empty())
       facts.pretrained_note = load_pretrained(o_.pretrained, *model.ptr());
     // A pipeline moves only its rank's stages to the device (the model stays in host memory).
@@ -236,7 +241,7 @@ class Run {
     return accuracy;
   }
 
-  const TrainOptions& o_;
+  TrainOptions o_;       // the caller's, with --amp auto resolved once the device is known
   StepHook after_step_;  // bench train: ends the run after its timed window
   std::shared_ptr<dist::Context> context_;
   torch::Device device_ = torch::kCPU;

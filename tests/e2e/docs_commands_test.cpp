@@ -8,8 +8,9 @@
 // (`ddpx train ...`, `ddpx run N -- train ...`, behind environment assignments or taskset) then
 // runs for real, shortened only by the environment (one epoch of one step and one test batch of
 // 16, as train/env_limits.h names them in the run's header), and must end with exit code 0
-// having trained and tested: its `Epoch - 0/1` line and `Training took`; `ddpx models` must list
-// the zoo. Every other command runs on a fixture in docs_fixtures_test.cpp (or says there
+// having trained and tested: its `Epoch - 0/1` line and `Training took`, with an appended
+// `--learning_rate` that its header must show (a flag given twice: the last value wins);
+// `ddpx models` must list the zoo. Every other command runs on a fixture in docs_fixtures_test.cpp (or says there
 // why it cannot run here), and docs/serve.md's quick start in tests/serve/quick_start_test.cpp.
 #include <gtest/gtest.h>
 
@@ -24,6 +25,31 @@ namespace {
 using test::run_command;
 using namespace docs_testing;
 
+// `text` with one of its own single-word flag values given again, as a user appends an override
+// to a printed command: the last `--flag value` before a ` -- ` (the launcher's or the verb's
+// own), else the line's last, repeated at the end of that part (`ddpx plan --model vit_b_16
+// --gpus 8` gets another ` --gpus 8`). "" when the part has no such pair.
+std::string with_a_flag_repeated(const std::string& text) {
+  const size_t dash = text.find(" -- ");
+  const std::string head = text.substr(0, dash);
+  const std::string tail = dash == std::string::npos ? "" : text.substr(dash);
+  std::vector<std::string> words;
+  for (size_t at = 0; at < head.size();) {
+    const size_t space = head.find(' ', at);
+    words.push_back(head.substr(at, space == std::string::npos ? space : space - at));
+    at = space == std::string::npos ? head.size() : space + 1;
+  }
+  for (size_t i = words.size(); i-- > 1;) {
+    const std::string& flag = words[i - 1];
+    const std::string& value = words[i];
+    const bool plain = flag.find_first_of("\"'=") == std::string::npos &&
+                       value.find_first_of("\"'") == std::string::npos;
+    if (flag.size() > 2 && flag.rfind("--", 0) == 0 && !value.empty() && value[0] != '-' && plain)
+      return head + " " + flag + " " + value + tail;
+  }
+  return "";
+}
+
 TEST(DocsCommandsTest, EveryExampleCommandInTheReadmeAndDocsParsesAsPrinted) {
   auto commands = all_doc_commands();
   EXPECT_GE(commands.size(), 40u) << "the extraction found too few commands; has the docs' "
@@ -31,7 +57,7 @@ TEST(DocsCommandsTest, EveryExampleCommandInTheReadmeAndDocsParsesAsPrinted) {
   test::TempDir dir;
   const std::string env = "cd " + test::shell_quote(dir.path()) + " && DDPX_PARSE_ONLY=1 ";
   const std::string ddpx = test::shell_quote(test::ddpx_binary());
-  int checked = 0;
+  int checked = 0, repeats = 0;
   for (const auto& c : commands) {
     std::string text = filled(c.text);
     SCOPED_TRACE(c.file + ":" + std::to_string(c.line) + ": " + c.text);
@@ -41,22 +67,30 @@ TEST(DocsCommandsTest, EveryExampleCommandInTheReadmeAndDocsParsesAsPrinted) {
                       test::shell_quote(test::source_dir() + "/run-ddp.sh") +
                       text.substr(std::string("./run-ddp.sh").size()));
     } else {
-      std::string args = text.substr(5);
-      lines.push_back(ddpx + " " + args);
+      // Each with one of its flags given again, which must change nothing (the last value wins,
+      // as in argparse, in every subcommand of both binaries), so the same run checks both.
+      auto repeated = [&](const std::string& command) {
+        std::string with = with_a_flag_repeated(command);
+        repeats += !with.empty();
+        return ddpx + " " + (with.empty() ? command : with).substr(5);
+      };
+      lines.push_back(repeated(text));
       // The program of `ddpx run ... -- train ARGS`: its flags parse too.
-      size_t dash = args.find(" -- train ");
-      if (args.rfind("run ", 0) == 0 && dash != std::string::npos)
-        lines.push_back(ddpx + " " + args.substr(dash + 4));
+      size_t dash = text.find(" -- train ");
+      if (text.rfind("ddpx run ", 0) == 0 && dash != std::string::npos)
+        lines.push_back(repeated("ddpx " + text.substr(dash + 4)));
     }
     for (const auto& line : lines) {
       auto r = run_command(env + line, 60);
       EXPECT_EQ(r.exit_code, 0) << c.file << ":" << c.line << ": `" << c.text
-                                << "` does not parse as printed:\n"
+                                << "` does not parse as printed (or with a flag repeated):\n"
+                                << line << "\n"
                                 << r.output;
       ++checked;
     }
   }
   EXPECT_GE(checked, 40);
+  EXPECT_GE(repeats, 30);
 }
 
 // Every training command of the README and docs/ runs as printed (one step of each, on this CPU,
@@ -65,24 +99,35 @@ TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
   const std::string limits =
       "DDPX_EPOCHS=1 DDPX_MAX_STEPS=1 DDPX_MAX_TEST_BATCHES=1 DDPX_BATCH_SIZE=16 ";
   const std::string ddpx = test::shell_quote(test::ddpx_binary());
+  // Appended to every training command, as a user appends an override: the last value wins,
+  // whether the command held the flag (or its --lr alias, or a --recipe's) or not.
+  const std::string override_lr = " --learning_rate 0.0123";
   test::TempDir dir;
-  int ran = 0;
+  int ran = 0, held = 0;
   for (const auto& c : all_doc_commands()) {
     const std::string& text = c.text;
     const bool trains = trains_here(c);
     if (!trains && c.printed != "ddpx models") continue;
     SCOPED_TRACE(c.file + ":" + std::to_string(c.line) + ": " + text);
+    const bool header = trains && text.find("--show_recommendations") == std::string::npos;
+    held += header && (text.find(" --learning_rate ") != std::string::npos ||
+                       text.find(" --lr ") != std::string::npos);
     const std::string folder = dir.file(std::to_string(ran));
     std::filesystem::create_directories(folder);
     auto r = run_command("cd " + test::shell_quote(folder) + " && " + limits + launcher_here(c) +
-                             ddpx + " " + filled(text).substr(5),
+                             ddpx + " " + filled(text).substr(5) + (header ? override_lr : ""),
                          300);
     EXPECT_EQ(r.exit_code, 0) << c.file << ":" << c.line << ": `" << text
-                              << "` does not run as printed:\n"
+                              << "` does not run as printed (with" << override_lr << "):\n"
                               << r.output;
-    if (trains && text.find("--show_recommendations") == std::string::npos) {
+    if (header) {
       EXPECT_NE(r.output.find("limits from the environment: DDPX_EPOCHS=1"), std::string::npos)
           << "a shortened run says so\n"
+          << r.output;
+      // "optimizer adamw lr 0.0123 ...", or with --lr_scale "(--learning_rate 0.0123 x ...".
+      EXPECT_TRUE(r.output.find(" lr 0.0123 ") != std::string::npos ||
+                  r.output.find("(--learning_rate 0.0123 x ") != std::string::npos)
+          << "the appended" << override_lr << " did not win\n"
           << r.output;
       // It trained (a refusal or a crash exits 0 nowhere, but a run that only parses would) and
       // reached the end.
@@ -94,6 +139,7 @@ TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
     ++ran;
   }
   EXPECT_GE(ran, 25) << "the extraction found too few training commands";
+  EXPECT_GE(held, 3) << "too few training commands held --learning_rate to override";
 }
 
 // The parse-only mode runs nothing but still refuses what the real run would refuse at parse.

@@ -1,9 +1,11 @@
 // The model and data flags are one group (cli/model_data_flags.h): a train command becomes a
 // tune or bench command by changing the verb, and tune and bench take the dataset's shape.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "optim/amp.h"
 #include "support/support.h"
 
 namespace ddpx {
@@ -25,12 +27,18 @@ TEST(ModelDataFlagsTest, TuneTakesTheDatasetsShape) {
   EXPECT_TRUE(has(r.output, "recommendation: --batch_size")) << r.output;
 }
 
-// The same model and data flags, typed after each verb, run and set the input the command uses.
+// The same model and data flags, typed after each verb, run and set the input the command uses;
+// `--amp auto` decides the same after each verb (bf16 on this CPU if it has native bf16, else
+// fp32), and each says what it chose and why.
 TEST(ModelDataFlagsTest, TrainBenchAndTuneTakeTheSameModelAndDataFlags) {
   test::TempDir dir;
-  const std::string flags = " --model mlp --stem imagenet --dataset synthetic --data_dir " +
-                            dir.path() +
-                            " --image_size 16 --synthetic_image 16 --synthetic_classes 4";
+  const std::string flags =
+      " --model mlp --stem imagenet --dataset synthetic --data_dir " + dir.path() +
+      " --image_size 16 --synthetic_image 16 --synthetic_classes 4 --amp auto";
+  const optim::AmpChoice amp =
+      optim::resolve_amp(optim::Amp::kAuto, optim::cpu_bf16_support(optim::cpuinfo_flags()));
+  // "amp bf16 (auto: this CPU has AVX512-BF16)", "amp off (auto: no native bf16 on this CPU; ...)"
+  const std::string amp_line = fmt::format("amp {} ({})", optim::name(amp.amp), amp.reason);
   struct Case {
     std::string command, budget, expect;
   };
@@ -44,6 +52,8 @@ TEST(ModelDataFlagsTest, TrainBenchAndTuneTakeTheSameModelAndDataFlags) {
     auto r = run_command(ddpx_command(c.command + flags + c.budget), 300);
     EXPECT_EQ(r.exit_code, 0) << c.command << "\n" << r.output;
     EXPECT_TRUE(has(r.output, c.expect)) << c.command << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, amp_line)) << c.command << ": expected " << amp_line << "\n"
+                                         << r.output;
   }
 }
 

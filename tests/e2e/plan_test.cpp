@@ -87,9 +87,13 @@ TEST(PlanCliTest, PredictedPeaksAgreeWithBenchMemoryWithinTenPercent) {
 
 TEST(PlanCliTest, RecommendsAFlagThatFitsAndRefusesBadSizes) {
   auto roomy = run_command(test::ddpx_command("plan --model resnet18 --image_size 32 "
-                                              "--batch_size 8 --gpus 2"),
+                                              "--batch_size 8 --gpus 2 --amp auto"),
                            120);
   ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
+  // auto is planned as bf16, what the GPUs it plans for take, and measured so.
+  EXPECT_NE(roomy.output.find("amp auto (planned as bf16"), std::string::npos) << roomy.output;
+  EXPECT_NE(roomy.output.find("measured on this CPU under bf16 autocast"), std::string::npos)
+      << roomy.output;
   EXPECT_NE(roomy.output.find("recommendation: --shard none (plain DDP)"), std::string::npos)
       << roomy.output;
   EXPECT_NE(roomy.output.find("# activations measured on this CPU"), std::string::npos);

@@ -97,14 +97,21 @@ std::vector<std::string> tiny(const std::vector<std::string>& train_args) {
   return out;
 }
 
-// Runs `ddpx train ARGS` tiny in `dir`; checks it trained and that its header names a stem only
-// for a model that takes one.
+// Runs `ddpx train ARGS` tiny in `dir`, with an override appended as a user or a wrapper script
+// appends one ("$BASE --batch_size 2"), though ARGS already hold --batch_size; checks it trained,
+// that the last value won (as in argparse), and that its header names a stem only for a model
+// that takes one.
 void train_tiny(const test::TempDir& dir, const std::vector<std::string>& args,
                 const std::string& printed) {
+  std::vector<std::string> words = tiny(args);
+  words.insert(words.end(), {"--batch_size", "2"});
   auto r = run_command(
-      "cd " + shell_quote(dir.path()) + " && " + ddpx_command("train " + joined(tiny(args))), 300);
+      "cd " + shell_quote(dir.path()) + " && " + ddpx_command("train " + joined(words)), 300);
   ASSERT_EQ(r.exit_code, 0) << "printed: " << printed << "\n" << r.output;
   EXPECT_TRUE(has(r.output, "Accuracy on test dataset - ")) << printed << "\n" << r.output;
+  EXPECT_TRUE(has(r.output, "| batch size 2 per ")) << "the appended --batch_size 2 did not win\n"
+                                                    << printed << "\n"
+                                                    << r.output;
   std::string model = "resnet18", stem = "imagenet";
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == "--model") model = args[i + 1];
@@ -144,10 +151,14 @@ void run_printed(const std::string& printed) {
     // The two-node example names the user's node 0; here node 0 is this host.
     for (size_t i = 0; i + 1 < launcher.size(); ++i)
       if (launcher[i] == "--master_addr") launcher[i + 1] = "127.0.0.1";
+    // The launcher (the torch-free `ddpx`) takes an appended override's value too: the two-node
+    // example's --master_port 29500 becomes 29555.
+    launcher.insert(launcher.end(), {"--master_port", "29555"});
     std::vector<std::string> train(dash + 2, words.end());
     auto r = run_command(
         cd + ddpx_command("run --dry_run " + joined(launcher) + " -- train " + joined(train)), 60);
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r.output, "MASTER_PORT=29555")) << r.output;
     train_tiny(dir, train, printed);
   } else if (words[1] == "models") {
     auto r = run_command(cd + ddpx_command(joined({words.begin() + 1, words.end()})), 60);

@@ -3,11 +3,13 @@
 // gradient clipping of the averaged gradient, learning-rate scaling, LARS/LAMB, TensorBoard
 // curves read back by the tensorboard package, profiler traces, named recipes, the batch-size
 // finder, and the one-line refusals.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <regex>
 
 #include "models/zoo/registry.h"
+#include "optim/amp.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
 #include "train/recipes.h"
@@ -186,7 +188,16 @@ TEST(RecipeOptionsTest, RecipesApplyAndTheCommandLineWins) {
     // The recipe's own flags are in effect where the command line is silent.
     for (const auto& [flag, value] : recipe.flags) {
       if (flag == "--optimizer") EXPECT_TRUE(has(r.output, "optimizer " + value + " lr"));
-      if (flag == "--amp") EXPECT_TRUE(has(r.output, "amp " + value + " |")) << recipe.name;
+      if (flag == "--amp" && value == "auto") {
+        // bf16 or off for this machine's CPU, with the reason (optim/amp.h).
+        const optim::AmpChoice amp =
+            optim::resolve_amp(optim::Amp::kAuto, optim::cpu_bf16_support(optim::cpuinfo_flags()));
+        EXPECT_TRUE(has(r.output, fmt::format("amp {} ({}) |", optim::name(amp.amp), amp.reason)))
+            << recipe.name << "\n"
+            << r.output;
+      } else if (flag == "--amp") {
+        EXPECT_TRUE(has(r.output, "amp " + value + " |")) << recipe.name;
+      }
     }
   }
   auto best = run_command(

@@ -244,8 +244,8 @@ TEST(PickleTest, LimitsStopHostileInput) {
   EXPECT_THROW(parse(deep, "deep.pkl"), Error);
 }
 
-// A pickle handed on to libtorch's unpickler (io/torch_file.h) goes through a subset: each
-// rule refuses what the full parser would read.
+// A pickle read for a narrow purpose (a state_dict's, io/torch_file.h) goes through a subset:
+// each rule refuses what the full parser would read.
 TEST(PickleTest, SubsetRefusesOtherOpcodesGlobalsAndMemoOrder) {
   Limits subset;
   subset.opcodes = std::string(

@@ -81,7 +81,7 @@ TEST(WeightsTest, ReadsATorchSaveDictFromPython) {
 TEST(WeightsTest, ReadsAModuleStateDictWithMetadataAsTorchvisionShipsIt) {
   test::TempDir dir;
   const std::string path = dir.file("linear.pt");
-  // A real state_dict: an OrderedDict carrying `_metadata`, which torch::pickle_load rejects.
+  // A real state_dict: an OrderedDict carrying `_metadata` (module versions), which ddpx skips.
   test::CommandResult r = test::run_python(
       "import sys\n"
       "try:\n    import torch\nexcept ImportError:\n    sys.exit(77)\n"
@@ -100,6 +100,29 @@ TEST(WeightsTest, ReadsAModuleStateDictWithMetadataAsTorchvisionShipsIt) {
   EXPECT_TRUE(tensors.at("1.running_var").equal(torch::full({2}, 4.0f)));
   EXPECT_EQ(tensors.at("1.num_batches_tracked").item<int64_t>(), 9);
   EXPECT_EQ(tensors.at("1.num_batches_tracked").scalar_type(), torch::kLong);
+}
+
+// A dict of Parameters (torch.save(dict(m.named_parameters()))) pickles each through
+// _rebuild_parameter; a Parameter and a view of it share one storage, as torch.load shares it.
+TEST(WeightsTest, ReadsParametersAndViewsSharingAStorage) {
+  test::TempDir dir;
+  const std::string path = dir.file("params.pt");
+  test::CommandResult r = test::run_python(
+      "import sys\n"
+      "try:\n    import torch\nexcept ImportError:\n    sys.exit(77)\n"
+      "p = torch.nn.Parameter(torch.arange(12, dtype=torch.bfloat16).reshape(3, 4))\n"
+      "torch.save({'p': p, 'column': p.detach()[:, 1]}, '" +
+      path + "')\n");
+  if (r.exit_code == 77) GTEST_SKIP() << "DDPX_PYTHON lacks torch";
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto tensors = read_state_dict(path);
+  ASSERT_EQ(tensors.size(), 2u);
+  const auto whole = torch::arange(12, torch::kBFloat16).reshape({3, 4});
+  EXPECT_TRUE(tensors.at("p").equal(whole));
+  EXPECT_TRUE(tensors.at("column").equal(whole.select(1, 1)));
+  EXPECT_EQ(tensors.at("column").stride(0), 4);
+  EXPECT_EQ(tensors.at("p").data_ptr<at::BFloat16>() + 1,
+            tensors.at("column").data_ptr<at::BFloat16>());
 }
 
 TEST(WeightsTest, UnreadableFilesGiveActionableErrors) {

@@ -1,5 +1,6 @@
 // Parsing the command line and turning what a command throws into one line and an exit code,
-// shared by both executables (main.cpp, front.cpp): 0 success, 1 failure, 2 bad usage.
+// shared by both executables (main.cpp, front.cpp): 0 success, 1 failure, 2 bad usage. A flag
+// given twice takes its last value, as in argparse.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,6 +19,23 @@ namespace ddpx::cli {
 // Thrown once the command line is parsed and checked, when DDPX_PARSE_ONLY=1.
 struct ParseOnlyDone {};
 
+// Every single-value flag of `app` and of every subcommand under it takes its last value when
+// given twice, as argparse, torchrun and timm do: users append overrides to a fixed command line
+// (`ddpx run 2 -- train --recipe fashion-mnist-demo ... --num_epochs 5`, a wrapper script's
+// "$BASE --lr 0.1"). CLI11's default refuses the second value. Set here, once every subcommand
+// exists, rather than through the root's option_defaults(), which reach only the subcommands and
+// options made after them. List-valued flags (`--shard_units a,b --shard_units c`) and the program
+// after `--` keep every value; so do positional arguments.
+inline void take_last_values(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (!option->get_positional() &&
+        option->get_multi_option_policy() == CLI::MultiOptionPolicy::Throw &&
+        option->get_items_expected_max() == 1)
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) take_last_values(*sub);
+}
+
 // `describe` turns an exception that is neither CLI11's nor ddpx's into its message (main.cpp
 // strips libtorch's backtraces); by default what().
 inline int run_app(CLI::App& app, int argc, char** argv, const int& exit_code,
@@ -27,6 +45,7 @@ inline int run_app(CLI::App& app, int argc, char** argv, const int& exit_code,
                            : std::string("ddpx: error: ");
   };
   use_help_formatter(app);
+  take_last_values(app);
   // DDPX_PARSE_ONLY=1: parse and check the command line as usual (flags, values, required
   // arguments), then exit 0 without running it. tests/e2e/docs_commands_test.cpp checks every
   // example command of the README and docs/ this way.
