@@ -143,8 +143,8 @@ RankFile parse_rank_file(std::string_view bytes, const std::string& source) {
 RankFile read_rank_file(const std::string& path) {
   struct stat st;
   DDPX_CHECK(::stat(path.c_str(), &st) == 0, ErrorKind::kData,
-             "{}: no such rank file; get GPT-2's with `ddpx data download gpt2-vocab` and pass it "
-             "with --vocab",
+             "{}: no such rank file; get GPT-2's with `ddpx data download gpt2-vocab` (into "
+             "data/gpt2-vocab/, where --vocab looks by default) or pass another with --vocab",
              path);
   DDPX_CHECK(S_ISREG(st.st_mode), ErrorKind::kData,
              "{}: not a regular file, expected a tiktoken rank file (gpt2.tiktoken)", path);
