@@ -20,6 +20,9 @@ if(NOT DDPX_GPU_CHECK)
   find_package(OpenSSL REQUIRED COMPONENTS Crypto)
   find_package(nlohmann_json REQUIRED)
   find_package(CLI11 CONFIG REQUIRED)
+  # Image decoders (src/io/jpeg, src/io/png): Debian's libjpeg-turbo and libpng.
+  find_package(JPEG REQUIRED)
+  find_package(PNG REQUIRED)
 
   find_package(SQLite3 REQUIRED)
   find_package(PkgConfig REQUIRED)
@@ -62,6 +65,12 @@ find_path(DDPX_GLOO_INCLUDE gloo/algorithm.h)
 if(NOT DDPX_GLOO_INCLUDE)
   ddpx_kit_headers(ddpx_kit_gloo gloo/algorithm.h)
   set_property(TARGET torch APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${DDPX_KIT}/include)
+endif()
+# The image decoders where the GPU machine has them; otherwise src/absent/images.cpp says so.
+find_package(JPEG QUIET)
+find_package(PNG QUIET)
+if(NOT JPEG_FOUND OR NOT PNG_FOUND)
+  message(STATUS "ddpx: DDPX_GPU_CHECK: no libjpeg or libpng; image folders are left out")
 endif()
 message(STATUS "ddpx: DDPX_GPU_CHECK: building ddpx, ddpx-torch and the gpu tests only; the job "
         "service and dataset downloads are left out")
