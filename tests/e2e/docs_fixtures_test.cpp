@@ -43,6 +43,7 @@ enum class Fixture {
   kMnistMirror,  // http://127.0.0.1:8000/ serving a small MNIST, its MD5SUMS in the folder
   kSeedFolder,   // the seed's working folder: CIFAR-100 in ./data (e2e/seed_fixture.h)
   kService,      // a `ddpx serve` on 127.0.0.1 and alice's token in DDPX_TOKEN
+  kPhotos,       // ./photos: an image folder of real photographs (make_image_fixture.py)
   kElsewhere,    // cannot run on this machine: `why` says where it is checked
 };
 
@@ -62,6 +63,7 @@ const std::vector<Rule>& rules() {
        "downloads from the internet or the user's mirror (DataCliTest downloads from one on "
        "127.0.0.1; data.md's 127.0.0.1 mirror command runs here)"},
       {R"(^ddpx data info cifar10 )", Fixture::kCifar10, "cifar10: train 16 test 8 images", ""},
+      {R"(--data_dir photos|^ddpx data info photos)", Fixture::kPhotos, "", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
       {R"(^ddpx tune .*--amp bf16)", Fixture::kElsewhere, "",
        "a GPU's search: bf16 ResNet-50 at 224 px takes minutes a batch size on a CPU (the tune "
@@ -255,6 +257,11 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         env = "DDPX_TOKEN=" + service->token("alice");
         server = "http://127.0.0.1:" + std::to_string(service->port());
         text = std::regex_replace(text, std::regex("http://127\\.0\\.0\\.1:8470"), server);
+        break;
+      case Fixture::kPhotos:
+        test::make_image_fixture(folder, "--only folder --per_class 6");
+        fs::rename(folder + "/folder", folder + "/photos");
+        env = test::kSeedLimits;
         break;
       case Fixture::kFolder:
       case Fixture::kElsewhere:
