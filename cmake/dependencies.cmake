@@ -20,6 +20,9 @@ if(NOT DDPX_GPU_CHECK)
   find_package(OpenSSL REQUIRED COMPONENTS Crypto)
   find_package(nlohmann_json REQUIRED)
   find_package(CLI11 CONFIG REQUIRED)
+  # Image decoders (src/io/jpeg, src/io/png): Debian's libjpeg-turbo and libpng.
+  find_package(JPEG REQUIRED)
+  find_package(PNG REQUIRED)
 
   find_package(SQLite3 REQUIRED)
   find_package(PkgConfig REQUIRED)
@@ -69,6 +72,12 @@ endif()
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+endif()
+# The image decoders where the GPU machine has them; otherwise src/absent/images.cpp says so.
+find_package(JPEG QUIET)
+find_package(PNG QUIET)
+if(NOT JPEG_FOUND OR NOT PNG_FOUND)
+  message(STATUS "ddpx: DDPX_GPU_CHECK: no libjpeg or libpng; image folders are left out")
 endif()
 message(STATUS "ddpx: DDPX_GPU_CHECK: building ddpx, ddpx-torch and the gpu tests only; the job "
         "service and dataset downloads are left out")

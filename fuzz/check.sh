@@ -29,6 +29,12 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 
 ninja -C "$build" -j "$jobs" "${targets[@]/#/fuzz_}"
 built=$(date +%s)
 
+# The image decoders' seeds are crops of real photographs encoded by cjpeg and PIL at this point
+# (fuzz/make_image_seeds.py), into $build/seeds/TARGET, beside fuzz/corpus/TARGET.
+python="${DDPX_PYTHON:-$(scripts/python-env 2>/dev/null)}"
+rm -rf "$build/seeds"
+"$python" fuzz/make_image_seeds.py "$build/seeds"
+
 # Replay: one process per target (loading libtorch under ASan takes seconds), every file once.
 # Checkpoint findings are bare payloads: DDPX_FUZZ_FRAME=1 puts them behind a valid header and
 # CRC-32 so that they reach the readers they once broke.
@@ -36,7 +42,7 @@ source cmake/sanitizer.env
 failed=0
 for t in "${targets[@]}"; do
   inputs=()
-  for dir in "fuzz/corpus/$t" "fuzz/regressions/$t"; do
+  for dir in "fuzz/corpus/$t" "$build/seeds/$t" "fuzz/regressions/$t"; do
     [ -d "$dir" ] && inputs+=("$dir"/*)
   done
   log="$build/replay-$t.log"

@@ -14,11 +14,15 @@ build="${BUILD:-build-fuzz}"
 work="${WORK:-/tmp/ddpx-fuzz}"
 source cmake/sanitizer.env
 mkdir -p "$work/$target" "$work/$target-artifacts"
-seeds="fuzz/corpus/$target"
+# The committed seeds and those made at fuzz time (check.sh: $build/seeds), where they exist.
+seeds=()
+for dir in "fuzz/corpus/$target" "$build/seeds/$target"; do
+  [ -d "$dir" ] && seeds+=("$dir")
+done
 log="$work/$target.log"
 status=0
 nice -n 19 "$build/fuzz/fuzz_$target" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=20 \
-  -print_final_stats=1 -artifact_prefix="$work/$target-artifacts/" "$work/$target" "$seeds" \
+  -print_final_stats=1 -artifact_prefix="$work/$target-artifacts/" "$work/$target" "${seeds[@]}" \
   >"$log" 2>&1 || status=$?
 last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
 echo "$target: exit $status; last status: $last"

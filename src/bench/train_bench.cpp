@@ -129,7 +129,9 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   lo.drop_last = true;
   lo.transform.random_crop = o.augment;
   lo.transform.horizontal_flip = o.augment;
-  lo.transform.image_size = splits.train.height() == o.image_size ? 0 : o.image_size;
+  lo.transform.image_size =
+      splits.train.height() == o.image_size && !splits.train.streamed() ? 0 : o.image_size;
+  lo.transform.random_resized_crop = true;  // image folders only
   lo.transform.dataset_mean = splits.mean;
   lo.transform.dataset_std = splits.std;
   lo.pin_memory = device.is_cuda();

@@ -1,16 +1,21 @@
-// `ddpx data`: fetch the official dataset files (download), check what a folder holds (info) and
-// turn text into token files (tokenize).
+// `ddpx data`: fetch the official dataset files (download), check what a folder holds (info:
+// a known dataset's sizes and statistics, or an image folder's classes, formats and bad files)
+// and turn text into token files (tokenize).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <memory>
 
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "data/dataset.h"
 #include "data/download.h"
+#include "data/image_dataset.h"
+#include "data/image_folder_info.h"
 #include "text/tokenize.h"
 
 namespace ddpx::cli {
@@ -53,23 +58,47 @@ void add_data_command(CLI::App& app, int& exit_code) {
     exit_code = 0;
   });
 
-  auto* info = data->add_subcommand("info", "Load a dataset and print its sizes and statistics");
-  add_choice(info, "name", args->dataset, data::kDatasetNames,
-             "mnist, fashion-mnist, cifar10, cifar100 or synthetic")
+  auto* info = data->add_subcommand(
+      "info",
+      "Print a dataset's sizes and statistics, or an image folder's classes, formats, "
+      "sizes and unreadable files");
+  info->add_option("name", args->name,
+                   "mnist, fashion-mnist, cifar10, cifar100, synthetic, imagefolder, imagenet, or "
+                   "the path of an image folder (DIR/<class>/*.jpg)")
       ->required();
   info->add_option("--data_dir", args->data_dir,
                    "Folder holding the files (default: data/NAME; CIFAR: also data itself, "
                    "the original's layout; fashion-mnist: /usr/share/datasets/fashion-mnist "
                    "when installed)");
   info->callback([args, &exit_code] {
+    const auto dataset = parse_name(data::kDatasetNames, args->name);
+    const bool folder = !dataset && std::filesystem::is_directory(args->name);
+    DDPX_CHECK(dataset || folder, ErrorKind::kUsage,
+               "data info {}: neither a dataset ({}) nor a folder", args->name,
+               list_names(data::kDatasetNames));
+    if (folder || *dataset == data::DatasetId::kImageFolder ||
+        *dataset == data::DatasetId::kImagenet) {
+      data::DatasetSpec spec;
+      spec.dataset = dataset.value_or(data::DatasetId::kImageFolder);
+      const std::string dir = folder                   ? args->name
+                              : args->data_dir.empty() ? data::default_data_dir(spec.dataset)
+                                                       : args->data_dir;
+      std::vector<std::string> roots{data::image_train_root(spec, dir)};
+      if (spec.dataset == data::DatasetId::kImagenet) roots.push_back(dir + "/val");
+      for (const auto& root : roots)
+        for (const auto& line : data::describe_image_folder(data::index_image_folder(root)))
+          log::out("{}", line);
+      exit_code = 0;
+      return;
+    }
     data::DatasetSpec spec;
-    spec.dataset = args->dataset;
+    spec.dataset = *dataset;
     spec.data_dir = args->data_dir;
     data::DatasetSplits splits = data::load_dataset(spec);
     const auto& t = splits.train;
-    log::out("{}: train {} test {} images of {}x{}x{}, {} classes, from {}",
-             data::name(args->dataset), t.size(), splits.test.size(), t.height(), t.width(),
-             t.channels(), t.num_classes, splits.source);
+    log::out("{}: train {} test {} images of {}x{}x{}, {} classes, from {}", data::name(*dataset),
+             t.size(), splits.test.size(), t.height(), t.width(), t.channels(), t.num_classes,
+             splits.source);
     log::out("mean {} std {}", fmt::join(splits.mean, " "), fmt::join(splits.std, " "));
     exit_code = 0;
   });

@@ -12,6 +12,8 @@ data::DatasetSpec ModelDataOptions::dataset_spec() const {
   data::DatasetSpec spec;
   spec.dataset = dataset;
   spec.data_dir = data_dir;
+  spec.val_dir = val_dir;
+  spec.val_split = val_split;
   spec.synthetic_height = spec.synthetic_width = synthetic_image;
   spec.synthetic_classes = synthetic_classes;
   return spec;
@@ -29,10 +31,17 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
   add_choice(cmd, "--stem", o.stem, models::kStemNames,
              "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
   add_choice(cmd, "--dataset", o.dataset, data::kDatasetNames,
-             "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
+             "fashion-mnist | mnist | cifar10 | cifar100 | synthetic | imagefolder (--data_dir "
+             "DIR/<class>/*.jpg) | imagenet (DIR/train, DIR/val)");
   cmd->add_option("--data_dir", o.data_dir,
                   "dataset folder (default: the dataset's own; "
                   "fashion-mnist: Debian's dataset-fashion-mnist)");
+  cmd->add_option(
+      "--val_dir", o.val_dir,
+      "imagefolder, imagenet: the validation folder (imagenet's default: DATA_DIR/val)");
+  cmd->add_option("--val_split", o.val_split,
+                  "imagefolder without --val_dir: the share of DATA_DIR held out for validation "
+                  "(the same files on every run)");
   cmd->add_option("--image_size", o.image_size,
                   "input size: N pixels square, model (the model's own: 224 for the ResNets) or 0 "
                   "(the dataset's, resized up where the model needs more)")

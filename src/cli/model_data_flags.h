@@ -17,6 +17,8 @@ struct ModelDataOptions {
   models::Stem stem = models::Stem::kImagenet;
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;          // empty: the dataset's default folder
+  std::string val_dir;           // image folders: the validation folder
+  double val_split = 0.1;        // imagefolder without --val_dir: the share held out
   int64_t image_size = 0;        // 0: the dataset's native size; -1: the model's; else N
   int64_t synthetic_image = 32;  // --dataset synthetic: height = width
   int64_t synthetic_classes = 10;
@@ -28,8 +30,9 @@ struct ModelDataOptions {
   int64_t input_size() const;
 };
 
-// Adds --model, --stem, --dataset, --data_dir, --image_size, --synthetic_image and
-// --synthetic_classes to `cmd`, parsed into `options`, whose values --help shows as defaults.
+// Adds --model, --stem, --dataset, --data_dir, --val_dir, --val_split, --image_size,
+// --synthetic_image and --synthetic_classes to `cmd`, parsed into `options`, whose values --help
+// shows as defaults.
 void add_model_data_flags(CLI::App* cmd, ModelDataOptions& options);
 
 }  // namespace ddpx::cli

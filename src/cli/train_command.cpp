@@ -210,6 +210,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
     o->stem = md->stem;
     o->dataset = md->dataset;
     o->data_dir = md->data_dir;
+    o->val_dir = md->val_dir;
+    o->val_split = md->val_split;
     o->image_size = md->image_size;
     o->synthetic_image = md->synthetic_image;
     o->synthetic_classes = md->synthetic_classes;

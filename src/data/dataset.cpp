@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "data/cifar.h"
 #include "data/idx_dataset.h"
+#include "data/image_dataset.h"
 
 namespace ddpx::data {
 namespace {
@@ -76,6 +77,9 @@ DatasetSplits load_dataset(const DatasetSpec& spec) {
     case DatasetId::kCifar10:
     case DatasetId::kCifar100:
       return load_cifar_dataset(name(spec.dataset), dir);
+    case DatasetId::kImageFolder:
+    case DatasetId::kImagenet:
+      return load_image_folder_dataset(spec, dir);
     case DatasetId::kSynthetic:
       break;
   }
@@ -95,6 +99,11 @@ DatasetShape dataset_shape(const DatasetSpec& spec) {
       return {32, 3, 10};
     case DatasetId::kCifar100:
       return {32, 3, 100};
+    case DatasetId::kImageFolder:
+    case DatasetId::kImagenet:  // images of any size: the ImageNet models' 224 by default
+      return {224, 3,
+              image_folder_classes(
+                  spec, spec.data_dir.empty() ? default_data_dir(spec.dataset) : spec.data_dir)};
     case DatasetId::kSynthetic:
       break;
   }

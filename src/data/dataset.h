@@ -1,11 +1,12 @@
-// An image classification dataset held in memory as uint8, the way it is stored on disk.
-// Every reader (IDX, CIFAR python/binary, synthetic) produces this; transforms turn batches
-// of it into float tensors for the model.
+// An image classification dataset: held in memory as uint8, the way it is stored on disk (IDX,
+// CIFAR python/binary, synthetic), or streamed (an image folder: its files, decoded as batches
+// need them, data/image_dataset.h). Transforms turn batches of it into float tensors.
 #pragma once
 
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,17 +14,23 @@
 
 namespace ddpx::data {
 
+struct ImageFiles;  // data/image_dataset.h
+
 struct Dataset {
   std::string name;      // "fashion-mnist", "cifar10", ...
-  torch::Tensor images;  // (N, H, W, C) uint8, contiguous
+  torch::Tensor images;  // (N, H, W, C) uint8, contiguous; undefined when streamed
   torch::Tensor labels;  // (N) int64, each in [0, num_classes)
   int64_t num_classes = 0;
   std::vector<std::string> class_names;  // may be empty
+  // A streamed set: sample i is the file files->paths[i], read when a batch needs it.
+  std::shared_ptr<const ImageFiles> files;
+  int64_t median_height = 0, median_width = 0;  // a streamed set's images (they vary)
 
-  int64_t size() const { return images.defined() ? images.size(0) : 0; }
-  int64_t height() const { return images.size(1); }
-  int64_t width() const { return images.size(2); }
-  int64_t channels() const { return images.size(3); }
+  bool streamed() const { return files != nullptr; }
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  int64_t height() const { return streamed() ? median_height : images.size(1); }
+  int64_t width() const { return streamed() ? median_width : images.size(2); }
+  int64_t channels() const { return streamed() ? 3 : images.size(3); }
 };
 
 struct DatasetSplits {
@@ -36,12 +43,23 @@ struct DatasetSplits {
 
 // The datasets ddpx reads (`--dataset`); a folder of files is one of these formats, named by
 // --data_dir.
-enum class DatasetId { kFashionMnist, kMnist, kCifar10, kCifar100, kSynthetic };
-inline constexpr NameTable<DatasetId, 5> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
+// imagefolder and imagenet are streamed image folders (data/image_dataset.h).
+enum class DatasetId {
+  kFashionMnist,
+  kMnist,
+  kCifar10,
+  kCifar100,
+  kSynthetic,
+  kImageFolder,
+  kImagenet
+};
+inline constexpr NameTable<DatasetId, 7> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
                                                         {DatasetId::kMnist, "mnist"},
                                                         {DatasetId::kCifar10, "cifar10"},
                                                         {DatasetId::kCifar100, "cifar100"},
-                                                        {DatasetId::kSynthetic, "synthetic"}}};
+                                                        {DatasetId::kSynthetic, "synthetic"},
+                                                        {DatasetId::kImageFolder, "imagefolder"},
+                                                        {DatasetId::kImagenet, "imagenet"}}};
 inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
 
 // What to load. data_dir empty means the dataset's default folder (default_data_dir()).
@@ -56,6 +74,11 @@ struct DatasetSpec {
   int64_t synthetic_channels = 3;
   int64_t synthetic_classes = 10;
   uint64_t seed = 0;
+  // image folders only: the validation folder (imagefolder; imagenet's is DATA_DIR/val), else the
+  // fraction of the training folder held out for validation
+  std::string val_dir;
+  double val_split = 0.1;
+  int index_threads = 0;  // threads reading image headers (0: the cores)
 };
 
 // Loads both splits; throws ddpx::Error(kData) naming the file and the download command

@@ -1,11 +1,25 @@
 #include "data/loader.h"
 
 #include "core/error.h"
+#include "data/image_source.h"
+#include "data/memory_source.h"
 
 namespace ddpx::data {
 
+namespace {
+
+std::unique_ptr<BatchSource> source_for(const Dataset& dataset, const LoaderOptions& o) {
+  if (dataset.files) return std::make_unique<ImageSource>(dataset, o.transform, o.seed);
+  return std::make_unique<MemorySource>(dataset, o.transform, o.seed, o.per_sample_streams);
+}
+
+}  // namespace
+
 DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
-    : dataset_(dataset), options_(std::move(options)) {
+    : DataLoader(source_for(dataset, options), options) {}
+
+DataLoader::DataLoader(std::unique_ptr<BatchSource> source, LoaderOptions options)
+    : options_(std::move(options)), source_(std::move(source)) {
   DDPX_CHECK(options_.batch_size >= 1 && options_.num_workers >= 0 && options_.prefetch >= 1 &&
                  options_.limit_batches >= 0,
              ErrorKind::kUsage,
@@ -29,8 +43,8 @@ void DataLoader::stop_workers() {
 void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch) {
   stop_workers();
   for (int64_t i : indices)
-    DDPX_CHECK(i >= 0 && i < dataset_.size(), ErrorKind::kInternal,
-               "loader: sample index {} outside a dataset of {}", i, dataset_.size());
+    DDPX_CHECK(i >= 0 && i < source_->size(), ErrorKind::kInternal,
+               "loader: sample index {} outside a dataset of {}", i, source_->size());
   indices_ = std::move(indices);
   epoch_ = epoch;
   const int64_t n = static_cast<int64_t>(indices_.size()), b = options_.batch_size;
@@ -51,32 +65,7 @@ int64_t DataLoader::num_batches() const { return num_batches_; }
 Batch DataLoader::build_batch(int64_t batch_index) const {
   const int64_t begin = batch_index * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, indices_.size());
-  auto idx =
-      torch::from_blob(const_cast<int64_t*>(indices_.data()) + begin, {end - begin}, torch::kInt64);
-  // The augmentation stream depends on (seed, epoch, batch) only, not on which thread runs.
-  // seed_seq keeps 32 bits per value, so 64-bit values go in as two halves.
-  auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
-  auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
-  const uint64_t seed = options_.seed, epoch = epoch_, k = batch_index;
-  Batch batch;
-  if (options_.per_sample_streams) {
-    // One stream a sample (a fourth pair, so never the batch stream of the same numbers).
-    std::vector<torch::Tensor> images;
-    images.reserve(end - begin);
-    for (int64_t i = begin; i < end; ++i) {
-      const uint64_t sample = indices_[i];
-      std::seed_seq seq{lo(seed), hi(seed), lo(epoch), hi(epoch), lo(sample), hi(sample), 1u, 0u};
-      std::mt19937_64 rng(seq);
-      images.push_back(
-          transform_batch(dataset_.images.narrow(0, indices_[i], 1), options_.transform, rng));
-    }
-    batch.images = torch::cat(images);
-  } else {
-    std::seed_seq seq{lo(seed), hi(seed), lo(epoch), hi(epoch), lo(k), hi(k)};
-    std::mt19937_64 rng(seq);
-    batch.images = transform_batch(dataset_.images.index_select(0, idx), options_.transform, rng);
-  }
-  batch.labels = dataset_.labels.index_select(0, idx);
+  Batch batch = source_->gather(indices_.data() + begin, end - begin, epoch_, batch_index);
   if (options_.pin_memory) {
     batch.images = batch.images.pin_memory();
     batch.labels = batch.labels.pin_memory();

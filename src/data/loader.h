@@ -1,12 +1,12 @@
-// A prefetching data loader. Background threads gather uint8 samples by index, apply the
-// batch transforms and queue ready float batches `prefetch` deep, so the training loop only
-// waits when the model outruns the loader. Deterministic: batch k of an epoch is built from
-// a random stream seeded by (seed, epoch, k), whichever thread builds it; with
-// `per_sample_streams` (the deterministic mode) each sample is augmented alone from a stream
-// seeded by (seed, epoch, sample index), so that it gets the same crop and flip whichever rank
-// and batch it lands in. The dataset is held
-// by reference and must outlive the loader. Errors raised while building a batch in a worker
-// thread are rethrown by next().
+// A prefetching data loader. Background threads build batches from a BatchSource (an in-memory
+// set, or an image folder decoded as batches are needed: data/batch_source.h) and queue them
+// `prefetch` deep, so the training loop only waits when the model outruns the loader.
+// Deterministic: batch k of an epoch is built from a random stream seeded by (seed, epoch, k),
+// whichever thread builds it; with `per_sample_streams` (the deterministic mode, and always for
+// image folders) each sample is augmented alone from a stream seeded by (seed, epoch, sample
+// index), so that it gets the same crop and flip whichever rank and batch it lands in. The
+// dataset is held by reference and must outlive the loader. Errors raised while building a
+// batch in a worker thread are rethrown by next().
 #pragma once
 
 #include <torch/types.h>
@@ -15,21 +15,17 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "data/batch_source.h"
 #include "data/dataset.h"
 #include "data/transforms.h"
 
 namespace ddpx::data {
-
-struct Batch {
-  torch::Tensor images;  // (B, C, H, W) float32
-  torch::Tensor labels;  // (B) int64
-  int64_t size() const { return labels.size(0); }
-};
 
 struct LoaderOptions {
   int64_t batch_size = 128;
@@ -46,6 +42,7 @@ struct LoaderOptions {
 class DataLoader {
  public:
   DataLoader(const Dataset& dataset, LoaderOptions options);
+  DataLoader(std::unique_ptr<BatchSource> source, LoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -63,8 +60,8 @@ class DataLoader {
   void stop_workers();
   Batch build_batch(int64_t batch_index) const;
 
-  const Dataset& dataset_;
   LoaderOptions options_;
+  std::unique_ptr<BatchSource> source_;
   std::vector<int64_t> indices_;
   int64_t epoch_ = 0;
   int64_t num_batches_ = 0;

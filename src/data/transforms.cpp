@@ -9,9 +9,7 @@
 namespace ddpx::data {
 namespace {
 
-// ImageNet statistics (torchvision's). A gray image uses their channel averages.
-constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
-constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
+// A gray image uses ImageNet's channel averages.
 constexpr float kImagenetGrayMean = 0.449f;
 constexpr float kImagenetGrayStd = 0.226f;
 

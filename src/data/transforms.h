@@ -24,6 +24,10 @@ inline constexpr NameTable<Normalize, 4> kNormalizeNames{{{Normalize::kImagenet,
                                                           {Normalize::kNone, "none"}}};
 inline const char* name(Normalize n) { return name_of(kNormalizeNames, n); }
 
+// ImageNet's statistics (torchvision's); a gray image uses their channel averages.
+inline constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
+inline constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
+
 struct TransformOptions {
   bool random_crop = false;  // random crop back to the input size after zero padding
   int64_t crop_padding = 4;
@@ -34,6 +38,10 @@ struct TransformOptions {
   std::vector<float> dataset_mean;  // used by kDataset
   std::vector<float> dataset_std;
   RandomErasingOptions random_erasing;  // after normalization (probability 0: off)
+  // Image folders (images of any size, data/image_transforms.h), to image_size square:
+  // RandomResizedCrop when training (random_resized_crop), else Resize + CenterCrop(crop_pct).
+  bool random_resized_crop = false;
+  double crop_pct = 0.875;
 };
 
 // images: (B, H, W, C) uint8 -> (B, out_channels, S, S) float32, S = image_size or H.

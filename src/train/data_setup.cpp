@@ -13,12 +13,18 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   data::DatasetSpec spec;
   spec.dataset = o.dataset;
   spec.data_dir = o.data_dir;
+  spec.val_dir = o.val_dir;
+  spec.val_split = o.val_split;
   spec.synthetic_train_size = o.synthetic_size;
   spec.synthetic_test_size = std::max<int64_t>(o.synthetic_size / 4, 1);
   spec.synthetic_height = spec.synthetic_width = o.synthetic_image;
   spec.synthetic_classes = o.synthetic_classes;
   spec.seed = o.seed;
   return spec;
+}
+
+int64_t native_size(const TrainOptions& o, const data::Dataset& d) {
+  return d.streamed() ? models::find_model(o.model).default_image_size : d.height();
 }
 
 InputSize input_size(const TrainOptions& o, int64_t native) {
@@ -63,6 +69,7 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   l.transform.dataset_mean = splits.mean;
   l.transform.dataset_std = splits.std;
   l.transform.random_erasing.probability = train ? o.random_erasing : 0.0;
+  l.transform.random_resized_crop = train;  // image folders only (data/image_source.h)
   return l;
 }
 
@@ -71,7 +78,7 @@ std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int 
   auto owned = std::make_unique<TrainData>();
   TrainData& d = *owned;
   d.splits = data::load_dataset(dataset_spec(o));
-  d.image_size = input_size(o, d.splits.train.height()).size;
+  d.image_size = input_size(o, native_size(o, d.splits.train)).size;
   data::SamplerOptions sampler;
   sampler.rank = rank;
   sampler.world_size = world_size;

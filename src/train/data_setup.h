@@ -26,6 +26,9 @@ struct InputSize {
   std::string reason;  // "" when the images keep their size
 };
 InputSize input_size(const TrainOptions& options, int64_t native);
+// The `native` size of a dataset: its images' for an in-memory set; the model's own input size
+// for an image folder, whose images vary.
+int64_t native_size(const TrainOptions& options, const data::Dataset& dataset);
 
 // Loader threads: --loader_workers, else (0) chosen from the cores each rank on this host has
 // (`Auto-detected num_workers: N`, as the original prints), at most kMaxAutoLoaderWorkers.

@@ -28,7 +28,7 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
   f.backend = context.backend();
   f.device = context.device().str();
   f.data_source = splits.source;
-  f.resize_reason = input_size(o, d.height()).reason;
+  f.resize_reason = input_size(o, native_size(o, d)).reason;
   f.loader_workers = loader_workers(o);
   f.env_limits = env_limits_line(o);
   f.amp_note = optim::amp_speed_note(o.amp, context.device(), optim::cpuinfo_flags());

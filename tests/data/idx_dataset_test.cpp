@@ -174,10 +174,11 @@ TEST(DatasetTest, ChannelStatsMatchDefinition) {
 // Each dataset has a name --dataset parses back (an unknown one is refused by the CLI, listing
 // the table) and the shape tune and bench use without loading it.
 TEST(DatasetTest, EveryDatasetHasANameAndAShape) {
-  for (DatasetId id : {DatasetId::kFashionMnist, DatasetId::kMnist, DatasetId::kCifar10,
-                       DatasetId::kCifar100, DatasetId::kSynthetic})
+  for (DatasetId id :
+       {DatasetId::kFashionMnist, DatasetId::kMnist, DatasetId::kCifar10, DatasetId::kCifar100,
+        DatasetId::kSynthetic, DatasetId::kImageFolder, DatasetId::kImagenet})
     EXPECT_EQ(parse_name(kDatasetNames, name(id)), id) << name(id);
-  EXPECT_EQ(parse_name(kDatasetNames, "imagenet"), std::nullopt);
+  EXPECT_EQ(parse_name(kDatasetNames, "imagenet-22k"), std::nullopt);
   EXPECT_NE(list_names(kDatasetNames).find("cifar10"), std::string::npos);
 
   DatasetSpec spec;

@@ -48,6 +48,7 @@ enum class Fixture {
   kService,      // a `ddpx serve` on 127.0.0.1 and alice's token in DDPX_TOKEN
   kText,         // ./data/tinyshakespeare/input.txt (Debian's GPL text standing in) and
                  // ./data/gpt2-vocab/r50k_base.tiktoken (scripts/test-vocab's GPT-2 rank file)
+  kPhotos,       // ./photos: an image folder of real photographs (make_image_fixture.py)
   kElsewhere,    // cannot run on this machine: `why` says where it is checked
 };
 
@@ -80,6 +81,7 @@ const std::vector<Rule>& rules() {
        "127.0.0.1; data.md's 127.0.0.1 mirror command runs here)"},
       {R"(^ddpx data info cifar10 )", Fixture::kCifar10, "cifar10: train 16 test 8 images", ""},
       {R"(^ddpx data tokenize )", Fixture::kText, "/val.bin", ""},
+      {R"(--data_dir photos|^ddpx data info photos)", Fixture::kPhotos, "", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
       {R"(^ddpx tune .*--amp bf16)", Fixture::kElsewhere, "",
        "a GPU's search: bf16 ResNet-50 at 224 px takes minutes a batch size on a CPU (the tune "
@@ -303,6 +305,10 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         fs::copy_file("/usr/share/common-licenses/GPL-3",
                       folder + "/data/tinyshakespeare/input.txt");
         fs::copy_file(test::gpt2_rank_file(), folder + "/data/gpt2-vocab/r50k_base.tiktoken");
+      case Fixture::kPhotos:
+        test::make_image_fixture(folder, "--only folder --per_class 6");
+        fs::rename(folder + "/folder", folder + "/photos");
+        env = test::kSeedLimits;
         break;
       case Fixture::kFolder:
       case Fixture::kElsewhere:

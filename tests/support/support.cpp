@@ -157,6 +157,16 @@ const char* missing_tool_summary() {
 }
 
 std::string python_binary() { return DDPX_PYTHON; }
+
+void make_image_fixture(const std::string& dir, const std::string& args) {
+  const CommandResult r =
+      run_command(std::string(DDPX_PYTHON) + " " + shell_quote(source_dir()) +
+                      "/tests/support/make_image_fixture.py " + shell_quote(dir) + " " + args,
+                  120);
+  ASSERT_EQ(r.exit_code, 0) << "make_image_fixture.py failed (scikit-image from "
+                               "scripts/requirements.txt, cjpeg from libjpeg-turbo-progs):\n"
+                            << r.output;
+}
 std::string source_dir() { return DDPX_SOURCE_DIR; }
 std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
 

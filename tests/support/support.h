@@ -68,6 +68,9 @@ int free_port();  // a TCP port free on 127.0.0.1 right now
 // Every TempDir this process made (jobs_dir.cpp tells this test's job records by them).
 const std::vector<std::string>& temp_dirs();
 void write_bytes(const std::string& path, const std::string& bytes);
+// Runs tests/support/make_image_fixture.py into `dir` (real photographs re-encoded by cjpeg and
+// PIL: formats/, bad/, folder/), with `args` such as "--only folder"; a test failure if it fails.
+void make_image_fixture(const std::string& dir, const std::string& args = "");
 
 // Whether a missing test tool is a failure rather than a skip: DDPX_REQUIRE_TEST_TOOLS=1 (CI's
 // .ci/run, and scripts/test when CI=true), where scripts/bootstrap --tests and

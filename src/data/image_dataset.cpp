@@ -1,0 +1,156 @@
+#include "data/image_dataset.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "data/transforms.h"
+
+namespace ddpx::data {
+namespace folders_detail {
+
+// The held-out validation files do not move with --seed: a fixed shuffle.
+constexpr uint64_t kValSplitSeed = 0x5EED5EED;
+
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Refuses a folder with unreadable files: training would stop at the first in some batch.
+void check_readable(const ImageIndex& index) {
+  int64_t bad = 0;
+  const ImageRecord* first = nullptr;
+  for (const auto& r : index.records)
+    if (!r.error.empty()) {
+      ++bad;
+      if (!first) first = &r;
+    }
+  DDPX_CHECK(bad == 0, ErrorKind::kData,
+             "{} of {} files in {} cannot be read; the first: {} (`ddpx data info {}` lists "
+             "them all: remove or convert them)",
+             bad, index.records.size(), index.listing.root, first ? first->error : "",
+             index.listing.root);
+}
+
+int64_t median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// The samples `picks` of an index (in that order) as a streamed Dataset with `labels`.
+Dataset make_split(const std::string& name, const ImageIndex& index,
+                   const std::vector<size_t>& picks, const std::vector<int64_t>& labels,
+                   const std::vector<std::string>& classes) {
+  auto files = std::make_shared<ImageFiles>();
+  files->root = index.listing.root;
+  std::vector<int64_t> heights, widths;
+  for (size_t i : picks) {
+    files->paths.push_back(index.listing.paths[i]);
+    files->records.push_back(index.records[i]);
+    heights.push_back(index.records[i].height);
+    widths.push_back(index.records[i].width);
+  }
+  Dataset d;
+  d.name = name;
+  d.labels = torch::tensor(labels, torch::kInt64);
+  d.num_classes = static_cast<int64_t>(classes.size());
+  d.class_names = classes;
+  d.median_height = median(heights);
+  d.median_width = median(widths);
+  d.files = std::move(files);
+  return d;
+}
+
+std::vector<int64_t> labels_of(const ImageIndex& index, const std::vector<size_t>& picks) {
+  std::vector<int64_t> labels;
+  for (size_t i : picks) labels.push_back(index.listing.labels[i]);
+  return labels;
+}
+
+std::vector<size_t> all(size_t n) {
+  std::vector<size_t> v(n);
+  std::iota(v.begin(), v.end(), size_t{0});
+  return v;
+}
+
+}  // namespace folders_detail
+
+std::string image_train_root(const DatasetSpec& spec, const std::string& data_dir) {
+  return spec.dataset == DatasetId::kImagenet ? data_dir + "/train" : data_dir;
+}
+
+int64_t image_folder_classes(const DatasetSpec& spec, const std::string& data_dir) {
+  return static_cast<int64_t>(list_image_folder(image_train_root(spec, data_dir)).classes.size());
+}
+
+DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::string& data_dir) {
+  const std::string name = data::name(spec.dataset);
+  const std::string train_root = image_train_root(spec, data_dir);
+  std::string val_root = spec.val_dir;
+  if (spec.dataset == DatasetId::kImagenet && val_root.empty()) {
+    val_root = data_dir + "/val";
+    DDPX_CHECK(folders_detail::is_dir(val_root), ErrorKind::kData,
+               "{}: no validation folder; --dataset imagenet reads DATA_DIR/train and "
+               "DATA_DIR/val, each a folder per class (docs/data.md shows how to sort ILSVRC's "
+               "val images into class folders), or give --val_dir",
+               val_root);
+  }
+  const ImageIndex train = index_image_folder(train_root, spec.index_threads);
+  folders_detail::check_readable(train);
+  const auto& classes = train.listing.classes;
+  DatasetSplits splits;
+  splits.mean.assign(kImagenetMean, kImagenetMean + 3);
+  splits.std.assign(kImagenetStd, kImagenetStd + 3);
+  const size_t n = train.listing.paths.size();
+  if (!val_root.empty()) {
+    const ImageIndex val = index_image_folder(val_root, spec.index_threads);
+    folders_detail::check_readable(val);
+    std::map<std::string, int64_t> label_of;
+    for (size_t k = 0; k < classes.size(); ++k) label_of[classes[k]] = static_cast<int64_t>(k);
+    std::vector<int64_t> val_labels;
+    for (int64_t l : val.listing.labels) {
+      const std::string& c = val.listing.classes[l];
+      auto it = label_of.find(c);
+      DDPX_CHECK(it != label_of.end(), ErrorKind::kData,
+                 "{}/{}: a validation class that the training folder {} lacks; the two folders "
+                 "must name the same classes",
+                 val_root, c, train_root);
+      val_labels.push_back(it->second);
+    }
+    splits.train = folders_detail::make_split(
+        name, train, folders_detail::all(n),
+        folders_detail::labels_of(train, folders_detail::all(n)), classes);
+    splits.test = folders_detail::make_split(
+        name, val, folders_detail::all(val.listing.paths.size()), val_labels, classes);
+    splits.source = fmt::format("{} (validation {})", train_root, val_root);
+    return splits;
+  }
+  DDPX_CHECK(spec.val_split > 0 && spec.val_split < 1, ErrorKind::kUsage,
+             "--val_split {}: expected a fraction in (0, 1) of {} held out for validation, or "
+             "--val_dir DIR",
+             spec.val_split, train_root);
+  DDPX_CHECK(n >= 2, ErrorKind::kData, "{}: {} image; --val_split needs at least 2", train_root, n);
+  std::vector<size_t> order = folders_detail::all(n);
+  std::mt19937_64 rng(folders_detail::kValSplitSeed);
+  for (size_t i = n; i > 1; --i)  // Fisher-Yates with a portable draw
+    std::swap(order[i - 1], order[rng() % i]);
+  const size_t held = std::clamp<size_t>(static_cast<size_t>(n * spec.val_split), 1, n - 1);
+  std::vector<size_t> val_picks(order.begin(), order.begin() + held);
+  std::vector<size_t> train_picks(order.begin() + held, order.end());
+  std::sort(val_picks.begin(), val_picks.end());
+  std::sort(train_picks.begin(), train_picks.end());
+  splits.train = folders_detail::make_split(name, train, train_picks,
+                                            folders_detail::labels_of(train, train_picks), classes);
+  splits.test = folders_detail::make_split(name, train, val_picks,
+                                           folders_detail::labels_of(train, val_picks), classes);
+  splits.source = fmt::format("{} ({:g} held out for validation)", train_root, spec.val_split);
+  return splits;
+}
+
+}  // namespace ddpx::data

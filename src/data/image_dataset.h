@@ -1,0 +1,34 @@
+// `--dataset imagefolder` and `--dataset imagenet`: a training and a validation image folder
+// (torchvision's ImageFolder layout, data/image_folder.h) as streamed Datasets whose samples are
+// files, decoded when a batch needs them (data/image_source.h). imagefolder: DATA_DIR, validated
+// on --val_dir or else on a --val_split fraction of DATA_DIR held out (the same files on every
+// run, whatever the seed); imagenet: DATA_DIR/train and DATA_DIR/val (or --val_dir). The
+// validation folder's classes take the training folder's labels by name, so a class missing from
+// it shifts nothing. Normalised with ImageNet's mean and std.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/image_index.h"
+
+namespace ddpx::data {
+
+// A streamed split's files (Dataset::files).
+struct ImageFiles {
+  std::string root;
+  std::vector<std::string> paths;
+  std::vector<ImageRecord> records;
+};
+
+// Indexes both folders (through the cache) and refuses unreadable files, naming the first.
+DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::string& data_dir);
+
+// The training folder's class count, from its folder names only (no file is read).
+int64_t image_folder_classes(const DatasetSpec& spec, const std::string& data_dir);
+
+// The training folder of `spec` (DATA_DIR, or DATA_DIR/train for imagenet).
+std::string image_train_root(const DatasetSpec& spec, const std::string& data_dir);
+
+}  // namespace ddpx::data
