@@ -11,6 +11,7 @@
 namespace ddpx {
 namespace {
 
+using test::ddpx;
 using test::has;
 using test::run_command;
 
