@@ -22,6 +22,8 @@
 #include "distributed/threads.h"
 #include "models/zoo/registry.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline/pipeline_defaults.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/planner/tensor_bytes.h"
 #include "parallel/sharded/optimizer_state.h"
@@ -124,6 +126,12 @@ void run_shard_memory(const ShardMemoryOptions& o) {
              "bench memory {} splits across ranks: run it as `ddpx run 2 -- bench memory {}`",
              plan_flag(o), plan_flag(o));
 
+  // The ranks' layout, refused as ddpx train refuses it before anything communicates.
+  const parallel::Mesh mesh =
+      parallel::Mesh::build(parallel::MeshSizes{o.pipeline_parallel, o.tensor_parallel, 1,
+                                                o.shard != parallel::ShardMode::kNone},
+                            n);
+
   const models::ModelInfo& info = models::find_model(o.model);
   models::ModelConfig config;
   config.num_classes = o.num_classes;
@@ -157,18 +165,22 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   if (o.pipeline_parallel > 1) {
     pipeline.emplace();
     pipeline->stages = o.pipeline_parallel;
-    pipeline->microbatches = o.microbatches > 0 ? o.microbatches : o.pipeline_parallel;
+    // ddpx train's micro-batches for this replica batch, whose memory this measures.
+    pipeline->microbatches =
+        parallel::pipeline_microbatches(o.microbatches, o.pipeline_parallel, o.batch_size);
     DDPX_CHECK(o.batch_size % pipeline->microbatches == 0, ErrorKind::kUsage,
                "bench memory: --batch_size {} does not split into {} micro-batches", o.batch_size,
                pipeline->microbatches);
     pipeline->balance = o.pipeline_balance;
     pipeline->schedule = o.pipeline_schedule;
     if (o.pipeline_schedule == parallel::PipelineSchedule::kInterleaved)
-      pipeline->stages_per_rank = o.stages_per_rank > 0 ? o.stages_per_rank : 2;
+      pipeline->stages_per_rank =
+          parallel::pipeline_stages_per_rank(o.stages_per_rank, o.pipeline_schedule);
     pipeline->sample_shape = {3, config.image_size, config.image_size};  // as ddpx train times
     pipeline->micro_batch = o.batch_size / pipeline->microbatches;
     pipeline->model_name = o.model;
     pipeline->shard = o.shard;
+    if (o.tensor_parallel <= 1) pipeline->mesh = mesh;  // else the tensor plan's slice of it
   }
   if (pipeline && o.tensor_parallel <= 1) {
     auto p = std::make_unique<parallel::PipelinePlan>(model, *context, make, *pipeline);
@@ -182,6 +194,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     options.model_name = o.model;
     options.shard = o.shard;
     options.pipeline = pipeline;  // the 3-D mesh: a pipeline of tensor-parallel stages
+    options.mesh = mesh;
     auto p = std::make_unique<parallel::TensorParallelPlan>(model, *context, make, options);
     split_optimizer = &p->optimizer();
     sharded = p->sharded();  // the replicas' sharded plan over the pieces, with --shard
@@ -272,7 +285,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     for (const auto& p : plan->parameters()) own += p.numel();
   }
   // The replicas shard Psi_r over the N/T ranks of a tensor rank, or the N/P of a stage.
-  const int replicas = n / std::max(o.tensor_parallel, 1) / std::max(o.pipeline_parallel, 1);
+  const int replicas = mesh.data_size();
   mine[kFormula] = static_cast<int64_t>(
       !splits            ? formula(o.shard, static_cast<double>(psi), k, n, resident)
       : units != nullptr ? formula(o.shard, static_cast<double>(own), k, replicas, resident)

@@ -37,7 +37,7 @@ struct ShardMemoryOptions {
   int threads = 0;
   parallel::ShardMode shard = parallel::ShardMode::kNone;
   int pipeline_parallel = 1;  // > 1: the pipeline plan's stages (1F1B)
-  int microbatches = 0;       // the pipeline's; 0: P, 1F1B's fewest (the largest micro-batches)
+  int microbatches = 0;       // the pipeline's; 0: ddpx train's (pipeline_defaults.h)
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;  // as ddpx train
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
   int stages_per_rank = 0;         // V, interleaved; 0: 2

@@ -18,6 +18,7 @@
 #include "distributed/world.h"
 #include "models/flops.h"
 #include "models/zoo/registry.h"
+#include "parallel/mesh.h"
 #include "parallel/plan.h"
 #include "train/trainer.h"
 
@@ -121,8 +122,10 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
       "window ends (a barrier and a device sync before the first timed step, a device sync "
       "after the last)";
   // A pipeline's P ranks train one replica's batch, as do the T ranks that split its layers.
-  const int replicas =
-      std::max(world_size / (std::max(b.pipeline_parallel, 1) * std::max(b.tensor_parallel, 1)), 1);
+  const int replicas = parallel::Mesh::build(parallel::MeshSizes{std::max(b.pipeline_parallel, 1),
+                                                                 std::max(b.tensor_parallel, 1)},
+                                             world_size)
+                           .data_size();
   r.images_per_sec = static_cast<double>(b.steps * b.batch_size * replicas) / seconds;
   r.step_ms = 1e3 * seconds / static_cast<double>(b.steps);
   r.startup_s = startup_s;

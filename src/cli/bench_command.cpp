@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/help_format.h"
 #include "cli/model_data_flags.h"
+#include "cli/pipeline_flags.h"
 #include "core/error.h"
 
 namespace ddpx::cli {
@@ -120,14 +121,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                  "gradients | full)");
   auto* train_pipeline = train->add_option("--pipeline_parallel", t->pipeline_parallel,
                                            "--loop trainer: ddpx train's --pipeline_parallel");
-  train->add_option("--microbatches", t->microbatches,
-                    "with --pipeline_parallel: micro-batches a batch (0: 2 x P)");
-  add_choice(train, "--pipeline_schedule", t->pipeline_schedule, parallel::kPipelineScheduleNames,
-             "with --pipeline_parallel: gpipe | 1f1b | interleaved");
-  train->add_option("--stages_per_rank", t->stages_per_rank,
-                    "with --pipeline_schedule interleaved: stages a rank (0: 2)");
-  add_choice(train, "--pipeline_balance", t->pipeline_balance, parallel::kPipelineBalanceNames,
-             "with --pipeline_parallel: time | params (how stages are cut)");
+  add_pipeline_flags(
+      train, {t->microbatches, t->pipeline_schedule, t->stages_per_rank, t->pipeline_balance},
+      "with --pipeline_parallel");
   auto* train_tensor = train->add_option("--tensor_parallel", t->tensor_parallel,
                                          "--loop trainer: ddpx train's --tensor_parallel");
   train->add_flag("--sequence_parallel", t->sequence_parallel,
@@ -136,9 +132,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                               "--loop trainer: ddpx train's --deterministic");
   train->add_option("--deterministic_atom", t->deterministic_atom,
                     "with --deterministic: samples an atom");
-  auto* train_checkpointing =
-      train->add_option("--activation_checkpointing", t->activation_checkpointing,
-                        "--loop trainer: ddpx train's (none | blocks | blocks:N | every:K)");
+  auto* train_checkpointing = add_activation_checkpointing_flag(train, t->activation_checkpointing);
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
   train->callback([t, md, bucket, first_bucket, train_shard, train_pipeline, train_tensor,
                    train_deterministic, train_checkpointing, &exit_code] {
@@ -201,15 +195,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                          "beside (8+K)Psi_r (with --shard: the replicas shard them, beside "
                          "ZeRO's formula over Psi_r; with --pipeline_parallel: the 3-D mesh); run "
                          "under `ddpx run N`");
-  memory->add_option("--microbatches", shard->microbatches,
-                     "with --pipeline_parallel: micro-batches a batch (0: P)");
-  add_choice(memory, "--pipeline_balance", shard->pipeline_balance, parallel::kPipelineBalanceNames,
-             "with --pipeline_parallel: cut stages by timed layers or parameters");
-  add_choice(memory, "--pipeline_schedule", shard->pipeline_schedule,
-             parallel::kPipelineScheduleNames,
-             "with --pipeline_parallel: 1f1b | gpipe | interleaved");
-  memory->add_option("--stages_per_rank", shard->stages_per_rank,
-                     "with --pipeline_schedule interleaved: stages a rank (0: 2)");
+  add_pipeline_flags(memory,
+                     {shard->microbatches, shard->pipeline_schedule, shard->stages_per_rank,
+                      shard->pipeline_balance},
+                     "with --pipeline_parallel");
   memory->add_flag("--sequence_parallel", shard->sequence_parallel,
                    "with --tensor_parallel: Megatron's sequence parallelism (the ViTs)");
   auto optimizer = std::make_shared<std::string>("sgd");

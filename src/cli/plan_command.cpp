@@ -11,12 +11,14 @@
 
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "cli/pipeline_flags.h"
 #include "cli/plan_meshes.h"
 #include "core/error.h"
 #include "distributed/threads.h"
 #include "models/checkpointed_model.h"
 #include "models/zoo/registry.h"
 #include "optim/amp.h"
+#include "parallel/pipeline/pipeline_defaults.h"
 #include "parallel/planner/memory_plan.h"
 #include "train/optim.h"
 
@@ -126,7 +128,8 @@ void run_plan(const PlanOptions& o) {
     search.request = request;
     search.microbatches = o.microbatches;
     search.schedule = o.pipeline_schedule;
-    if (o.stages_per_rank > 0) search.stages_per_rank = o.stages_per_rank;
+    search.stages_per_rank =
+        parallel::pipeline_stages_per_rank(o.stages_per_rank, o.pipeline_schedule);
     search.balance = o.pipeline_balance;
     meshes = search_meshes(m, search);
   }
@@ -236,21 +239,13 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--momentum", o->momentum, "SGD and LARS momentum (0: no momentum state)");
   cmd->add_option("--threads", o->threads,
                   "intra-op threads of the probe (1: no per-thread CPU buffers, as on a GPU)");
-  cmd->add_option(
-      "--activation_checkpointing", o->activation_checkpointing,
-      "none | blocks | blocks:N | every:K, as ddpx train's: the activations with those blocks "
-      "recomputed in backward");
+  add_activation_checkpointing_flag(cmd, o->activation_checkpointing);
   cmd->add_flag("--shard_only", o->shard_only,
                 "weigh only --shard's modes, not the meshes that split the model (no "
                 "pipeline or tensor-parallel probes)");
-  cmd->add_option("--microbatches", o->microbatches,
-                  "pipeline meshes: micro-batches a batch (0: 2 x stages, as ddpx train)");
-  add_choice(cmd, "--pipeline_schedule", o->pipeline_schedule, parallel::kPipelineScheduleNames,
-             "pipeline meshes: 1f1b | gpipe | interleaved");
-  cmd->add_option("--stages_per_rank", o->stages_per_rank,
-                  "pipeline meshes, interleaved: stages a rank (0: 2, as ddpx train)");
-  add_choice(cmd, "--pipeline_balance", o->pipeline_balance, parallel::kPipelineBalanceNames,
-             "pipeline meshes: cut stages by the probe's layer times or parameter counts");
+  add_pipeline_flags(
+      cmd, {o->microbatches, o->pipeline_schedule, o->stages_per_rank, o->pipeline_balance},
+      "pipeline meshes");
   cmd->add_flag("--json", o->json,
                 "one JSON object per shard mode, then one per mesh (with \"mesh\": \"DxPxT\")");
   cmd->callback([o, &exit_code] {

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/help_format.h"
 #include "cli/model_data_flags.h"
+#include "cli/pipeline_flags.h"
 #include "cli/recommendations.h"
 #include "core/error.h"
 #include "train/env_limits.h"
@@ -143,16 +144,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--pipeline_parallel", o->pipeline_parallel,
                   "pipeline stages a data-parallel replica: the world is P stages x N/P replicas "
                   "(1: no pipeline)");
-  cmd->add_option("--microbatches", o->microbatches,
-                  "with --pipeline_parallel: micro-batches a batch (0: 2 x --pipeline_parallel)");
-  add_choice(cmd, "--pipeline_schedule", o->pipeline_schedule, parallel::kPipelineScheduleNames,
-             "with --pipeline_parallel: gpipe | 1f1b | interleaved (--stages_per_rank stages a "
-             "rank)");
-  cmd->add_option("--stages_per_rank", o->stages_per_rank,
-                  "with --pipeline_schedule interleaved: stages a rank (0: 2)");
-  add_choice(cmd, "--pipeline_balance", o->pipeline_balance, parallel::kPipelineBalanceNames,
-             "how the pipeline cuts the model: time (each layer's forward and backward, timed "
-             "on rank 0 at start) | params");
+  add_pipeline_flags(
+      cmd, {o->microbatches, o->pipeline_schedule, o->stages_per_rank, o->pipeline_balance},
+      "with --pipeline_parallel");
   cmd->add_option("--tensor_parallel", o->tensor_parallel,
                   "ranks that split each layer of a ViT or the MLP (Megatron-style: heads and MLP "
                   "width): the world is N/T data-parallel replicas of T ranks (1: none)");
@@ -166,10 +160,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
                 "given); slower");
   cmd->add_option("--deterministic_atom", o->deterministic_atom,
                   "with --deterministic: samples an atom (the same on every run)");
-  cmd->add_option("--activation_checkpointing", o->activation_checkpointing,
-                  "none | blocks (recompute every block's forward in backward: less activation "
-                  "memory, more time) | blocks:N (the first N blocks) | every:K (every K-th "
-                  "block)");
+  add_activation_checkpointing_flag(cmd, o->activation_checkpointing);
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,

@@ -17,9 +17,19 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
   // then the norm of those: libtorch's order of operations.
   std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
   torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
-  torch::Tensor coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
-  at::_foreach_mul_(grads, coefficient);
+  clip_by_norm(grads, total, max_norm);
   return total;
+}
+
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm) {
+  return torch::clamp(max_norm / (norm + 1e-6), std::nullopt, 1.0);
+}
+
+void clip_by_norm(const std::vector<torch::Tensor>& grads, const torch::Tensor& norm,
+                  double max_norm) {
+  if (grads.empty()) return;
+  torch::NoGradGuard no_grad;
+  at::_foreach_mul_(grads, clip_coefficient(norm, max_norm));
 }
 
 }  // namespace ddpx::optim

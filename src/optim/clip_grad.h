@@ -16,4 +16,12 @@ namespace ddpx::optim {
 // torch::nn::utils::clip_grad_norm_, so the same gradients to the bit.
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
 
+// The one clip-by-global-norm step every plan ends its clip_grad_norm() with, once it has the
+// norm of the whole model's gradient (summed over the ranks that hold its parts):
+// clip_coefficient() is min(1, max_norm / (norm + 1e-6)), torch's; clip_by_norm() scales every
+// gradient of `grads` by it in one multi-tensor op (`norm`: 0-dim, of their dtype).
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm);
+void clip_by_norm(const std::vector<torch::Tensor>& grads, const torch::Tensor& norm,
+                  double max_norm);
+
 }  // namespace ddpx::optim

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "models/activation_checkpoint.h"
+#include "parallel/pipeline/pipeline_defaults.h"
 
 namespace ddpx::train {
 namespace {
@@ -113,12 +114,8 @@ void validate_deterministic(const TrainOptions& o) {
 }  // namespace
 
 int pipeline_microbatches(const TrainOptions& o, int64_t replica_batch) {
-  if (o.microbatches > 0) return o.microbatches;
-  const int p = o.pipeline_parallel;
-  // 2P (1F1B's bubble at a third of P's), else P where only that divides the batch, as
-  // `ddpx plan` chooses; neither dividing it is refused by check_pipeline_batch.
-  if (replica_batch > 0 && replica_batch % (2 * p) != 0 && replica_batch % p == 0) return p;
-  return 2 * p;
+  // Neither 2P nor P dividing the batch is refused by check_pipeline_batch.
+  return parallel::pipeline_microbatches(o.microbatches, o.pipeline_parallel, replica_batch);
 }
 
 void check_pipeline_batch(const TrainOptions& o, int64_t replica_batch) {
@@ -142,8 +139,7 @@ void check_pipeline_batch(const TrainOptions& o, int64_t replica_batch) {
 }
 
 int pipeline_stages_per_rank(const TrainOptions& o) {
-  if (o.stages_per_rank > 0) return o.stages_per_rank;
-  return o.pipeline_schedule == parallel::PipelineSchedule::kInterleaved ? 2 : 1;
+  return parallel::pipeline_stages_per_rank(o.stages_per_rank, o.pipeline_schedule);
 }
 
 void validate(const TrainOptions& o) {

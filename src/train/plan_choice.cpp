@@ -55,26 +55,21 @@ c10::ScalarType gather_dtype(const TrainOptions& o) {
 
 }  // namespace
 
-DataRank data_rank(const TrainOptions& o, const dist::Context& context) {
-  // The ranks of one replica are neighbours: a pipeline's stages, or the tensor ranks of a layer.
-  const int replica_ranks = std::max(o.pipeline_parallel, 1) * std::max(o.tensor_parallel, 1);
-  if (replica_ranks <= 1) return {context.rank(), context.world_size()};
-  // Checked here, before the sampler, so every rank refuses the layout with the plan's words.
-  const int world = context.world_size();
-  if (o.pipeline_parallel > 1) parallel::check_pipeline_world(o.pipeline_parallel, world);
-  if (o.tensor_parallel > 1) {
-    parallel::check_tensor_world(o.tensor_parallel, world, std::max(o.pipeline_parallel, 1));
-  }
-  return {context.rank() / replica_ranks, world / replica_ranks};
+parallel::Mesh mesh_of(const TrainOptions& o, int world_size) {
+  parallel::MeshSizes sizes;
+  sizes.pipeline = std::max(o.pipeline_parallel, 1);
+  sizes.tensor = std::max(o.tensor_parallel, 1);
+  sizes.sharded = o.shard != parallel::ShardMode::kNone;
+  return parallel::Mesh::build(sizes, world_size);
 }
 
 bool plan_places_model(const TrainOptions& o) {
   return o.pipeline_parallel > 1 && o.tensor_parallel <= 1;
 }
 
-ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn::AnyModule model,
-                       const parallel::OptimizerFactory& make_optimizer, bool loss_scaling,
-                       const std::vector<int64_t>& sample_shape) {
+ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, const parallel::Mesh& mesh,
+                       torch::nn::AnyModule model, const parallel::OptimizerFactory& make_optimizer,
+                       bool loss_scaling, const std::vector<int64_t>& sample_shape) {
   ChosenPlan chosen;
   const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
   if (checkpointing.every > 0) {
@@ -85,7 +80,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
   if (o.pipeline_parallel > 1) {
     pipeline.emplace();
     pipeline->stages = o.pipeline_parallel;
-    const int64_t replica_batch = per_rank_batch(o, data_rank(o, context).size);
+    const int64_t replica_batch = per_rank_batch(o, mesh.data_size());
     check_pipeline_batch(o, replica_batch);  // before the first collective, on every rank
     pipeline->microbatches = pipeline_microbatches(o, replica_batch);
     pipeline->schedule = o.pipeline_schedule;
@@ -97,6 +92,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     pipeline->checkpointing = checkpointing;
     pipeline->shard = o.shard;
     pipeline->gather_dtype = gather_dtype(o);
+    if (o.tensor_parallel <= 1) pipeline->mesh = mesh;  // else the tensor plan's slice of it
     if (plan_places_model(o)) {
       pipeline->device = context.device();
       pipeline->channels_last = o.channels_last;
@@ -117,6 +113,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, torch::nn:
     tensor.replicas.ddp.find_unused_parameters = o.find_unused_parameters;
     tensor.model_name = o.model;
     tensor.pipeline = pipeline;  // the 3-D mesh: a pipeline of tensor-parallel stages
+    tensor.mesh = mesh;
     chosen.plan = std::make_unique<parallel::TensorParallelPlan>(std::move(model), context,
                                                                  make_optimizer, tensor);
     return chosen;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "parallel/mesh.h"
 #include "parallel/plan.h"
 #include "train/options.h"
 
@@ -25,14 +26,13 @@ struct ChosenPlan {
   int sync_bn_layers = 0;  // --sync_bn: the BatchNorm layers it switched (the start-up line)
 };
 
-// Where a rank's batches come from: its data-parallel replica. Every rank is a replica of its
-// own, but a pipeline's P stages share one (replica rank / P of world / P), as do the T ranks
-// that split a layer (rank / T of world / T).
-struct DataRank {
-  int rank = 0;
-  int size = 1;
-};
-DataRank data_rank(const TrainOptions& options, const dist::Context& context);
+// The run's mesh (parallel/mesh.h) over `world_size` ranks: --pipeline_parallel,
+// --tensor_parallel and the data-parallel ranks that remain, sharded with --shard. Where a rank's
+// batches come from is its data-parallel coordinate (Mesh::data_rank of Mesh::data_size): a
+// pipeline's stages and the tensor ranks of a layer share one replica's. Throws
+// ddpx::Error(kUsage) naming the flags where the world does not divide; every rank builds it
+// before anything that depends on its replica (the sampler, the plan).
+parallel::Mesh mesh_of(const TrainOptions& options, int world_size);
 
 // Whether the plan puts the model on the device itself: a pipeline (without tensor parallelism)
 // takes it whole in host memory and moves only its rank's stages there. Else the caller places
@@ -43,8 +43,10 @@ bool plan_places_model(const TrainOptions& options);
 // `loss_scaling`: fp16's scaler reads the gradients between backward and the step, so the
 // update may not run inside backward; neither may it with --clip_grad_norm, which also needs
 // every rank to hold the whole averaged gradient (no split step).
+// `mesh`: mesh_of(options, the context's world size).
 ChosenPlan choose_plan(const TrainOptions& options, dist::Context& context,
-                       torch::nn::AnyModule model, const parallel::OptimizerFactory& make_optimizer,
-                       bool loss_scaling, const std::vector<int64_t>& sample_shape);
+                       const parallel::Mesh& mesh, torch::nn::AnyModule model,
+                       const parallel::OptimizerFactory& make_optimizer, bool loss_scaling,
+                       const std::vector<int64_t>& sample_shape);
 
 }  // namespace ddpx::train

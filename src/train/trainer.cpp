@@ -78,9 +78,10 @@ class Run {
     const optim::AmpChoice amp = optim::resolve_amp(o_.amp, dist::bf16_support(device_));
     o_.amp = amp.amp;
     // The data's ranks are the data-parallel replicas (a pipeline's stages share one).
-    const DataRank data_rank = train::data_rank(o_, *context_);
-    batch_size_ = per_rank_batch(o_, data_rank.size);
-    data_ = make_train_data(o_, data_rank.rank, data_rank.size, batch_size_, device_.is_cuda());
+    const parallel::Mesh mesh = mesh_of(o_, context_->world_size());
+    const int data_rank = mesh.data_rank(context_->rank()), data_size = mesh.data_size();
+    batch_size_ = per_rank_batch(o_, data_size);
+    data_ = make_train_data(o_, data_rank, data_size, batch_size_, device_.is_cuda());
     const int64_t updates =
         (data_->steps_per_epoch + o_.accumulation_steps - 1) / o_.accumulation_steps;
 
@@ -96,7 +97,7 @@ class Run {
     if (!plan_places_model(o_)) parallel::place_model(*model.ptr(), device_, o_.channels_last);
 
     // Optimizer and plan: the plan builds the optimizer over the parameters this rank updates.
-    facts.global_batch = batch_size_ * data_rank.size * o_.accumulation_steps;
+    facts.global_batch = batch_size_ * data_size * o_.accumulation_steps;
     facts.learning_rate =
         scaled_learning_rate(o_.learning_rate, o_.lr_scale, facts.global_batch, o_.base_batch_size);
     OptimizerConfig oc{o_.optimizer, facts.learning_rate, o_.weight_decay, o_.momentum};
@@ -106,7 +107,7 @@ class Run {
     };
     if (o_.amp == optim::Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);
     const int64_t parameters = models::count_parameters(*model.ptr());  // before any plan splits it
-    ChosenPlan chosen = choose_plan(o_, *context_, model, optimizer, scaler_ != nullptr,
+    ChosenPlan chosen = choose_plan(o_, *context_, mesh, model, optimizer, scaler_ != nullptr,
                                     {3, data_->image_size, data_->image_size});
     plan_ = std::move(chosen.plan);
     if (o_.ema_decay > 0) {
@@ -122,7 +123,7 @@ class Run {
     start_ = checkpoints_->resume();
     global_step_ = start_.global_step;
 
-    mixer_ = make_mixer(o_, data_->splits.train.num_classes, data_rank.rank);
+    mixer_ = make_mixer(o_, data_->splits.train.num_classes, data_rank);
     curves_ = std::make_unique<Curves>(o_.metrics_json, o_.tensorboard, context_->rank(),
                                        context_->world_size());
     if (!o_.profile.empty()) {

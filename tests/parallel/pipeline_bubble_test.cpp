@@ -25,6 +25,7 @@ namespace ddpx::dist {
 namespace {
 
 using parallel::PipelineSchedule;
+using test::error_text;
 using test::run_ranks;
 
 constexpr int kStages = 4, kMicrobatches = 8;
@@ -51,16 +52,16 @@ struct TimedLayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(TimedLayer);
 
-struct Case {
+struct BubbleCase {
   PipelineSchedule schedule;
   int stages_per_rank;
   double formula;
 };
 
 TEST(PipelineBubbleTest, EqualTimedStagesIdleTheFormulasShareOnRealRanks) {
-  for (const Case& c :
-       {Case{PipelineSchedule::kGpipe, 1, 3.0 / 11}, Case{PipelineSchedule::k1F1B, 1, 3.0 / 11},
-        Case{PipelineSchedule::kInterleaved, 2, 3.0 / 19}}) {
+  for (const BubbleCase& c : {BubbleCase{PipelineSchedule::kGpipe, 1, 3.0 / 11},
+                              BubbleCase{PipelineSchedule::k1F1B, 1, 3.0 / 11},
+                              BubbleCase{PipelineSchedule::kInterleaved, 2, 3.0 / 19}}) {
     SCOPED_TRACE(parallel::name(c.schedule));
     const int layers = kStages * c.stages_per_rank;
     std::vector<double> idle(kStages, 1.0);

@@ -4,8 +4,7 @@
 #include <torch/optim/sgd.h>
 
 #include "distributed/context.h"
-#include "optim/foreach_sgd.h"
-#include "optim/sgd_kernel.h"
+#include "optim/fused_step.h"
 #include "parallel/data/ddp.h"
 #include "parallel/data/sharded_sgd.h"
 
@@ -65,11 +64,9 @@ void StepStrategy::step(bool synced) {
     case Kind::kSplit:
       return sharded_->step();
     case Kind::kFused:
-      if (optim::fused_sgd_step(static_cast<torch::optim::SGD&>(optimizer_))) return;
-      break;
+      return optim::fused_step(optimizer_, /*device_kernel=*/false);
     case Kind::kFusedDevice:
-      if (optim::foreach_sgd_step(static_cast<torch::optim::SGD&>(optimizer_))) return;
-      break;
+      return optim::fused_step(optimizer_, /*device_kernel=*/true);
     case Kind::kPlain:
       break;
   }

@@ -9,6 +9,7 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
+#include "parallel/mesh.h"
 
 namespace ddpx::parallel {
 
@@ -30,9 +31,11 @@ void form_nccl_link(const dist::Context& link, bool forward) {
 
 }  // namespace
 
-PipelineLinks::PipelineLinks(const dist::Context& context, int stages, bool ring)
-    : stages_(stages), me_(context.rank() % stages) {
+PipelineLinks::PipelineLinks(const dist::Context& context, const Mesh& mesh, bool ring)
+    : stages_(mesh.size(MeshDim::kPipeline)),
+      me_(mesh.coordinate(MeshDim::kPipeline, context.rank())) {
   const int world = context.world_size();
+  const int stages = stages_;
   const int edges = stages < 2 ? 0 : ring ? stages : stages - 1;
   const bool nccl = context.built().nccl && context.device().is_cuda();
   on_device_ = nccl;
@@ -42,8 +45,9 @@ PipelineLinks::PipelineLinks(const dist::Context& context, int stages, bool ring
     for (const bool forward : {true, false}) {
       std::vector<std::vector<int>> groups;
       for (int r = 0; r < world; ++r) {
-        if (r % stages == e) groups.push_back({r, r - e + next});
-        if (r % stages != e && r % stages != next) groups.push_back({r});
+        const int at = mesh.coordinate(MeshDim::kPipeline, r);
+        if (at == e) groups.push_back({r, mesh.rank_with(r, MeshDim::kPipeline, next)});
+        if (at != e && at != next) groups.push_back({r});
       }
       dist::SplitOptions split;
       split.shared_memory = false;  // the transport hands point-to-point transfers to Gloo

@@ -37,11 +37,13 @@ class Context;
 
 namespace ddpx::parallel {
 
+class Mesh;
+
 class PipelineLinks {
  public:
-  // `context`: the pipeline's ranks, P a replica (global rank g is pipeline rank g % P of
-  // replica g / P); `ring`: the edge from P-1 back to 0 too (interleaved).
-  PipelineLinks(const dist::Context& context, int stages, bool ring);
+  // `context`: the pipeline's ranks, laid out by `mesh` (mesh.h: its pipeline dimension is P,
+  // its ranks the context's); `ring`: the edge from P-1 back to 0 too (interleaved).
+  PipelineLinks(const dist::Context& context, const Mesh& mesh, bool ring);
   ~PipelineLinks();
 
   // This rank's transfer to or from pipeline rank `peer` of its replica, the next rank around

@@ -60,13 +60,6 @@ int64_t count(const std::vector<torch::Tensor>& tensors) {
 
 }  // namespace
 
-void check_pipeline_world(int stages, int world) {
-  DDPX_CHECK(stages >= 1 && world % stages == 0, ErrorKind::kUsage,
-             "--pipeline_parallel {} does not divide the world of {} ranks; run a multiple of {} "
-             "ranks (stages x data-parallel replicas)",
-             stages, world, stages);
-}
-
 PipelinePlan::PipelinePlan(torch::nn::AnyModule model, dist::Context& context,
                            const OptimizerFactory& make_optimizer, PipelineOptions options)
     : PipelinePlan(model, layers_of(model, options.model_name), context, make_optimizer,
@@ -89,7 +82,11 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
   const int p = options_.stages, world = context_.world_size();
   const int v = options_.schedule == PipelineSchedule::kInterleaved ? options_.stages_per_rank : 1;
   // Every check before the first collective: a refused layout never hangs a rank.
-  check_pipeline_world(p, world);
+  mesh_ = options_.mesh ? *options_.mesh : Mesh::build(MeshSizes{p}, world);
+  DDPX_CHECK(mesh_.world_size() == world && mesh_.size(MeshDim::kPipeline) == p &&
+                 mesh_.size(MeshDim::kTensor) == 1 && mesh_.size(MeshDim::kContext) == 1,
+             ErrorKind::kInternal, "a pipeline of {} stages on {} ranks given the mesh {}", p,
+             world, mesh_.describe());
   const std::string problem = schedule_problem(
       options_.schedule, PipelineShape{p, options_.microbatches, options_.stages_per_rank});
   DDPX_CHECK(problem.empty(), ErrorKind::kUsage, "--pipeline_schedule {}: {}",
@@ -102,9 +99,9 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
              ErrorKind::kUsage, "a pipeline of {} stages needs {} stage bounds, got {}", p * v,
              p * v + 1, options_.bounds.size());
   options_.stages_per_rank = v;
-  pipeline_rank_ = context_.rank() % p;
-  replica_ = context_.rank() / p;
-  replica_count_ = world / p;
+  pipeline_rank_ = mesh_.coordinate(MeshDim::kPipeline, context_.rank());
+  replica_ = mesh_.data_rank(context_.rank());
+  replica_count_ = mesh_.data_size();
 
   const std::vector<double> costs = layer_costs();  // rank 0's, before its weights are sent
   bounds_ =
@@ -160,11 +157,10 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
       covers_model_ = covers_model_ && in_layers.count(t.unsafeGetTensorImpl()) > 0;
   }
   if (replica_count_ > 1) {
-    std::vector<std::vector<int>> groups(static_cast<size_t>(p));
-    for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r % p)].push_back(r);
-    replicas_ = dist::split_group(context_, groups, "pipeline_replicas");
+    replicas_ = dist::split_group(context_, mesh_.groups({MeshDim::kReplicate, MeshDim::kShard}),
+                                  "pipeline_replicas");
   }
-  if (group_ && p > 1) links_ = std::make_unique<PipelineLinks>(context_, p, v > 1);
+  if (group_ && p > 1) links_ = std::make_unique<PipelineLinks>(context_, mesh_, v > 1);
   // The ranks start from rank 0's weights, as DDP's do: a stage at a time, each rank freeing a
   // stage it does not run as soon as it has it, so no rank holds a second copy of the model.
   if (group_) {
@@ -236,7 +232,7 @@ std::string PipelinePlan::epoch_summary() {
   epoch_ = {};
   std::string idle, held;
   for (int r = 0; r < world; ++r) {
-    const int label = r * options_.rank_stride;
+    const int label = mesh_.job_group(r, MeshDim::kTensor).front();  // its tensor group's first
     idle += fmt::format("{}{} {:.1f}%", r ? " | " : "", label, rows[r][0].item<int64_t>() / 10.0);
     held += fmt::format("{}{} {}", r ? " | " : "", label, rows[r][1].item<int64_t>());
   }
@@ -247,7 +243,7 @@ std::string PipelinePlan::epoch_summary() {
 }
 
 int PipelinePlan::rank_of(int stage) const {
-  return replica_ * options_.stages + stage % options_.stages;
+  return mesh_.rank_with(context_.rank(), MeshDim::kPipeline, stage % options_.stages);
 }
 
 torch::Tensor PipelinePlan::run_stage(int stage, torch::Tensor x) {

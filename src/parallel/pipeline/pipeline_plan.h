@@ -5,9 +5,10 @@
 // on links between neighbouring ranks (pipeline_links.h: NCCL on GPUs, Gloo on the CPU, their
 // transfers matched by order), each micro-batch's loss is taken on the last stage, and the
 // gradients are those of the unsplit model over the whole batch. A world of N ranks is P stages x
-// N/P data-parallel replicas: global rank g is stage g % P of replica g / P; every replica sees its
-// own batch (the data's rank is the replica), and a stage's replicas average their gradients over a
-// group of their own (sub_group.h).
+// N/P data-parallel replicas laid out by the mesh (mesh.h: without tensor parallelism, global rank
+// g is stage g % P of replica g / P); every replica sees its own batch (the data's rank is the
+// replica), and a stage's replicas average their gradients over a group of their own
+// (sub_group.h).
 //
 // Sharded replicas (--shard, torchtitan's PP x FSDP): each stage is one unit (shard_unit.h) split
 // across its replicas. After the last micro-batch's backward its gradients are reduce-scattered
@@ -58,6 +59,7 @@
 
 #include "models/activation_checkpoint.h"
 #include "models/layer_sequence.h"
+#include "parallel/mesh.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_split.h"
 #include "parallel/plan.h"
@@ -92,10 +94,11 @@ struct PipelineOptions {
   std::string model_name = "the model";  // for errors
   // Which layers of the stages recompute their forward in backward (activation_checkpoint.h).
   models::ActivationCheckpointing checkpointing;
-  // The job's ranks per rank of this plan's context, for the ranks the stage table and the
-  // bubble line print: a pipeline of tensor-parallel stages runs on the ranks of one tensor rank
-  // t, its rank r being the job's r * stride + t (tensor_parallel_plan.h).
-  int rank_stride = 1;
+  // How this plan's context's ranks lie on the job's mesh (mesh.h): its pipeline dimension of
+  // `stages`, its data-parallel replicas, and for the ranks the stage table and the bubble line
+  // print, the job's ranks (a pipeline of tensor-parallel stages runs on the slice of one tensor
+  // rank: tensor_parallel_plan.h). Unset: data x pipeline over the context.
+  std::optional<Mesh> mesh;
   // --shard: the stages' replicas shard them (see "Sharded replicas" above); nothing is split
   // where a stage has one replica. gather_dtype: what the all-gathers send (sharded_plan.h).
   ShardMode shard = ShardMode::kNone;
@@ -127,10 +130,6 @@ struct PipelineStats {
   int max_activations = 0;  // micro-batches whose activations this rank held at once
   double idle_share() const { return seconds > 0 ? wait_seconds / seconds : 0; }
 };
-
-// Throws ddpx::Error(kUsage) naming --pipeline_parallel where `stages` does not divide `world`.
-// Every rank calls it before anything that depends on its replica (the sampler, the plan).
-void check_pipeline_world(int stages, int world);
 
 class PipelinePlan : public Plan {
  public:
@@ -234,6 +233,7 @@ class PipelinePlan : public Plan {
   std::unique_ptr<PipelineLinks> links_;     // to the adjacent pipeline ranks (P > 1)
   OptimizerFactory make_optimizer_;
   PipelineOptions options_;
+  Mesh mesh_;  // the context's ranks on the mesh (options_.mesh, or data x pipeline)
   int pipeline_rank_ = 0, replica_ = 0, replica_count_ = 1;
   std::vector<size_t> bounds_;  // stage s: layers [bounds_[s], bounds_[s+1])
   std::vector<StageInfo> table_;

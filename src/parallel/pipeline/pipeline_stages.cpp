@@ -80,23 +80,28 @@ std::vector<double> PipelinePlan::layer_costs() {
 
 std::vector<std::string> PipelinePlan::stage_table_lines() const {
   const bool timed = !table_.empty() && table_[0].cost_ms > 0;
+  const int tensor = mesh_.job().size(MeshDim::kTensor);
   std::vector<std::string> lines;
   lines.push_back(fmt::format(
       "pipeline: {} stages on {} ranks a replica, {} replica{}{}", table_.size(), options_.stages,
       replica_count_, replica_count_ == 1 ? "" : "s",
-      options_.rank_stride > 1
+      tensor > 1
           ? fmt::format(" (each stage split over {} tensor ranks; parameters: a rank's pieces)",
-                        options_.rank_stride)
+                        tensor)
           : ""));
   lines.push_back(fmt::format("  {:>5}  {:>12}  {:<44}  {:>12}  {:>9}", "stage", "ranks", "layers",
                               "parameters", timed ? "ms" : ""));
   for (const auto& s : table_) {
     std::string ranks;
+    // The stage's rank in each replica, by replica.
+    const std::vector<int> replicas =
+        mesh_.group_of(mesh_.rank_with(context_.rank(), MeshDim::kPipeline, s.pipeline_rank),
+                       {MeshDim::kReplicate, MeshDim::kShard});
     for (int d = 0; d < replica_count_; ++d) {
-      // With tensor-parallel stages, the stride of ranks that run each stage together: "0-1".
-      const int first = (d * options_.stages + s.pipeline_rank) * options_.rank_stride;
-      ranks += (d ? "," : "") + std::to_string(first);
-      if (options_.rank_stride > 1) ranks += "-" + std::to_string(first + options_.rank_stride - 1);
+      // With tensor-parallel stages, the job's ranks that run each stage together: "0-1".
+      const std::vector<int> group = mesh_.job_group(replicas[d], MeshDim::kTensor);
+      ranks += (d ? "," : "") + std::to_string(group.front());
+      if (tensor > 1) ranks += "-" + std::to_string(group.back());
     }
     const std::string layers =
         s.end_layer - s.first_layer == 1

@@ -176,9 +176,12 @@ void PipelinePlan::write_index(torch::serialize::OutputArchive& index) {
   holders.buffers.assign(buffer_index.size(), 0);
   holders.orders.resize(static_cast<size_t>(world));
   for (const StageInfo& s : table_) {
-    std::vector<int64_t> ranks{s.pipeline_rank};
-    for (int d = 1; shards_stages && d < replica_count_; ++d)
-      ranks.push_back(d * p + s.pipeline_rank);
+    // The stage's rank in each replica (replica 0's alone where the replicas do not shard).
+    const std::vector<int> replicas =
+        mesh_.group_of(mesh_.rank_with(context_.rank(), MeshDim::kPipeline, s.pipeline_rank),
+                       {MeshDim::kReplicate, MeshDim::kShard});
+    const std::vector<int64_t> ranks(replicas.begin(),
+                                     shards_stages ? replicas.end() : replicas.begin() + 1);
     for (size_t l = s.first_layer; l < s.end_layer; ++l) {
       for (const auto& t : layers_[l].parameters)
         holders.params[param_index.at(t.unsafeGetTensorImpl())] = ranks;
@@ -191,9 +194,9 @@ void PipelinePlan::write_index(torch::serialize::OutputArchive& index) {
   // Rank q's optimizer steps its stages' parameters (params_'s order on that rank: its stages
   // chunk by chunk, layer by layer); unsharded replicas past the first write none.
   for (int q = 0; q < world; ++q) {
-    if (!shards_stages && q / p > 0) continue;
+    if (!shards_stages && mesh_.data_rank(q) > 0) continue;
     for (int c = 0; c < options_.stages_per_rank; ++c) {
-      const int stage = c * p + q % p;
+      const int stage = c * p + mesh_.coordinate(MeshDim::kPipeline, q);
       for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
         for (const auto& t : layers_[l].parameters) {
           holders.orders[static_cast<size_t>(q)].push_back(

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "distributed/context.h"
+#include "optim/clip_grad.h"
 #include "parallel/pipeline/pipeline_plan.h"
 
 namespace ddpx::parallel {
@@ -50,8 +51,7 @@ torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
   torch::Tensor total = (squares / (sharded() ? 1 : replica_count_)).sqrt().reshape({});
   if (grads.empty()) return total;
   total = total.to(grads[0].device(), grads[0].scalar_type());
-  auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
-  at::_foreach_mul_(grads, coefficient);
+  optim::clip_by_norm(grads, total, max_norm);
   return total;
 }
 

@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline/pipeline_defaults.h"
 
 namespace ddpx::parallel {
 namespace {
@@ -42,20 +44,19 @@ MeshPrediction pipeline_mesh(const ModelMemory& model, const std::vector<LayerMe
   const std::string split =
       tensor > 1 ? fmt::format("--pipeline_parallel {} x --tensor_parallel {}", stages, tensor)
                  : fmt::format("--pipeline_parallel {}", stages);
-  DDPX_CHECK(stages >= 2 && tensor >= 1 && n % (stages * tensor) == 0, ErrorKind::kUsage,
+  const MeshSizes sizes{stages, tensor, 1, shard != ShardMode::kNone};
+  DDPX_CHECK(stages >= 2 && Mesh::fits(sizes, n), ErrorKind::kUsage,
              "plan: {} does not divide {} GPUs", split, n);
   MeshPrediction p;
   p.pipeline = stages;
   p.tensor = tensor;
-  p.data = n / (stages * tensor);
+  p.data = Mesh::build(sizes, n).data_size();
   DDPX_CHECK(shard == ShardMode::kNone || p.data > 1, ErrorKind::kUsage,
              "plan: {} on {} GPUs leaves one replica: --shard {} has no ranks to shard over", split,
              n, name(shard));
   p.shard = shard;
   p.batch = r.batch_size * stages * tensor;  // the global batch of N GPUs at --batch_size each
-  p.microbatches = q.microbatches > 0            ? q.microbatches
-                   : p.batch % (2 * stages) == 0 ? 2 * stages
-                                                 : stages;
+  p.microbatches = pipeline_microbatches(q.microbatches, stages, p.batch);  // ddpx train's
   DDPX_CHECK(p.batch % p.microbatches == 0, ErrorKind::kUsage,
              "plan: --microbatches {} does not divide the replica's batch {} ({} a GPU x {} "
              "GPUs a replica); give a divisor",
@@ -157,11 +158,12 @@ MeshPrediction predict_pipeline_tensor(const ModelMemory& model, const TensorMem
 MeshPrediction predict_tensor(const ModelMemory& model, const TensorMemory& m, const PlanRequest& r,
                               ShardMode shard) {
   const int n = r.world_size;
-  DDPX_CHECK(m.ranks >= 2 && n % m.ranks == 0, ErrorKind::kUsage,
+  const MeshSizes sizes{1, m.ranks, 1, shard != ShardMode::kNone};
+  DDPX_CHECK(m.ranks >= 2 && Mesh::fits(sizes, n), ErrorKind::kUsage,
              "plan: --tensor_parallel {} does not divide {} GPUs", m.ranks, n);
   MeshPrediction p;
   p.tensor = m.ranks;
-  p.data = n / m.ranks;
+  p.data = Mesh::build(sizes, n).data_size();
   DDPX_CHECK(shard == ShardMode::kNone || p.data > 1, ErrorKind::kUsage,
              "plan: --tensor_parallel {} on {} GPUs leaves one replica: --shard {} has no ranks "
              "to shard over",

@@ -1,10 +1,10 @@
 // The sharded data-parallel plan (see sharded_plan.h).
 #include "parallel/sharded/sharded_plan.h"
 
-#include <ATen/ops/_foreach_mul.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <map>
@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
-#include "optim/foreach_sgd.h"
-#include "optim/sgd_kernel.h"
+#include "optim/clip_grad.h"
+#include "optim/fused_step.h"
 #include "parallel/data/sync_batch_norm.h"
 #include "parallel/ready_hook.h"
 #include "parallel/sharded/optimizer_state.h"
@@ -301,19 +301,14 @@ torch::Tensor ShardedPlan::clip_grad_norm(double max_norm) {
   auto on_cpu = squares.cpu();
   dist::all_reduce_sum(*group_, on_cpu, "the gradient norm of --clip_grad_norm");
   auto total = on_cpu.sqrt().reshape({}).to(grads[0].device(), grads[0].scalar_type());
-  auto coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
-  at::_foreach_mul_(grads, coefficient);
+  optim::clip_by_norm(grads, total, max_norm);
   return total;
 }
 
 void ShardedPlan::step() {
   // SGD through the data-parallel plan's kernels (bit-identical to libtorch's step): one pass
   // over memory on a CPU, ATen's multi-tensor kernel on a GPU; anything else its own step.
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(optimizer_.get());
-  const bool fused = sgd != nullptr && (shards_.empty() || shards_[0].device().is_cpu()
-                                            ? optim::fused_sgd_step(*sgd)
-                                            : optim::foreach_sgd_step(*sgd));
-  if (!fused) optimizer_->step();
+  optim::fused_step(*optimizer_, !shards_.empty() && !shards_[0].device().is_cpu());
   ParamGate::Pause pause;
   if (options_.mode == ShardMode::kFull) {
     release_all(/*keep_root=*/false);  // whatever is gathered is out of date

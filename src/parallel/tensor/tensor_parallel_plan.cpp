@@ -10,25 +10,11 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
+#include "optim/clip_grad.h"
 #include "parallel/sharded/sharded_plan.h"
 #include "parallel/tensor/parallelize.h"
 
 namespace ddpx::parallel {
-
-void check_tensor_world(int size, int world, int stages) {
-  if (stages > 1) {
-    DDPX_CHECK(
-        size >= 1 && world % (size * stages) == 0, ErrorKind::kUsage,
-        "--pipeline_parallel {} x --tensor_parallel {}: the world of {} ranks is not a "
-        "whole number of {}-rank replicas; start a multiple of {} ranks (ddpx run {} -- ...)",
-        stages, size, world, size * stages, size * stages, size * stages);
-    return;
-  }
-  DDPX_CHECK(size >= 1 && world % size == 0, ErrorKind::kUsage,
-             "--tensor_parallel {}: the world of {} ranks is not a whole number of tensor-parallel "
-             "groups; start a multiple of {} ranks (ddpx run {} -- ...)",
-             size, world, size, size);
-}
 
 TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context& context,
                                        const OptimizerFactory& make_optimizer,
@@ -39,7 +25,15 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
       options_(std::move(options)) {
   const int t = options_.size, world = context.world_size();
   const int p = options_.pipeline ? options_.pipeline->stages : 1;
-  check_tensor_world(t, world, p);
+  mesh_ = options_.mesh
+              ? *options_.mesh
+              : Mesh::build(MeshSizes{p, t, 1, options_.shard != ShardMode::kNone}, world);
+  DDPX_CHECK(mesh_.world_size() == world && mesh_.size(MeshDim::kTensor) == t &&
+                 mesh_.size(MeshDim::kPipeline) == p && mesh_.size(MeshDim::kContext) == 1,
+             ErrorKind::kInternal,
+             "tensor parallelism of {} x {} pipeline stages on {} ranks "
+             "given the mesh {}",
+             t, p, world, mesh_.describe());
   tensor::check_splittable(whole_, t, options_.model_name, options_.sequence_parallel);
   // Every tensor rank cuts its pieces from the same weights: rank 0's.
   if (context.distributed()) {
@@ -48,19 +42,18 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     // In 16 MiB chunks: a rank holds at most one beside the model while they arrive.
     dist::broadcast_coalesced(*context.process_group(), state, 0, int64_t{16} << 20);
   }
-  replica_ = context.rank() / (t * p);
-  const int replicas = world / t;  // tensor groups: data-parallel replicas x pipeline stages
-  std::vector<std::vector<int>> tensor_groups(replicas), replica_groups(t);
-  for (int g = 0; g < world; ++g) {
-    tensor_groups[g / t].push_back(g);
-    replica_groups[g % t].push_back(g);
-  }
-  if (replicas == 1) {  // the job's own group: its collectives stay in the collective record
+  replica_ = mesh_.data_rank(context.rank());
+  // Tensor groups: one a data-parallel replica's stage. Their replicas: the ranks of one tensor
+  // rank (a pipeline's, with stages).
+  const auto tensor_groups = mesh_.groups({MeshDim::kTensor});
+  if (tensor_groups.size() == 1) {  // the job's own group: its collectives stay in the record
     tensor_group_ = std::shared_ptr<dist::Context>(std::shared_ptr<dist::Context>(), &context);
   } else {
     tensor_group_ = dist::split_group(context, tensor_groups, "tensor");
   }
-  replicas_ = dist::split_group(context, replica_groups, "tensor_replicas");
+  replicas_ = dist::split_group(
+      context, mesh_.groups({MeshDim::kReplicate, MeshDim::kShard, MeshDim::kPipeline}),
+      "tensor_replicas");
   auto split = tensor::split_model(
       whole_, *tensor_group_, options_.sequence_parallel, options_.checkpointing,
       options_.pipeline ? options_.pipeline->sample_shape : std::vector<int64_t>());
@@ -83,13 +76,13 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   }
   free_whole();
   if (p > 1) {
-    // The pipeline over the ranks of this tensor rank (the job's ranks t, t + T, ...), running
-    // this rank's pieces: its rank r is the job's r * T + t, so stage s of replica d is the
-    // job's (d * P + s) * T + t, and the T ranks of a stage are neighbours.
+    // The pipeline over the ranks of this tensor rank (the mesh's slice at it: the job's ranks
+    // t, t + T, ...), running this rank's pieces; the T ranks of a stage are neighbours.
     PipelineOptions pipeline = *options_.pipeline;
     pipeline.sample_shape.clear();  // balanced by parameters: see TensorParallelOptions
     pipeline.checkpointing = {};    // the split layers checkpoint themselves
-    pipeline.rank_stride = t;
+    pipeline.mesh =
+        mesh_.slice(MeshDim::kTensor, mesh_.coordinate(MeshDim::kTensor, context.rank()));
     pipeline.model_name = options_.model_name;
     pipeline.shard = options_.shard;  // the replicas of each stage's pieces shard them
     auto plan = std::make_unique<PipelinePlan>(split_, std::move(split.layers), *replicas_,
@@ -124,28 +117,27 @@ TensorParallelPlan::~TensorParallelPlan() = default;
 int TensorParallelPlan::tensor_rank() const { return tensor_group_->rank(); }
 
 std::string TensorParallelPlan::mesh_line() const {
-  const int t = options_.size, world = context_.world_size();
+  const int t = options_.size, data = mesh_.data_size();
   const int p = pipeline_ != nullptr ? options_.pipeline->stages : 1;
-  auto ranks_of = [&](int first) {
-    std::vector<int> ranks;
-    for (int i = 0; i < t; ++i) ranks.push_back(first + i);
-    return fmt::format("{}", fmt::join(ranks, " "));
-  };
+  // One row a data-parallel replica: its tensor groups, a stage each.
+  std::vector<std::vector<std::string>> stages(static_cast<size_t>(data));
+  for (const auto& group : mesh_.groups({MeshDim::kTensor})) {
+    const int replica = mesh_.data_rank(group.front());
+    const std::string ranks = fmt::format("{}", fmt::join(group, " "));
+    stages[static_cast<size_t>(replica)].push_back(
+        p == 1 ? "ranks " + ranks
+               : fmt::format("stage {} ranks {}",
+                             mesh_.coordinate(MeshDim::kPipeline, group.front()), ranks));
+  }
   std::vector<std::string> rows;
-  for (int r = 0; r < world / (t * p); ++r) {
-    if (p == 1) {
-      rows.push_back(fmt::format("replica {}: ranks {}", r, ranks_of(r * t)));
-      continue;
-    }
-    std::vector<std::string> stages;
-    for (int s = 0; s < p; ++s)
-      stages.push_back(fmt::format("stage {} ranks {}", s, ranks_of((r * p + s) * t)));
-    rows.push_back(fmt::format("replica {}: {}", r, fmt::join(stages, ", ")));
+  for (int r = 0; r < data; ++r) {
+    rows.push_back(
+        fmt::format("replica {}: {}", r, fmt::join(stages[static_cast<size_t>(r)], ", ")));
   }
   if (p == 1) {
-    return fmt::format("mesh (data x tensor) {} x {}: {}", world / t, t, fmt::join(rows, " | "));
+    return fmt::format("mesh (data x tensor) {} x {}: {}", data, t, fmt::join(rows, " | "));
   }
-  return fmt::format("mesh (data x pipeline x tensor) {} x {} x {}: {}", world / (t * p), p, t,
+  return fmt::format("mesh (data x pipeline x tensor) {} x {} x {}: {}", data, p, t,
                      fmt::join(rows, " | "));
 }
 
@@ -154,7 +146,7 @@ std::string TensorParallelPlan::describe() {
     return fmt::format("tensor parallel: {} ranks a layer ({}); {}; {}", options_.size, summary_,
                        mesh_line(), inner_->describe());
   }
-  const int replicas = context_.world_size() / options_.size;
+  const int replicas = mesh_.data_size();
   const std::string replicated =
       replicas == 1 ? ""
       : sharded_ != nullptr
@@ -229,16 +221,14 @@ torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
     // Every rank holds its stages' pieces and unsplit layers, the latter on each of its stage's
     // T ranks, and the replicas hold the same averaged gradients: the job's sum of each rank's
     // pieces' squares and 1/T of its unsplit ones' is the replicas' count times the square.
-    const int t = options_.size, world = context_.world_size();
-    torch::Tensor squares = split_squares + whole_squares / t;
+    torch::Tensor squares = split_squares + whole_squares / options_.size;
     context_.all_reduce_sum(squares);
-    norm = (squares / (world / (t * options_.pipeline->stages))).sqrt();
+    norm = (squares / mesh_.data_size()).sqrt();
   } else {
     tensor_group_->all_reduce_sum(split_squares);
     norm = (split_squares + whole_squares).sqrt();
   }
-  torch::Tensor scale = (max_norm / (norm + 1e-6)).clamp_max(1.0);
-  for (auto& g : grads) g.mul_(scale.to(g.scalar_type()));
+  optim::clip_by_norm(grads, norm, max_norm);
   return norm;
 }
 
@@ -277,7 +267,7 @@ torch::Tensor TensorParallelPlan::clip_sharded(double max_norm) {
   torch::Tensor norm = squares.sqrt().reshape({});
   if (grads.empty()) return norm.to(torch::kFloat32);
   norm = norm.to(grads[0].device(), grads[0].scalar_type());
-  at::_foreach_mul_(grads, torch::clamp(max_norm / (norm + 1e-6), std::nullopt, 1.0));
+  optim::clip_by_norm(grads, norm, max_norm);
   return norm;
 }
 
@@ -296,9 +286,8 @@ void TensorParallelPlan::set_training(bool on) {
   if (pipeline_ != nullptr) pipeline_->set_training(on);  // sharded stages: gathered for eval
 }
 
-Plan::Share TensorParallelPlan::eval_share(int /*rank*/, int world_size) {
-  const int p = pipeline_ != nullptr ? options_.pipeline->stages : 1;
-  return {replica_, world_size / (options_.size * p)};
+Plan::Share TensorParallelPlan::eval_share(int /*rank*/, int /*world_size*/) {
+  return {replica_, mesh_.data_size()};
 }
 
 torch::Tensor TensorParallelPlan::forward_eval(const torch::Tensor& input) {

@@ -41,6 +41,7 @@
 
 #include "models/activation_checkpoint.h"
 #include "parallel/data/data_parallel_plan.h"
+#include "parallel/mesh.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/plan.h"
 #include "parallel/sharded/shard_mode.h"
@@ -72,13 +73,11 @@ struct TensorParallelOptions {
   // `shard` this struct's (each stage's pieces sharded over their replicas). With sequence
   // parallelism the stages send each other their share of the tokens, tensor rank t to t.
   std::optional<PipelineOptions> pipeline;
+  // The job's mesh (mesh.h): its tensor dimension is `size`, its pipeline `pipeline`'s stages;
+  // the pipeline runs on its slice at this rank's tensor rank. Unset: built from those sizes.
+  std::optional<Mesh> mesh;
   std::string model_name = "the model";
 };
-
-// Throws ddpx::Error(kUsage) naming --tensor_parallel (and --pipeline_parallel, when `stages` is
-// above 1) where they do not divide `world`. Every rank calls it before anything that depends on
-// its replica (the sampler, the plan).
-void check_tensor_world(int size, int world, int stages = 1);
 
 class ShardedPlan;
 
@@ -141,6 +140,7 @@ class TensorParallelPlan : public Plan {
   std::vector<size_t> partial_index_;         // ... their places in split_'s parameters
   std::string summary_;
   dist::Context& context_;
+  Mesh mesh_;                                    // the context's ranks: data x (pipeline x) tensor
   std::shared_ptr<dist::Context> tensor_group_;  // the context itself when T is the world
   std::shared_ptr<dist::Context> replicas_;      // this piece's data-parallel replicas
   OptimizerFactory make_optimizer_;

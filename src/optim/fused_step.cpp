@@ -1,0 +1,17 @@
+// Fused SGD, else the optimizer's step (see fused_step.h).
+#include "optim/fused_step.h"
+
+#include <torch/optim/sgd.h>
+
+#include "optim/foreach_sgd.h"
+#include "optim/sgd_kernel.h"
+
+namespace ddpx::optim {
+
+void fused_step(torch::optim::Optimizer& optimizer, bool device_kernel) {
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
+  if (sgd != nullptr && (device_kernel ? foreach_sgd_step(*sgd) : fused_sgd_step(*sgd))) return;
+  optimizer.step();
+}
+
+}  // namespace ddpx::optim
