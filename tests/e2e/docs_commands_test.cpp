@@ -139,7 +139,9 @@ TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
     ++ran;
   }
   EXPECT_GE(ran, 25) << "the extraction found too few training commands";
-  EXPECT_GE(held, 3) << "too few training commands held --learning_rate to override";
+  // The README's quick-start command holds --learning_rate 0.05; the --recipe ones hold it
+  // through their recipe; the rest take it over the default.
+  EXPECT_GE(held, 1) << "no training command held --learning_rate to override";
 }
 
 // The parse-only mode runs nothing but still refuses what the real run would refuse at parse.
