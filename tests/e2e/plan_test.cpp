@@ -125,8 +125,9 @@ TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
     std::string flags;
     bool stages_add_up;  // a pipeline's stages partition the model; pieces share unsplit layers
   };
-  for (const Split& split : {Split{"--model resnet18 --image_size 32 --pipeline_parallel 2", true},
-                             Split{"--model mlp --image_size 16 --tensor_parallel 2", false}}) {
+  for (const Split& split :
+       {Split{"--model resnet18 --image_size 32 --pipeline_parallel 2 --microbatches 2", true},
+        Split{"--model mlp --image_size 16 --tensor_parallel 2", false}}) {
     test::TempDir dir;
     auto r = run_command(test::ddpx_command("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
                                             " -- bench memory " + split.flags +
@@ -155,11 +156,12 @@ TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
   // over its stage's parameters, 4 Psi_r + (4 + K) Psi_r / 2 (on shared memory the shards are
   // rows of the parameters, no copy of their own), well below the unsharded (8 + K).
   test::TempDir dir;
-  auto r = run_command(test::ddpx_command("run 4 --threads_per_worker 1 --log_dir " + dir.path() +
-                                          " -- bench memory --model resnet18 --image_size 32 "
-                                          "--pipeline_parallel 2 --shard gradients --batch_size 4 "
-                                          "--num_classes 10 --json"),
-                       300);
+  auto r = run_command(
+      test::ddpx_command("run 4 --threads_per_worker 1 --log_dir " + dir.path() +
+                         " -- bench memory --model resnet18 --image_size 32 "
+                         "--pipeline_parallel 2 --microbatches 2 --shard gradients --batch_size 4 "
+                         "--num_classes 10 --json"),
+      300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto params = by_shard(r.output, "param_bytes"), grads = by_shard(r.output, "grad_bytes"),
              optimizer = by_shard(r.output, "optimizer_bytes"),
