@@ -49,7 +49,7 @@ TEST(BenchSmokeTest, GemmPrintsTheSeedsLines) {
     ASSERT_TRUE(std::regex_search(
         r.output, gflops,
         std::regex(R"(\nAverage performance: ([0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}) GFLOPS \(.*, )"
-                   R"(([0-9]+)x([0-9]+)x([0-9]+)\))")))
+                   R"([a-z0-9]+ ([0-9]+)x([0-9]+)x([0-9]+)\))")))
         << "digits grouped by commas\n"
         << r.output;
     std::string digits = gflops[1];
