@@ -75,7 +75,7 @@ const std::vector<Recipe>& recipes() {
        "nanoGPT's train_shakespeare_char in its CPU size: gpt-nano (4 layers, 4 heads, 128 wide, "
        "context 64) on Shakespeare's characters, 2000 steps of 12 x 64 tokens (2 epochs of "
        "1000), AdamW 1e-3, 100 steps of warmup then cosine, clip 1; tokenize first: `ddpx data "
-       "tokenize tinyshakespeare.txt --tokenizer char --out data/shakespeare-char`",
+       "tokenize data/tinyshakespeare/input.txt --tokenizer char --out data/shakespeare-char`",
        {{"--model", "gpt-nano"},
         {"--dataset", "tokens"},
         {"--data_dir", "data/shakespeare-char"},

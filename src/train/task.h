@@ -11,7 +11,7 @@
 namespace ddpx::train {
 
 struct Task {
-  bool next_token = false;    // a language model: val loss and perplexity are printed too
+  bool next_token = false;      // a language model: val loss and perplexity are printed too
   std::string unit = "images";  // what a prediction is made for: "images" or "tokens"
 };
 

@@ -67,9 +67,6 @@ const std::vector<Rule>& rules() {
       {R"(^ddpx data info cifar10 )", Fixture::kCifar10, "cifar10: train 16 test 8 images", ""},
       {R"(^ddpx data tokenize )", Fixture::kText, "/val.bin", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
-      {R"(^ddpx data tokenize tinyshakespeare\.txt )", Fixture::kElsewhere, "",
-       "needs Shakespeare's text (`ddpx data download tinyshakespeare`); LanguageModelTest "
-       "tokenizes real text with the same flags, trains on it and generates"},
       {R"(^ddpx generate )", Fixture::kElsewhere, "",
        "needs a trained GPT and its vocab.json; LanguageModelTest.GeneratesFromItsCheckpoint runs "
        "it on one, with and without the cache"},

@@ -123,6 +123,50 @@ TEST_F(LanguageModelTest, AResumedRunEndsWhereAnUninterruptedOneDoes) {
   EXPECT_EQ(va[2], vb[1]);
 }
 
+// The whole path a user takes: `ddpx data tokenize` (its char vocabulary), train, generate;
+// greedy text is the same with and without the key/value cache, sampled text repeats with its
+// seed and stays within the vocabulary's characters.
+TEST_F(LanguageModelTest, GeneratesFromItsCheckpoint) {
+  const std::string data = dir_.file("chars");
+  auto tokenized = run_command(
+      ddpx("data tokenize " + std::string(test::kTokenText) + " --tokenizer char --out " + data),
+      120);
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
+  auto trained =
+      run_command(ddpx("train --model gpt-nano --dataset tokens --data_dir " + data +
+                       " --seq_len 32 --batch_size 8 --optimizer adamw --learning_rate 3e-3 "
+                       "--limit_train_batches 20 --limit_test_batches 1 --num_epochs 1 --threads 1 "
+                       "--no_progress --save_dir " +
+                       dir_.file("ck")),
+                  300);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string generate = "generate --checkpoint " + dir_.file("ck") +
+                               "/checkpoint_epoch0001.ddpx --vocab " + data +
+                               "/vocab.json --prompt 'This License' --max_new_tokens 20 ";
+  auto greedy = run_command(ddpx(generate + "--temperature 0"), 120);
+  auto uncached = run_command(ddpx(generate + "--temperature 0 --no_cache"), 120);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  ASSERT_EQ(uncached.exit_code, 0) << uncached.output;
+  EXPECT_EQ(greedy.output.rfind("This License", 0), 0u) << greedy.output;
+  EXPECT_GT(greedy.output.size(), std::string("This License").size() + 10) << greedy.output;
+  EXPECT_EQ(greedy.output, uncached.output);
+  auto sampled = run_command(ddpx(generate + "--top_k 5 --seed 1"), 120);
+  auto again = run_command(ddpx(generate + "--top_k 5 --seed 1"), 120);
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_EQ(sampled.output, again.output);
+  auto image_checkpoint = run_command(
+      ddpx("train --model mlp --dataset synthetic --synthetic_size 16 --synthetic_image 8 "
+           "--batch_size 8 --num_epochs 1 --no_progress --save_dir " +
+           dir_.file("mlp")),
+      120);
+  ASSERT_EQ(image_checkpoint.exit_code, 0) << image_checkpoint.output;
+  auto refused = run_command(ddpx("generate --checkpoint " + dir_.file("mlp") +
+                                  "/checkpoint_epoch0001.ddpx --vocab " + data + "/vocab.json"),
+                             60);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(test::has(refused.output, "not a language model")) << refused.output;
+}
+
 TEST_F(LanguageModelTest, ASeqLenPastTheModelsContextIsRefusedNamingTheFlag) {
   auto r = run_command(ddpx(train("--num_epochs 1", /*seq_len=*/65)), 120);
   EXPECT_NE(r.exit_code, 0) << r.output;
