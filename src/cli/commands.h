@@ -15,21 +15,22 @@ namespace ddpx::cli {
 inline constexpr const char* kCommandNames[] = {
     "train", "run",    "data",     "models", "bench",   "export",    "tune",
     "jobs",  "logs",   "stop",     "shell",  "sbatch",  "container", "doctor",
-    "serve", "submit", "snapshot", "backup", "restore", "plan"};
+    "serve", "submit", "snapshot", "backup", "restore", "plan",      "generate"};
 
 // The commands the torch-free `ddpx` front runs itself (front.cpp); the rest go to ddpx-torch.
 inline constexpr const char* kFrontCommandNames[] = {"run",    "jobs",     "logs",      "stop",
                                                      "shell",  "sbatch",   "container", "serve",
                                                      "submit", "snapshot", "backup",    "restore"};
 
-void add_train_command(CLI::App& app, int& exit_code);   // train_command.cpp
-void add_run_command(CLI::App& app, int& exit_code);     // run_command.cpp (the launcher)
-void add_data_command(CLI::App& app, int& exit_code);    // data_command.cpp (download)
-void add_models_command(CLI::App& app, int& exit_code);  // models_command.cpp
-void add_bench_command(CLI::App& app, int& exit_code);   // bench_command.cpp
-void add_export_command(CLI::App& app, int& exit_code);  // export_command.cpp
-void add_tune_command(CLI::App& app, int& exit_code);    // tune_command.cpp (batch_size)
-void add_plan_command(CLI::App& app, int& exit_code);    // plan_command.cpp (memory per shard)
+void add_train_command(CLI::App& app, int& exit_code);     // train_command.cpp
+void add_run_command(CLI::App& app, int& exit_code);       // run_command.cpp (the launcher)
+void add_data_command(CLI::App& app, int& exit_code);      // data_command.cpp (download)
+void add_models_command(CLI::App& app, int& exit_code);    // models_command.cpp
+void add_bench_command(CLI::App& app, int& exit_code);     // bench_command.cpp
+void add_export_command(CLI::App& app, int& exit_code);    // export_command.cpp
+void add_generate_command(CLI::App& app, int& exit_code);  // generate_command.cpp
+void add_tune_command(CLI::App& app, int& exit_code);      // tune_command.cpp (batch_size)
+void add_plan_command(CLI::App& app, int& exit_code);      // plan_command.cpp (memory per shard)
 // jobs_command.cpp: jobs, logs, stop, shell, submit
 void add_job_commands(CLI::App& app, int& exit_code);
 void add_sbatch_command(CLI::App& app, int& exit_code);     // sbatch_command.cpp (Slurm scripts)

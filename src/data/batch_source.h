@@ -1,7 +1,8 @@
-// What a DataLoader gathers its batches from: an in-memory set (data/memory_source.h) or a
+// What a DataLoader gathers its batches from: an in-memory set (data/memory_source.h), a
 // streamed one whose samples are read and decoded as the batch needs them (an image folder,
-// data/image_source.h). The loader owns the order (the sampler's indices), the threads and the
-// prefetch; a source turns a batch's sample indices into a ready float batch. gather() is called
+// data/image_source.h), or a token stream cut into windows (data/token_source.h). The loader
+// owns the order (the sampler's indices), the threads and the prefetch; a source turns a batch's
+// sample indices into a ready batch (float images, or token windows). gather() is called
 // from several loader threads at once and must not depend on which thread or which call order:
 // its random draws come from the streams below, keyed by (seed, epoch, batch) or
 // (seed, epoch, sample) only.
@@ -15,8 +16,8 @@
 namespace ddpx::data {
 
 struct Batch {
-  torch::Tensor images;  // (B, C, H, W) float32
-  torch::Tensor labels;  // (B) int64
+  torch::Tensor images;  // (B, C, H, W) float32; token windows: the inputs (B, T) int64
+  torch::Tensor labels;  // (B) int64; token windows: the targets (B, T) int64
   int64_t size() const { return labels.size(0); }
 };
 

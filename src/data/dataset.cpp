@@ -9,6 +9,7 @@
 #include "data/cifar.h"
 #include "data/idx_dataset.h"
 #include "data/image_dataset.h"
+#include "data/token_windows.h"
 
 namespace ddpx::data {
 namespace {
@@ -53,6 +54,11 @@ Dataset make_synthetic(const DatasetSpec& spec, int64_t n, uint64_t stream) {
 
 }  // namespace
 
+int64_t Dataset::size() const {
+  if (tokens.defined()) return window_count(tokens.size(0), seq_len);
+  return labels.defined() ? labels.size(0) : 0;
+}
+
 std::string default_data_dir(DatasetId dataset) {
   const std::string name = data::name(dataset);
   // Debian's dataset-fashion-mnist package; without it, where `ddpx data download` puts files.
@@ -80,6 +86,8 @@ DatasetSplits load_dataset(const DatasetSpec& spec) {
     case DatasetId::kImageFolder:
     case DatasetId::kImagenet:
       return load_image_folder_dataset(spec, dir);
+    case DatasetId::kTokens:
+      return load_token_dataset(dir, spec.seq_len, spec.vocab_size);
     case DatasetId::kSynthetic:
       break;
   }
@@ -104,6 +112,12 @@ DatasetShape dataset_shape(const DatasetSpec& spec) {
       return {224, 3,
               image_folder_classes(
                   spec, spec.data_dir.empty() ? default_data_dir(spec.dataset) : spec.data_dir)};
+    case DatasetId::kTokens: {
+      // The vocabulary is the data's when not given: read it.
+      const int64_t vocab =
+          spec.vocab_size > 0 ? spec.vocab_size : load_dataset(spec).train.num_classes;
+      return {spec.seq_len, 1, vocab};
+    }
     case DatasetId::kSynthetic:
       break;
   }

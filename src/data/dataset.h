@@ -1,6 +1,8 @@
 // An image classification dataset: held in memory as uint8, the way it is stored on disk (IDX,
 // CIFAR python/binary, synthetic), or streamed (an image folder: its files, decoded as batches
-// need them, data/image_dataset.h). Transforms turn batches of it into float tensors.
+// need them, data/image_dataset.h). Transforms turn batches of it into float tensors. A language
+// model's data (--dataset tokens) is the same struct holding a token stream instead, whose
+// samples are windows of it (data/token_windows.h).
 #pragma once
 
 #include <torch/types.h>
@@ -25,12 +27,19 @@ struct Dataset {
   // A streamed set: sample i is the file files->paths[i], read when a batch needs it.
   std::shared_ptr<const ImageFiles> files;
   int64_t median_height = 0, median_width = 0;  // a streamed set's images (they vary)
+  // Token data instead of images: the stream (1-D int32) and the window's input length; a
+  // sample is seq_len + 1 tokens (input the first seq_len, target the last), num_classes the
+  // vocabulary. The "image size" of a sequence is its length.
+  torch::Tensor tokens;
+  int64_t seq_len = 0;
 
   bool streamed() const { return files != nullptr; }
-  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
-  int64_t height() const { return streamed() ? median_height : images.size(1); }
-  int64_t width() const { return streamed() ? median_width : images.size(2); }
-  int64_t channels() const { return streamed() ? 3 : images.size(3); }
+  int64_t size() const;  // images, or token windows
+  int64_t height() const {
+    return tokens.defined() ? seq_len : streamed() ? median_height : images.size(1);
+  }
+  int64_t width() const { return tokens.defined() ? 1 : streamed() ? median_width : images.size(2); }
+  int64_t channels() const { return tokens.defined() ? 1 : streamed() ? 3 : images.size(3); }
 };
 
 struct DatasetSplits {
@@ -43,7 +52,8 @@ struct DatasetSplits {
 
 // The datasets ddpx reads (`--dataset`); a folder of files is one of these formats, named by
 // --data_dir.
-// imagefolder and imagenet are streamed image folders (data/image_dataset.h).
+// imagefolder and imagenet are streamed image folders (data/image_dataset.h); tokens a language
+// model's token files (data/token_windows.h).
 enum class DatasetId {
   kFashionMnist,
   kMnist,
@@ -51,15 +61,17 @@ enum class DatasetId {
   kCifar100,
   kSynthetic,
   kImageFolder,
-  kImagenet
+  kImagenet,
+  kTokens
 };
-inline constexpr NameTable<DatasetId, 7> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
+inline constexpr NameTable<DatasetId, 8> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
                                                         {DatasetId::kMnist, "mnist"},
                                                         {DatasetId::kCifar10, "cifar10"},
                                                         {DatasetId::kCifar100, "cifar100"},
                                                         {DatasetId::kSynthetic, "synthetic"},
                                                         {DatasetId::kImageFolder, "imagefolder"},
-                                                        {DatasetId::kImagenet, "imagenet"}}};
+                                                        {DatasetId::kImagenet, "imagenet"},
+                                                        {DatasetId::kTokens, "tokens"}}};
 inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
 
 // What to load. data_dir empty means the dataset's default folder (default_data_dir()).
@@ -79,6 +91,9 @@ struct DatasetSpec {
   std::string val_dir;
   double val_split = 0.1;
   int index_threads = 0;  // threads reading image headers (0: the cores)
+  // tokens only: the window's input length, and the vocabulary (0: the largest token + 1)
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
 };
 
 // Loads both splits; throws ddpx::Error(kData) naming the file and the download command

@@ -3,12 +3,14 @@
 #include "core/error.h"
 #include "data/image_source.h"
 #include "data/memory_source.h"
+#include "data/token_source.h"
 
 namespace ddpx::data {
 
 namespace {
 
 std::unique_ptr<BatchSource> source_for(const Dataset& dataset, const LoaderOptions& o) {
+  if (dataset.tokens.defined()) return std::make_unique<TokenSource>(dataset, o.window_seed);
   if (dataset.files) return std::make_unique<ImageSource>(dataset, o.transform, o.seed);
   return std::make_unique<MemorySource>(dataset, o.transform, o.seed, o.per_sample_streams);
 }

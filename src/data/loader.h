@@ -36,6 +36,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool pin_memory = false;          // page-locked batches, for non-blocking copies to a GPU
   bool per_sample_streams = false;  // augmentation keyed by the sample, not the batch (above)
+  // Token windows: the seed of each epoch's window_offset() (the run's, equal on every rank, so
+  // the ranks' windows together are one process's); none: offset 0 (evaluation).
+  std::optional<uint64_t> window_seed;
   TransformOptions transform;
 };
 

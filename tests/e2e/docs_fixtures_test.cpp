@@ -83,6 +83,9 @@ const std::vector<Rule>& rules() {
       {R"(^ddpx data tokenize )", Fixture::kText, "/val.bin", ""},
       {R"(--data_dir photos|^ddpx data info photos)", Fixture::kPhotos, "", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
+      {R"(^ddpx generate )", Fixture::kElsewhere, "",
+       "needs a trained GPT and its vocab.json; LanguageModelTest.GeneratesFromItsCheckpoint runs "
+       "it on one, with and without the cache"},
       {R"(^ddpx tune .*--amp bf16)", Fixture::kElsewhere, "",
        "a GPU's search: bf16 ResNet-50 at 224 px takes minutes a batch size on a CPU (the tune "
        "command of docs/cli.md runs here)"},

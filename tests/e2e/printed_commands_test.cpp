@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
 #include "e2e/seed_fixture.h"
+#include "e2e/token_fixture.h"
 #include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/options.h"
@@ -101,8 +103,18 @@ std::vector<std::string> tiny(const std::vector<std::string>& train_args) {
 // appends one ("$BASE --batch_size 2"), though ARGS already hold --batch_size; checks it trained,
 // that the last value won (as in argparse), and that its header names a stem only for a model
 // that takes one.
+const std::vector<std::string> kTokens = {"--dataset", "tokens"};
+
 void train_tiny(const test::TempDir& dir, const std::vector<std::string>& args,
                 const std::string& printed) {
+  // A language model's recipe reads token files from its --data_dir: real text's characters.
+  const bool tokens =
+      std::search(args.begin(), args.end(), kTokens.begin(), kTokens.end()) != args.end();
+  for (size_t i = 0; tokens && i + 1 < args.size(); ++i) {
+    if (args[i] != "--data_dir") continue;
+    std::filesystem::create_directories(dir.file(args[i + 1]));
+    test::write_char_tokens(dir.file(args[i + 1]));
+  }
   std::vector<std::string> words = tiny(args);
   words.insert(words.end(), {"--batch_size", "2"});
   auto r = run_command(

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   ddpx::cli::add_models_command(app, exit_code);
   ddpx::cli::add_bench_command(app, exit_code);
   ddpx::cli::add_export_command(app, exit_code);
+  ddpx::cli::add_generate_command(app, exit_code);
   ddpx::cli::add_tune_command(app, exit_code);
   ddpx::cli::add_plan_command(app, exit_code);
   ddpx::cli::add_job_commands(app, exit_code);

@@ -1,0 +1,29 @@
+// A language model's batches: the windows of a token stream (data/token_windows.h) that a
+// batch's sample indices name, cut from an epoch's offset. Nothing is augmented, so nothing
+// depends on the thread or the call order; the offset depends on (seed, epoch) only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "data/batch_source.h"
+#include "data/dataset.h"
+
+namespace ddpx::data {
+
+class TokenSource : public BatchSource {
+ public:
+  // `window_seed`: the seed of each training epoch's window offset; none: offset 0 (evaluation).
+  // The dataset is held by reference and must outlive the source.
+  TokenSource(const Dataset& dataset, std::optional<uint64_t> window_seed);
+
+  int64_t size() const override;
+  Batch gather(const int64_t* indices, int64_t count, int64_t epoch,
+               int64_t batch_index) const override;
+
+ private:
+  const Dataset& dataset_;
+  std::optional<uint64_t> window_seed_;
+};
+
+}  // namespace ddpx::data
