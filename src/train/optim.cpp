@@ -26,10 +26,14 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
         torch::optim::AdamOptions(c.learning_rate).weight_decay(c.weight_decay));
   }
   if (c.name == Optimizer::kAdamw) {
-    // Decoupled weight decay on the matrices only (weights of Linear, Conv, Embedding), not on
-    // biases and norms' scales, as GPT-2's and nanoGPT's and timm's AdamW recipes do. A sharded
-    // plan's shards keep their parameter's rank (parallel/sharded/shard_layout.h), so a shard
-    // falls in its parameter's group.
+    if (!c.decay_matrices_only) {
+      return std::make_unique<torch::optim::AdamW>(
+          std::move(parameters),
+          torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
+    }
+    // Decoupled weight decay on the matrices only (weights of Linear, Embedding), not on biases
+    // and norms' scales. A sharded plan's shards keep their parameter's rank
+    // (parallel/sharded/shard_layout.h), so a shard falls in its parameter's group.
     std::vector<torch::Tensor> matrices, vectors;
     for (auto& p : parameters) (p.dim() >= 2 ? matrices : vectors).push_back(p);
     std::vector<torch::optim::OptimizerParamGroup> groups;

@@ -28,6 +28,9 @@ struct OptimizerConfig {
   double learning_rate = 0.05;
   double weight_decay = 0.0;
   double momentum = 0.9;  // sgd and lars
+  // adamw: decay the matrices only (not biases and norms' scales), as GPT-2's, nanoGPT's and
+  // llm.c's AdamW do; the language models' setting. Off, torch.optim.AdamW's (every parameter).
+  bool decay_matrices_only = false;
 };
 
 // How the learning rate follows the global batch (Goyal et al. 2017's linear rule; the square
