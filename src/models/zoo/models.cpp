@@ -8,6 +8,7 @@
 #include "models/cifar_resnet.h"
 #include "models/densenet.h"
 #include "models/efficientnet.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/mobilenet.h"
 #include "models/mobilenet_v3.h"
@@ -93,6 +94,26 @@ Factory mlp() {  // the only model whose structure follows the input size
             return torch::nn::AnyModule(Mlp(o));
           },
           nullptr};
+}
+
+// A language model's vocabulary is the data's class count: every token is a class of the
+// next-token prediction (50257 for GPT-2's tokenizer, the alphabet for characters).
+Factory gpt(int64_t layers, int64_t heads, int64_t dim, int64_t context) {
+  GptOptions o;
+  o.n_layer = layers;
+  o.n_head = heads;
+  o.n_embd = dim;
+  o.block_size = context;
+  auto with_vocab = [o](const ModelConfig& config) {
+    GptOptions v = o;
+    v.vocab_size = config.num_classes;
+    return v;
+  };
+  return {
+      [with_vocab](const ModelConfig& config) {
+        return torch::nn::AnyModule(Gpt(with_vocab(config)));
+      },
+      [with_vocab](const ModelConfig& config) { return gpt_parameter_count(with_vocab(config)); }};
 }
 
 }  // namespace
@@ -186,6 +207,20 @@ std::vector<ModelInfo> build_model_table() {
             vit(224, 16, 24, 16, 1024, 4096)),
       entry("vit_tiny_patch4_32", "vit", 32,
             {"adamw", 1e-3, 128, 0.05, "imagenet", "28-32 px images"}, vit(32, 4, 6, 3, 192, 768)),
+
+      // GPT-2 (Radford et al. 2019) with llm.c's recipe for 124M (AdamW 6e-4, wd 0.1, 524,288
+      // tokens a step); gpt-nano is nanoGPT's CPU configuration of shakespeare_char. The size
+      // column is the context.
+      entry("gpt2", "gpt", 1024, {"adamw", 6e-4, 512, 0.1, "none", "124M at 50257 tokens"},
+            gpt(12, 12, 768, 1024)),
+      entry("gpt2-medium", "gpt", 1024, {"adamw", 3e-4, 512, 0.1, "none", "350M"},
+            gpt(24, 16, 1024, 1024)),
+      entry("gpt2-large", "gpt", 1024, {"adamw", 2.5e-4, 512, 0.1, "none", "774M"},
+            gpt(36, 20, 1280, 1024)),
+      entry("gpt2-xl", "gpt", 1024, {"adamw", 2e-4, 512, 0.1, "none", "1.5B"},
+            gpt(48, 25, 1600, 1024)),
+      entry("gpt-nano", "gpt", 64, {"adamw", 1e-3, 12, 0.1, "none", "nanoGPT CPU size"},
+            gpt(4, 4, 128, 64)),
 
       entry("mlp", "mlp", 28, {"adam", 1e-3, 128, 0.0, "dataset", "smoke test, no BatchNorm"},
             mlp()),

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Writes the seeds of fuzz_token_file (fuzz/corpus/token_file) the way llm.c's writer
+(dev/data/data_common.py, write_datafile) and nanoGPT's prepare.py write token files, small so
+that each fuzz run stays fast.
+Usage: /work/main/.venv/bin/python fuzz/make_text_seeds.py  (rewrites the seed files in place)"""
+import os
+
+import numpy as np
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    folder = os.path.join(here, "corpus", target)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def llmc(tokens, magic, version, dtype):
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = magic, version, len(tokens)
+    return header.tobytes() + np.array(tokens, dtype=dtype).tobytes()
+
+
+tokens = [50256, 15496, 11, 995, 0, 198, 464, 2068]
+write("token_file", "gpt2_v1.bin", llmc(tokens, 20240520, 1, np.uint16))
+write("token_file", "llama3_v7.bin", llmc(tokens + [128000, 70000], 20240801, 7, np.uint32))
+write("token_file", "empty_v1.bin", llmc([], 20240520, 1, np.uint16))
+write("token_file", "headerless.bin", np.array(tokens, dtype=np.uint16).tobytes())
