@@ -26,6 +26,8 @@ if(NOT DDPX_GPU_CHECK)
   # Debian's cpp-httplib is a compiled library; its .pc file carries the feature macros
   # (OpenSSL, zlib, brotli) the header must see.
   pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+  # PCRE2 (8-bit, with its JIT): GPT-2's pre-tokenisation regex (src/text/gpt2_pattern.cpp).
+  pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
   return()
 endif()
 
@@ -62,6 +64,11 @@ find_path(DDPX_GLOO_INCLUDE gloo/algorithm.h)
 if(NOT DDPX_GLOO_INCLUDE)
   ddpx_kit_headers(ddpx_kit_gloo gloo/algorithm.h)
   set_property(TARGET torch APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${DDPX_KIT}/include)
+endif()
+# PCRE2 where installed; else the gpt2 tokenizer is left out (src/absent/gpt2_pattern.cpp).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
 endif()
 message(STATUS "ddpx: DDPX_GPU_CHECK: building ddpx, ddpx-torch and the gpu tests only; the job "
         "service and dataset downloads are left out")

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Writes the seeds of fuzz_token_file (fuzz/corpus/token_file) the way llm.c's writer
-(dev/data/data_common.py, write_datafile) and nanoGPT's prepare.py write token files, small so
-that each fuzz run stays fast.
+(dev/data/data_common.py, write_datafile) and nanoGPT's prepare.py write token files, and of
+fuzz_rank_file (fuzz/corpus/rank_file) as tiktoken's rank files are laid out (base64 token, a
+space, the rank), small so that each fuzz run stays fast.
 Usage: /work/main/.venv/bin/python fuzz/make_text_seeds.py  (rewrites the seed files in place)"""
+import base64
 import os
 
 import numpy as np
@@ -28,3 +30,15 @@ write("token_file", "gpt2_v1.bin", llmc(tokens, 20240520, 1, np.uint16))
 write("token_file", "llama3_v7.bin", llmc(tokens + [128000, 70000], 20240801, 7, np.uint32))
 write("token_file", "empty_v1.bin", llmc([], 20240520, 1, np.uint16))
 write("token_file", "headerless.bin", np.array(tokens, dtype=np.uint16).tobytes())
+
+
+def ranks(tokens):
+    return b"".join(base64.b64encode(t) + b" %d\n" % r for r, t in enumerate(tokens))
+
+
+single_bytes = [bytes([b]) for b in range(256)]
+merges = [b"th", b" t", b"he", b" the", b"in", b"er", b"\xe2\x80", b"\xe2\x80\x99"]
+write("rank_file", "bytes_and_merges.tiktoken", ranks(single_bytes + merges))
+write("rank_file", "crlf.tiktoken", ranks(single_bytes + merges[:2]).replace(b"\n", b"\r\n"))
+write("rank_file", "duplicate_rank.tiktoken", ranks(single_bytes) + b"dGg= 3\n")
+write("rank_file", "bytes_only.tiktoken", ranks(single_bytes))

@@ -1,4 +1,5 @@
-// `ddpx data`: fetch the official dataset files (download) and check what a folder holds (info).
+// `ddpx data`: fetch the official dataset files (download), check what a folder holds (info) and
+// turn text into token files (tokenize).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -10,6 +11,7 @@
 #include "core/log.h"
 #include "data/dataset.h"
 #include "data/download.h"
+#include "text/tokenize.h"
 
 namespace ddpx::cli {
 
@@ -28,7 +30,12 @@ void add_data_command(CLI::App& app, int& exit_code) {
 
   auto* download = data->add_subcommand(
       "download", "Fetch a dataset's official files, check their MD5 and unpack them");
-  download->add_option("name", args->name, "mnist, fashion-mnist, cifar10 or cifar100")->required();
+  download
+      ->add_option(
+          "name", args->name,
+          "mnist, fashion-mnist, cifar10, cifar100, tinyshakespeare or gpt2-vocab (GPT-2's "
+          "tiktoken rank file)")
+      ->required();
   download->add_option("--data_dir", args->data_dir, "Destination folder (default: ./data/NAME)");
   download->add_option("--mirror", args->mirror,
                        "Base URL replacing the official one (also env DDPX_DATA_MIRROR)");
@@ -64,6 +71,41 @@ void add_data_command(CLI::App& app, int& exit_code) {
              data::name(args->dataset), t.size(), splits.test.size(), t.height(), t.width(),
              t.channels(), t.num_classes, splits.source);
     log::out("mean {} std {}", fmt::join(splits.mean, " "), fmt::join(splits.std, " "));
+    exit_code = 0;
+  });
+
+  auto opts = std::make_shared<text::TokenizeOptions>();
+  auto* tokenize = data->add_subcommand(
+      "tokenize",
+      "Turn text files into train.bin and val.bin (llm.c's token files) and vocab.json");
+  tokenize->add_option("files", opts->inputs, "Text files (UTF-8), one document each")->required();
+  add_choice(tokenize, "--tokenizer", opts->tokenizer, text::kTokenizerNames,
+             "gpt2: GPT-2's byte-level BPE (tiktoken's); char: nanoGPT's characters");
+  tokenize->add_option("--vocab", opts->vocab,
+                       fmt::format("gpt2: the tiktoken rank file (default: {}, from `ddpx data "
+                                   "download gpt2-vocab`); char: a vocab.json to reuse (default: "
+                                   "the characters of FILES)",
+                                   text::kDefaultGpt2Vocab));
+  tokenize->add_option("--out", opts->out_dir, "Folder for train.bin, val.bin and vocab.json")
+      ->required();
+  tokenize
+      ->add_option("--val_fraction", opts->val_fraction,
+                   "The share of the tokens, from the end, that goes to val.bin")
+      ->capture_default_str();
+  tokenize->add_option("--threads", opts->threads, "Tokenizing threads (0: one per core)")
+      ->capture_default_str();
+  tokenize->add_flag("--allow_invalid_utf8", opts->allow_invalid_utf8,
+                     "gpt2: tokenize bytes that are not UTF-8 as byte tokens instead of refusing "
+                     "the file");
+  tokenize->callback([opts, &exit_code] {
+    text::TokenizeResult r = text::tokenize_files(*opts);
+    log::out(
+        "tokenized {} file(s), {} bytes, into {} train and {} val tokens ({}, vocabulary {}) "
+        "in {:.3f} s on {} thread(s): {:.2f} MB/s",
+        opts->inputs.size(), r.input_bytes, r.train_tokens, r.val_tokens,
+        text::name(opts->tokenizer), r.vocab_size, r.tokenize_seconds, r.threads,
+        r.tokenize_seconds > 0 ? r.input_bytes / r.tokenize_seconds / 1e6 : 0.0);
+    log::out("wrote {}", fmt::join(r.written, ", "));
     exit_code = 0;
   });
 }

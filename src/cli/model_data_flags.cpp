@@ -14,6 +14,8 @@ data::DatasetSpec ModelDataOptions::dataset_spec() const {
   spec.data_dir = data_dir;
   spec.synthetic_height = spec.synthetic_width = synthetic_image;
   spec.synthetic_classes = synthetic_classes;
+  spec.seq_len = seq_len > 0 ? seq_len : models::find_model(model).default_image_size;
+  spec.vocab_size = vocab_size;
   return spec;
 }
 
@@ -29,7 +31,8 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
   add_choice(cmd, "--stem", o.stem, models::kStemNames,
              "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
   add_choice(cmd, "--dataset", o.dataset, data::kDatasetNames,
-             "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
+             "fashion-mnist | mnist | cifar10 | cifar100 | synthetic | tokens (train.bin and "
+             "val.bin token files in --data_dir, for a language model)");
   cmd->add_option("--data_dir", o.data_dir,
                   "dataset folder (default: the dataset's own; "
                   "fashion-mnist: Debian's dataset-fashion-mnist)");
@@ -41,6 +44,10 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
                       .description(""));
   cmd->add_option("--synthetic_image", o.synthetic_image, "synthetic: image height = width");
   cmd->add_option("--synthetic_classes", o.synthetic_classes, "synthetic: classes");
+  cmd->add_option("--seq_len", o.seq_len,
+                  "tokens: the tokens a window feeds the model (default: the model's context)");
+  cmd->add_option("--vocab_size", o.vocab_size,
+                  "tokens: the vocabulary (default: the largest token in the files + 1)");
 }
 
 }  // namespace ddpx::cli

@@ -20,6 +20,8 @@ struct ModelDataOptions {
   int64_t image_size = 0;        // 0: the dataset's native size; -1: the model's; else N
   int64_t synthetic_image = 32;  // --dataset synthetic: height = width
   int64_t synthetic_classes = 10;
+  int64_t seq_len = 0;     // --dataset tokens: window length (0: the model's context)
+  int64_t vocab_size = 0;  // --dataset tokens: 0: the largest token + 1
 
   // The dataset to load (or whose shape to take), synthetic sizes included.
   data::DatasetSpec dataset_spec() const;
@@ -28,8 +30,9 @@ struct ModelDataOptions {
   int64_t input_size() const;
 };
 
-// Adds --model, --stem, --dataset, --data_dir, --image_size, --synthetic_image and
-// --synthetic_classes to `cmd`, parsed into `options`, whose values --help shows as defaults.
+// Adds --model, --stem, --dataset, --data_dir, --image_size, --synthetic_image,
+// --synthetic_classes, --seq_len and --vocab_size to `cmd`, parsed into `options`, whose values
+// --help shows as defaults.
 void add_model_data_flags(CLI::App* cmd, ModelDataOptions& options);
 
 }  // namespace ddpx::cli

@@ -211,6 +211,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
     o->image_size = md->image_size;
     o->synthetic_image = md->synthetic_image;
     o->synthetic_classes = md->synthetic_classes;
+    o->seq_len = md->seq_len;
+    o->vocab_size = md->vocab_size;
     train::apply_env_limits(*o);  // DDPX_EPOCHS and the like, named in the header
     train::run_training(*o);
     exit_code = 0;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "data/cifar.h"
 #include "data/idx_dataset.h"
+#include "data/token_windows.h"
 
 namespace ddpx::data {
 namespace {
@@ -52,6 +53,11 @@ Dataset make_synthetic(const DatasetSpec& spec, int64_t n, uint64_t stream) {
 
 }  // namespace
 
+int64_t Dataset::size() const {
+  if (tokens.defined()) return window_count(tokens.size(0), seq_len);
+  return images.defined() ? images.size(0) : 0;
+}
+
 std::string default_data_dir(DatasetId dataset) {
   const std::string name = data::name(dataset);
   // Debian's dataset-fashion-mnist package; without it, where `ddpx data download` puts files.
@@ -76,6 +82,8 @@ DatasetSplits load_dataset(const DatasetSpec& spec) {
     case DatasetId::kCifar10:
     case DatasetId::kCifar100:
       return load_cifar_dataset(name(spec.dataset), dir);
+    case DatasetId::kTokens:
+      return load_token_dataset(dir, spec.seq_len, spec.vocab_size);
     case DatasetId::kSynthetic:
       break;
   }
@@ -95,6 +103,12 @@ DatasetShape dataset_shape(const DatasetSpec& spec) {
       return {32, 3, 10};
     case DatasetId::kCifar100:
       return {32, 3, 100};
+    case DatasetId::kTokens: {
+      // The vocabulary is the data's when not given: read it.
+      const int64_t vocab =
+          spec.vocab_size > 0 ? spec.vocab_size : load_dataset(spec).train.num_classes;
+      return {spec.seq_len, 1, vocab};
+    }
     case DatasetId::kSynthetic:
       break;
   }

@@ -1,6 +1,7 @@
 // An image classification dataset held in memory as uint8, the way it is stored on disk.
 // Every reader (IDX, CIFAR python/binary, synthetic) produces this; transforms turn batches
-// of it into float tensors for the model.
+// of it into float tensors for the model. A language model's data (--dataset tokens) is the same
+// struct holding a token stream instead, whose samples are windows of it (data/token_windows.h).
 #pragma once
 
 #include <torch/types.h>
@@ -19,11 +20,16 @@ struct Dataset {
   torch::Tensor labels;  // (N) int64, each in [0, num_classes)
   int64_t num_classes = 0;
   std::vector<std::string> class_names;  // may be empty
+  // Token data instead of images: the stream (1-D int32) and the window's input length; a
+  // sample is seq_len + 1 tokens (input the first seq_len, target the last), num_classes the
+  // vocabulary. The "image size" of a sequence is its length.
+  torch::Tensor tokens;
+  int64_t seq_len = 0;
 
-  int64_t size() const { return images.defined() ? images.size(0) : 0; }
-  int64_t height() const { return images.size(1); }
-  int64_t width() const { return images.size(2); }
-  int64_t channels() const { return images.size(3); }
+  int64_t size() const;  // images, or token windows
+  int64_t height() const { return tokens.defined() ? seq_len : images.size(1); }
+  int64_t width() const { return tokens.defined() ? 1 : images.size(2); }
+  int64_t channels() const { return tokens.defined() ? 1 : images.size(3); }
 };
 
 struct DatasetSplits {
@@ -36,12 +42,13 @@ struct DatasetSplits {
 
 // The datasets ddpx reads (`--dataset`); a folder of files is one of these formats, named by
 // --data_dir.
-enum class DatasetId { kFashionMnist, kMnist, kCifar10, kCifar100, kSynthetic };
-inline constexpr NameTable<DatasetId, 5> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
+enum class DatasetId { kFashionMnist, kMnist, kCifar10, kCifar100, kSynthetic, kTokens };
+inline constexpr NameTable<DatasetId, 6> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
                                                         {DatasetId::kMnist, "mnist"},
                                                         {DatasetId::kCifar10, "cifar10"},
                                                         {DatasetId::kCifar100, "cifar100"},
-                                                        {DatasetId::kSynthetic, "synthetic"}}};
+                                                        {DatasetId::kSynthetic, "synthetic"},
+                                                        {DatasetId::kTokens, "tokens"}}};
 inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
 
 // What to load. data_dir empty means the dataset's default folder (default_data_dir()).
@@ -56,6 +63,9 @@ struct DatasetSpec {
   int64_t synthetic_channels = 3;
   int64_t synthetic_classes = 10;
   uint64_t seed = 0;
+  // tokens only: the window's input length, and the vocabulary (0: the largest token + 1)
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
 };
 
 // Loads both splits; throws ddpx::Error(kData) naming the file and the download command

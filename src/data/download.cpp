@@ -22,12 +22,19 @@ namespace fs = std::filesystem;
 constexpr const char* kMnistBase = "https://ossci-datasets.s3.amazonaws.com/mnist/";
 constexpr const char* kFashionBase = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/";
 constexpr const char* kCifarBase = "https://www.cs.toronto.edu/~kriz/";
+// tiktoken's r50k_base (tiktoken_ext/openai_public.py), which is GPT-2's vocabulary as a rank
+// file; the SHA-256 is tiktoken's expected_hash for it.
+constexpr const char* kTiktokenBase = "https://openaipublic.blob.core.windows.net/encodings/";
+// char-rnn's tinyshakespeare, the text of nanoGPT's shakespeare_char and llm.c's tinyshakespeare
+// (1,115,394 bytes).
+constexpr const char* kShakespeareBase =
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/";
 
 std::vector<RemoteFile> idx_files(const char* base, const char* const md5s[4]) {
   const char* names[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
   std::vector<RemoteFile> files;
-  for (int i = 0; i < 4; ++i) files.push_back({base, names[i], md5s[i], false});
+  for (int i = 0; i < 4; ++i) files.push_back({base, names[i], md5s[i], false, ""});
   return files;
 }
 
@@ -91,21 +98,29 @@ std::vector<RemoteFile> remote_files(const std::string& name) {
     return idx_files(kFashionBase, md5s);
   }
   if (name == "cifar10")
-    return {{kCifarBase, "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", true}};
+    return {{kCifarBase, "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", true, ""}};
   if (name == "cifar100")
-    return {{kCifarBase, "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85", true}};
+    return {{kCifarBase, "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85", true, ""}};
+  if (name == "gpt2-vocab")
+    return {{kTiktokenBase, "r50k_base.tiktoken", "8b1899fed9fa1619c609fa4ab4c10114", false,
+             "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"}};
+  if (name == "tinyshakespeare")
+    return {{kShakespeareBase, "input.txt", "6fb458f1232090904fb40fe944165e91", false,
+             "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"}};
   fail(ErrorKind::kUsage,
-       "cannot download '{}'; expected mnist, fashion-mnist, cifar10 or "
-       "cifar100 (synthetic needs no files)",
+       "cannot download '{}'; expected mnist, fashion-mnist, cifar10, cifar100, tinyshakespeare "
+       "or gpt2-vocab (synthetic needs no files)",
        name);
 }
 
-std::string md5_file(const std::string& path) {
+namespace {
+
+std::string digest_file(const std::string& path, const EVP_MD* md) {
   std::ifstream in(path, std::ios::binary);
   DDPX_CHECK(in.good(), ErrorKind::kIo, "cannot open {}", path);
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  DDPX_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) == 1, ErrorKind::kInternal,
-             "OpenSSL MD5 is unavailable");
+  DDPX_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), md, nullptr) == 1, ErrorKind::kInternal,
+             "OpenSSL's {} is unavailable", EVP_MD_get0_name(md));
   char buffer[1 << 16];
   while (in) {
     in.read(buffer, sizeof(buffer));
@@ -120,6 +135,15 @@ std::string md5_file(const std::string& path) {
   return hex;
 }
 
+// The file's SHA-256 matches `file.sha256`, or there is none to check.
+bool sha256_matches(const RemoteFile& file, const std::string& path) {
+  return file.sha256.empty() || digest_file(path, EVP_sha256()) == file.sha256;
+}
+
+}  // namespace
+
+std::string md5_file(const std::string& path) { return digest_file(path, EVP_md5()); }
+
 void fetch_file(const RemoteFile& file, const std::string& data_dir,
                 const DownloadOptions& options) {
   fs::create_directories(data_dir);
@@ -129,7 +153,8 @@ void fetch_file(const RemoteFile& file, const std::string& data_dir,
       options.mirror.empty() ? env::get_or("DDPX_DATA_MIRROR", file.base_url) : options.mirror;
   if (!base.empty() && base.back() != '/') base += '/';
   const std::string url = base + file.file;
-  bool present = fs::is_regular_file(target) && md5_file(target) == file.md5;
+  bool present =
+      fs::is_regular_file(target) && md5_file(target) == file.md5 && sha256_matches(file, target);
   if (!present) {
     if (options.progress) log::info("downloading {} -> {}", url, target);
     try {
@@ -139,6 +164,10 @@ void fetch_file(const RemoteFile& file, const std::string& data_dir,
                  "{}: MD5 is {}, expected {}; the download is corrupt or the mirror serves "
                  "another file, run the command again or use another --mirror",
                  url, got, file.md5);
+      DDPX_CHECK(sha256_matches(file, part), ErrorKind::kData,
+                 "{}: SHA-256 is not {}; the download is corrupt or the mirror serves another "
+                 "file, run the command again or use another --mirror",
+                 url, file.sha256);
       fs::rename(part, target);
     } catch (...) {
       std::error_code ignored;
@@ -187,6 +216,7 @@ std::string download_dataset(const std::string& name, const DownloadOptions& opt
                  "files",
                  options.checksums, file.file, name);
       file.md5 = it->second;
+      file.sha256.clear();  // the list stands for the mirror's copies
     }
   }
   // Not default_data_dir: Debian's read-only Fashion-MNIST folder holds recompressed files

@@ -15,6 +15,8 @@ struct RemoteFile {
   std::string file;      // appended to base_url; also the local file name
   std::string md5;       // lowercase hex
   bool unpack = false;   // a tar.gz to extract into data_dir after the check
+  std::string sha256;    // lowercase hex, checked too when set (the text files' publishers
+                         // give SHA-256: tiktoken's expected_hash)
 };
 
 struct DownloadOptions {
@@ -28,8 +30,9 @@ struct DownloadOptions {
   bool progress = false;      // log each file on stderr
 };
 
-// The official files of a dataset (mnist, fashion-mnist, cifar10, cifar100); throws kUsage for
-// any other name.
+// The official files of a dataset (mnist, fashion-mnist, cifar10, cifar100, and for language
+// models tinyshakespeare and gpt2-vocab, GPT-2's tiktoken rank file); throws kUsage for any
+// other name.
 std::vector<RemoteFile> remote_files(const std::string& name);
 
 // Reads an md5sum-format file into FILE -> lowercase MD5; throws kUsage naming the file and

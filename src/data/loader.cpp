@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include "core/error.h"
+#include "data/token_windows.h"
 
 namespace ddpx::data {
 
@@ -59,7 +60,11 @@ Batch DataLoader::build_batch(int64_t batch_index) const {
   auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
   const uint64_t seed = options_.seed, epoch = epoch_, k = batch_index;
   Batch batch;
-  if (options_.per_sample_streams) {
+  if (dataset_.tokens.defined()) {  // a language model's windows: nothing to augment
+    const int64_t offset =
+        options_.window_seed ? window_offset(*options_.window_seed, epoch_, dataset_.seq_len) : 0;
+    batch = window_batch(dataset_, indices_.data() + begin, end - begin, offset);
+  } else if (options_.per_sample_streams) {
     // One stream a sample (a fourth pair, so never the batch stream of the same numbers).
     std::vector<torch::Tensor> images;
     images.reserve(end - begin);
@@ -76,7 +81,7 @@ Batch DataLoader::build_batch(int64_t batch_index) const {
     std::mt19937_64 rng(seq);
     batch.images = transform_batch(dataset_.images.index_select(0, idx), options_.transform, rng);
   }
-  batch.labels = dataset_.labels.index_select(0, idx);
+  if (!batch.labels.defined()) batch.labels = dataset_.labels.index_select(0, idx);
   if (options_.pin_memory) {
     batch.images = batch.images.pin_memory();
     batch.labels = batch.labels.pin_memory();

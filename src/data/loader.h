@@ -26,8 +26,8 @@
 namespace ddpx::data {
 
 struct Batch {
-  torch::Tensor images;  // (B, C, H, W) float32
-  torch::Tensor labels;  // (B) int64
+  torch::Tensor images;  // (B, C, H, W) float32; token windows: the inputs (B, T) int64
+  torch::Tensor labels;  // (B) int64; token windows: the targets (B, T) int64
   int64_t size() const { return labels.size(0); }
 };
 
@@ -40,6 +40,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool pin_memory = false;          // page-locked batches, for non-blocking copies to a GPU
   bool per_sample_streams = false;  // augmentation keyed by the sample, not the batch (above)
+  // Token windows: the seed of each epoch's window_offset() (the run's, equal on every rank, so
+  // the ranks' windows together are one process's); none: offset 0 (evaluation).
+  std::optional<uint64_t> window_seed;
   TransformOptions transform;
 };
 

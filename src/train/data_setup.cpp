@@ -18,6 +18,9 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   spec.synthetic_height = spec.synthetic_width = o.synthetic_image;
   spec.synthetic_classes = o.synthetic_classes;
   spec.seed = o.seed;
+  // A language model reads windows of its whole context unless told otherwise.
+  spec.seq_len = o.seq_len > 0 ? o.seq_len : models::find_model(o.model).default_image_size;
+  spec.vocab_size = o.vocab_size;
   return spec;
 }
 
@@ -63,6 +66,7 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   l.transform.dataset_mean = splits.mean;
   l.transform.dataset_std = splits.std;
   l.transform.random_erasing.probability = train ? o.random_erasing : 0.0;
+  if (train) l.window_seed = o.seed;  // token windows: each epoch's cut, the same on every rank
   return l;
 }
 

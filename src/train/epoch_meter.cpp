@@ -1,6 +1,8 @@
 // What an epoch reports while it runs (see epoch_meter.h).
 #include "train/epoch_meter.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -9,9 +11,10 @@
 
 namespace ddpx::train {
 
-EpochMeter::EpochMeter(const TrainOptions& options, dist::Context& context, Curves& curves,
-                       int64_t steps_per_epoch, bool loss_scaling)
+EpochMeter::EpochMeter(const TrainOptions& options, const Task& task, dist::Context& context,
+                       Curves& curves, int64_t steps_per_epoch, bool loss_scaling)
     : o_(options),
+      task_(task),
       context_(context),
       curves_(curves),
       steps_per_epoch_(steps_per_epoch),
@@ -57,10 +60,12 @@ EpochResult EpochMeter::finish(int64_t epoch, double data_wait_s, int64_t skippe
   r.accuracy = sums_.accuracy();
   r.images_per_sec = sums_.count / std::max(r.seconds, 1e-9);
   r.data_wait_s = data_wait_s;
+  // The seed's line; a language model's counts tokens and adds the perplexity.
   log::out(
       "Epoch - {}/{}: time - {:.2f}s || loss_train - {:.4f} || accuracy_train - {:.4f} || "
-      "images_per_sec - {:.1f}",
-      epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, r.images_per_sec);
+      "{}_per_sec - {:.1f}{}",
+      epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, task_.unit, r.images_per_sec,
+      task_.next_token ? fmt::format(" || perplexity_train - {:.3f}", std::exp(r.loss)) : "");
   if (skipped_steps > 0) {
     log::out("fp16 loss scaling: {} steps skipped on inf/NaN gradients so far, scale {}",
              skipped_steps, scale);

@@ -16,6 +16,7 @@
 #include "train/options.h"
 #include "train/progress.h"
 #include "train/result.h"
+#include "train/task.h"
 
 namespace ddpx::train {
 
@@ -27,7 +28,7 @@ inline constexpr int64_t kCpuCurveEvery = 10;
 
 class EpochMeter {
  public:
-  EpochMeter(const TrainOptions& options, dist::Context& context, Curves& curves,
+  EpochMeter(const TrainOptions& options, const Task& task, dist::Context& context, Curves& curves,
              int64_t steps_per_epoch, bool loss_scaling);
 
   // A micro-batch's mean loss, output and labels (on the device). With mixup the accuracy
@@ -45,6 +46,7 @@ class EpochMeter {
 
  private:
   const TrainOptions& o_;
+  const Task& task_;
   dist::Context& context_;
   Curves& curves_;
   int64_t steps_per_epoch_;

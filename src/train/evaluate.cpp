@@ -1,7 +1,11 @@
 #include "train/evaluate.h"
 
+#include <cmath>
+
+#include "core/log.h"
 #include "data/sampler.h"
 #include "parallel/placement.h"
+#include "train/loss.h"
 #include "train/metrics.h"
 
 namespace ddpx::train {
@@ -11,8 +15,8 @@ namespace {
 // Every batch of this rank's share through `forward` (logits, or undefined where this rank does
 // not count them); the counts summed over every rank.
 template <typename Forward>
-double evaluate_share(data::DataLoader& loader, int64_t test_size, parallel::Plan::Share share,
-                      dist::Context& context, const EvalSetup& setup, Forward&& forward) {
+EvalResult evaluate_share(data::DataLoader& loader, int64_t test_size, parallel::Plan::Share share,
+                          dist::Context& context, const EvalSetup& setup, Forward&& forward) {
   torch::NoGradGuard no_grad;
   loader.start_epoch(data::eval_indices(test_size, share.rank, share.count), 0);
   parallel::DeviceFeeder feeder(loader, setup.device, setup.channels_last);
@@ -21,24 +25,33 @@ double evaluate_share(data::DataLoader& loader, int64_t test_size, parallel::Pla
     optim::AutocastGuard autocast(setup.amp, setup.device);
     torch::Tensor logits = forward(batch->images);
     if (!logits.defined()) continue;
-    sums.add(torch::zeros({}, logits.options().dtype(torch::kFloat32)), logits, batch->labels);
+    sums.add(cross_entropy(logits.to(torch::kFloat32), batch->labels, /*label_smoothing=*/0.0),
+             logits, batch->labels);
   }
   MetricSums total = sums.read();
   total.all_reduce(context);
-  return total.accuracy();
+  return {total.accuracy(), total.loss()};
 }
 
 }  // namespace
 
-double evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64_t test_size,
-                dist::Context& context, const EvalSetup& setup) {
+void log_evaluation(const Task& task, const EvalResult& result, const std::string& label) {
+  log::out("Accuracy on test dataset{} - {:.4f}", label, result.accuracy);
+  if (task.next_token) {
+    log::out("Loss on val dataset{} - {:.4f} || perplexity - {:.3f}", label, result.loss,
+             std::exp(result.loss));
+  }
+}
+
+EvalResult evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64_t test_size,
+                    dist::Context& context, const EvalSetup& setup) {
   model.ptr()->eval();
   return evaluate_share(loader, test_size, {context.rank(), context.world_size()}, context, setup,
                         [&](const torch::Tensor& x) { return model.forward(x); });
 }
 
-double evaluate(parallel::Plan& plan, data::DataLoader& loader, int64_t test_size,
-                dist::Context& context, const EvalSetup& setup) {
+EvalResult evaluate(parallel::Plan& plan, data::DataLoader& loader, int64_t test_size,
+                    dist::Context& context, const EvalSetup& setup) {
   plan.set_training(false);
   return evaluate_share(loader, test_size, plan.eval_share(context.rank(), context.world_size()),
                         context, setup,

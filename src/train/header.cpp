@@ -28,6 +28,7 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
   f.backend = context.backend();
   f.device = context.device().str();
   f.data_source = splits.source;
+  f.task = task_of(d);
   f.resize_reason = input_size(o, d.height()).reason;
   f.loader_workers = loader_workers(o);
   f.env_limits = env_limits_line(o);
@@ -37,17 +38,30 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
 std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {
   std::vector<std::string> lines;
   lines.push_back(fmt::format("Training {} on {} dataset", o.model, data::name(o.dataset)));
-  lines.push_back(
-      fmt::format("Input size: {}x{}, Classes: {}", f.image_size, f.image_size, f.num_classes));
+  if (f.task.next_token) {
+    lines.push_back(
+        fmt::format("Sequence length: {}, Vocabulary: {}", f.image_size, f.num_classes));
+  } else {
+    lines.push_back(
+        fmt::format("Input size: {}x{}, Classes: {}", f.image_size, f.image_size, f.num_classes));
+  }
   if (o.loader_workers == 0)
     lines.push_back(fmt::format("Auto-detected num_workers: {}", f.loader_workers));
-  lines.push_back(fmt::format(
-      "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} from {} ({} train / {} test, "
-      "{}x{}x{} -> 3x{}x{}, {} classes)",
-      o.model, f.parameters_millions,
-      f.stem_choice ? std::string(", stem ") + models::name(o.stem) : std::string(),
-      data::name(o.dataset), f.data_source, f.train_size, f.test_size, f.height, f.width,
-      f.channels, f.image_size, f.image_size, f.num_classes));
+  if (f.task.next_token) {
+    lines.push_back(fmt::format(
+        "ddpx train: model {} ({:.2f}M parameters) | dataset {} from {} ({} train / {} test "
+        "windows of {} + 1 tokens, vocabulary {})",
+        o.model, f.parameters_millions, data::name(o.dataset), f.data_source, f.train_size,
+        f.test_size, f.image_size, f.num_classes));
+  } else {
+    lines.push_back(fmt::format(
+        "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} from {} ({} train / {} test, "
+        "{}x{}x{} -> 3x{}x{}, {} classes)",
+        o.model, f.parameters_millions,
+        f.stem_choice ? std::string(", stem ") + models::name(o.stem) : std::string(),
+        data::name(o.dataset), f.data_source, f.train_size, f.test_size, f.height, f.width,
+        f.channels, f.image_size, f.image_size, f.num_classes));
+  }
   if (!f.resize_reason.empty()) {
     lines.push_back(fmt::format("images resized from {}x{} to {}x{}: {}", f.height, f.width,
                                 f.image_size, f.image_size, f.resize_reason));

@@ -11,6 +11,7 @@
 
 #include "data/dataset.h"
 #include "train/options.h"
+#include "train/task.h"
 
 namespace torch::nn {
 class Module;
@@ -27,6 +28,7 @@ struct RunFacts {
   bool stem_choice = false;  // the model takes --stem (the resnet family); the header names it
   int64_t train_size = 0, test_size = 0;
   int64_t height = 0, width = 0, channels = 0, image_size = 0, num_classes = 0;
+  Task task;  // image_size is the sequence length and num_classes the vocabulary of a token task
   int threads = 0;
   int world_size = 1;
   std::string backend;

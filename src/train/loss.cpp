@@ -7,7 +7,8 @@ namespace ddpx::train {
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
                             double label_smoothing) {
   namespace F = torch::nn::functional;
-  return F::cross_entropy(logits, labels,
+  // The class dimension is last: (B, K) for images, (B, T, V) for every token of a window.
+  return F::cross_entropy(logits.flatten(0, -2), labels.flatten(),
                           F::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
 }
 

@@ -6,7 +6,8 @@
 
 namespace ddpx::train {
 
-// logits: (B, K); labels: (B) int64. The mean over the batch.
+// logits: (B, K); labels: (B) int64. The mean over the batch. A language model's logits
+// (B, T, V) and labels (B, T): the mean over every token (the class dimension is last).
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
                             double label_smoothing);
 

@@ -23,9 +23,11 @@ void DeviceSums::add(const torch::Tensor& batch_mean_loss, const torch::Tensor& 
   if (!batch_mean_loss.defined())
     return;  // a rank that computes no loss (a pipeline's first stages)
   torch::NoGradGuard no_grad;
-  const int64_t n = labels.size(0);
+  // Every prediction counts: one per image, or one per token of a language model's window
+  // (logits (B, T, V), labels (B, T)); the class dimension is last.
+  const int64_t n = labels.numel();
   loss_sum_.add_(batch_mean_loss.detach().to(torch::kFloat64), static_cast<double>(n));
-  correct_.add_(logits.argmax(1).eq(labels).sum());
+  correct_.add_(logits.argmax(-1).eq(labels).sum());
   count_ += static_cast<double>(n);
 }
 

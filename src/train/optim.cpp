@@ -26,9 +26,21 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
         torch::optim::AdamOptions(c.learning_rate).weight_decay(c.weight_decay));
   }
   if (c.name == Optimizer::kAdamw) {
-    return std::make_unique<torch::optim::AdamW>(
-        std::move(parameters),
-        torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
+    // Decoupled weight decay on the matrices only (weights of Linear, Conv, Embedding), not on
+    // biases and norms' scales, as GPT-2's and nanoGPT's and timm's AdamW recipes do. A sharded
+    // plan's shards keep their parameter's rank (parallel/sharded/shard_layout.h), so a shard
+    // falls in its parameter's group.
+    std::vector<torch::Tensor> matrices, vectors;
+    for (auto& p : parameters) (p.dim() >= 2 ? matrices : vectors).push_back(p);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    auto options = [&](double decay) {
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(c.learning_rate).weight_decay(decay));
+    };
+    if (!matrices.empty()) groups.emplace_back(std::move(matrices), options(c.weight_decay));
+    if (!vectors.empty()) groups.emplace_back(std::move(vectors), options(0.0));
+    return std::make_unique<torch::optim::AdamW>(std::move(groups),
+                                                 torch::optim::AdamWOptions(c.learning_rate));
   }
   if (c.name == Optimizer::kLars) {
     return std::make_unique<optim::Lars>(

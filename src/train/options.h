@@ -54,6 +54,8 @@ struct TrainOptions {
   int64_t synthetic_size = 2048;  // --dataset synthetic: training images
   int64_t synthetic_image = 32;   // --dataset synthetic: height = width
   int64_t synthetic_classes = 10;
+  int64_t seq_len = 0;     // --dataset tokens: the window's input length (0: the model's context)
+  int64_t vocab_size = 0;  // --dataset tokens: 0: the largest token + 1
 
   // optimisation
   Optimizer optimizer = Optimizer::kSgd;

@@ -15,9 +15,10 @@ struct EpochResult {
   double seconds = 0;
   double loss = 0;
   double accuracy = 0;
-  double images_per_sec = 0;  // all ranks together
+  double images_per_sec = 0;  // all ranks together (tokens for a language model)
   double data_wait_s = 0;     // rank 0's time waiting for its loader (the GPU starved)
   std::optional<double> test_accuracy;
+  std::optional<double> test_loss;
   std::optional<double> test_accuracy_ema;  // --ema_decay: the averaged weights' accuracy
   // The plan's own figures (Plan::epoch_metrics(): PowerSGD's compression), by name.
   std::vector<std::pair<std::string, double>> plan_metrics;
@@ -27,6 +28,7 @@ struct TrainResult {
   std::vector<EpochResult> epochs;  // the epochs this run trained (not those resumed past)
   double seconds = 0;
   std::optional<double> final_test_accuracy;
+  std::optional<double> final_test_loss;
   std::optional<double> final_test_accuracy_ema;
 };
 

@@ -50,11 +50,14 @@ class Run {
       if (stopped_) break;  // after a snapshot asked for with SIGUSR2
       if (std::string summary = plan_->epoch_summary(); !summary.empty()) log::out("{}", summary);
       if ((epoch + 1) % o_.log_every == 0 || epoch + 1 == o_.num_epochs) {
-        r.test_accuracy = result.final_test_accuracy = evaluate_plan();
-        log::out("Accuracy on test dataset - {:.4f}", *r.test_accuracy);
+        const EvalResult test = evaluate_plan();
+        r.test_accuracy = result.final_test_accuracy = test.accuracy;
+        r.test_loss = result.final_test_loss = test.loss;
+        log_evaluation(task_, test);
         if (ema_) {
-          r.test_accuracy_ema = result.final_test_accuracy_ema = evaluate(ema_model_);
-          log::out("Accuracy on test dataset (EMA) - {:.4f}", *r.test_accuracy_ema);
+          const EvalResult ema = evaluate(ema_model_);
+          r.test_accuracy_ema = result.final_test_accuracy_ema = ema.accuracy;
+          log_evaluation(task_, ema, " (EMA)");
         }
       }
       r.plan_metrics = plan_->epoch_metrics();
@@ -77,6 +80,7 @@ class Run {
     const DataRank data_rank = train::data_rank(o_, *context_);
     batch_size_ = per_rank_batch(o_, data_rank.size);
     data_ = make_train_data(o_, data_rank.rank, data_rank.size, batch_size_, device_.is_cuda());
+    task_ = task_of(data_->splits.train);
     const int64_t updates =
         (data_->steps_per_epoch + o_.accumulation_steps - 1) / o_.accumulation_steps;
 
@@ -142,7 +146,7 @@ class Run {
     const int64_t skip = epoch == start_.epochs_done ? start_.epoch_step : 0;
     data_->train_loader->start_epoch(data_->sampler->indices(epoch), epoch, skip);
     parallel::DeviceFeeder feeder(*data_->train_loader, device_, o_.channels_last);
-    EpochMeter meter(o_, *context_, *curves_, data_->steps_per_epoch, scaler_ != nullptr);
+    EpochMeter meter(o_, task_, *context_, *curves_, data_->steps_per_epoch, scaler_ != nullptr);
     int64_t step = skip;
     plan_->zero_grad();
     for (;;) {
@@ -220,17 +224,17 @@ class Run {
     return stepping;
   }
 
-  double evaluate(torch::nn::AnyModule& model) {
+  EvalResult evaluate(torch::nn::AnyModule& model) {
     EvalSetup setup{device_, o_.amp, o_.channels_last};
-    double accuracy =
+    EvalResult accuracy =
         train::evaluate(model, *data_->test_loader, data_->splits.test.size(), *context_, setup);
     plan_->set_training(true);  // the EMA model stays in evaluation mode, the trained one not
     if (ema_) ema_model_.ptr()->eval();
     return accuracy;
   }
-  double evaluate_plan() {
+  EvalResult evaluate_plan() {
     EvalSetup setup{device_, o_.amp, o_.channels_last};
-    double accuracy =
+    EvalResult accuracy =
         train::evaluate(*plan_, *data_->test_loader, data_->splits.test.size(), *context_, setup);
     plan_->set_training(true);
     return accuracy;
@@ -242,6 +246,7 @@ class Run {
   torch::Device device_ = torch::kCPU;
   int64_t batch_size_ = 0, global_step_ = 0, skipped_steps_ = 0;
   std::unique_ptr<TrainData> data_;
+  Task task_;  // what the model predicts: an image's class or every next token
   std::unique_ptr<parallel::Plan> plan_;       // owns the model and the optimizer
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   torch::nn::AnyModule ema_model_;             // --ema_decay: the average's own instance

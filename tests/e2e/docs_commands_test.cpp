@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
 
+#include "e2e/token_fixture.h"
 #include "support/doc_commands.h"
 #include "support/support.h"
 
@@ -56,6 +58,19 @@ TEST(DocsCommandsTest, EveryExampleCommandInTheReadmeAndDocsParsesAsPrinted) {
   EXPECT_GE(checked, 40);
 }
 
+// A language model's command reads token files: its --data_dir (the shakespeare-char recipe's
+// when it names none) gets real text's, in the command's folder.
+void write_tokens_for(const std::string& text, const std::string& folder) {
+  if (text.find("--dataset tokens") == std::string::npos &&
+      text.find("--recipe shakespeare-char") == std::string::npos)
+    return;
+  std::smatch m;
+  std::string dir = "data/shakespeare-char";
+  if (std::regex_search(text, m, std::regex(R"(--data_dir (\S+))"))) dir = m[1];
+  std::filesystem::create_directories(folder + "/" + dir);
+  test::write_char_tokens(folder + "/" + dir);
+}
+
 // Every training command of the README and docs/ runs as printed (one step of each, on this CPU,
 // in a folder of its own: Fashion-MNIST is the embedded default), and the zoo lists.
 TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
@@ -71,6 +86,7 @@ TEST(DocsCommandsTest, EveryTrainingCommandInTheReadmeAndDocsTrainsAsPrinted) {
     SCOPED_TRACE(c.file + ":" + std::to_string(c.line) + ": " + text);
     const std::string folder = dir.file(std::to_string(ran));
     std::filesystem::create_directories(folder);
+    write_tokens_for(text, folder);
     auto r = run_command(
         "cd " + test::shell_quote(folder) + " && " + limits + ddpx + " " + filled(text).substr(5),
         300);

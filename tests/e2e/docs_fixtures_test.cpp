@@ -2,12 +2,13 @@
 // run (benchmarks, the planner, the tuner, data, export, jobs, logs, stop, snapshots, the
 // interactive shell, containers, the doctor, the seed's run-ddp.sh line) runs here as printed, in
 // a folder of its own, on a small fixture of what it needs: a checkpoint for `C`, a job of this
-// host for `JOB`, CIFAR-10 for `data info`, a mirror on 127.0.0.1:8000 for the mirror download,
-// `./my_trainer` for the launcher's any-program line. It must exit 0 and print what the table
-// says. A command that cannot run on this machine (a GPU, Slurm, several nodes, the internet)
-// has a row below saying why and where it is checked instead; docs/serve.md's quick start runs
-// in order in DocsQuickStartTest. A new command in the docs runs in an empty folder unless a row
-// says otherwise, so a command that does not run here fails until it gets one.
+// host for `JOB`, CIFAR-10 for `data info`, a text and GPT-2's rank file for `data tokenize`, a
+// mirror on 127.0.0.1:8000 for the mirror download, `./my_trainer` for the launcher's
+// any-program line. It must exit 0 and print what the table says. A command that cannot run on this
+// machine (a GPU, Slurm, several nodes, the internet) has a row below saying why and where it is
+// checked instead; docs/serve.md's quick start runs in order in DocsQuickStartTest. A new command
+// in the docs runs in an empty folder unless a row says otherwise, so a command that does not run
+// here fails until it gets one.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -43,6 +44,8 @@ enum class Fixture {
   kMnistMirror,  // http://127.0.0.1:8000/ serving a small MNIST, its MD5SUMS in the folder
   kSeedFolder,   // the seed's working folder: CIFAR-100 in ./data (e2e/seed_fixture.h)
   kService,      // a `ddpx serve` on 127.0.0.1 and alice's token in DDPX_TOKEN
+  kText,         // ./data/tinyshakespeare/input.txt (Debian's GPL text standing in) and
+                 // ./data/gpt2-vocab/r50k_base.tiktoken (scripts/test-vocab's GPT-2 rank file)
   kElsewhere,    // cannot run on this machine: `why` says where it is checked
 };
 
@@ -62,7 +65,14 @@ const std::vector<Rule>& rules() {
        "downloads from the internet or the user's mirror (DataCliTest downloads from one on "
        "127.0.0.1; data.md's 127.0.0.1 mirror command runs here)"},
       {R"(^ddpx data info cifar10 )", Fixture::kCifar10, "cifar10: train 16 test 8 images", ""},
+      {R"(^ddpx data tokenize )", Fixture::kText, "/val.bin", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
+      {R"(^ddpx data tokenize tinyshakespeare\.txt )", Fixture::kElsewhere, "",
+       "needs Shakespeare's text (`ddpx data download tinyshakespeare`); LanguageModelTest "
+       "tokenizes real text with the same flags, trains on it and generates"},
+      {R"(^ddpx generate )", Fixture::kElsewhere, "",
+       "needs a trained GPT and its vocab.json; LanguageModelTest.GeneratesFromItsCheckpoint runs "
+       "it on one, with and without the cache"},
       {R"(^ddpx tune .*--amp bf16)", Fixture::kElsewhere, "",
        "a GPU's search: bf16 ResNet-50 at 224 px takes minutes a batch size on a CPU (the tune "
        "command of docs/cli.md runs here)"},
@@ -255,6 +265,13 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         env = "DDPX_TOKEN=" + service->token("alice");
         server = "http://127.0.0.1:" + std::to_string(service->port());
         text = std::regex_replace(text, std::regex("http://127\\.0\\.0\\.1:8470"), server);
+        break;
+      case Fixture::kText:
+        fs::create_directories(folder + "/data/tinyshakespeare");
+        fs::create_directories(folder + "/data/gpt2-vocab");
+        fs::copy_file("/usr/share/common-licenses/GPL-3",
+                      folder + "/data/tinyshakespeare/input.txt");
+        fs::copy_file(test::gpt2_rank_file(), folder + "/data/gpt2-vocab/r50k_base.tiktoken");
         break;
       case Fixture::kFolder:
       case Fixture::kElsewhere:

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
 #include "e2e/seed_fixture.h"
+#include "e2e/token_fixture.h"
 #include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/options.h"
@@ -99,8 +101,18 @@ std::vector<std::string> tiny(const std::vector<std::string>& train_args) {
 
 // Runs `ddpx train ARGS` tiny in `dir`; checks it trained and that its header names a stem only
 // for a model that takes one.
+const std::vector<std::string> kTokens = {"--dataset", "tokens"};
+
 void train_tiny(const test::TempDir& dir, const std::vector<std::string>& args,
                 const std::string& printed) {
+  // A language model's recipe reads token files from its --data_dir: real text's characters.
+  const bool tokens =
+      std::search(args.begin(), args.end(), kTokens.begin(), kTokens.end()) != args.end();
+  for (size_t i = 0; tokens && i + 1 < args.size(); ++i) {
+    if (args[i] != "--data_dir") continue;
+    std::filesystem::create_directories(dir.file(args[i + 1]));
+    test::write_char_tokens(dir.file(args[i + 1]));
+  }
   auto r = run_command(
       "cd " + shell_quote(dir.path()) + " && " + ddpx_command("train " + joined(tiny(args))), 300);
   ASSERT_EQ(r.exit_code, 0) << "printed: " << printed << "\n" << r.output;

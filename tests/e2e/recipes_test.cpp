@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
+#include "e2e/token_fixture.h"
 #include "support/support.h"
 
 namespace ddpx {
@@ -63,10 +65,14 @@ TEST(RecipeFirstStepsTest, DocsStateTheirToleranceAndEveryRecipeHasARow) {
 }
 
 TEST(RecipeFirstStepsTest, EachRecipeReachesItsDocumentedFirstSteps) {
+  // The language-model recipes read ./data/shakespeare-char: real text's characters here.
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("data/shakespeare-char"));
+  test::write_char_tokens(dir.file("data/shakespeare-char"));
   for (const auto& [name, expected] : documented_first_steps()) {
-    auto r = run_command(
-        test::ddpx_binary() + " train --recipe " + name + " " + expected.flags + " --no_progress",
-        300);
+    auto r = run_command("cd " + test::shell_quote(dir.path()) + " && " + test::ddpx_binary() +
+                             " train --recipe " + name + " " + expected.flags + " --no_progress",
+                         300);
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     EXPECT_NEAR(number_after(r.output, "loss_train"), expected.loss, kLossTolerance) << name << "\n"
                                                                                      << r.output;

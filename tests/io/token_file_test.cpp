@@ -36,8 +36,8 @@ def write_datafile(filename, toks, model_desc="gpt-2"):
         f.write(toks_np.tobytes())
 )";
 
-void expect_data_error(const std::function<void()>& fn, const std::string& file,
-                       const std::string& needle) {
+void expect_token_file_error(const std::function<void()>& fn, const std::string& file,
+                             const std::string& needle) {
   try {
     fn();
     FAIL() << "expected an error containing: " << needle;
@@ -50,7 +50,7 @@ void expect_data_error(const std::function<void()>& fn, const std::string& file,
   }
 }
 
-std::vector<int32_t> values(const torch::Tensor& t) {
+std::vector<int32_t> token_values(const torch::Tensor& t) {
   EXPECT_EQ(t.dtype(), torch::kInt32);
   EXPECT_EQ(t.dim(), 1);
   return {t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + t.numel()};
@@ -80,18 +80,19 @@ np.array(toks, dtype=np.int64).tofile('{0}/expected.i64')
   ASSERT_EQ(expected.size(), 20001u);
 
   TokenFileInfo info;
-  EXPECT_EQ(values(read_token_file(dir.file("gpt2.bin"), false, &info)), expected);
+  EXPECT_EQ(token_values(read_token_file(dir.file("gpt2.bin"), false, &info)), expected);
   EXPECT_EQ(info.version, 1);
   EXPECT_EQ(info.num_tokens, 20001);
 
-  auto wide = values(read_token_file(dir.file("llama3.bin"), false, &info));
+  auto wide = token_values(read_token_file(dir.file("llama3.bin"), false, &info));
   EXPECT_EQ(info.version, 7);
   ASSERT_EQ(wide.size(), expected.size() + 2);
   EXPECT_EQ(std::vector<int32_t>(wide.begin(), wide.begin() + expected.size()), expected);
   EXPECT_EQ(wide[expected.size()], 128000);
   EXPECT_EQ(wide.back(), 2147483647);
 
-  EXPECT_EQ(values(read_token_file(dir.file("nanogpt.bin"), /*headerless=*/true, &info)), expected);
+  EXPECT_EQ(token_values(read_token_file(dir.file("nanogpt.bin"), /*headerless=*/true, &info)),
+            expected);
   EXPECT_EQ(info.version, 0);
   EXPECT_EQ(info.num_tokens, 20001);
 }
@@ -123,11 +124,11 @@ print('ok')
 )",
                                                                         dir.path()));
   EXPECT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_EQ(values(read_token_file(dir.file("wide.bin"))),
+  EXPECT_EQ(token_values(read_token_file(dir.file("wide.bin"))),
             (std::vector<int32_t>{1, 65536, 128000}));
 }
 
-std::string header(int32_t magic, int32_t version, int32_t count) {
+std::string token_file_header(int32_t magic, int32_t version, int32_t count) {
   std::string bytes(kTokenFileHeaderBytes, '\0');
   int32_t h[3] = {magic, version, count};
   std::memcpy(bytes.data(), h, sizeof(h));
@@ -142,25 +143,27 @@ TEST(TokenFileTest, EachKindOfDamageNamesTheFile) {
   };
   std::string four_tokens(8, '\x01');
   auto missing = dir.file("missing.bin");
-  expect_data_error([&] { read_token_file(missing); }, missing, "no such token file");
-  auto magic = file("magic.bin", header(1234, 1, 4) + four_tokens);
-  expect_data_error([&] { read_token_file(magic); }, magic, "magic number is 1234");
-  auto version = file("version.bin", header(kTokenFileMagic, 3, 4) + four_tokens);
-  expect_data_error([&] { read_token_file(version); }, version, "version 3");
-  auto truncated = file("truncated.bin", header(kTokenFileMagic, 1, 5) + four_tokens);
-  expect_data_error([&] { read_token_file(truncated); }, truncated, "truncated");
-  auto trailing = file("trailing.bin", header(kTokenFileMagic, 1, 3) + four_tokens);
-  expect_data_error([&] { read_token_file(trailing); }, trailing, "trailing bytes");
-  auto negative = file("negative.bin", header(kTokenFileMagic, 1, -4) + four_tokens);
-  expect_data_error([&] { read_token_file(negative); }, negative, "promises -4 tokens");
-  auto half = file("half.bin", header(kTokenFileMagic, 7, 2) + std::string(6, '\0'));
-  expect_data_error([&] { read_token_file(half); }, half, "not a whole number of 4-byte tokens");
+  expect_token_file_error([&] { read_token_file(missing); }, missing, "no such token file");
+  auto magic = file("magic.bin", token_file_header(1234, 1, 4) + four_tokens);
+  expect_token_file_error([&] { read_token_file(magic); }, magic, "magic number is 1234");
+  auto version = file("version.bin", token_file_header(kTokenFileMagic, 3, 4) + four_tokens);
+  expect_token_file_error([&] { read_token_file(version); }, version, "version 3");
+  auto truncated = file("truncated.bin", token_file_header(kTokenFileMagic, 1, 5) + four_tokens);
+  expect_token_file_error([&] { read_token_file(truncated); }, truncated, "truncated");
+  auto trailing = file("trailing.bin", token_file_header(kTokenFileMagic, 1, 3) + four_tokens);
+  expect_token_file_error([&] { read_token_file(trailing); }, trailing, "trailing bytes");
+  auto negative = file("negative.bin", token_file_header(kTokenFileMagic, 1, -4) + four_tokens);
+  expect_token_file_error([&] { read_token_file(negative); }, negative, "promises -4 tokens");
+  auto half = file("half.bin", token_file_header(kTokenFileMagic, 7, 2) + std::string(6, '\0'));
+  expect_token_file_error([&] { read_token_file(half); }, half,
+                          "not a whole number of 4-byte tokens");
   auto short_file = file("short.bin", four_tokens);
-  expect_data_error([&] { read_token_file(short_file); }, short_file, "headerless");
+  expect_token_file_error([&] { read_token_file(short_file); }, short_file, "headerless");
   auto odd = file("odd.bin", std::string(7, '\0'));
-  expect_data_error([&] { read_token_file(odd, /*headerless=*/true); }, odd, "odd length");
-  auto huge = file("huge.bin", header(kTokenFileMagicUint32, 7, 1) + std::string(4, '\xff'));
-  expect_data_error([&] { read_token_file(huge); }, huge, "past any vocabulary");
+  expect_token_file_error([&] { read_token_file(odd, /*headerless=*/true); }, odd, "odd length");
+  auto huge =
+      file("huge.bin", token_file_header(kTokenFileMagicUint32, 7, 1) + std::string(4, '\xff'));
+  expect_token_file_error([&] { read_token_file(huge); }, huge, "past any vocabulary");
 }
 
 }  // namespace

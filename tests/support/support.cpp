@@ -133,6 +133,19 @@ std::string python_binary() { return DDPX_PYTHON; }
 std::string source_dir() { return DDPX_SOURCE_DIR; }
 std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
 
+std::string gpt2_rank_file() {
+  static const std::string path = [] {
+    auto r = run_command(std::string("bash ") + DDPX_SOURCE_DIR + "/scripts/test-vocab " +
+                             DDPX_PYTHON + " --offline 2>&1",
+                         60);
+    std::string out = r.output;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    EXPECT_EQ(r.exit_code, 0) << out;
+    return r.exit_code == 0 ? out : std::string();
+  }();
+  return path;
+}
+
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {

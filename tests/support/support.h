@@ -49,6 +49,9 @@ std::string usage_error(const std::function<void()>& fn);
 std::string python_binary();      // DDPX_PYTHON
 std::string source_dir();         // the repository root
 std::string fashion_mnist_dir();  // Debian's dataset-fashion-mnist folder
+// GPT-2's tiktoken rank file that scripts/test-vocab put beside the test Python (a test failure
+// naming the script when it is absent).
+std::string gpt2_rank_file();
 std::string shell_quote(const std::string& s);
 int free_port();  // a TCP port free on 127.0.0.1 right now
 // Every TempDir this process made (jobs_dir.cpp tells this test's job records by them).
