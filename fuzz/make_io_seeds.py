@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the seeds of fuzz_gzip and fuzz_archive (fuzz/corpus/gzip, fuzz/corpus/archive) with
-Python's own gzip and tarfile writers, small so that each fuzz run stays fast.
+"""Writes the seeds of fuzz_gzip, fuzz_archive and fuzz_safetensors (fuzz/corpus/gzip, archive,
+safetensors) with Python's own gzip and tarfile writers and the safetensors package, small so that
+each fuzz run stays fast.
 Usage: /work/main/.venv/bin/python fuzz/make_io_seeds.py  (rewrites the seed files in place)"""
 import gzip
 import io
@@ -65,3 +66,45 @@ write("archive", "dot_slash.tar.gz", gz(tar([("./a/b.txt", "file", b"b\n")], "w"
 # Entries the reader must refuse: a link and a path that climbs out.
 write("archive", "symlink.tar.gz", gz(tar([("link", "link", "/etc/passwd")], "w")))
 write("archive", "dotdot.tar.gz", gz(tar([("../escape.txt", "file", b"x\n")], "w")))
+
+
+# safetensors: files the real library writes (every dtype ddpx reads, metadata, a header that
+# pads, no tensors at all) and two that lie (an overlap, a dtype ddpx does not hold).
+import json
+import struct
+
+import torch
+from safetensors.torch import save
+
+write("safetensors", "dtypes.safetensors", save({
+    "f32": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+    "f16": torch.arange(3, dtype=torch.float16),
+    "bf16": torch.arange(2, dtype=torch.bfloat16),
+    "f64": torch.arange(2, dtype=torch.float64),
+    "i64": torch.arange(2, dtype=torch.int64),
+    "i32": torch.arange(2, dtype=torch.int32),
+    "i16": torch.arange(3, dtype=torch.int16),
+    "i8": torch.arange(3, dtype=torch.int8),
+    "u8": torch.arange(3, dtype=torch.uint8),
+    "bool": torch.tensor([True, False]),
+    "scalar": torch.tensor(1.5),
+    "empty": torch.zeros(0, 2),
+}))
+write("safetensors", "gpt2_names.safetensors", save({
+    "transformer.wte.weight": torch.ones(5, 4),
+    "transformer.h.0.attn.c_attn.weight": torch.ones(4, 12),
+    "transformer.h.0.attn.c_attn.bias": torch.zeros(12),
+}, metadata={"format": "pt"}))
+write("safetensors", "no_tensors.safetensors", save({}))
+
+
+def raw(header, data):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+write("safetensors", "lie_overlap.safetensors", raw({
+    "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+    "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12)))
+write("safetensors", "lie_fp8.safetensors", raw(
+    {"a": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}, bytes(2)))

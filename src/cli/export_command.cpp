@@ -1,11 +1,15 @@
 // `ddpx export --checkpoint C --out W.pt`: a checkpoint's weights as a state_dict that Python's
 // torchvision.models.NAME(num_classes=N).load_state_dict(torch.load("W.pt")) accepts (with the
 // CIFAR stem, once conv1 and maxpool are swapped as ddpx's stem has them; ddpx's own MLP and
-// CIFAR ResNets have no torchvision class, and the line says so).
+// CIFAR ResNets have no torchvision class, and the line says so). With `--format hf` a GPT-2
+// family model becomes a folder that transformers' GPT2LMHeadModel.from_pretrained loads.
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/log.h"
+#include "models/gpt.h"
+#include "models/hf_gpt2.h"
 #include "models/zoo/registry.h"
 #include "train/checkpoint.h"
 #include "train/pretrained.h"
@@ -39,9 +43,18 @@ void add_export_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("export", "write a checkpoint's weights as a PyTorch state_dict");
   auto checkpoint = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
+  auto format = std::make_shared<std::string>("torch");
   cmd->add_option("--checkpoint", *checkpoint, "a ddpx checkpoint (from --save_dir)")->required();
-  cmd->add_option("--out", *out, "the state_dict file to write (torch.load reads it)")->required();
-  cmd->callback([checkpoint, out, &exit_code] {
+  cmd->add_option("--out", *out,
+                  "the state_dict file to write (torch.load reads it); with --format hf, the "
+                  "folder")
+      ->required();
+  cmd->add_option("--format", *format,
+                  "torch: a torch.save state_dict; hf: a Hugging Face folder (config.json, "
+                  "model.safetensors) for GPT-2-family models")
+      ->check(CLI::IsMember({"torch", "hf"}))
+      ->capture_default_str();
+  cmd->callback([checkpoint, out, format, &exit_code] {
     train::CheckpointMeta meta = train::read_checkpoint_meta(*checkpoint);
     models::ModelConfig config;
     config.num_classes = meta.num_classes;
@@ -49,6 +62,20 @@ void add_export_command(CLI::App& app, int& exit_code) {
     if (meta.image_size > 0) config.image_size = meta.image_size;
     auto model = models::create_model(meta.model, config);
     train::load_checkpoint_weights(*checkpoint, *model.ptr());
+    if (*format == "hf") {
+      auto gpt = std::dynamic_pointer_cast<models::GptImpl>(model.ptr());
+      DDPX_CHECK(gpt != nullptr, ErrorKind::kUsage,
+                 "--format hf writes GPT-2-family models (gpt2, gpt-nano, ...); {} is not one: "
+                 "export it with --format torch",
+                 meta.model);
+      models::export_hf_gpt2(*gpt, *out);
+      log::out(
+          "wrote {} ({}, vocabulary {}): in Python, "
+          "transformers.GPT2LMHeadModel.from_pretrained(\"{}\")",
+          *out, meta.model, meta.num_classes, *out);
+      exit_code = 0;
+      return;
+    }
     train::export_state_dict(*model.ptr(), *out);
     log::out("wrote {} ({} {} classes): {}", *out, meta.model, meta.num_classes,
              python_loading(meta, config.stem, *out));

@@ -6,10 +6,13 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
+#include <filesystem>
 #include <map>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "models/gpt.h"
+#include "models/hf_gpt2.h"
 #include "models/weights.h"
 
 namespace ddpx::train {
@@ -28,6 +31,16 @@ std::string head_prefix(torch::nn::Module& model) {
 }  // namespace
 
 std::string load_pretrained(const std::string& path, torch::nn::Module& model) {
+  // A folder is a Hugging Face model as save_pretrained writes it: GPT-2 for ddpx's GPT.
+  if (std::filesystem::is_directory(path)) {
+    auto* gpt = dynamic_cast<models::GptImpl*>(&model);
+    DDPX_CHECK(gpt != nullptr, ErrorKind::kUsage,
+               "--pretrained {} is a folder, which ddpx reads as a Hugging Face GPT-2 "
+               "(config.json, model.safetensors); this --model is not a GPT: give it a "
+               "torch.save'd state_dict file",
+               path);
+    return models::load_hf_gpt2(path, *gpt, "chosen by --model");
+  }
   std::map<std::string, torch::Tensor> tensors = models::read_state_dict(path);
   auto own = model.named_parameters();
   auto buffers = model.named_buffers();
