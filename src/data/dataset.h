@@ -38,7 +38,9 @@ struct Dataset {
   int64_t height() const {
     return tokens.defined() ? seq_len : streamed() ? median_height : images.size(1);
   }
-  int64_t width() const { return tokens.defined() ? 1 : streamed() ? median_width : images.size(2); }
+  int64_t width() const {
+    return tokens.defined() ? 1 : streamed() ? median_width : images.size(2);
+  }
   int64_t channels() const { return tokens.defined() ? 1 : streamed() ? 3 : images.size(3); }
 };
 

@@ -11,8 +11,7 @@ int64_t TokenSource::size() const { return dataset_.size(); }
 
 Batch TokenSource::gather(const int64_t* indices, int64_t count, int64_t epoch,
                           int64_t /*batch_index*/) const {
-  const int64_t offset =
-      window_seed_ ? window_offset(*window_seed_, epoch, dataset_.seq_len) : 0;
+  const int64_t offset = window_seed_ ? window_offset(*window_seed_, epoch, dataset_.seq_len) : 0;
   return window_batch(dataset_, indices, count, offset);
 }
 

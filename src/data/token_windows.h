@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <string>
 
-#include "data/dataset.h"
 #include "data/batch_source.h"
+#include "data/dataset.h"
 
 namespace ddpx::data {
 

@@ -10,8 +10,9 @@
 // 16, as train/env_limits.h names them in the run's header), and must end with exit code 0
 // having trained and tested: its `Epoch - 0/1` line and `Training took`, with an appended
 // `--learning_rate` that its header must show (a flag given twice: the last value wins);
-// `ddpx models` must list the zoo. Every other command runs on a fixture in docs_fixtures_test.cpp (or says there
-// why it cannot run here), and docs/serve.md's quick start in tests/serve/quick_start_test.cpp.
+// `ddpx models` must list the zoo. Every other command runs on a fixture in docs_fixtures_test.cpp
+// (or says there why it cannot run here), and docs/serve.md's quick start in
+// tests/serve/quick_start_test.cpp.
 #include <gtest/gtest.h>
 
 #include <filesystem>
