@@ -10,6 +10,7 @@
 #include <map>
 #include <regex>
 
+#include "e2e/refused_job.h"
 #include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
@@ -229,17 +230,11 @@ TEST(ShardedTrainTest, FlagsThatCannotGoTogetherAreRefusedNamingBoth) {
   auto units = run_command(ddpx(kMlp + "--shard_units fc1"), 60);
   EXPECT_EQ(units.exit_code, 2) << units.output;
   EXPECT_NE(units.output.find("add --shard full"), std::string::npos) << units.output;
-  // Refused on every rank, but not yet before the first collective: the sharded plan
-  // broadcasts rank 0's parameters before it resolves --shard_units, so
-  // test::expect_job_refused_before_any_collective fails here ("communicated before refusing:
-  // broadcast float[83594]"); until that check moves first, the weaker one.
-  auto unknown = run_command(ddpx("run 2 --log_dir /tmp/ddpx-shard-test-logs -- " + kMlp +
-                                  "--shard full --shard_units fc9"),
-                             120);
-  EXPECT_NE(unknown.exit_code, 0) << unknown.output;
-  EXPECT_NE(unknown.output.find("sharding unit 'fc9' is no submodule of the model"),
-            std::string::npos)
-      << unknown.output;
+  // Known once the job has joined: refused by every rank before the plan's first collective
+  // (the units are resolved before rank 0's parameters are broadcast).
+  test::expect_job_refused_before_any_collective(
+      2, kMlp + "--shard full --shard_units fc9",
+      {"sharding unit 'fc9' is no submodule of the model"});
 }
 
 // A worker killed while the others gather parameters: the job ends within seconds, naming it.

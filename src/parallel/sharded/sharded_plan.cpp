@@ -46,6 +46,8 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
                options_.model_name);
   }
   auto named = module.named_parameters(/*recurse=*/true);
+  // The units first: a --shard_units that names no layer is refused before anything is sent.
+  const auto unit_specs = choose_units(module, options_.units);
   own_storages(module.parameters());
   // Every rank starts from rank 0's weights and buffers, as DDP does.
   {
@@ -62,7 +64,7 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
   std::map<std::string, size_t> index_of;
   for (size_t k = 0; k < named.size(); ++k) index_of[named[k].key()] = k;
   shards_.resize(named.size());
-  for (const auto& spec : choose_units(module, options_.units)) {
+  for (const auto& spec : unit_specs) {
     std::vector<torch::Tensor> params;
     std::vector<size_t> order;
     for (const auto& name : spec.param_names) {
