@@ -25,10 +25,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& other = again.tensors.at(name);
     if (other.sizes() != tensor.sizes() || other.scalar_type() != tensor.scalar_type())
       std::abort();
-    // Bytes, not values: NaNs are not equal to themselves.
-    auto a = tensor.contiguous().view(torch::kUInt8);
-    auto b = other.contiguous().view(torch::kUInt8);
-    if (tensor.numel() > 0 && !a.equal(b)) std::abort();
+    if (tensor.numel() == 0) continue;
+    // Bytes, not values: NaNs are not equal to themselves. Flattened first: a scalar (0-d)
+    // tensor cannot be viewed as another element size.
+    auto a = tensor.contiguous().reshape({-1}).view(torch::kUInt8);
+    auto b = other.contiguous().reshape({-1}).view(torch::kUInt8);
+    if (!a.equal(b)) std::abort();
   }
   return 0;
 }
