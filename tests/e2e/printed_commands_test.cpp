@@ -70,15 +70,19 @@ std::vector<std::string> tiny(const std::vector<std::string>& train_args) {
       {"--num_epochs", "1"}, {"--batch_size", "4"}, {"--threads", "1"}};
   std::vector<std::string> out;
   bool synthetic = false;
+  // A language model's recipe keeps its token files' folder (train_tiny writes real text there).
+  bool tokens = false;
+  for (size_t i = 0; i + 1 < train_args.size(); ++i)
+    tokens |= train_args[i] == "--dataset" && train_args[i + 1] == "tokens";
   for (size_t i = 0; i < train_args.size(); ++i) {
     const std::string& w = train_args[i];
     bool valued = i + 1 < train_args.size() && train_args[i + 1].rfind("--", 0) != 0;
     std::string value = valued ? train_args[i + 1] : "";
-    if (w == "--data_dir") {
+    if (w == "--data_dir" && !tokens) {
       ++i;  // the downloaded folder: the data is synthetic here
       continue;
     }
-    if (w == "--dataset" && value != "fashion-mnist") {
+    if (w == "--dataset" && value != "fashion-mnist" && value != "tokens") {
       value = "synthetic";
       synthetic = true;
     } else if (replaced.count(w)) {
