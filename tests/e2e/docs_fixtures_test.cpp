@@ -81,7 +81,8 @@ const std::vector<Rule>& rules() {
        "127.0.0.1; data.md's 127.0.0.1 mirror command runs here)"},
       {R"(^ddpx data info cifar10 )", Fixture::kCifar10, "cifar10: train 16 test 8 images", ""},
       {R"(^ddpx data tokenize )", Fixture::kText, "/val.bin", ""},
-      {R"(--data_dir photos|^ddpx data info photos)", Fixture::kPhotos, "", ""},
+      {R"(--data_dir photos)", Fixture::kPhotos, "Training took", ""},
+      {R"(^ddpx data info photos)", Fixture::kPhotos, "formats: ", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
       {R"(^ddpx generate )", Fixture::kElsewhere, "",
        "needs a trained GPT and its vocab.json; LanguageModelTest.GeneratesFromItsCheckpoint runs "
@@ -121,7 +122,7 @@ const std::vector<Rule>& rules() {
        "2 workers on 1 usable core(s) and no GPU: they take turns", "", "docs/launcher.md"},
       {R"(^ddpx train --help$)", Fixture::kFolder, "--learning_rate", ""},
       {R"(^ddpx run 2 -- bench allreduce$)", Fixture::kFolder, "# ddpx bench allreduce: 2 ranks",
-       "", "docs/performance.md"},
+       "", "docs/performance-log.md"},
       {R"(^ddpx run 2 -- bench memory --shard full --json$)", Fixture::kFolder,
        "{\"rank\": 1, \"world_size\": 2, \"shard\": \"full\"", ""},
       {R"(^ddpx plan )", Fixture::kFolder, "recommendation: ", ""},
@@ -358,7 +359,8 @@ bool is_plan(const std::string& text) { return text.rfind("ddpx plan ", 0) == 0;
 TEST(DocsFixturesTest, EveryOtherCommandRunsHereOnAFixtureOrSaysWhereItIsChecked) {
   auto [ran, elsewhere] = run_doc_commands([](const std::string& t) { return !is_plan(t); });
   EXPECT_GE(ran, 25) << "the extraction found too few commands";
-  EXPECT_LE(elsewhere, 20) << "most commands run here; a new one for another machine is a row";
+  // 22 today: the srun, mpirun and installed-ddpx lines the extraction finds among them.
+  EXPECT_LE(elsewhere, 24) << "most commands run here; a new one for another machine is a row";
 }
 
 // Apart: the README's plan of ViT-L/16 on 8 GPUs probes the real model (about 3 minutes and
