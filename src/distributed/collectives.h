@@ -19,10 +19,6 @@ namespace ddpx::dist {
 class ShmAllreduce;
 class ShmBackend;
 
-// The verdict on a failed collective from every rank's record (collective_report.h); also
-// prints the table to stderr once per rank unless DDPX_TRACE_TABLE=0 (the launcher prints it).
-std::string explain_failure(trace::CollectiveTrace& trace);
-
 // Waits for `work`; a failure becomes ddpx::Error(kDist) that says which collective (`what`)
 // and, for a traced group's work, the verdict of explain_failure().
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);

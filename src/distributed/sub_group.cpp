@@ -7,8 +7,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "core/error.h"
-#include "distributed/c10d/factories.h"
 #include "distributed/c10d/traced_backend.h"
+#include "distributed/factories.h"
 #include "distributed/shm/shm_backend.h"
 
 namespace ddpx::dist {

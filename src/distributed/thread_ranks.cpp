@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "core/flight_recorder.h"
-#include "distributed/c10d/factories.h"
 #include "distributed/context.h"
+#include "distributed/factories.h"
 
 namespace ddpx::dist {
 

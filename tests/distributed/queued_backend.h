@@ -10,9 +10,9 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "distributed/c10d/factories.h"
 #include "distributed/c10d/forwarding_backend.h"
 #include "distributed/c10d/traced_backend.h"
+#include "distributed/factories.h"
 
 namespace ddpx::test {
 

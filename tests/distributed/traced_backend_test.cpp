@@ -8,7 +8,7 @@
 #include <atomic>
 #include <thread>
 
-#include "distributed/c10d/factories.h"
+#include "distributed/factories.h"
 #include "queued_backend.h"
 #include "ranks.h"
 #include "trace/collective_trace.h"

@@ -11,8 +11,8 @@
 #include <chrono>
 #include <thread>
 
-#include "distributed/c10d/factories.h"
 #include "distributed/c10d/traced_backend.h"
+#include "distributed/factories.h"
 #include "support/support.h"
 #include "trace/collective_trace.h"
 

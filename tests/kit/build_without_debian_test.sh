@@ -58,7 +58,7 @@ else
            src/CMakeFiles/ddpx_serve.dir/absent/serve.cpp.o
            src/CMakeFiles/ddpx_launch.dir/launch/job_record.cpp.o
            src/CMakeFiles/ddpx_cli.dir/cli/jobs_command.cpp.o
-           src/CMakeFiles/ddpx_distributed.dir/distributed/c10d/factories.cpp.o
+           src/CMakeFiles/ddpx_distributed.dir/distributed/factories.cpp.o
            src/CMakeFiles/ddpx_io.dir/io/gzip.cpp.o)
 fi
 if ! "$hide" ninja -C "$build/b" -j "${DDPX_JOBS:-$(nproc)}" "${targets[@]}" >"$build/build.log" 2>&1; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/check-includes catches each kind of breach of the include rule, naming the file, the
 # line and the edge: an upward include, bench reaching into train's parts, torch in a torch-free
-# folder, a library linking a folder above it, and a folder missing from the rule. Each case runs
+# folder, a library linking a folder above it, a folder missing from the rule, and the same rule
+# between the subfolders of distributed/ and parallel/ (SUBGRAPH). Each case runs
 # on a fresh copy of src/.
 # Usage: tests/scripts/check_includes_test.sh PYTHON
 set -euo pipefail
@@ -66,5 +67,17 @@ expect "an include without its link" 1 "^src/optim/.*: optim includes core/ but 
 fresh
 mkdir "$work/tree/src/newthing" && echo '#pragma once' >"$work/tree/src/newthing/a.h"
 expect "a folder outside the rule" 1 "^src/newthing/: a folder missing"
+
+fresh
+n=$(append distributed/c10d/traced_backend.cpp '#include "distributed/collectives.h"')
+expect "a subfolder upward" 1 "^src/distributed/c10d/traced_backend.cpp:$n: distributed/c10d -> distributed is an upward"
+
+fresh
+n=$(append parallel/sharded/shard_unit.h '#include "parallel/pipeline/pipeline_plan.h"')
+expect "a subfolder sideways" 1 "^src/parallel/sharded/shard_unit.h:$n: parallel/sharded -> parallel/pipeline is an upward"
+
+fresh
+mkdir "$work/tree/src/parallel/context" && echo '#pragma once' >"$work/tree/src/parallel/context/a.h"
+expect "a subfolder outside the rule" 1 "^src/parallel/context/: a subfolder missing"
 
 exit $((failures > 0))

@@ -8,10 +8,43 @@
 #include <future>
 #include <thread>
 
+#include "core/env.h"
 #include "core/log.h"
-#include "distributed/collectives.h"
+#include "trace/collective_report.h"
 
 namespace ddpx::dist {
+
+std::string explain_failure(trace::CollectiveTrace& trace) {
+  trace.exchange();  // multi-node: the other nodes' records join this node's (trace_exchange.h)
+  std::vector<trace::Snapshot> ranks;
+  if (!trace.dir().empty()) ranks = trace::read_traces(trace.dir(), trace.world_size());
+  if (ranks.empty()) {
+    // Only this rank's ring: say where this rank waits and how to see the others next time.
+    trace::Snapshot self = trace.snapshot();
+    const trace::Entry* waiting = nullptr;
+    for (const auto& e : self.entries) {
+      if (e.state != trace::State::kDone) {
+        waiting = &e;
+        break;
+      }
+    }
+    return fmt::format(
+        "rank {} waited in {}; no record of the other ranks (under `ddpx run` "
+        "they are compared; else set DDPX_TRACE_DIR to a folder the ranks of a "
+        "host share)",
+        trace.rank(),
+        waiting ? fmt::format("seq {} ({})", waiting->seq, waiting->sig.text())
+                : std::string("no collective"));
+  }
+  auto report = trace::make_report(std::move(ranks), trace.world_size(), trace::realtime_ns());
+  // Under `ddpx run` the launcher prints the table once for the whole job.
+  if (env::get_or("DDPX_TRACE_TABLE", "1") != "0" && trace.claim_report()) {
+    std::string text = fmt::format("[rank {}] collectives at the failure (newest last):\n{}  {}",
+                                   trace.rank(), report.table, report.verdict);
+    log::write_line(stderr, text);
+  }
+  return report.verdict;
+}
 namespace {
 
 // How long ending the job waits for the communicator's abort (ncclCommAbort can itself hang).

@@ -106,6 +106,10 @@ class TracedBackend : public ForwardingBackend {
   std::shared_ptr<CompletionWatch> watch_;     // likewise
 };
 
+// The verdict on a failed collective from every rank's record (collective_report.h); also
+// prints the table to stderr once per rank unless DDPX_TRACE_TABLE=0 (the launcher prints it).
+std::string explain_failure(trace::CollectiveTrace& trace);
+
 // The Work a TracedBackend returns.
 class TracedWork : public c10d::Work {
  public:

@@ -6,7 +6,7 @@
 // options), and links the Gloo inside libtorch; the class layout it relies on is c10d's, whose
 // members are all pointers to Gloo types. GLOO_STORE_HAS_STORE_V2 stays undefined: Debian's
 // Gloo predates that store interface, and libtorch's GlooStore objects are built inside libtorch.
-#include "distributed/c10d/factories.h"
+#include "distributed/factories.h"
 
 #include <cstdint>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
