@@ -19,24 +19,6 @@
 namespace ddpx::train {
 namespace {
 
-// The data-parallel plan of a lone process asked for --shard: the same plan, and its start-up
-// line says that nothing was sharded.
-class LoneShardPlan : public parallel::DataParallelPlan {
- public:
-  LoneShardPlan(torch::nn::AnyModule model, dist::Context& context,
-                const parallel::OptimizerFactory& make_optimizer,
-                parallel::DataParallelOptions options, parallel::ShardMode shard)
-      : DataParallelPlan(std::move(model), context, make_optimizer, std::move(options)),
-        shard_(shard) {}
-  std::string describe() override {
-    return fmt::format("{} (--shard {} on one process: nothing to split)",
-                       DataParallelPlan::describe(), parallel::name(shard_));
-  }
-
- private:
-  parallel::ShardMode shard_;
-};
-
 // What a sharded plan's all-gathers send (--shard_gather_dtype; auto: --amp's dtype).
 c10::ScalarType gather_dtype(const TrainOptions& o) {
   switch (o.deterministic ? GatherDtype::kFp32 : o.shard_gather_dtype) {
@@ -159,13 +141,11 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, const para
   dp.step.split = o.clip_grad_norm == 0 && o.comm_hook == dist::CommHook::kAllreduce;
   dp.sync_bn = o.sync_bn;
   dp.model_name = o.model;
-  std::unique_ptr<parallel::DataParallelPlan> plan;
   if (o.shard != parallel::ShardMode::kNone) {
-    plan = std::make_unique<LoneShardPlan>(std::move(model), context, make_optimizer, dp, o.shard);
-  } else {
-    plan =
-        std::make_unique<parallel::DataParallelPlan>(std::move(model), context, make_optimizer, dp);
+    dp.note = fmt::format("--shard {} on one process: nothing to split", parallel::name(o.shard));
   }
+  auto plan =
+      std::make_unique<parallel::DataParallelPlan>(std::move(model), context, make_optimizer, dp);
   chosen.sync_bn_layers = plan->sync_bn_layers();
   chosen.plan = std::move(plan);
   return chosen;

@@ -59,6 +59,7 @@ std::string DataParallelPlan::describe() {
                          ? fmt::format("plan: data parallel over {} ranks", context_.world_size())
                          : std::string("plan: one process");
   if (!powersgd_line_.empty()) plan += ", gradients by " + powersgd_line_;
+  if (!options_.note.empty()) plan += " (" + options_.note + ")";
   return fmt::format("optimizer step: {} | {}", step_->describe(), plan);
 }
 

@@ -34,6 +34,7 @@ struct DataParallelOptions {
   StepOptions step;
   bool sync_bn = false;    // --sync_bn: convert the model's BatchNorm layers
   std::string model_name;  // for the --sync_bn error when there are none
+  std::string note;        // appended to describe()'s plan: why a layout asked for ran as this one
 };
 
 class DataParallelPlan : public Plan {
