@@ -27,8 +27,9 @@
 //   plan does with SGD on shared memory, told at construction that nothing reads the gradients
 //   between backward and step: no loss scaling, no clipping); describe() then says "inside
 //   backward" and step() only checks that backward made the update.
-// - set_learning_rate(): the rate of the coming update. Call it before the forward_backward()
-//   whose step follows, since the update may run inside that backward.
+// - The learning rate travels with the batch: MicroBatch::learning_rate (when >= 0) is the rate
+//   of the update that batch's step makes, set before its forward and backward run, since the
+//   update may run inside that backward. Nothing else sets it, so no call order is imposed.
 // - step(): the update after a synchronized backward, leaving the model where an unsharded step
 //   on the global batch would. zero_grad() clears the gradients for the next accumulation.
 // - clip_grad_norm(max_norm): scales the gradients so that their global L2 norm, over
@@ -97,6 +98,9 @@ struct MicroBatch {
   // own. The deterministic mode keys its dropout streams by it, so a resumed run draws what an
   // uninterrupted one does.
   int64_t step = -1;
+  // The learning rate of the update this micro-batch's step makes (the scheduler's rate at that
+  // step); < 0: the rate the previous one set (or the optimizer's own).
+  double learning_rate = -1;
 };
 
 // What forward_backward() leaves for the metrics, on the device; undefined on ranks that hold
@@ -114,9 +118,11 @@ class Plan {
   virtual std::string describe() = 0;
 
   // `sync` false: accumulate locally, no communication (not the last micro-batch of a step).
-  virtual MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) = 0;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) {
+    if (batch.learning_rate >= 0) set_learning_rate(batch.learning_rate);
+    return run_forward_backward(batch, sync);
+  }
 
-  virtual void set_learning_rate(double lr) = 0;
   virtual torch::Tensor clip_grad_norm(double max_norm) = 0;  // returns the norm before
   virtual void step() = 0;
   virtual void zero_grad() = 0;
@@ -155,6 +161,11 @@ class Plan {
   virtual void write_index(torch::serialize::OutputArchive& index) { no_parts(); }
   // The factory the optimizer was built with (it may be called again).
   virtual const OptimizerFactory& optimizer_factory() const = 0;
+
+ protected:
+  // What forward_backward() runs, after the batch's learning rate was set.
+  virtual MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) = 0;
+  virtual void set_learning_rate(double lr) = 0;
 
  private:
   [[noreturn]] static void no_parts() {

@@ -200,8 +200,8 @@ class Run {
   parallel::MicroBatchResult train_step(const data::Batch& batch, bool boundary) {
     parallel::MicroBatch mb = recipe_micro_batch(o_, device_, batch, *mixer_, scaler_.get());
     mb.step = global_step_;
-    // Before backward: the update may run inside it (the plan's describe() says so).
-    if (boundary) plan_->set_learning_rate(schedule_->lr_at(global_step_));
+    // The step's rate goes with its last batch: the update may run inside that backward.
+    if (boundary) mb.learning_rate = schedule_->lr_at(global_step_);
     parallel::MicroBatchResult out = plan_->forward_backward(mb, /*sync=*/boundary);
     if (boundary) {
       RECORD_USER_SCOPE(kRangeOptimizer);

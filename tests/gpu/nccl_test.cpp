@@ -179,7 +179,7 @@ TEST(NcclTest, TwoPipelineStagesOnTwoGpusTradeTensorsByNcclAndTrainAsOneProcess)
         mb.input = xs[s].to(gpu);
         mb.target = ys[s].to(gpu);
         mb.loss = mse;
-        plan.set_learning_rate(0.05);
+        mb.learning_rate = 0.05;
         plan.forward_backward(mb, true);
         plan.step();
         plan.zero_grad();

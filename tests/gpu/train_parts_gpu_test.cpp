@@ -189,7 +189,7 @@ TEST(PipelineGpuTest, OnlyEachRanksStageReachesTheGpu) {
       mb.loss = [](const torch::Tensor& o, const torch::Tensor& y) {
         return (o - y).pow(2).mean();
       };
-      plan.set_learning_rate(0.05);
+      mb.learning_rate = 0.05;
       plan.forward_backward(mb, true);
       plan.step();
       plan.zero_grad();

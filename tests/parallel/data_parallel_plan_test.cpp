@@ -93,7 +93,7 @@ std::vector<State> train_dp(int world) {
       mb.loss = [](const torch::Tensor& out, const torch::Tensor& y) {
         return (out - y).pow(2).mean();
       };
-      plan.set_learning_rate(0.1);
+      mb.learning_rate = 0.1;
       plan.forward_backward(mb, /*sync=*/true);
       plan.step();
       plan.zero_grad();

@@ -152,8 +152,9 @@ TEST_P(Mesh3dTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) {
     ASSERT_EQ(plan.pipeline()->units().empty(), layout.shard == parallel::ShardMode::kNone);
     const bool reports = stage == 0;  // each tensor rank of the replica's first stage
     for (int s = 0; s < kSteps; ++s) {
-      plan.set_learning_rate(0.05);
-      auto out = plan.forward_backward(test::replica_batch(b, s, replica, replicas), true);
+      parallel::MicroBatch mb = test::replica_batch(b, s, replica, replicas);
+      mb.learning_rate = 0.05;
+      auto out = plan.forward_backward(mb, true);
       ASSERT_EQ(out.loss.defined(), reports) << "rank " << rank << " step " << s;
       if (reports && s == 0) {
         const int64_t n = kGlobalBatch / replicas;
@@ -244,8 +245,9 @@ TEST(Mesh3dCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSingleProc
       o.load_from(os);
       plan.load_state_dict(m, o);
       for (int s = 2; s < kSteps; ++s) {
-        plan.set_learning_rate(0.05);
-        plan.forward_backward(test::replica_batch(b, s, plan.replica(), replicas), true);
+        parallel::MicroBatch mb = test::replica_batch(b, s, plan.replica(), replicas);
+        mb.learning_rate = 0.05;
+        plan.forward_backward(mb, true);
         plan.clip_grad_norm(kClip);
         plan.step();
         plan.zero_grad();

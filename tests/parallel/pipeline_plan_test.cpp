@@ -223,8 +223,8 @@ TEST_P(PipelinePlanTest, EndsWithTheSingleProcessParametersAndReportsItsLosses) 
     const int replicas = layout.world / layout.stages;
     EXPECT_EQ(plan.units().empty(), layout.shard == parallel::ShardMode::kNone);
     for (int s = 0; s < kSteps; ++s) {
-      plan.set_learning_rate(0.1);
       parallel::MicroBatch whole = micro_batch(b, s, plan.replica(), replicas);
+      whole.learning_rate = 0.1;
       parallel::MicroBatchResult out;
       if (layout.accumulate) {  // two halves, each's mean loss halved: the whole batch's mean
         const int64_t half = whole.input.size(0) / 2;
@@ -367,8 +367,9 @@ TEST(PipelinePlanCheckpointTest, AWholeCheckpointLoadsIntoAPipelineThatGoesOnAsT
       oi.load_from(os);
       plan.load_state_dict(mi, oi);
       for (int s = 3; s < kSteps; ++s) {
-        plan.set_learning_rate(0.1);
-        plan.forward_backward(micro_batch(b, s, plan.replica(), world / 2), true);
+        parallel::MicroBatch mb = micro_batch(b, s, plan.replica(), world / 2);
+        mb.learning_rate = 0.1;
+        plan.forward_backward(mb, true);
         plan.step();
         plan.zero_grad();
       }
@@ -415,8 +416,9 @@ TEST(PipelinePlanCheckpointTest, PartsByStageHoldWhatTheWholeCheckpointHolds) {
       options.shard = c.shard;
       parallel::PipelinePlan plan(nets[rank], context, make_pipeline_sgd, options);
       for (int s = 0; s < 2; ++s) {
-        plan.set_learning_rate(0.1);
-        plan.forward_backward(micro_batch(b, s, plan.replica(), c.world / 2), true);
+        parallel::MicroBatch mb = micro_batch(b, s, plan.replica(), c.world / 2);
+        mb.learning_rate = 0.1;
+        plan.forward_backward(mb, true);
         plan.step();
         plan.zero_grad();
       }

@@ -189,9 +189,9 @@ std::vector<torch::nn::AnyModule> make_models(Model model, int world) {
 void train_step(parallel::Plan& plan, const ShardedBatches& b, int s, int rank, int world,
                 int accumulation) {
   const int64_t n = 8 / world / accumulation;
-  plan.set_learning_rate(0.05);
   for (int k = 0; k < accumulation; ++k) {
     parallel::MicroBatch mb;
+    mb.learning_rate = 0.05;
     const int64_t start = (rank * accumulation + k) * n;
     mb.input = b.x[s].narrow(0, start, n);
     mb.target = b.y[s].narrow(0, start, n);

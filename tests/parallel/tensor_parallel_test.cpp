@@ -137,8 +137,9 @@ TEST_P(TensorParallelPlanTest, TrainsAsTheSingleProcessAndSavesTheUnsplitModel) 
     ASSERT_EQ(plan.replica(), rank / layout.tensor);
     ASSERT_EQ(plan.tensor_rank(), rank % layout.tensor);
     for (int s = 0; s < kSteps; ++s) {
-      plan.set_learning_rate(0.05);
-      auto out = plan.forward_backward(test::replica_batch(b, s, plan.replica(), replicas), true);
+      parallel::MicroBatch mb = test::replica_batch(b, s, plan.replica(), replicas);
+      mb.learning_rate = 0.05;
+      auto out = plan.forward_backward(mb, true);
       ASSERT_TRUE(out.loss.defined()) << "rank " << rank;
       if (s == 0) {
         const int64_t n = kGlobalBatch / replicas;
@@ -341,8 +342,9 @@ TEST(TensorParallelCheckpointTest, AWholeCheckpointLoadsAndTrainingGoesOnAsTheSi
       plan.load_state_dict(mi, oi);
       const int replicas = world / 2;
       for (int s = 2; s < kSteps; ++s) {
-        plan.set_learning_rate(0.05);
-        plan.forward_backward(test::replica_batch(b, s, plan.replica(), replicas), true);
+        parallel::MicroBatch mb = test::replica_batch(b, s, plan.replica(), replicas);
+        mb.learning_rate = 0.05;
+        plan.forward_backward(mb, true);
         plan.step();
         plan.zero_grad();
       }
@@ -454,8 +456,9 @@ TEST(TensorParallelDropoutTest, AttentionDropoutDropsStaysInStepAndRepeats) {
             });
       }
       for (int s = 0; s < kSteps; ++s) {
-        plan.set_learning_rate(0.05);
-        auto out = plan.forward_backward(test::replica_batch(b, s, 0, 1), true);
+        parallel::MicroBatch mb = test::replica_batch(b, s, 0, 1);
+        mb.learning_rate = 0.05;
+        auto out = plan.forward_backward(mb, true);
         if (s == 0) {
           EXPECT_GT(std::abs(out.loss.item<double>() - plain.losses[0]), 1e-4)
               << "rank " << rank << ": attention dropout dropped nothing";

@@ -68,7 +68,7 @@ StepStrategy::Kind DataParallelPlan::step_kind() {
   return step_->kind();
 }
 
-MicroBatchResult DataParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult DataParallelPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
   wrap();
   MicroBatchResult r;
   auto forward = [&] {

@@ -45,8 +45,6 @@ class DataParallelPlan : public Plan {
   ~DataParallelPlan() override;
 
   std::string describe() override;
-  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -64,6 +62,10 @@ class DataParallelPlan : public Plan {
   int sync_bn_layers() const { return sync_bn_layers_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   StepStrategy::Kind step_kind();
+
+ protected:
+  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
 
  private:
   void wrap();  // DDP and the step, once (see above)

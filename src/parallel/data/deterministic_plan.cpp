@@ -59,7 +59,7 @@ std::string DeterministicPlan::describe() {
 
 int DeterministicPlan::norm_layers() const { return atoms_->norm_layers(); }
 
-MicroBatchResult DeterministicPlan::forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult DeterministicPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
   DDPX_CHECK(
       sync, ErrorKind::kInternal,
       "the deterministic plan takes no gradient accumulation (train/options.cpp refuses it)");

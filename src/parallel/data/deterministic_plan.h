@@ -59,8 +59,6 @@ class DeterministicPlan : public Plan {
   ~DeterministicPlan() override;
 
   std::string describe() override;
-  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -73,6 +71,10 @@ class DeterministicPlan : public Plan {
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
 
   int norm_layers() const;
+
+ protected:
+  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
 
  private:
   void broadcast_once();  // rank 0's weights and buffers, at the first call after construction

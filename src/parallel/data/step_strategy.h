@@ -10,8 +10,8 @@
 //   kPlain            the optimizer's own step().
 // The split needs the shared-memory transport and SGD with dampening 0; the step inside backward
 // also needs nothing to read the averaged gradients between backward and the step (no clipping),
-// and the learning rate of the update set before backward: hence set_learning_rate() before
-// every backward whose step follows.
+// and the learning rate of the update set before backward (the plan sets it from the batch,
+// plan.h).
 #pragma once
 
 #include <torch/optim/optimizer.h>

@@ -256,7 +256,7 @@ torch::Tensor PipelinePlan::run_stage(int stage, torch::Tensor x) {
   return x;
 }
 
-MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, bool sync) {
   Stopwatch total;
   stats_ = {};
   if (others_held_) free_others();

@@ -153,8 +153,6 @@ class PipelinePlan : public Plan {
   ~PipelinePlan() override;
 
   std::string describe() override;
-  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -187,6 +185,10 @@ class PipelinePlan : public Plan {
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }  // null: a rank without params
   int replica() const { return replica_; }
   const std::vector<ShardUnit>& units() const { return units_; }  // sharded replicas: a stage each
+
+ protected:
+  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
 
  private:
   // Tags above every (micro-batch, stage, direction) one: the loss, the logits, the shapes.

@@ -226,7 +226,7 @@ void ShardedPlan::release_all(bool keep_root) {
   }
 }
 
-MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult ShardedPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
   if (atoms_) return forward_backward_atoms(batch, sync);
   auto& module = *model_.ptr();
   if (options_.broadcast_buffers) {

@@ -83,8 +83,6 @@ class ShardedPlan : public Plan, private GateListener {
   ~ShardedPlan() override;
 
   std::string describe() override;
-  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -106,6 +104,10 @@ class ShardedPlan : public Plan, private GateListener {
   const std::vector<ShardUnit>& units() const { return units_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   int sync_bn_layers() const { return sync_bn_layers_; }
+
+ protected:
+  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
 
  private:
   enum class Phase { kIdle, kForward, kBackward };

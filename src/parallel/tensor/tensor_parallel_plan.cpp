@@ -157,7 +157,7 @@ std::string TensorParallelPlan::describe() {
                      replicated);
 }
 
-MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult TensorParallelPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
   if (whole_held_) free_whole();
   MicroBatchResult result = inner_->forward_backward(batch, sync);
   if (sync && !partial_grads_.empty() && tensor_group_->distributed()) {
@@ -196,7 +196,8 @@ MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, b
   return result;
 }
 
-void TensorParallelPlan::set_learning_rate(double lr) { inner_->set_learning_rate(lr); }
+// The rate reaches the inner plan with the batch (its forward_backward() sets it).
+void TensorParallelPlan::set_learning_rate(double) {}
 
 torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
   if (sharded_ != nullptr || (pipeline_ != nullptr && !pipeline_->units().empty()))

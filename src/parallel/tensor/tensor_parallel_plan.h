@@ -90,8 +90,6 @@ class TensorParallelPlan : public Plan {
   ~TensorParallelPlan() override;
 
   std::string describe() override;
-  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -127,6 +125,10 @@ class TensorParallelPlan : public Plan {
   // pipeline "mesh (data x pipeline x tensor) 1 x 2 x 2: replica 0: stage 0 ranks 0 1, stage 1
   // ranks 2 3"
   std::string mesh_line() const;
+
+ protected:
+  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
+  void set_learning_rate(double lr) override;
 
  private:
   void refresh_whole();  // collective over the tensor group, when the pieces changed
