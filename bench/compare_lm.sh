@@ -37,8 +37,17 @@ peer="bench/pytorch_gpt.py --data_dir $out/data --seq_len $seq --batch_size $bat
   --steps $steps --warmup $steps --warmup_steps $((steps / 5))"
 free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-/usr/bin/time -f '%M' -o "$out/ddpx1.rss" "$ddpx" $train --threads "$threads" > "$out/ddpx1.log"
-/usr/bin/time -f '%M' -o "$out/pt1.rss" $py $peer --threads "$threads" > "$out/pt1.json"
+# Runs COMMAND with its output in FILE and its peak resident KiB in FILE.rss (the child's
+# ru_maxrss: ddpx's front execs ddpx-torch in the same process).
+measured() {
+  local file="$1"; shift
+  $py -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[2:], stdout=open(sys.argv[1], "w"))
+open(sys.argv[1] + ".rss", "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(r.returncode)' "$file" "$@"
+}
+measured "$out/ddpx1.log" "$ddpx" $train --threads "$threads"
+measured "$out/pt1.json" $py $peer --threads "$threads"
 if [ "$ranks" -gt 1 ]; then
   "$ddpx" run "$ranks" --threads_per_worker 1 --tee 0 --log_dir "$out/logs" -- $train \
     --batch_size_scaled > "$out/ddpx2.log"
@@ -64,7 +73,7 @@ peer1 = json.loads(open(os.path.join(d, "pt1.json")).readline())
 fpt = peer1["flops_per_token"]
 print(f"# {'setting':<26} {'ddpx tok/s':>11} {'pytorch tok/s':>14} {'ratio':>6} {'ddpx GFLOP/s':>13} {'peak RSS MiB ddpx / pytorch':>28}")
 a = ddpx("ddpx1.log"); b = peer1["tokens_per_sec"]
-print(f"  {'1 process, %d thread%s' % (threads, 's' if threads > 1 else ''):<26} {a:11.0f} {b:14.0f} {a / b:5.2f}x {a * fpt / 1e9:13.2f} {rss('ddpx1.rss'):13.0f} / {rss('pt1.rss'):.0f}")
+print(f"  {'1 process, %d thread%s' % (threads, 's' if threads > 1 else ''):<26} {a:11.0f} {b:14.0f} {a / b:5.2f}x {a * fpt / 1e9:13.2f} {rss('ddpx1.log.rss'):13.0f} / {rss('pt1.json.rss'):.0f}")
 if ranks > 1:
     a2 = ddpx("ddpx2.log"); b2 = json.loads(open(os.path.join(d, "pt2.json")).readline())["tokens_per_sec"]
     print(f"  {'%d DDP ranks, 1 thread each' % ranks:<26} {a2:11.0f} {b2:14.0f} {a2 / b2:5.2f}x {a2 * fpt / 1e9:13.2f} {'':>28}")
