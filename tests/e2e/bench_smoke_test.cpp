@@ -253,6 +253,25 @@ TEST(BenchSmokeTest, CompareTrainScriptPrintsEveryRatio) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
 }
 
+// The language-model comparison at two steps on Debian's GPL: both rows, the ratios, the FLOPs.
+TEST(BenchSmokeTest, CompareLmScriptPrintsBothSettingsAndTheirRatios) {
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torch"))
+      << "needs torch in DDPX_PYTHON (scripts/python-env --tests)";
+  auto r = run_command(
+      "STEPS=2 RANKS=2 TEXT=/usr/share/common-licenses/GPL-3 DDPX_PYTHON=" + test::python_binary() +
+          " DDPX_BIN=" + test::ddpx_binary() + " " + test::source_dir() + "/bench/compare_lm.sh",
+      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"  1 process, 1 thread ", "  2 DDP ranks, 1 thread each ",
+                           "# step time, one process: ddpx ", "MFLOP a token ("})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  std::regex ratio(R"( ([0-9]+\.[0-9]{2})x )");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), ratio),
+                          std::sregex_iterator()),
+            2)
+      << r.output;
+}
+
 TEST(BenchSmokeTest, MemoryReportsAPeakAboveTheBaseline) {
   auto r =
       run_command(ddpx("bench memory --model mlp --image_size 8 --batch_size 2 --threads 1"), 120);

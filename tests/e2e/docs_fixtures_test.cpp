@@ -85,8 +85,10 @@ const std::vector<Rule>& rules() {
       {R"(^ddpx data info photos)", Fixture::kPhotos, "formats: ", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
       {R"(^ddpx generate )", Fixture::kElsewhere, "",
-       "needs a trained GPT and its vocab.json; LanguageModelTest.GeneratesFromItsCheckpoint runs "
-       "it on one, with and without the cache"},
+       "needs a trained GPT and its vocab.json, or GPT-2 weights; LanguageModelTest."
+       "GeneratesFromItsCheckpoint runs it on one, with and without the cache, and HfCliTest."
+       "GreedyGenerationFromTransformersWeightsEqualsTransformersGenerate on transformers' "
+       "weights"},
       {R"(^ddpx tune .*--amp bf16)", Fixture::kElsewhere, "",
        "a GPU's search: bf16 ResNet-50 at 224 px takes minutes a batch size on a CPU (the tune "
        "command of docs/cli.md runs here)"},

@@ -1,17 +1,23 @@
 // `ddpx train --model gpt-nano --dataset tokens` as a user runs it, on real text (Debian's copy
 // of the GPL, its characters as tokens): the lines a language model prints, two DDP ranks and two
 // ZeRO-3 ranks training like one process on the same global batch, a resumed run ending where
-// an uninterrupted one does, and `ddpx generate` from the checkpoint, with and without its
-// key/value cache.
+// an uninterrupted one does (after an epoch, and stopped mid-epoch by a snapshot request), and
+// `ddpx generate` from the checkpoint, with and without its key/value cache.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "e2e/token_fixture.h"
+#include "launch/launch_helpers.h"
+#include "models/zoo/registry.h"
 #include "support/support.h"
+#include "train/checkpoint.h"
 
 namespace ddpx {
 namespace {
@@ -121,6 +127,77 @@ TEST_F(LanguageModelTest, AResumedRunEndsWhereAnUninterruptedOneDoes) {
   EXPECT_EQ(a[1], b[0]);
   EXPECT_EQ(a[2], b[1]);
   EXPECT_EQ(va[2], vb[1]);
+}
+
+// The largest absolute difference between the weights of two checkpoints of the same model.
+double weight_difference(const std::string& a_path, const std::string& b_path) {
+  const train::CheckpointMeta meta = train::read_checkpoint_meta(a_path);
+  models::ModelConfig config;
+  config.num_classes = meta.num_classes;
+  auto a = models::create_model(meta.model, config);
+  auto b = models::create_model(meta.model, config);
+  train::load_checkpoint_weights(a_path, *a.ptr());
+  train::load_checkpoint_weights(b_path, *b.ptr());
+  auto pb = b.ptr()->named_parameters();
+  double diff = 0;
+  for (const auto& item : a.ptr()->named_parameters())
+    diff = std::max(diff, (item.value() - pb[item.key()]).abs().max().item<double>());
+  return diff;
+}
+
+// Stopped mid-epoch as Slurm's warning or `ddpx snapshot --stop` stops a run (SIGUSR2: a
+// checkpoint at the next check, every 5 steps on a CPU, then exit), then `--resume auto`: the
+// windows after the snapshot's step are those the uninterrupted run read, so every later epoch's
+// loss and val loss (as printed) and the final weights (to the bit) are the same (one process, one
+// thread: the same arithmetic in the same order). The cosine schedule and AdamW's moments resume
+// too.
+TEST_F(LanguageModelTest, StoppedMidEpochAndResumedEndsBitForBitWhereAnUninterruptedRunDoes) {
+  const std::string run = train("--num_epochs 3 --limit_train_batches 30 --save_dir ");
+  auto whole = run_command(ddpx(run + dir_.file("a")), 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  // The request arrives while ddpx-torch starts (held until it can take it), so it is taken at
+  // the first check: epoch 0, step 5 of 30, unless the machine is slow to deliver it.
+  const std::string log = dir_.file("stopped.log");
+  pid_t pid = launch::testing::start_in_background(
+      "cd " + test::shell_quote(dir_.path()) + " && exec " + ddpx(run + dir_.file("b")), log);
+  std::string exe;
+  for (int i = 0; i < 30000 && exe.find("ddpx-torch") == std::string::npos; ++i) {
+    std::error_code ec;
+    exe = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string();
+    if (exe.find("ddpx-torch") == std::string::npos) ::usleep(1000);
+  }
+  ASSERT_NE(exe.find("ddpx-torch"), std::string::npos) << exe;
+  ::kill(pid, SIGUSR2);
+  ASSERT_EQ(launch::testing::wait_exit_code(pid, 300), 0) << launch::testing::slurp(log);
+  const std::string stopped = launch::testing::slurp(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(stopped, m, std::regex(R"(Snapshot - epoch (\d) step (\d+)/30)")))
+      << stopped;
+  const int epoch = std::stoi(m[1]);
+  const std::string step = m[2];
+  ASSERT_LT(epoch, 3) << stopped;
+  ASSERT_TRUE(std::stoi(step) > 0 && std::stoi(step) < 30) << "not mid-epoch:\n" << stopped;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("b/checkpoint_epoch0003.ddpx")));
+
+  auto rest = run_command(ddpx(run + dir_.file("b") + " --resume auto"), 300);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_TRUE(test::has(rest.output, "at epoch " + std::to_string(epoch) + " step " + step))
+      << rest.output;
+  const auto a = numbers_after(whole.output, "loss_train");
+  const auto b = numbers_after(rest.output, "loss_train");
+  const auto va = numbers_after(whole.output, "Loss on val dataset");
+  const auto vb = numbers_after(stopped + rest.output, "Loss on val dataset");
+  ASSERT_EQ(a.size(), 3u) << whole.output;
+  ASSERT_EQ(b.size(), static_cast<size_t>(3 - epoch)) << rest.output;
+  ASSERT_EQ(va.size(), 3u) << whole.output;
+  ASSERT_EQ(vb.size(), 3u) << stopped << rest.output;
+  // b[0] is the resumed epoch's line (its remaining steps); the epochs after it are whole.
+  for (int e = epoch + 1; e < 3; ++e) EXPECT_EQ(a[e], b[e - epoch]) << "epoch " << e;
+  for (int e = 0; e < 3; ++e) EXPECT_EQ(va[e], vb[e]) << "epoch " << e;
+  EXPECT_EQ(weight_difference(dir_.file("a/checkpoint_epoch0003.ddpx"),
+                              dir_.file("b/checkpoint_epoch0003.ddpx")),
+            0.0);
 }
 
 // The whole path a user takes: `ddpx data tokenize` (its char vocabulary), train, generate;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# ddpx training a GPT beside its PyTorch eager peer (bench/pytorch_gpt.py, nanoGPT's model and
+# loop with the same math), in one run (docs/performance.md, "Language models"): gpt-nano
+# (4 layers, 4 heads, 128 wide) on Shakespeare's characters, batch 12 x 64 tokens a rank, AdamW
+# (weight decay on matrices), warmup + cosine, gradients clipped at 1, on the CPU:
+#   1. one process, THREADS intra-op threads each;
+#   2. 2 data-parallel ranks of one thread (ddpx run 2 / the peer's DDP over gloo), RANKS=0 skips.
+# Prints tokens/s of each, the ratio, the step time, the model FLOP/s (6N + 12·L·C·T FLOPs a
+# token, nanoGPT's and llm.c's count: N the parameters less the position embeddings) and peak
+# resident memory (one process). ddpx's tokens/s are those of its second epoch line (the first
+# is the warm-up, STEPS steps each); the peer times STEPS steps after STEPS untimed ones, reading
+# the loss every step as ddpx does on a CPU. Data loading: ddpx's loader threads
+# (--loader_workers 1), the peer's windows on its own thread (nanoGPT's get_batch).
+# Text: TEXT=FILE, else ../shared/data/tinyshakespeare.txt, else where `ddpx data download
+# tinyshakespeare` puts it.
+# Usage: bench/compare_lm.sh   (BUILD=build; STEPS=100, THREADS=1, RANKS=2, BATCH=12, SEQ=64)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
+py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+text="${TEXT:-../shared/data/tinyshakespeare.txt}"
+[[ -f "$text" || -n "${TEXT:-}" ]] || text=data/tinyshakespeare/input.txt
+[[ -f "$text" ]] || { echo "compare_lm: no $text; set TEXT=FILE or run" \
+  "\`ddpx data download tinyshakespeare\`" >&2; exit 1; }
+steps="${STEPS:-100}"; threads="${THREADS:-1}"; ranks="${RANKS:-2}"
+batch="${BATCH:-12}"; seq="${SEQ:-64}"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?); torch $("$py" -c 'import torch; print(torch.__version__)')"
+echo "# gpt-nano on $(basename "$text") characters, batch $batch x $seq tokens a rank, AdamW, $steps timed steps after $steps"
+"$ddpx" data tokenize "$text" --tokenizer char --out "$out/data" >/dev/null
+train="train --model gpt-nano --dataset tokens --data_dir $out/data --seq_len $seq \
+  --batch_size $batch --optimizer adamw --learning_rate 1e-3 --weight_decay 0.1 \
+  --clip_grad_norm 1 --warmup_epochs 0.1 --limit_train_batches $steps --limit_test_batches 1 \
+  --eval_batch_size $batch --num_epochs 2 --loader_workers 1 --no_progress --seed 1"
+peer="bench/pytorch_gpt.py --data_dir $out/data --seq_len $seq --batch_size $batch \
+  --steps $steps --warmup $steps --warmup_steps $((steps / 5))"
+free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Runs COMMAND with its output in FILE and its peak resident KiB in FILE.rss (the child's
+# ru_maxrss: ddpx's front execs ddpx-torch in the same process).
+measured() {
+  local file="$1"; shift
+  $py -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[2:], stdout=open(sys.argv[1], "w"))
+open(sys.argv[1] + ".rss", "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(r.returncode)' "$file" "$@"
+}
+measured "$out/ddpx1.log" "$ddpx" $train --threads "$threads"
+measured "$out/pt1.json" $py $peer --threads "$threads"
+if [ "$ranks" -gt 1 ]; then
+  "$ddpx" run "$ranks" --threads_per_worker 1 --tee 0 --log_dir "$out/logs" -- $train \
+    --batch_size_scaled > "$out/ddpx2.log"
+  port=$(free_port)
+  for r in $(seq 0 $((ranks - 1))); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      OMP_NUM_THREADS=1 $py $peer --threads 1 > "$out/pt2.$r.json" &
+  done
+  wait
+  cat "$out/pt2.0.json" > "$out/pt2.json"
+fi
+$py - "$out" "$threads" "$ranks" "$seq" "$batch" <<'PY'
+import json, os, re, sys
+d, threads, ranks, seq, batch = (sys.argv[1], *map(int, sys.argv[2:6]))
+def ddpx(name):
+    text = open(os.path.join(d, name)).read()
+    lines = re.findall(r"tokens_per_sec - ([0-9.]+)", text)
+    assert len(lines) == 2, f"ddpx printed {len(lines)} epoch lines:\n{text}"
+    return float(lines[-1])
+def rss(name):
+    return int(open(os.path.join(d, name)).read().split()[-1]) / 1024
+peer1 = json.loads(open(os.path.join(d, "pt1.json")).readline())
+fpt = peer1["flops_per_token"]
+print(f"# {'setting':<26} {'ddpx tok/s':>11} {'pytorch tok/s':>14} {'ratio':>6} {'ddpx GFLOP/s':>13} {'peak RSS MiB ddpx / pytorch':>28}")
+a = ddpx("ddpx1.log"); b = peer1["tokens_per_sec"]
+print(f"  {'1 process, %d thread%s' % (threads, 's' if threads > 1 else ''):<26} {a:11.0f} {b:14.0f} {a / b:5.2f}x {a * fpt / 1e9:13.2f} {rss('ddpx1.log.rss'):13.0f} / {rss('pt1.json.rss'):.0f}")
+if ranks > 1:
+    a2 = ddpx("ddpx2.log"); b2 = json.loads(open(os.path.join(d, "pt2.json")).readline())["tokens_per_sec"]
+    print(f"  {'%d DDP ranks, 1 thread each' % ranks:<26} {a2:11.0f} {b2:14.0f} {a2 / b2:5.2f}x {a2 * fpt / 1e9:13.2f} {'':>28}")
+print(f"# step time, one process: ddpx {1000 * batch * seq / a:.1f} ms | pytorch {peer1['step_ms']:.1f} ms; "
+      f"{fpt / 1e6:.2f} MFLOP a token ({peer1['parameters']:,} parameters); pytorch AdamW fused: {peer1['fused_adamw']}")
+PY
