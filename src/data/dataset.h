@@ -54,8 +54,9 @@ struct DatasetSplits {
 
 // The datasets ddpx reads (`--dataset`); a folder of files is one of these formats, named by
 // --data_dir.
-// imagefolder and imagenet are streamed image folders (data/image_dataset.h); tokens a language
-// model's token files (data/token_windows.h).
+// imagefolder and imagenet are streamed image folders (data/image_dataset.h); shards WebDataset
+// tar shards of images, streamed too (data/shard_dataset.h); tokens a language model's token
+// files (data/token_windows.h).
 enum class DatasetId {
   kFashionMnist,
   kMnist,
@@ -64,16 +65,18 @@ enum class DatasetId {
   kSynthetic,
   kImageFolder,
   kImagenet,
-  kTokens
+  kTokens,
+  kShards
 };
-inline constexpr NameTable<DatasetId, 8> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
+inline constexpr NameTable<DatasetId, 9> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
                                                         {DatasetId::kMnist, "mnist"},
                                                         {DatasetId::kCifar10, "cifar10"},
                                                         {DatasetId::kCifar100, "cifar100"},
                                                         {DatasetId::kSynthetic, "synthetic"},
                                                         {DatasetId::kImageFolder, "imagefolder"},
                                                         {DatasetId::kImagenet, "imagenet"},
-                                                        {DatasetId::kTokens, "tokens"}}};
+                                                        {DatasetId::kTokens, "tokens"},
+                                                        {DatasetId::kShards, "shards"}}};
 inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
 
 // What to load. data_dir empty means the dataset's default folder (default_data_dir()).

@@ -7,8 +7,10 @@
 #include <numeric>
 #include <random>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/transforms.h"
+#include "io/tar_shard.h"
 
 namespace ddpx::data {
 namespace folders_detail {
@@ -80,6 +82,15 @@ std::vector<size_t> all(size_t n) {
 }
 
 }  // namespace folders_detail
+
+std::string ImageFiles::read(int64_t i) const {
+  if (!sharded()) return read_file(paths[i]);
+  return io::read_tar_member(paths[i], offsets[i], records[i].bytes);
+}
+
+std::string ImageFiles::name(int64_t i) const {
+  return sharded() ? paths[i] + ":" + members[i] : paths[i];
+}
 
 std::string image_train_root(const DatasetSpec& spec, const std::string& data_dir) {
   return spec.dataset == DatasetId::kImagenet ? data_dir + "/train" : data_dir;

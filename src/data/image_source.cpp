@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/image_dataset.h"
 #include "data/image_transforms.h"
@@ -24,8 +23,8 @@ ImageSource::ImageSource(const Dataset& dataset, TransformOptions transform, uin
 }
 
 torch::Tensor ImageSource::sample(int64_t index, std::mt19937_64& rng) const {
-  const std::string& path = dataset_.files->paths[index];
-  const torch::Tensor image = io::decode_image(read_file(path), path);
+  const torch::Tensor image =
+      io::decode_image(dataset_.files->read(index), dataset_.files->name(index));
   const int64_t size = transform_.image_size;
   if (transform_.random_resized_crop)
     return train_image_transform(image, size, transform_.horizontal_flip, rng);

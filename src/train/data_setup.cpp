@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/image_dataset.h"
+#include "data/shard_sampler.h"
 #include "data/transforms.h"
 #include "distributed/threads.h"
 #include "models/zoo/registry.h"
@@ -90,7 +92,13 @@ std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int 
   // --deterministic: each rank a contiguous run of every global batch, and augmentation keyed
   // by the sample, so that a global batch is the same on any world size.
   if (o.deterministic) sampler.block = batch_size;
-  d.sampler = std::make_unique<data::DistributedSampler>(d.splits.train.size(), sampler);
+  if (const auto& files = d.splits.train.files; files && files->sharded()) {
+    auto shards = std::make_unique<data::ShardSampler>(files->shards, sampler);
+    d.sampler_note = shards->describe();
+    d.sampler = std::move(shards);
+  } else {
+    d.sampler = std::make_unique<data::DistributedSampler>(d.splits.train.size(), sampler);
+  }
   const auto stream = o.deterministic ? uint64_t{0} : static_cast<uint64_t>(rank);
   auto train_options =
       loader_options(o, d.splits, true, batch_size, d.image_size, stream, pin_memory);
