@@ -79,6 +79,13 @@ inline constexpr NameTable<DatasetId, 9> kDatasetNames{{{DatasetId::kFashionMnis
                                                         {DatasetId::kShards, "shards"}}};
 inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
 
+// What a streamed set does with an image it cannot read or decode (--bad_images): stop with one
+// line naming it (error), or leave it out, counted and named once (skip).
+enum class BadImages { kError, kSkip };
+inline constexpr NameTable<BadImages, 2> kBadImagesNames{
+    {{BadImages::kError, "error"}, {BadImages::kSkip, "skip"}}};
+inline const char* name(BadImages b) { return name_of(kBadImagesNames, b); }
+
 // What to load. data_dir empty means the dataset's default folder (default_data_dir()).
 struct DatasetSpec {
   DatasetId dataset = DatasetId::kFashionMnist;
@@ -95,7 +102,8 @@ struct DatasetSpec {
   // fraction of the training folder held out for validation
   std::string val_dir;
   double val_split = 0.1;
-  int index_threads = 0;  // threads reading image headers (0: the cores)
+  int index_threads = 0;                     // threads reading image headers (0: the cores)
+  BadImages bad_images = BadImages::kError;  // files whose header cannot be read, at start
   // tokens only: the window's input length, and the vocabulary (0: the largest token + 1)
   int64_t seq_len = 0;
   int64_t vocab_size = 0;

@@ -17,6 +17,7 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   spec.data_dir = o.data_dir;
   spec.val_dir = o.val_dir;
   spec.val_split = o.val_split;
+  spec.bad_images = o.bad_images;
   spec.synthetic_train_size = o.synthetic_size;
   spec.synthetic_test_size = std::max<int64_t>(o.synthetic_size / 4, 1);
   spec.synthetic_height = spec.synthetic_width = o.synthetic_image;
@@ -66,6 +67,7 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   l.limit_batches = train ? o.limit_train_batches : o.limit_test_batches;
   l.seed = o.seed * 1000003ULL + seed_stream;
   l.pin_memory = pin_memory;
+  l.bad_images = o.bad_images;
   l.transform.random_crop = train && o.random_crop;
   l.transform.horizontal_flip = train && o.horizontal_flip;
   l.transform.image_size = image_size;
