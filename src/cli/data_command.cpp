@@ -1,6 +1,6 @@
 // `ddpx data`: fetch the official dataset files (download), check what a folder holds (info:
-// a known dataset's sizes and statistics, or an image folder's classes, formats and bad files)
-// and turn text into token files (tokenize).
+// a known dataset's sizes and statistics, or an image folder's classes, formats and bad files),
+// write an image folder as tar shards (pack) and turn text into token files (tokenize).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -16,6 +16,7 @@
 #include "data/download.h"
 #include "data/image_dataset.h"
 #include "data/image_folder_info.h"
+#include "data/shard_pack.h"
 #include "text/tokenize.h"
 
 namespace ddpx::cli {
@@ -100,6 +101,32 @@ void add_data_command(CLI::App& app, int& exit_code) {
              t.size(), splits.test.size(), t.height(), t.width(), t.channels(), t.num_classes,
              splits.source);
     log::out("mean {} std {}", fmt::join(splits.mean, " "), fmt::join(splits.std, " "));
+    exit_code = 0;
+  });
+
+  auto pack_opts = std::make_shared<data::PackOptions>();
+  auto shard_size = std::make_shared<std::string>("1G");
+  auto* pack = data->add_subcommand(
+      "pack", "Write an image folder as tar shards (WebDataset's layout) for --dataset shards");
+  pack->add_option("folder", pack_opts->folder, "The image folder (DIR/<class>/*.jpg)")->required();
+  pack->add_option("--out", pack_opts->out_dir, "Folder for PREFIX-000000.tar, ... and classes.txt")
+      ->required();
+  pack->add_option("--shard_size", *shard_size,
+                   "Largest shard: bytes, or with K, M or G (one sample a shard at least)")
+      ->capture_default_str();
+  pack->add_option("--prefix", pack_opts->prefix,
+                   "Shard names' prefix: train, or val for a validation folder (labelled by "
+                   "OUT/classes.txt's names)")
+      ->capture_default_str();
+  pack->add_option("--seed", pack_opts->seed, "Seed of the one shuffle of the samples")
+      ->capture_default_str();
+  pack->callback([pack_opts, shard_size, &exit_code] {
+    pack_opts->shard_bytes = data::parse_byte_size(*shard_size, "--shard_size");
+    const data::PackResult r = data::pack_image_folder(*pack_opts);
+    log::out("packed {} images of {} classes from {} into {} shard(s), {:.1f} MiB, in {}",
+             r.samples, r.classes, pack_opts->folder, r.shards.size(), r.bytes / 1048576.0,
+             pack_opts->out_dir);
+    log::out("train on them with `ddpx train --dataset shards --data_dir {}`", pack_opts->out_dir);
     exit_code = 0;
   });
 

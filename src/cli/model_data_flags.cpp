@@ -34,17 +34,19 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
              "ResNet stem: imagenet (7x7/2 + max-pool) or cifar (3x3/1)");
   add_choice(cmd, "--dataset", o.dataset, data::kDatasetNames,
              "fashion-mnist | mnist | cifar10 | cifar100 | synthetic | imagefolder (--data_dir "
-             "DIR/<class>/*.jpg) | imagenet (DIR/train, DIR/val) | tokens (train.bin and val.bin "
+             "DIR/<class>/*.jpg) | imagenet (DIR/train, DIR/val) | shards (DIR/train-*.tar, from "
+             "`ddpx data pack`) | tokens (train.bin and val.bin "
              "token files in --data_dir, for a language model)");
   cmd->add_option("--data_dir", o.data_dir,
                   "dataset folder (default: the dataset's own; "
                   "fashion-mnist: Debian's dataset-fashion-mnist)");
   cmd->add_option(
       "--val_dir", o.val_dir,
-      "imagefolder, imagenet: the validation folder (imagenet's default: DATA_DIR/val)");
+      "imagefolder, imagenet: the validation folder (imagenet's default: DATA_DIR/val); "
+      "shards: a folder of validation shards (default: DATA_DIR/val-*.tar)");
   cmd->add_option("--val_split", o.val_split,
-                  "imagefolder without --val_dir: the share of DATA_DIR held out for validation "
-                  "(the same files on every run)");
+                  "imagefolder and shards without a validation set: the share of DATA_DIR held "
+                  "out for validation (the same files on every run)");
   cmd->add_option("--image_size", o.image_size,
                   "input size: N pixels square, model (the model's own: 224 for the ResNets) or 0 "
                   "(the dataset's, resized up where the model needs more)")

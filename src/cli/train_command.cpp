@@ -111,6 +111,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
   // running
   cmd->add_option("--threads", o->threads,
                   "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
+  add_choice(cmd, "--bad_images", o->bad_images, data::kBadImagesNames,
+             "imagefolder, imagenet, shards: an image that cannot be read or decoded stops the "
+             "run naming it (error), or is left out, named once and counted (skip; in a batch "
+             "the next sample stands in, so every rank keeps its batch count)");
   cmd->add_option("--loader_workers", o->loader_workers,
                   "data loader threads (0: chosen from the cores per rank, at most 8)");
   cmd->add_option("--limit_train_batches", o->limit_train_batches, "batches per epoch (0: all)");

@@ -9,6 +9,7 @@
 #include "data/cifar.h"
 #include "data/idx_dataset.h"
 #include "data/image_dataset.h"
+#include "data/shard_dataset.h"
 #include "data/token_windows.h"
 
 namespace ddpx::data {
@@ -86,6 +87,8 @@ DatasetSplits load_dataset(const DatasetSpec& spec) {
     case DatasetId::kImageFolder:
     case DatasetId::kImagenet:
       return load_image_folder_dataset(spec, dir);
+    case DatasetId::kShards:
+      return load_shard_dataset(spec, dir);
     case DatasetId::kTokens:
       return load_token_dataset(dir, spec.seq_len, spec.vocab_size);
     case DatasetId::kSynthetic:
@@ -112,6 +115,8 @@ DatasetShape dataset_shape(const DatasetSpec& spec) {
       return {224, 3,
               image_folder_classes(
                   spec, spec.data_dir.empty() ? default_data_dir(spec.dataset) : spec.data_dir)};
+    case DatasetId::kShards:  // the classes are the shards' labels: list them
+      return {224, 3, load_dataset(spec).train.num_classes};
     case DatasetId::kTokens: {
       // The vocabulary is the data's when not given: read it.
       const int64_t vocab =

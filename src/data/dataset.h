@@ -54,8 +54,9 @@ struct DatasetSplits {
 
 // The datasets ddpx reads (`--dataset`); a folder of files is one of these formats, named by
 // --data_dir.
-// imagefolder and imagenet are streamed image folders (data/image_dataset.h); tokens a language
-// model's token files (data/token_windows.h).
+// imagefolder and imagenet are streamed image folders (data/image_dataset.h); shards WebDataset
+// tar shards of images, streamed too (data/shard_dataset.h); tokens a language model's token
+// files (data/token_windows.h).
 enum class DatasetId {
   kFashionMnist,
   kMnist,
@@ -64,17 +65,26 @@ enum class DatasetId {
   kSynthetic,
   kImageFolder,
   kImagenet,
-  kTokens
+  kTokens,
+  kShards
 };
-inline constexpr NameTable<DatasetId, 8> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
+inline constexpr NameTable<DatasetId, 9> kDatasetNames{{{DatasetId::kFashionMnist, "fashion-mnist"},
                                                         {DatasetId::kMnist, "mnist"},
                                                         {DatasetId::kCifar10, "cifar10"},
                                                         {DatasetId::kCifar100, "cifar100"},
                                                         {DatasetId::kSynthetic, "synthetic"},
                                                         {DatasetId::kImageFolder, "imagefolder"},
                                                         {DatasetId::kImagenet, "imagenet"},
-                                                        {DatasetId::kTokens, "tokens"}}};
+                                                        {DatasetId::kTokens, "tokens"},
+                                                        {DatasetId::kShards, "shards"}}};
 inline const char* name(DatasetId id) { return name_of(kDatasetNames, id); }
+
+// What a streamed set does with an image it cannot read or decode (--bad_images): stop with one
+// line naming it (error), or leave it out, counted and named once (skip).
+enum class BadImages { kError, kSkip };
+inline constexpr NameTable<BadImages, 2> kBadImagesNames{
+    {{BadImages::kError, "error"}, {BadImages::kSkip, "skip"}}};
+inline const char* name(BadImages b) { return name_of(kBadImagesNames, b); }
 
 // What to load. data_dir empty means the dataset's default folder (default_data_dir()).
 struct DatasetSpec {
@@ -92,7 +102,8 @@ struct DatasetSpec {
   // fraction of the training folder held out for validation
   std::string val_dir;
   double val_split = 0.1;
-  int index_threads = 0;  // threads reading image headers (0: the cores)
+  int index_threads = 0;                     // threads reading image headers (0: the cores)
+  BadImages bad_images = BadImages::kError;  // files whose header cannot be read, at start
   // tokens only: the window's input length, and the vocabulary (0: the largest token + 1)
   int64_t seq_len = 0;
   int64_t vocab_size = 0;

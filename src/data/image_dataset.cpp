@@ -7,8 +7,11 @@
 #include <numeric>
 #include <random>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/transforms.h"
+#include "io/tar_shard.h"
 
 namespace ddpx::data {
 namespace folders_detail {
@@ -21,8 +24,9 @@ bool is_dir(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Refuses a folder with unreadable files: training would stop at the first in some batch.
-void check_readable(const ImageIndex& index) {
+// A folder with unreadable files: refused (training would stop at the first in some batch), or
+// with --bad_images skip said once and left out by readable().
+void check_readable(const ImageIndex& index, BadImages policy) {
   int64_t bad = 0;
   const ImageRecord* first = nullptr;
   for (const auto& r : index.records)
@@ -30,11 +34,23 @@ void check_readable(const ImageIndex& index) {
       ++bad;
       if (!first) first = &r;
     }
-  DDPX_CHECK(bad == 0, ErrorKind::kData,
+  if (bad == 0) return;
+  DDPX_CHECK(policy == BadImages::kSkip, ErrorKind::kData,
              "{} of {} files in {} cannot be read; the first: {} (`ddpx data info {}` lists "
-             "them all: remove or convert them)",
-             bad, index.records.size(), index.listing.root, first ? first->error : "",
-             index.listing.root);
+             "them all: remove or convert them, or pass --bad_images skip to train without them)",
+             bad, index.records.size(), index.listing.root, first->error, index.listing.root);
+  log::warn(
+      "{} of {} files in {} cannot be read and are left out (--bad_images skip); the "
+      "first: {} (`ddpx data info {}` lists them all)",
+      bad, index.records.size(), index.listing.root, first->error, index.listing.root);
+}
+
+// `picks` without the files whose header could not be read.
+std::vector<size_t> readable(const ImageIndex& index, std::vector<size_t> picks) {
+  picks.erase(std::remove_if(picks.begin(), picks.end(),
+                             [&](size_t i) { return !index.records[i].error.empty(); }),
+              picks.end());
+  return picks;
 }
 
 int64_t median(std::vector<int64_t> v) {
@@ -81,6 +97,15 @@ std::vector<size_t> all(size_t n) {
 
 }  // namespace folders_detail
 
+std::string ImageFiles::read(int64_t i) const {
+  if (!sharded()) return read_file(paths[i]);
+  return io::read_tar_member(paths[i], offsets[i], records[i].bytes);
+}
+
+std::string ImageFiles::name(int64_t i) const {
+  return sharded() ? paths[i] + ":" + members[i] : paths[i];
+}
+
 std::string image_train_root(const DatasetSpec& spec, const std::string& data_dir) {
   return spec.dataset == DatasetId::kImagenet ? data_dir + "/train" : data_dir;
 }
@@ -102,7 +127,7 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
                val_root);
   }
   const ImageIndex train = index_image_folder(train_root, spec.index_threads);
-  folders_detail::check_readable(train);
+  folders_detail::check_readable(train, spec.bad_images);
   const auto& classes = train.listing.classes;
   DatasetSplits splits;
   splits.mean.assign(kImagenetMean, kImagenetMean + 3);
@@ -110,12 +135,14 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
   const size_t n = train.listing.paths.size();
   if (!val_root.empty()) {
     const ImageIndex val = index_image_folder(val_root, spec.index_threads);
-    folders_detail::check_readable(val);
+    folders_detail::check_readable(val, spec.bad_images);
     std::map<std::string, int64_t> label_of;
     for (size_t k = 0; k < classes.size(); ++k) label_of[classes[k]] = static_cast<int64_t>(k);
+    const std::vector<size_t> val_picks =
+        folders_detail::readable(val, folders_detail::all(val.listing.paths.size()));
     std::vector<int64_t> val_labels;
-    for (int64_t l : val.listing.labels) {
-      const std::string& c = val.listing.classes[l];
+    for (size_t i : val_picks) {
+      const std::string& c = val.listing.classes[val.listing.labels[i]];
       auto it = label_of.find(c);
       DDPX_CHECK(it != label_of.end(), ErrorKind::kData,
                  "{}/{}: a validation class that the training folder {} lacks; the two folders "
@@ -123,11 +150,10 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
                  val_root, c, train_root);
       val_labels.push_back(it->second);
     }
+    const std::vector<size_t> train_picks = folders_detail::readable(train, folders_detail::all(n));
     splits.train = folders_detail::make_split(
-        name, train, folders_detail::all(n),
-        folders_detail::labels_of(train, folders_detail::all(n)), classes);
-    splits.test = folders_detail::make_split(
-        name, val, folders_detail::all(val.listing.paths.size()), val_labels, classes);
+        name, train, train_picks, folders_detail::labels_of(train, train_picks), classes);
+    splits.test = folders_detail::make_split(name, val, val_picks, val_labels, classes);
     splits.source = fmt::format("{} (validation {})", train_root, val_root);
     return splits;
   }
@@ -141,8 +167,11 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
   for (size_t i = n; i > 1; --i)  // Fisher-Yates with a portable draw
     std::swap(order[i - 1], order[rng() % i]);
   const size_t held = std::clamp<size_t>(static_cast<size_t>(n * spec.val_split), 1, n - 1);
-  std::vector<size_t> val_picks(order.begin(), order.begin() + held);
-  std::vector<size_t> train_picks(order.begin() + held, order.end());
+  // Held out before the unreadable files are left out: the same good files on either policy.
+  std::vector<size_t> val_picks =
+      folders_detail::readable(train, std::vector<size_t>(order.begin(), order.begin() + held));
+  std::vector<size_t> train_picks =
+      folders_detail::readable(train, std::vector<size_t>(order.begin() + held, order.end()));
   std::sort(val_picks.begin(), val_picks.end());
   std::sort(train_picks.begin(), train_picks.end());
   splits.train = folders_detail::make_split(name, train, train_picks,

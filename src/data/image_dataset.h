@@ -15,11 +15,21 @@
 
 namespace ddpx::data {
 
-// A streamed split's files (Dataset::files).
+// A streamed split's files (Dataset::files): an image folder's, one file a sample, or tar
+// shards' (data/shard_dataset.h), where sample i is a member of the shard paths[i].
 struct ImageFiles {
   std::string root;
   std::vector<std::string> paths;
   std::vector<ImageRecord> records;
+  // Shards only (empty for a folder): sample i is records[i].bytes bytes at offsets[i] of
+  // paths[i], the member members[i], of the shard numbered shards[i] (the sampler's unit).
+  std::vector<int64_t> offsets;
+  std::vector<std::string> members;
+  std::vector<int32_t> shards;
+
+  bool sharded() const { return !offsets.empty(); }
+  std::string read(int64_t i) const;  // sample i's encoded image
+  std::string name(int64_t i) const;  // what errors call it: the file, or SHARD.tar:MEMBER
 };
 
 // Indexes both folders (through the cache) and refuses unreadable files, naming the first.

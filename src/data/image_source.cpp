@@ -2,16 +2,17 @@
 
 #include <cstring>
 
-#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/image_dataset.h"
 #include "data/image_transforms.h"
 #include "io/image.h"
 
 namespace ddpx::data {
 
-ImageSource::ImageSource(const Dataset& dataset, TransformOptions transform, uint64_t seed)
-    : dataset_(dataset), transform_(std::move(transform)), seed_(seed) {
+ImageSource::ImageSource(const Dataset& dataset, TransformOptions transform, uint64_t seed,
+                         BadImages bad_images)
+    : dataset_(dataset), transform_(std::move(transform)), seed_(seed), bad_images_(bad_images) {
   DDPX_CHECK(dataset_.streamed() && transform_.image_size > 0, ErrorKind::kInternal,
              "ImageSource needs a streamed dataset and an output size (got {})",
              transform_.image_size);
@@ -24,12 +25,17 @@ ImageSource::ImageSource(const Dataset& dataset, TransformOptions transform, uin
 }
 
 torch::Tensor ImageSource::sample(int64_t index, std::mt19937_64& rng) const {
-  const std::string& path = dataset_.files->paths[index];
-  const torch::Tensor image = io::decode_image(read_file(path), path);
+  const torch::Tensor image =
+      io::decode_image(dataset_.files->read(index), dataset_.files->name(index));
   const int64_t size = transform_.image_size;
   if (transform_.random_resized_crop)
     return train_image_transform(image, size, transform_.horizontal_flip, rng);
   return eval_image_transform(image, size, transform_.crop_pct);
+}
+
+int64_t ImageSource::skipped() const {
+  std::lock_guard<std::mutex> lock(skipped_mutex_);
+  return static_cast<int64_t>(skipped_.size());
 }
 
 Batch ImageSource::gather(const int64_t* indices, int64_t count, int64_t epoch,
@@ -39,9 +45,33 @@ Batch ImageSource::gather(const int64_t* indices, int64_t count, int64_t epoch,
   auto images = torch::empty({count, size, size, 3}, torch::kUInt8);
   std::vector<std::mt19937_64> streams;
   streams.reserve(count);
+  std::vector<int64_t> used(indices, indices + count);  // a skipped sample's replacement
   for (int64_t i = 0; i < count; ++i) {
-    streams.push_back(sample_stream(seed_, epoch, indices[i]));
-    const torch::Tensor one = sample(indices[i], streams.back()).contiguous();
+    torch::Tensor one;
+    for (int64_t tries = 0;; ++tries) {
+      streams.resize(i);
+      streams.push_back(sample_stream(seed_, epoch, used[i]));
+      try {
+        one = sample(used[i], streams.back()).contiguous();
+        break;
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kData && e.kind() != ErrorKind::kIo) throw;
+        DDPX_CHECK(bad_images_ == BadImages::kSkip, e.kind(),
+                   "{} (or pass --bad_images skip to leave such files out)", e.what());
+        bool first = false;
+        int64_t total = 0;
+        {
+          std::lock_guard<std::mutex> lock(skipped_mutex_);
+          first = skipped_.insert(used[i]).second;
+          total = static_cast<int64_t>(skipped_.size());
+        }
+        if (first) log::warn("skipped ({} so far, --bad_images skip): {}", total, e.what());
+        DDPX_CHECK(tries < dataset_.size(), ErrorKind::kData,
+                   "no image of the {} in {} can be read; the last: {}", dataset_.size(),
+                   dataset_.files->root, e.what());
+        used[i] = (used[i] + 1) % dataset_.size();  // the next sample stands in
+      }
+    }
     std::memcpy(images[i].data_ptr<uint8_t>(), one.data_ptr<uint8_t>(), size * size * 3);
   }
   Batch batch;
@@ -52,7 +82,7 @@ Batch ImageSource::gather(const int64_t* indices, int64_t count, int64_t epoch,
       auto one = batch.images.narrow(0, i, 1);
       random_erase_(one, transform_.random_erasing, streams[i]);
     }
-  auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kInt64);
+  auto idx = torch::from_blob(used.data(), {count}, torch::kInt64);
   batch.labels = dataset_.labels.index_select(0, idx);
   return batch;
 }

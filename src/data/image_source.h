@@ -3,8 +3,13 @@
 // (training RandomResizedCrop and flip, or evaluation Resize and CenterCrop) from its own stream
 // keyed by (seed, epoch, sample), gathered into a (B, S, S, 3) uint8 batch, then turned into
 // normalised float (B, 3, S, S) by data/transforms.h. A file that fails to read or decode stops
-// the batch with one error naming it.
+// the batch with one error naming it and the flag to skip it, or with BadImages::kSkip is
+// replaced by the next sample of the set (so the batch keeps its size and every rank its batch
+// count), named in one warning the first time and counted.
 #pragma once
+
+#include <mutex>
+#include <set>
 
 #include "data/batch_source.h"
 #include "data/dataset.h"
@@ -15,19 +20,24 @@ namespace ddpx::data {
 class ImageSource : public BatchSource {
  public:
   // `dataset` must be streamed (dataset.files) and outlive the source; transform.image_size > 0.
-  ImageSource(const Dataset& dataset, TransformOptions transform, uint64_t seed);
+  ImageSource(const Dataset& dataset, TransformOptions transform, uint64_t seed,
+              BadImages bad_images = BadImages::kError);
   int64_t size() const override { return dataset_.size(); }
   Batch gather(const int64_t* indices, int64_t count, int64_t epoch,
                int64_t batch_index) const override;
 
   // One sample's uint8 (S, S, 3) image after the transforms, from its stream `rng`.
   torch::Tensor sample(int64_t index, std::mt19937_64& rng) const;
+  int64_t skipped() const;  // samples left out so far (BadImages::kSkip)
 
  private:
   const Dataset& dataset_;
   TransformOptions transform_;
   TransformOptions to_float_;  // the conversion and normalisation only
   uint64_t seed_;
+  BadImages bad_images_;
+  mutable std::mutex skipped_mutex_;
+  mutable std::set<int64_t> skipped_;
 };
 
 }  // namespace ddpx::data

@@ -40,6 +40,7 @@ struct LoaderOptions {
   // the ranks' windows together are one process's); none: offset 0 (evaluation).
   std::optional<uint64_t> window_seed;
   TransformOptions transform;
+  BadImages bad_images = BadImages::kError;  // streamed sets: an image that fails to decode
 };
 
 class DataLoader {

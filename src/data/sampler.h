@@ -22,11 +22,19 @@ struct SamplerOptions {
   int64_t block = 0;  // > 0: contiguous runs of this many per rank (see above); 0: interleaved
 };
 
-class DistributedSampler {
+// Which samples a rank takes in an epoch; every rank of a run gets num_samples() of them.
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
+  virtual int64_t num_samples() const = 0;  // per rank, the same every epoch
+};
+
+class DistributedSampler : public Sampler {
  public:
   DistributedSampler(int64_t dataset_size, SamplerOptions options);
-  std::vector<int64_t> indices(int64_t epoch) const;
-  int64_t num_samples() const { return num_samples_; }  // per rank
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t num_samples() const override { return num_samples_; }  // per rank
 
  private:
   int64_t dataset_size_;

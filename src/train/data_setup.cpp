@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/image_dataset.h"
+#include "data/shard_sampler.h"
 #include "data/transforms.h"
 #include "distributed/threads.h"
 #include "models/zoo/registry.h"
@@ -15,6 +17,7 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   spec.data_dir = o.data_dir;
   spec.val_dir = o.val_dir;
   spec.val_split = o.val_split;
+  spec.bad_images = o.bad_images;
   spec.synthetic_train_size = o.synthetic_size;
   spec.synthetic_test_size = std::max<int64_t>(o.synthetic_size / 4, 1);
   spec.synthetic_height = spec.synthetic_width = o.synthetic_image;
@@ -64,6 +67,7 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   l.limit_batches = train ? o.limit_train_batches : o.limit_test_batches;
   l.seed = o.seed * 1000003ULL + seed_stream;
   l.pin_memory = pin_memory;
+  l.bad_images = o.bad_images;
   l.transform.random_crop = train && o.random_crop;
   l.transform.horizontal_flip = train && o.horizontal_flip;
   l.transform.image_size = image_size;
@@ -90,7 +94,13 @@ std::unique_ptr<TrainData> make_train_data(const TrainOptions& o, int rank, int 
   // --deterministic: each rank a contiguous run of every global batch, and augmentation keyed
   // by the sample, so that a global batch is the same on any world size.
   if (o.deterministic) sampler.block = batch_size;
-  d.sampler = std::make_unique<data::DistributedSampler>(d.splits.train.size(), sampler);
+  if (const auto& files = d.splits.train.files; files && files->sharded()) {
+    auto shards = std::make_unique<data::ShardSampler>(files->shards, sampler);
+    d.sampler_note = shards->describe();
+    d.sampler = std::move(shards);
+  } else {
+    d.sampler = std::make_unique<data::DistributedSampler>(d.splits.train.size(), sampler);
+  }
   const auto stream = o.deterministic ? uint64_t{0} : static_cast<uint64_t>(rank);
   auto train_options =
       loader_options(o, d.splits, true, batch_size, d.image_size, stream, pin_memory);

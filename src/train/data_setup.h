@@ -45,8 +45,10 @@ data::LoaderOptions loader_options(const TrainOptions& options, const data::Data
 // The loaders hold references into `splits`, so it never moves (made on the heap).
 struct TrainData {
   data::DatasetSplits splits;
-  int64_t image_size = 0;  // the model's input (input_size())
-  std::unique_ptr<data::DistributedSampler> sampler;
+  int64_t image_size = 0;                  // the model's input (input_size())
+  std::unique_ptr<data::Sampler> sampler;  // a ShardSampler for tar shards
+  std::string sampler_note;                // a line for the start-up lines, or ""
+
   std::unique_ptr<data::DataLoader> train_loader, test_loader;
   int64_t steps_per_epoch = 0;  // micro-batches (--limit_train_batches applied)
 };

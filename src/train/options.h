@@ -90,8 +90,9 @@ struct TrainOptions {
   bool cudnn_benchmark = true;        // let cuDNN time its algorithms once (fixed shapes)
 
   // running
-  int threads = 0;         // intra-op threads; 0: default_threads() (distributed/threads.h)
-  int loader_workers = 0;  // background threads building batches; 0: from cores per rank
+  int threads = 0;  // intra-op threads; 0: default_threads() (distributed/threads.h)
+  data::BadImages bad_images = data::BadImages::kError;  // streamed sets: unreadable images
+  int loader_workers = 0;           // background threads building batches; 0: from cores per rank
   int64_t limit_train_batches = 0;  // 0: all
   int64_t limit_test_batches = 0;
   int64_t log_every = 1;  // test accuracy every N epochs (and after the last)

@@ -146,6 +146,7 @@ class Run {
     facts.batch_size = batch_size_;
     add_run_facts(facts, o_, *context_, data_->splits, parameters);
     for (const auto& line : header_lines(o_, facts)) log::out("{}", line);
+    if (!data_->sampler_note.empty()) log::out("{}", data_->sampler_note);
   }
 
   EpochResult train_epoch(int64_t epoch) {

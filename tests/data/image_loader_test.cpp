@@ -2,15 +2,18 @@
 // count and batch boundaries (each sample's crop and flip come from (seed, epoch, sample)), a
 // resumed epoch's batches equal to the rest of the whole epoch, labels from the folder (the
 // validation folder's taken by class name), and the bad cases named: an unreadable file at start,
-// a file that vanished since indexing.
+// a file that vanished since indexing; with --bad_images skip left out, or stood in for by the
+// next sample in a batch, and counted.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <numeric>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/image_dataset.h"
+#include "data/image_source.h"
 #include "data/loader.h"
 #include "support/support.h"
 
@@ -164,6 +167,55 @@ TEST_F(ImageLoaderTest, BadFilesAreNamed) {
     EXPECT_TRUE(test::has(m, "1 of 24 files in " + root_ + " cannot be read")) << m;
     EXPECT_TRUE(test::has(m, gone + ": empty file (0 bytes)")) << m;
     EXPECT_TRUE(test::has(m, "ddpx data info " + root_)) << m;
+  }
+}
+
+TEST_F(ImageLoaderTest, SkippedBadFilesAreLeftOutOrStoodInForAndCounted) {
+  const DatasetSplits s = load();
+  // A file that breaks after indexing (its header still good, its data cut): with skip, the
+  // batch keeps its size and the next sample stands in, image and label; without, one line
+  // names the file and the flag.
+  const int64_t broken = 2;
+  const std::string path = s.train.files->paths[broken];
+  const std::string bytes = read_file(path);
+  test::write_bytes(path, bytes.substr(0, bytes.size() / 3));
+  LoaderOptions skip = options(true, 2, 4);
+  skip.bad_images = BadImages::kSkip;
+  const Batch got = epoch(s.train, skip, {0, 1, broken, 3}, 0);
+  const Batch want = epoch(s.train, skip, {0, 1, broken + 1, 3}, 0);
+  EXPECT_EQ(got.labels.size(0), 4);
+  EXPECT_TRUE(got.labels.equal(want.labels));
+  EXPECT_TRUE(got.images.equal(want.images));
+  ImageSource source(s.train, skip.transform, skip.seed, BadImages::kSkip);
+  const int64_t order[] = {broken, broken, 5};
+  source.gather(order, 3, 0, 0);
+  EXPECT_EQ(source.skipped(), 1) << "a file is counted once";
+  try {
+    epoch(s.train, options(true, 2, 4), {0, 1, broken, 3}, 0);
+    ADD_FAILURE() << "a batch from a cut file";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::has(e.what(), path + ": corrupt or truncated")) << e.what();
+    EXPECT_TRUE(test::has(e.what(), "or pass --bad_images skip")) << e.what();
+  }
+  // Unreadable at start: with skip, left out of the split (the others' split unchanged).
+  test::write_bytes(path, "");
+  DatasetSpec spec;
+  spec.dataset = DatasetId::kImageFolder;
+  spec.data_dir = root_;
+  spec.val_split = 0.25;
+  spec.bad_images = BadImages::kSkip;
+  const DatasetSplits left = load_dataset(spec);
+  EXPECT_EQ(left.train.size() + left.test.size(), 23);
+  EXPECT_TRUE(left.test.files->paths == s.test.files->paths ||
+              left.train.files->paths.size() == s.train.files->paths.size())
+      << "only the bad file goes";
+  for (const Dataset* d : {&left.train, &left.test})
+    for (const auto& p : d->files->paths) EXPECT_NE(p, path);
+  try {
+    load();
+    ADD_FAILURE() << "loaded a folder with an empty image";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::has(e.what(), "or pass --bad_images skip to train without them")) << e.what();
   }
 }
 

@@ -49,6 +49,7 @@ enum class Fixture {
   kText,         // ./data/tinyshakespeare/input.txt (Debian's GPL text standing in) and
                  // ./data/gpt2-vocab/r50k_base.tiktoken (scripts/test-vocab's GPT-2 rank file)
   kPhotos,       // ./photos: an image folder of real photographs (make_image_fixture.py)
+  kPhotoShards,  // ./photos and ./shards, the photos packed by `ddpx data pack`
   kElsewhere,    // cannot run on this machine: `why` says where it is checked
 };
 
@@ -82,6 +83,8 @@ const std::vector<Rule>& rules() {
       {R"(^ddpx data info cifar10 )", Fixture::kCifar10, "cifar10: train 16 test 8 images", ""},
       {R"(^ddpx data tokenize )", Fixture::kText, "/val.bin", ""},
       {R"(--data_dir photos)", Fixture::kPhotos, "Training took", ""},
+      {R"(--data_dir shards)", Fixture::kPhotoShards, "Training took", ""},
+      {R"(^ddpx data pack photos )", Fixture::kPhotos, "packed 24 images of 4 classes", ""},
       {R"(^ddpx data info photos)", Fixture::kPhotos, "formats: ", ""},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
       {R"(^ddpx generate )", Fixture::kElsewhere, "",
@@ -312,10 +315,18 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
                       folder + "/data/tinyshakespeare/input.txt");
         fs::copy_file(test::gpt2_rank_file(), folder + "/data/gpt2-vocab/r50k_base.tiktoken");
       case Fixture::kPhotos:
+      case Fixture::kPhotoShards: {
         test::make_image_fixture(folder, "--only folder --per_class 6");
         fs::rename(folder + "/folder", folder + "/photos");
         env = test::kSeedLimits;
+        if (rule.fixture != Fixture::kPhotoShards) break;
+        auto packed =
+            run_command(test::ddpx_command("data pack " + shell_quote(folder + "/photos") +
+                                           " --out " + shell_quote(folder + "/shards")),
+                        120);
+        EXPECT_EQ(packed.exit_code, 0) << packed.output;
         break;
+      }
       case Fixture::kFolder:
       case Fixture::kElsewhere:
         break;

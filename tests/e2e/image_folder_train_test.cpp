@@ -1,7 +1,8 @@
 // `ddpx train --dataset imagefolder` and `ddpx data info DIR` as a user runs them, on a folder of
 // real photographs (scikit-image's, cut into crops and re-encoded by cjpeg and PIL at test time):
 // a small ResNet learns the four classes well above chance in a few seconds, the folder's index
-// is cached, and a broken file stops the run before training with one line naming it.
+// is cached, and a broken file stops the run before training with one line naming it, or with
+// --bad_images skip is left out and named.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -65,6 +66,28 @@ TEST(ImageFolderTrainTest, ABrokenFileStopsTheRunBeforeTrainingNamingIt) {
   r = run_command(ddpx("data info " + dir.file("nowhere")), 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r.output, "neither a dataset")) << r.output;
+}
+
+TEST(ImageFolderTrainTest, SkipTrainsWithoutABrokenFile) {
+  test::TempDir dir;
+  test::make_image_fixture(dir.path(), "--only folder --per_class 3");
+  const std::string root = dir.file("folder");
+  const std::string broken = root + "/coffee/coffee_001.JPG";
+  ASSERT_TRUE(std::filesystem::exists(broken));
+  test::write_bytes(broken, "\xFF\xD8\xFF\xE0 cut short");
+  auto r = run_command(ddpx("train --model resnet20 --dataset imagefolder --data_dir " + root +
+                            " --num_epochs 1 --val_split 0.3 --image_size 32 --batch_size 4 "
+                            "--bad_images skip"),
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "1 of 12 files in " + root +
+                      " cannot be read and are left out (--bad_images skip); the first: " + broken +
+                      ": corrupt or truncated JPEG"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "(8 train / 3 test,") || has(r.output, "(9 train / 2 test,"))
+      << "11 readable files" << r.output;
+  EXPECT_TRUE(has(r.output, "Accuracy on test dataset")) << r.output;
 }
 
 }  // namespace

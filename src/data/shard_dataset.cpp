@@ -1,0 +1,233 @@
+#include "data/shard_dataset.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "core/error.h"
+#include "data/image_dataset.h"
+#include "data/image_folder.h"
+#include "data/transforms.h"
+#include "io/tar_shard.h"
+
+namespace ddpx::data {
+namespace shard_detail {
+
+// The held-out validation samples do not move with --seed (as an image folder's).
+constexpr uint64_t kValSplitSeed = 0x5EED5EED;
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool starts_with(const std::string& s, const std::string& head) {
+  return s.compare(0, head.size(), head) == 0;
+}
+
+// webdataset's key: the name up to the first dot of its file name (folders kept).
+std::string key_of(const std::string& name, std::string& extension) {
+  const size_t slash = name.rfind('/');
+  const size_t dot = name.find('.', slash == std::string::npos ? 0 : slash + 1);
+  if (dot == std::string::npos) {
+    extension.clear();
+    return name;
+  }
+  extension = name.substr(dot + 1);
+  return name.substr(0, dot);
+}
+
+// A `.cls` member's text: a non-negative decimal, with white space around it allowed.
+int64_t parse_label(const std::string& text, const std::string& where) {
+  size_t i = 0, end = text.size();
+  while (i < end && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  while (end > i && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  int64_t label = 0;
+  bool ok = i < end && end - i <= 9;
+  for (size_t k = i; ok && k < end; ++k) {
+    ok = text[k] >= '0' && text[k] <= '9';
+    label = label * 10 + (text[k] - '0');
+  }
+  DDPX_CHECK(ok, ErrorKind::kData,
+             "{}: a label must be a class number in decimal (as webdataset writes `.cls`), got "
+             "'{}'; write the shard again (`ddpx data pack`)",
+             where, text.substr(0, 40));
+  return label;
+}
+
+struct Samples {
+  ImageFiles files;
+  std::vector<int64_t> labels;
+};
+
+// Appends shard `number`'s samples.
+void add_shard(const std::string& path, int32_t number, Samples& out) {
+  const std::vector<io::TarMember> members = io::list_tar(path);
+  size_t i = 0;
+  while (i < members.size()) {
+    std::string extension;
+    const std::string key = key_of(members[i].name, extension);
+    const io::TarMember* image = nullptr;
+    const io::TarMember* label = nullptr;
+    for (; i < members.size(); ++i) {
+      std::string ext;
+      if (key_of(members[i].name, ext) != key) break;
+      if (ext == "cls" && !label) label = &members[i];
+      if (!image && has_image_extension("." + ext)) image = &members[i];
+    }
+    const std::string where = path + ":" + key;
+    DDPX_CHECK(image && label, ErrorKind::kData,
+               "{}: a sample without {}; each sample is KEY.jpg (or .png, ...) and KEY.cls "
+               "(its class number) next to each other in the tar",
+               where, image ? "a .cls label" : "an image");
+    DDPX_CHECK(label->size <= io::kTarInlineBytes, ErrorKind::kData,
+               "{}.cls: {} bytes; a label is a class number", where, label->size);
+    ImageRecord record;
+    record.bytes = image->size;
+    out.files.paths.push_back(path);
+    out.files.records.push_back(record);
+    out.files.offsets.push_back(image->offset);
+    out.files.members.push_back(image->name);
+    out.files.shards.push_back(number);
+    out.labels.push_back(parse_label(label->data, where + ".cls"));
+  }
+}
+
+Samples list_shards(const std::vector<std::string>& shards) {
+  Samples s;
+  for (size_t k = 0; k < shards.size(); ++k) add_shard(shards[k], static_cast<int32_t>(k), s);
+  return s;
+}
+
+// Samples `picks` of `all` (in that order) as a streamed Dataset.
+Dataset make_split(const Samples& all, const std::vector<size_t>& picks,
+                   const std::vector<std::string>& classes, const std::string& root) {
+  auto files = std::make_shared<ImageFiles>();
+  files->root = root;
+  std::vector<int64_t> labels;
+  for (size_t i : picks) {
+    files->paths.push_back(all.files.paths[i]);
+    files->records.push_back(all.files.records[i]);
+    files->offsets.push_back(all.files.offsets[i]);
+    files->members.push_back(all.files.members[i]);
+    files->shards.push_back(all.files.shards[i]);
+    labels.push_back(all.labels[i]);
+  }
+  Dataset d;
+  d.name = "shards";
+  d.labels = torch::tensor(labels, torch::kInt64);
+  d.num_classes = static_cast<int64_t>(classes.size());
+  d.class_names = classes;
+  d.files = std::move(files);
+  return d;
+}
+
+std::vector<size_t> all(size_t n) {
+  std::vector<size_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+// classes.txt's names, or "0".."max label" without it; every label checked against them.
+std::vector<std::string> class_names(const std::string& dir, const Samples& train,
+                                     const Samples* val) {
+  std::vector<std::string> classes;
+  const std::string file = dir + "/" + kShardClassesFile;
+  std::ifstream in(file);
+  if (in) {
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) classes.push_back(line);
+  } else {
+    int64_t top = -1;
+    for (int64_t l : train.labels) top = std::max(top, l);
+    if (val)
+      for (int64_t l : val->labels) top = std::max(top, l);
+    for (int64_t k = 0; k <= top; ++k) classes.push_back(std::to_string(k));
+  }
+  for (const Samples* s : {&train, val}) {
+    if (!s) continue;
+    for (size_t i = 0; i < s->labels.size(); ++i)
+      DDPX_CHECK(s->labels[i] < static_cast<int64_t>(classes.size()), ErrorKind::kData,
+                 "{}: label {} but {} names {} classes; write the shards and {} again (`ddpx "
+                 "data pack`)",
+                 s->files.name(static_cast<int64_t>(i)), s->labels[i], file, classes.size(),
+                 kShardClassesFile);
+  }
+  return classes;
+}
+
+}  // namespace shard_detail
+
+std::vector<std::string> find_shards(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> named, other;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (!shard_detail::ends_with(name, ".tar")) continue;
+      if (shard_detail::starts_with(name, prefix + "-"))
+        named.push_back(dir + "/" + name);
+      else if (!shard_detail::starts_with(name, "val-"))
+        other.push_back(dir + "/" + name);
+    }
+    closedir(d);
+  }
+  std::vector<std::string>& out = named.empty() && prefix == "train" ? other : named;
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+DatasetSplits load_shard_dataset(const DatasetSpec& spec, const std::string& given_dir) {
+  std::string dir = given_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::vector<std::string> train_shards = find_shards(dir, "train");
+  DDPX_CHECK(!train_shards.empty(), ErrorKind::kData,
+             "{}: no tar shard (train-000000.tar, ...); write them from an image folder with "
+             "`ddpx data pack IMAGE_FOLDER --out {}`",
+             dir, dir);
+  std::vector<std::string> val_shards =
+      spec.val_dir.empty() ? find_shards(dir, "val") : find_shards(spec.val_dir, "val");
+  if (!spec.val_dir.empty() && val_shards.empty()) val_shards = find_shards(spec.val_dir, "train");
+  DDPX_CHECK(spec.val_dir.empty() || !val_shards.empty(), ErrorKind::kData,
+             "--val_dir {}: no tar shard in it (val-000000.tar, ...)", spec.val_dir);
+  const shard_detail::Samples train = shard_detail::list_shards(train_shards);
+  DatasetSplits splits;
+  splits.mean.assign(kImagenetMean, kImagenetMean + 3);
+  splits.std.assign(kImagenetStd, kImagenetStd + 3);
+  const size_t n = train.labels.size();
+  DDPX_CHECK(n > 0, ErrorKind::kData, "{}: its {} shard(s) hold no sample", dir,
+             train_shards.size());
+  if (!val_shards.empty()) {
+    const shard_detail::Samples val = shard_detail::list_shards(val_shards);
+    const auto classes = shard_detail::class_names(dir, train, &val);
+    splits.train = shard_detail::make_split(train, shard_detail::all(n), classes, dir);
+    splits.test = shard_detail::make_split(val, shard_detail::all(val.labels.size()), classes, dir);
+    splits.source = fmt::format("{} ({} training shards, {} validation shards)", dir,
+                                train_shards.size(), val_shards.size());
+    return splits;
+  }
+  DDPX_CHECK(spec.val_split > 0 && spec.val_split < 1, ErrorKind::kUsage,
+             "--val_split {}: expected a fraction in (0, 1) of the samples in {} held out for "
+             "validation, or val-*.tar shards there, or --val_dir DIR",
+             spec.val_split, dir);
+  DDPX_CHECK(n >= 2, ErrorKind::kData, "{}: {} sample; --val_split needs at least 2", dir, n);
+  const auto classes = shard_detail::class_names(dir, train, nullptr);
+  std::vector<size_t> order = shard_detail::all(n);
+  std::mt19937_64 rng(shard_detail::kValSplitSeed);
+  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+  const size_t held = std::clamp<size_t>(static_cast<size_t>(n * spec.val_split), 1, n - 1);
+  std::vector<size_t> val_picks(order.begin(), order.begin() + held);
+  std::vector<size_t> train_picks(order.begin() + held, order.end());
+  std::sort(val_picks.begin(), val_picks.end());
+  std::sort(train_picks.begin(), train_picks.end());
+  splits.train = shard_detail::make_split(train, train_picks, classes, dir);
+  splits.test = shard_detail::make_split(train, val_picks, classes, dir);
+  splits.source = fmt::format("{} ({} shards, {:g} held out for validation)", dir,
+                              train_shards.size(), spec.val_split);
+  return splits;
+}
+
+}  // namespace ddpx::data
