@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +23,18 @@ void fsync_directory(const std::filesystem::path& dir) {
   }
 }
 
+// The mode a new file gets from open(2): 0666 less the umask, read from /proc so that no
+// thread's umask(2) call races another's (Linux 4.7+; else the usual 022).
+mode_t new_file_mode() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0)
+      return 0666 & ~static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  }
+  return 0644;
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
@@ -32,6 +45,10 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   int fd = ::mkstemp(tmp_template.data());
   DDPX_CHECK(fd >= 0, ErrorKind::kIo, "cannot create a temporary file beside {}: {}", path,
              std::strerror(errno));
+  // mkstemp makes the file 0600: give it the mode it replaces, else a new file's (what
+  // open(2) would), so that others read checkpoints, token files and indexes as before.
+  struct stat old_file {};
+  ::fchmod(fd, ::stat(path.c_str(), &old_file) == 0 ? (old_file.st_mode & 07777) : new_file_mode());
   const char* data = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {

@@ -151,8 +151,6 @@ PackResult pack_image_folder(const PackOptions& o) {
     std::string text;
     for (const auto& c : listing.classes) text += c + "\n";
     write_file_atomic(classes_file, text);
-    std::error_code ignored;  // readable by whoever reads the shards, as they are
-    fs::permissions(classes_file, fs::perms(0644), ignored);
   }
   result.samples = static_cast<int64_t>(n);
   return result;

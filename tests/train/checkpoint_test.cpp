@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
@@ -332,6 +333,23 @@ TEST(AtomicFileTest, FailedWriteKeepsThePreviousFile) {
   int files = 0;
   for (auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
+}
+
+// The temporary file's 0600 does not leak: a new file gets 0666 less the umask, a replaced one
+// keeps its mode (a script made executable stays so).
+TEST(AtomicFileTest, ANewFileGetsTheUmasksModeAndAReplacedOneKeepsItsOwn) {
+  test::TempDir dir;
+  const mode_t before = ::umask(022);
+  const std::string path = dir.file("tokens.bin");
+  write_file_atomic(path, "first");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  ::chmod(path.c_str(), 0750);
+  write_file_atomic(path, "second");
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  ::umask(before);
 }
 
 }  // namespace
