@@ -163,7 +163,7 @@ def tolerance(c):
         classes.append((0.06, "bf16 rounding"))
     if bn and c["amp"] == "bf16":
         classes.append((0.4, "bf16 autocast through BatchNorm at its first steps"))
-    if c["comm_hook"] == "powersgd":  # it compresses in one process too
+    if c["comm_hook"] == "powersgd":
         classes.append((0.3, "PowerSGD's rank-2 approximation from step 2"))
     if bn and group < BATCH and not run_of_batch:
         classes.append((0.9, f"BatchNorm over each rank's {group} samples (every "
