@@ -371,7 +371,14 @@ def distance(w, want, init):
 
 
 def run_matrix(ddpx, only, keep, mutate=None):
-    tmp = keep or tempfile.mkdtemp(prefix="ddpx-matrix.")
+    if keep:
+        return run_cells(ddpx, only, keep, mutate)
+    # Each cell leaves a checkpoint and its export (200 MB in all): gone with the folder.
+    with tempfile.TemporaryDirectory(prefix="ddpx-matrix.") as tmp:
+        return run_cells(ddpx, only, tmp, mutate)
+
+
+def run_cells(ddpx, only, tmp, mutate):
     failures, references, inits, caught, missed = [], {}, {}, [], []
     cells = [(c, None) for c in covering_cells()] + refused_cells()
     if only is not None:
