@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 
@@ -296,45 +297,82 @@ TEST(PipelineTrainTest, AKilledStageEndsTheJobNamingIt) {
   EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "'", 10).output, "") << "no orphans";
 }
 
+// How many events named `name` the traces of `--profile DIR` hold, every rank's together.
+int events_in_traces(const std::string& dir, const std::string& name) {
+  int n = 0;
+  const std::string quoted = "\"" + name + "\"";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream f(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at + 1))
+      ++n;
+  }
+  return n;
+}
+
+const std::string kCheckpointNode =
+    "torch::autograd::CppNode<ddpx::models::(anonymous namespace)::Checkpoint>";
+
 // Recomputing blocks in backward changes no number: DDP on two workers, a two-stage pipeline and
 // ZeRO-2 end with the weights they reach without it, and a ResNet (BatchNorm) prints the same
-// losses.
+// losses. That the blocks were recomputed (a no-op would give the same numbers) is read from
+// the profiler's traces of two steps: the Checkpoint nodes ran in backward, and each ran its
+// block's forward again, one more Linear (aten::addmm) or the block's convolutions each.
 TEST(ActivationCheckpointingTrainTest, DdpAPipelineAndAResNetTrainAsWithoutIt) {
   test::TempDir dir;
   for (const std::string& layout : {std::string(""), std::string("--pipeline_parallel 2 "),
                                     std::string("--shard gradients ")}) {
     std::string saves[2];
+    int linears[2] = {0, 0}, recomputes[2] = {0, 0};
     for (const std::string& policy : {std::string("none"), std::string("blocks")}) {
       const std::string save = dir.file(policy + (layout.empty()     ? "ddp"
                                                   : layout[2] == 'p' ? "pipe"
                                                                      : "zero2"));
       auto r = run_command(
           ddpx("run 2 --log_dir " + dir.file("l" + policy) + " -- " + kMlp + "--num_epochs 1 " +
-               layout + "--activation_checkpointing " + policy + " --save_dir " + save),
+               layout + "--activation_checkpointing " + policy + " --save_dir " + save +
+               " --profile " + save + ".trace --profile_skip 0 --profile_steps 2"),
           300);
       ASSERT_EQ(r.exit_code, 0) << r.output;
       if (policy == "blocks") {
         EXPECT_NE(r.output.find("activation checkpointing: blocks"), std::string::npos) << r.output;
       }
       saves[policy == "blocks"] = train::checkpoint_path(save, 1);
+      linears[policy == "blocks"] = events_in_traces(save + ".trace", "aten::addmm");
+      recomputes[policy == "blocks"] = events_in_traces(save + ".trace", kCheckpointNode);
     }
+    EXPECT_EQ(recomputes[0], 0) << layout;
+    EXPECT_GT(recomputes[1], 0) << layout << "the blocks recompute in backward";
+    EXPECT_EQ(linears[1] - linears[0], recomputes[1]) << layout << "each recomputed its Linear";
     auto a = weights_of(saves[0]), b = weights_of(saves[1]);
     for (const auto& [name, value] : a)
       EXPECT_TRUE(torch::equal(value, b.at(name))) << layout << name;
   }
   std::vector<double> losses[2];
+  int convolutions[2] = {0, 0}, recomputes[2] = {0, 0};
   for (const std::string& policy : {std::string("none"), std::string("every:2")}) {
+    const std::string trace = dir.file("resnet-" + policy);
     auto r = run_command(
         ddpx("train --model resnet18 --dataset synthetic --synthetic_size 32 --synthetic_image 32 "
              "--image_size 32 --batch_size 8 --num_epochs 2 --threads 1 --limit_test_batches 1 "
+             "--profile " +
+             trace +
+             " --profile_skip 0 --profile_steps 2 "
              "--activation_checkpointing " +
              policy),
         300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     losses[policy != "none"] = numbers_after(r.output, "loss_train");
+    convolutions[policy != "none"] = events_in_traces(trace, "aten::convolution");
+    recomputes[policy != "none"] = events_in_traces(trace, kCheckpointNode);
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(losses[0].size(), 2u);
+  // every:2 of the 8 blocks: blocks 1, 3, 5, 7 (2 or 3 convolutions each) in each of 2 steps.
+  EXPECT_EQ(recomputes[0], 0);
+  EXPECT_GT(recomputes[1], 0);
+  EXPECT_GE(convolutions[1] - convolutions[0], 2 * recomputes[1])
+      << "the blocks' convolutions ran again";
   // ddpx plan probes the model as train wraps it: fewer activation bytes with the blocks
   // recomputed (at 128 px and 16 images: 129 MB and 81 MB when this was written; at 64 px and 4
   // images the recompute's own temporaries outweigh what it saves).
