@@ -70,6 +70,21 @@ double job_age_seconds() {
 TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   DDPX_CHECK(o.batch_size > 0 && o.steps > 0 && o.warmup >= 0, ErrorKind::kUsage,
              "--batch_size and --steps must be positive");
+  // A GPT reads token windows, an image model images: either on the other's data would crash
+  // inside its forward.
+  const bool language = models::find_model(o.model).family == "gpt";
+  DDPX_CHECK(!language || o.data == data::DatasetId::kTokens, ErrorKind::kUsage,
+             "bench train: {} is a language model; add --dataset tokens --data_dir DIR (train.bin "
+             "and val.bin from `ddpx data tokenize`) and --seq_len T",
+             o.model);
+  DDPX_CHECK(language || o.data != data::DatasetId::kTokens, ErrorKind::kUsage,
+             "bench train: --dataset tokens feeds a language model, not {}; add --model gpt-nano "
+             "(or another of the gpt family, `ddpx models`)",
+             o.model);
+  DDPX_CHECK(!language || o.loop == BenchLoop::kTrainer, ErrorKind::kUsage,
+             "bench train: --loop phases times image models only; drop --loop phases to time {} "
+             "in ddpx train's loop",
+             o.model);
   if (o.loop == BenchLoop::kTrainer) return run_train_loop_bench(o);
   int threads = o.threads > 0 ? o.threads : dist::default_threads();
   dist::set_threads(threads);

@@ -19,6 +19,11 @@
 // memory the allocator held and the model FLOPs utilisation: 3 x the forward FLOPs per image
 // (counted, models/flops.h) x images/s per rank over the GPU's published peak for the compute
 // dtype (bench/peaks.h).
+//
+// A language model (the gpt family, --dataset tokens --seq_len T) runs the trainer loop only,
+// with the LM recipe's optimizer (AdamW, decay on matrices, clip 1), and counts tokens: tokens/s,
+// and FLOPs by nanoGPT's and llm.c's formula, 6N + 12·L·C·T a token for training
+// (models/gpt.h), not by the counter (which sees no FLOPs inside fused attention kernels).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +52,8 @@ struct TrainBenchOptions {
   std::string data_dir;
   int64_t image_size = 32;
   int64_t num_classes = 10;  // synthetic only; datasets bring their own
+  int64_t seq_len = 0;       // --dataset tokens: the window (0: the model's context)
+  int64_t vocab_size = 0;    // --dataset tokens: 0: the largest token + 1
   int64_t batch_size = 64;   // per rank
   int64_t steps = 30;        // measured steps (half synced, half no_sync when distributed)
   int64_t warmup = 5;
@@ -81,15 +88,15 @@ struct TrainBenchOptions {
 
 struct TrainBenchResult {
   std::string sync;                // when the host waited for the device, beside the figure
-  double images_per_sec = 0;       // all ranks, synchronised steps
+  double images_per_sec = 0;       // all ranks, synchronised steps (tokens for a language model)
   double data_wait_ms = 0;         // per step
   double forward_backward_ms = 0;  // per synchronised step, including exposed communication
   double exposed_comm_ms = 0;      // synced forward+backward minus no_sync forward+backward
   double optimizer_ms = 0;
   double step_ms = 0;
-  double startup_s = 0;       // job start (launcher or process) to the first training step
-  double forward_gflop = 0;   // per image (models/flops.h)
-  std::optional<double> mfu;  // 3 x forward FLOPs x images/s per rank / peak
+  double startup_s = 0;      // job start (launcher or process) to the first training step
+  double forward_gflop = 0;  // per image (models/flops.h); a language model's: per token, 2N + 4LCT
+  std::optional<double> mfu;              // 3 x forward FLOPs x images/s per rank / peak
   std::optional<double> peak_memory_gib;  // GPU: the most this rank's allocator held
   std::string plan_summary;  // --loop trainer: the plan's epoch summary over the timed steps
 };

@@ -17,6 +17,7 @@
 #include "distributed/device.h"
 #include "distributed/world.h"
 #include "models/flops.h"
+#include "models/gpt.h"
 #include "models/zoo/registry.h"
 #include "parallel/mesh.h"
 #include "parallel/plan.h"
@@ -28,22 +29,34 @@ namespace {
 // The peer's loop: SGD (lr 0.01, momentum 0.9, weight decay 5e-4, constant), cross-entropy,
 // random crop and flip unless --no_augment. Synthetic data holds every step of the run in one
 // epoch on every rank, as the peer's does: no epoch ends inside the window (a real run's
-// epochs are thousands of steps long).
+// epochs are thousands of steps long). A language model trains as the shakespeare-char recipe
+// (train/recipes.cpp) and bench/pytorch_gpt.py do, at a constant learning rate: AdamW 1e-3 with
+// weight decay 0.1 on the matrices, gradients clipped at 1, on windows of --seq_len tokens.
 train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in_run) {
+  const bool language = b.data == data::DatasetId::kTokens;
   train::TrainOptions o;
   o.model = b.model;
   o.stem = b.stem;
   o.dataset = b.data;
   o.data_dir = b.data_dir;
-  o.image_size = b.data == data::DatasetId::kSynthetic ? 0 : b.image_size;
+  o.image_size = b.data == data::DatasetId::kSynthetic || language ? 0 : b.image_size;
+  o.seq_len = b.seq_len;
+  o.vocab_size = b.vocab_size;
   o.synthetic_image = b.image_size;
   o.synthetic_classes = b.num_classes;
   o.synthetic_size = b.batch_size * dist::detect_world().world_size * (steps_in_run + 1);
-  o.random_crop = o.horizontal_flip = b.augment;
-  o.optimizer = train::Optimizer::kSgd;
-  o.learning_rate = 0.01;
-  o.momentum = 0.9;
-  o.weight_decay = 5e-4;
+  o.random_crop = o.horizontal_flip = b.augment && !language;
+  if (language) {
+    o.optimizer = train::Optimizer::kAdamw;
+    o.learning_rate = 1e-3;
+    o.weight_decay = 0.1;
+    o.clip_grad_norm = 1.0;
+  } else {
+    o.optimizer = train::Optimizer::kSgd;
+    o.learning_rate = 0.01;
+    o.momentum = 0.9;
+    o.weight_decay = 5e-4;
+  }
   o.lr_schedule = train::Schedule::kConstant;
   o.batch_size = b.batch_size;
   o.num_epochs = int64_t{1} << 40;  // the step hook ends the run
@@ -70,6 +83,11 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.activation_checkpointing = b.activation_checkpointing;
   o.progress = false;
   return o;
+}
+
+// The window the trainer reads: --seq_len, else the model's context (train/data_setup.cpp).
+int64_t options_seq_len(const TrainBenchOptions& b) {
+  return b.seq_len > 0 ? b.seq_len : models::find_model(b.model).default_image_size;
 }
 
 void synchronize(const torch::Device& device) {
@@ -126,7 +144,12 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
                                                                  std::max(b.tensor_parallel, 1)},
                                              world_size)
                            .data_size();
-  r.images_per_sec = static_cast<double>(b.steps * b.batch_size * replicas) / seconds;
+  // A language model's sample is a window of seq_len tokens, each a prediction: count tokens.
+  const bool language = b.data == data::DatasetId::kTokens;
+  const int64_t seq_len = language ? options_seq_len(b) : 1;
+  const char* unit = language ? "tokens" : "images";
+  const char* sample = language ? "token" : "image";
+  r.images_per_sec = static_cast<double>(b.steps * b.batch_size * seq_len * replicas) / seconds;
   r.step_ms = 1e3 * seconds / static_cast<double>(b.steps);
   r.startup_s = startup_s;
   models::ModelConfig config;
@@ -134,8 +157,14 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   config.image_size = b.image_size;
   config.stem = b.stem;
   auto model = models::create_model(b.model, config);
+  // A GPT's by nanoGPT's and llm.c's formula (a third of training's 6N + 12·L·C·T a token): the
+  // counter sees no multiplies inside a fused attention kernel.
   r.forward_gflop =
-      models::count_forward_flops(model, torch::zeros({1, 3, b.image_size, b.image_size})) / 1e9;
+      language
+          ? models::gpt_training_flops_per_token(model.get<models::Gpt>()->options(), seq_len) / 3 /
+                1e9
+          : models::count_forward_flops(model, torch::zeros({1, 3, b.image_size, b.image_size})) /
+                1e9;
   std::string peak_note;
   if (device.is_cuda()) {
     const auto stats = at::accelerator::getDeviceStats(device.index());
@@ -153,14 +182,20 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     }
   }
   log::out(
-      "# ddpx bench train: {} ({} stem), {}x{} input, batch {} per rank, {} rank(s) over {}, data "
+      "# ddpx bench train: {} {}, batch {} per rank, {} rank(s) over {}, data "
       "{}, loop: ddpx train's (train/trainer.cpp), {} steps timed after {}",
-      b.model, models::name(b.stem), b.image_size, b.image_size, b.batch_size, world_size, backend,
-      data::name(b.data), b.steps, first);
-  log::out("images/s (all ranks): {:.1f} | sync: {} | loader: {} worker thread(s) per rank",
+      b.model,
+      language
+          ? fmt::format("({} tokens a window, vocabulary {})", seq_len, b.num_classes)
+          : fmt::format("({} stem), {}x{} input", models::name(b.stem), b.image_size, b.image_size),
+      b.batch_size, world_size, backend, data::name(b.data), b.steps, first);
+  log::out("{}/s (all ranks): {:.1f} | sync: {} | loader: {} worker thread(s) per rank", unit,
            r.images_per_sec, r.sync, b.workers);
-  log::out("per step: {:.1f} ms | model: {:.2f} GFLOP forward per image{}", r.step_ms,
-           r.forward_gflop, r.mfu ? fmt::format(" | MFU {:.1f}%{}", 100 * *r.mfu, peak_note) : "");
+  log::out("per step: {:.1f} ms | model: {:.{}f} {} forward per {}{}{}", r.step_ms,
+           language ? r.forward_gflop * 1e3 : r.forward_gflop, language ? 3 : 2,
+           language ? "MFLOP" : "GFLOP", sample,
+           language ? " (training 3x: 6N + 12·L·C·T, nanoGPT's and llm.c's count)" : "",
+           r.mfu ? fmt::format(" | MFU {:.1f}%{}", 100 * *r.mfu, peak_note) : "");
   if (r.peak_memory_gib) log::out("peak GPU memory (rank 0): {:.2f} GiB", *r.peak_memory_gib);
   r.plan_summary = plan_summary;
   if (!plan_summary.empty()) log::out("over the timed steps, {}", plan_summary);
@@ -172,7 +207,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
                            {"world_size", world_size},
                            {"batch_size", b.batch_size},
                            {"threads", b.threads},
-                           {"images_per_sec", r.images_per_sec},
+                           {language ? "tokens_per_sec" : "images_per_sec", r.images_per_sec},
                            {"step_ms", r.step_ms},
                            {"startup_s", r.startup_s},
                            {"backend", backend},
@@ -189,6 +224,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     line["deterministic"] = b.deterministic;
     line["sequence_parallel"] = b.sequence_parallel;
     line["activation_checkpointing"] = b.activation_checkpointing;
+    if (language) line["seq_len"] = seq_len;
     if (b.pipeline_parallel > 1) line["pipeline_schedule"] = parallel::name(b.pipeline_schedule);
     if (!r.plan_summary.empty()) line["plan_summary"] = r.plan_summary;  // a pipeline's bubble
     std::ofstream(b.json, std::ios::app) << line.dump() << "\n";

@@ -141,6 +141,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     t->data = md->dataset;
     t->data_dir = md->data_dir;
     t->image_size = md->input_size();
+    t->seq_len = md->seq_len;
+    t->vocab_size = md->vocab_size;
     t->num_classes = data::dataset_shape(md->dataset_spec()).num_classes;
     // ddpx train's loop uses ddpx train's buckets: a cap given for it would be ignored.
     for (auto* option : {bucket, first_bucket}) {

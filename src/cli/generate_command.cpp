@@ -103,7 +103,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                       text::kDefaultGpt2Vocab + ", from `ddpx data download gpt2-vocab`)");
   cmd->add_option("--prompt", a->prompt,
                   "the text to continue; empty: GPT-2's <|endoftext|> (a text's start)")
-      ->capture_default_str();
+      ->default_str("\\n");  // the newline itself, escaped: printed raw it would break the line
   cmd->add_option("--max_new_tokens", a->sampling.max_new_tokens, "tokens to sample")
       ->capture_default_str();
   cmd->add_option("--temperature", a->sampling.temperature,

@@ -9,6 +9,8 @@
 
 #include "bench/gemm.h"
 #include "bench/peaks.h"
+#include "e2e/token_fixture.h"
+#include "models/gpt.h"
 #include "support/support.h"
 
 namespace ddpx {
@@ -172,6 +174,52 @@ TEST(BenchSmokeTest, TrainTimesDdpxTrainsOwnLoopWithTheLoaderWorkersAskedFor) {
     auto bad = run_command(ddpx(std::string("bench train --model mlp ") + flag), 60);
     EXPECT_EQ(bad.exit_code, 2) << flag << "\n" << bad.output;
     EXPECT_NE(bad.output.find("add --loop phases"), std::string::npos) << bad.output;
+  }
+}
+
+// A GPT is timed on token windows of --seq_len (the old bench fed it a 3x32x32 image), with the
+// LM recipe's AdamW, counting tokens and nanoGPT's FLOPs a token; what cannot work is refused in
+// one line naming the flag.
+TEST(BenchSmokeTest, TrainTimesAGptOnTokenWindowsWithAdamw) {
+  test::TempDir dir;
+  test::write_char_tokens(dir.path());
+  auto r =
+      run_command(ddpx("bench train --model gpt-nano --dataset tokens --data_dir " + dir.path() +
+                       " --seq_len 16 --batch_size 2 --steps 2 --warmup 1 --threads 1 --json " +
+                       dir.file("out.json")),
+                  120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("optimizer adamw lr 0.001"), std::string::npos)
+      << "the LM recipe's optimizer\n"
+      << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m,
+                                std::regex("gpt-nano \\(16 tokens a window, vocabulary "
+                                           "([0-9]+)\\)")))
+      << r.output;
+  models::GptOptions gpt;  // gpt-nano: 4 layers, 4 heads, 128 wide, context 64
+  gpt.vocab_size = std::stoll(m[1]);
+  gpt.block_size = 64;
+  gpt.n_layer = gpt.n_head = 4;
+  gpt.n_embd = 128;
+  const double mflop = models::gpt_training_flops_per_token(gpt, 16) / 3 / 1e6;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m, std::regex("model: ([0-9.]+) MFLOP forward per token \\(training 3x: 6N")))
+      << r.output;
+  EXPECT_NEAR(std::stod(m[1]), mflop, 1e-3) << r.output;
+  EXPECT_NE(r.output.find("tokens/s (all ranks): "), std::string::npos) << r.output;
+  auto json = run_command("cat " + dir.file("out.json"), 10);
+  EXPECT_NE(json.output.find("\"tokens_per_sec\""), std::string::npos) << json.output;
+  EXPECT_NE(json.output.find("\"seq_len\":16"), std::string::npos) << json.output;
+
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--model gpt-nano", "add --dataset tokens"},
+           {"--model gpt-nano --dataset tokens --data_dir " + dir.path() + " --loop phases",
+            "drop --loop phases"},
+           {"--model mlp --dataset tokens --data_dir " + dir.path(), "add --model gpt-nano"}}) {
+    auto bad = run_command(ddpx("bench train " + flags), 60);
+    EXPECT_EQ(bad.exit_code, 2) << flags << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << flags << "\n" << bad.output;
   }
 }
 

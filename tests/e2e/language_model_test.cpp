@@ -259,5 +259,15 @@ TEST_F(LanguageModelTest, MissingTokenFilesAreNamedWithTheCommandThatWritesThem)
   EXPECT_TRUE(test::has(r.output, "ddpx data tokenize")) << r.output;
 }
 
+// The default prompt is a newline: --help shows it escaped, on the option's own line.
+TEST(GenerateHelpTest, ShowsThePromptsNewlineDefaultEscaped) {
+  auto r = run_command(ddpx("generate --help"), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("--prompt[^\\n]*"))) << r.output;
+  EXPECT_TRUE(test::has(m.str(), "\\n")) << "the default, escaped, on --prompt's line\n"
+                                         << r.output;
+}
+
 }  // namespace
 }  // namespace ddpx
