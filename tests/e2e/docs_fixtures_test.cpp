@@ -347,6 +347,7 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         << c.file << ":" << c.line << ": `" << c.printed
         << "` has no expected output: add a row with the output its docs block shows (or what "
            "its comment promises)";
+    // What the docs block shows. (Mutation run: `data info`'s "formats: " line reworded fails it.)
     EXPECT_TRUE(test::has(r.output, rule.expect)) << "expected: " << rule.expect << "\n"
                                                   << r.output;
     if (!rule.shown_in.empty())
