@@ -8,33 +8,37 @@
 # none), and the most activations a rank held at once (ddpx: `bench memory`'s activation_bytes,
 # what its forwards added and still held as a backward started; PyTorch: the tensors its
 # forwards saved for backward, from first save to last use, by autograd's saved-tensor hooks).
-# Each configuration runs alone, one after the other.
+# Each configuration runs alone, one after the other. REPLICAS=R > 1 runs ddpx's stages x R
+# data-parallel replicas (RANKS x R workers, BATCH a replica, the replicas' gradient averaging
+# in the bubble line) and no PyTorch rows: its script runs one replica.
 # Usage: bench/compare_pipeline.sh [steps]   (BUILD=build; MODEL=resnet18 (a ResNet), SIZE=32,
-#        BATCH=32, RANKS=2 (the stages), MICRO=4, V=2 (interleaved), STEPS=20, WARMUP=3,
-#        SCHEDULES="gpipe 1f1b interleaved")
+#        BATCH=32, RANKS=2 (the stages), REPLICAS=1, MICRO=4, V=2 (interleaved), STEPS=20,
+#        WARMUP=3, SCHEDULES="gpipe 1f1b interleaved")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
 py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
 steps="${1:-${STEPS:-20}}"
 model="${MODEL:-resnet18}"; size="${SIZE:-32}"; batch="${BATCH:-32}"; ranks="${RANKS:-2}"
-micro="${MICRO:-4}"; warmup="${WARMUP:-3}"; v="${V:-2}"
+micro="${MICRO:-4}"; warmup="${WARMUP:-3}"; v="${V:-2}"; replicas="${REPLICAS:-1}"
+workers=$(( ranks * replicas ))
 schedules="${SCHEDULES:-gpipe 1f1b interleaved}"
-threads=$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))
+threads=$(( $(nproc) / workers > 0 ? $(nproc) / workers : 1 ))
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
 echo "# $model, ${size}x$size synthetic images, 10 classes, batch $batch in $micro micro-batches, $ranks stages x $threads thread(s), SGD momentum, $steps steps after $warmup"
+echo "# $replicas data-parallel replica(s) of the stages: $workers workers"
 echo "# interleaved: $v stages a rank"
 per_rank() { if [ "$1" = interleaved ]; then echo "$v"; else echo 1; fi; }
 for schedule in $schedules; do
-  "$ddpx" run "$ranks" --threads_per_worker "$threads" --tee 0 --log_dir "$out/log" -- bench \
+  "$ddpx" run "$workers" --threads_per_worker "$threads" --tee 0 --log_dir "$out/log" -- bench \
     train --model "$model" --image_size "$size" --batch_size "$batch" --steps "$steps" \
     --warmup "$warmup" --no_augment --pipeline_parallel "$ranks" --microbatches "$micro" --pipeline_schedule "$schedule" \
     --stages_per_rank "$(per_rank "$schedule")" --json "$out/ddpx_$schedule" > "$out/ddpx_$schedule.log" 2>&1
-  "$ddpx" run "$ranks" --threads_per_worker "$threads" --tee 0 --log_dir "$out/log" -- bench \
+  "$ddpx" run "$workers" --threads_per_worker "$threads" --tee 0 --log_dir "$out/log" -- bench \
     memory --model "$model" --image_size "$size" --batch_size "$batch" --num_classes 10 \
     --pipeline_parallel "$ranks" --microbatches "$micro" --pipeline_schedule "$schedule" \
     --stages_per_rank "$(per_rank "$schedule")" --json > "$out/ddpx_$schedule.memory" 2>/dev/null
@@ -53,6 +57,7 @@ print(",".join(map(str, bounds)))
 PY
 }
 for schedule in $schedules; do
+  [ "$replicas" = 1 ] || continue
   cut=$(cut_of "$out/ddpx_$schedule.log")
   echo "# ddpx's cut for $schedule (first layer of each stage): $cut"
   memory_cut=$(cut_of "$out/ddpx_$schedule.memory")
@@ -80,14 +85,20 @@ def activations(name):  # ddpx: the most over the ranks, from bench memory's lin
 print(f"# {'configuration':<44} {'img/s':>8} {'step ms':>8} {'peak RSS MiB':>13} {'activations MiB':>16}  bubble")
 peer = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 rows = [(f"ddpx --pipeline_schedule {s}", f"ddpx_{s}") for s in schedules]
-rows += [(f"pytorch pipelining {peer[s]}", f"pt_{s}") for s in schedules]
+rows += [(f"pytorch pipelining {peer[s]}", f"pt_{s}") for s in schedules
+         if os.path.exists(os.path.join(d, f"pt_{s}"))]
 r = {f: row(f) for _, f in rows}
 for label, f in rows:
     x = r[f]
     act = x.get("activation_mib", float("nan")) if f.startswith("pt_") else activations(f)
-    bubble = x.get("plan_summary", "").split("by rank: ")[-1].split(";")[0] if f.startswith("ddpx_") else "not measured"
+    summary = x.get("plan_summary", "")
+    bubble = summary.split("by rank: ")[-1].split(";")[0] if f.startswith("ddpx_") else "not measured"
+    if "gradient averaging" in summary:
+        bubble += "; averaging waited for " + summary.split("forward and backward): ")[-1]
     print(f"  {label:<44} {x['images_per_sec']:8.1f} {x['step_ms']:8.1f} {x['peak_rss_mib']:13.0f} {act:16.1f}  {bubble}")
 for s in schedules:
+    if f"pt_{s}" not in r:
+        continue
     a, b = r[f"ddpx_{s}"], r[f"pt_{s}"]
     print(f"# {s}: ddpx / pytorch images/s {a['images_per_sec'] / b['images_per_sec']:.2f}x, "
           f"rank 0 peak RSS {a['peak_rss_mib'] - b['peak_rss_mib']:+.0f} MiB, "

@@ -227,16 +227,20 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   };
   // The third forward's activations: the tensor bytes it added, as each backward starts (a
   // pipeline's micro-batches: the most held at once), less the gradients that the backwards
-  // before it allocated (a pipeline's earlier micro-batches').
+  // before it allocated (a pipeline's earlier micro-batches'). The gradients are counted from
+  // the first backward's start: where they are views of buckets allocated once (a reducer's),
+  // they are in place by then and no backward allocates them.
   const auto grad_bytes = [&] {
     int64_t n = 0;
     for (const auto& p : plan->parameters()) n += p.grad().defined() ? p.grad().nbytes() : 0;
     return n;
   };
-  bool measuring = false;
+  bool measuring = false, first_backward = true;
   int64_t forward_start = 0, grads_start = 0, activations = 0;
   mb.in_backward_context = [&](const std::function<void()>& backward) {
     if (measuring) {
+      if (first_backward) grads_start = grad_bytes();
+      first_backward = false;
       activations = std::max(activations,
                              tensor_bytes.current() - forward_start - (grad_bytes() - grads_start));
     }
@@ -245,7 +249,6 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   for (int s = 0; s < 3; ++s) {
     measuring = s == 2;
     forward_start = tensor_bytes.current();
-    grads_start = grad_bytes();
     plan->forward_backward(mb, /*sync=*/true);
     if (s == 2) break;  // measured after the third backward: gradients and state all present
     plan->step();

@@ -1,8 +1,9 @@
 // The pipeline plan (parallel/pipeline/) against one process training the unsplit model: with
 // one seed and the same global batches, every schedule (GPipe, 1F1B, interleaved 1F1B), on 2
-// ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, and 4 stages), and with the
-// replicas sharding their stage (--shard optimizer, gradients and full, on 2 to 4 replicas, one
-// with padded shards, one accumulating two unsynchronized halves), ends 6 SGD steps, each clipped
+// ranks (2 stages) and 4 (2 stages x 2 data-parallel replicas, 1F1B, interleaved and
+// accumulating two unsynchronized halves, and 4 stages), and with the replicas sharding their
+// stage (--shard optimizer, gradients and full, on 2 to 4 replicas, one with padded shards, one
+// accumulating two unsynchronized halves), ends 6 SGD steps, each clipped
 // by the whole model's gradient norm, with the single process's parameters, each step's loss and
 // norm reported, each rank holding memory for its own stages' parameters only while it trains and
 // evaluates (the trained model's logits on each replica's first rank; --shard full: none between
@@ -309,6 +310,8 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineLayout{2, 2, PipelineSchedule::k1F1B, 4, 1},
         PipelineLayout{2, 2, PipelineSchedule::kInterleaved, 4, 2},
         PipelineLayout{4, 2, PipelineSchedule::k1F1B, 2, 1},
+        PipelineLayout{4, 2, PipelineSchedule::kInterleaved, 2, 2},
+        PipelineLayout{4, 2, PipelineSchedule::k1F1B, 3, 1, parallel::ShardMode::kNone, true},
         PipelineLayout{4, 4, PipelineSchedule::k1F1B, 8, 1},
         PipelineLayout{3, 3, PipelineSchedule::kGpipe, 3, 1},
         PipelineLayout{4, 2, PipelineSchedule::k1F1B, 2, 1, parallel::ShardMode::kOptimizer},
@@ -318,12 +321,11 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       const PipelineLayout& l = info.param;
       return fmt::format(
-          "world{}_stages{}_{}_m{}_v{}{}", l.world, l.stages,
+          "world{}_stages{}_{}_m{}_v{}{}{}", l.world, l.stages,
           l.schedule == PipelineSchedule::k1F1B ? "onef1b" : name(l.schedule), l.microbatches,
           l.stages_per_rank,
-          l.shard == parallel::ShardMode::kNone
-              ? ""
-              : std::string("_shard_") + name(l.shard) + (l.accumulate ? "_accumulated" : ""));
+          l.shard == parallel::ShardMode::kNone ? "" : std::string("_shard_") + name(l.shard),
+          l.accumulate ? "_accumulated" : "");
     });
 
 // A whole checkpoint loads into a pipeline, into one whose stages' replicas shard them too.

@@ -154,11 +154,33 @@ void Reducer::install_grad(size_t param) {
 }
 
 void Reducer::prepare_for_forward(bool require_sync) {
+  begin_iteration(require_sync);
+  std::lock_guard<std::mutex> lock(mutex_);
+  expect_hooks_ = require_sync;
+  waits_at_backward_end_ = true;
+}
+
+void Reducer::begin_iteration(bool require_sync) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (rebuild_due_ && require_sync) rebuild_from_ready_order();
   for (size_t i = 0; i < params_.size(); ++i) install_grad(i);
   reset_iteration();
-  expect_hooks_ = require_sync;
+  expect_hooks_ = false;
+}
+
+void Reducer::arm_next_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DDPX_CHECK(!expect_hooks_ && next_bucket_ == 0, ErrorKind::kInternal,
+             "the gradient reducer was armed twice in one iteration");
+  expect_hooks_ = true;
+  waits_at_backward_end_ = false;
+}
+
+void Reducer::finish() { finalize(); }
+
+size_t Reducer::buckets_launched() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_bucket_;
 }
 
 void Reducer::rebuild_from_ready_order() {
@@ -196,7 +218,7 @@ void Reducer::reset_iteration() {
 void Reducer::on_grad_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!expect_hooks_) return;  // no_sync(), or a backward not preceded by a DDP forward
-  if (!callback_queued_) {
+  if (!callback_queued_ && waits_at_backward_end_) {
     callback_queued_ = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
   }

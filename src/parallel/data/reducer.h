@@ -8,6 +8,11 @@
 // is reduced there without a copy), else by dividing before a sum. An autograd-engine callback
 // queued by the first hook of a backward waits for all buckets before backward() returns.
 //
+// A caller that runs several backwards per synchronization (a pipeline stage: one a micro-batch)
+// arms the hooks for its last backward only and finishes the synchronization itself
+// (begin_iteration, arm_next_backward, finish): the buckets launch during that backward, and
+// nothing waits at its end, so the reduction overlaps whatever the caller runs next.
+//
 // Not thread-safe against concurrent backward passes through the same model; a reducer
 // belongs to one DistributedDataParallel and dies with it (its hooks are removed).
 #pragma once
@@ -48,6 +53,21 @@ class Reducer {
   // (zero_grad(set_to_none) or the user may have replaced it), and arms the hooks when the
   // coming backward should synchronize.
   void prepare_for_forward(bool require_sync);
+
+  // Synchronization finished by the caller. begin_iteration() before the first backward of a
+  // step: as prepare_for_forward (the rebuild, collective, when `require_sync`), the hooks
+  // disarmed, so backwards accumulate into the buckets without communicating.
+  // arm_next_backward() before the step's last backward: its hooks launch the buckets as they
+  // fill, and no engine callback waits at its end. finish() launches the buckets that backward
+  // left (parameters it gave no gradient count as their accumulated .grad, zero if none) and
+  // waits for every one: each .grad then holds the average over the group. Call it on every
+  // rank of the group, after the armed backward, before the gradients are read.
+  void begin_iteration(bool require_sync);
+  void arm_next_backward();
+  void finish();
+  // Buckets launched since the last begin_iteration or prepare_for_forward (in launch order: a
+  // count below bucket_layout().size() means the rest are still to come).
+  size_t buckets_launched() const;
 
   void set_comm_hook(CommHookFn hook);
 
@@ -94,6 +114,7 @@ class Reducer {
   mutable std::mutex mutex_;
   bool expect_hooks_ = false;
   bool callback_queued_ = false;
+  bool waits_at_backward_end_ = true;  // false: armed by arm_next_backward, finished by finish()
   std::vector<bool> ready_;
   size_t next_bucket_ = 0;
   std::vector<size_t> ready_order_;  // recorded during the first synchronized backward

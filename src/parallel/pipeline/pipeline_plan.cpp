@@ -16,6 +16,7 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
+#include "parallel/data/reducer.h"
 #include "parallel/pipeline/pipeline_links.h"
 #include "parallel/placement.h"
 #include "parallel/sharded/optimizer_state.h"
@@ -182,7 +183,11 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
     place_tensors(mine_list, *options_.device, options_.channels_last);
     for (const auto& t : others_) move_freed(t, *options_.device);
   }
-  if (options_.shard != ShardMode::kNone && replicas_) build_units();
+  if (options_.shard != ShardMode::kNone && replicas_) {
+    build_units();
+  } else if (replicas_) {
+    build_reducers();
+  }
   if (!params_.empty()) optimizer_ = make_optimizer_(sharded() ? shards_ : params_);
   for (const auto& line : stage_table_lines()) log::out("{}", line);
   free_others();
@@ -207,6 +212,13 @@ std::string PipelinePlan::describe() {
                               gathers_in_place_ ? ", all-gathered straight from shared memory" : "")
                 : fmt::format("; --shard {}: one replica a stage, nothing to split",
                               name(options_.shard));
+  } else if (!reducers_.empty()) {
+    size_t buckets = 0;
+    for (const auto& reducer : reducers_) buckets += reducer ? reducer->bucket_layout().size() : 0;
+    shard = fmt::format(
+        "; the replicas average each stage's gradients in buckets launched during its last "
+        "micro-batch's backward ({} bucket{} on rank {})",
+        buckets, buckets == 1 ? "" : "s", context_.rank());
   }
   return fmt::format(
       "optimizer step: the optimizer's own, on this rank's stages{} | plan: pipeline parallel: "
@@ -225,21 +237,28 @@ std::string PipelinePlan::describe() {
 std::string PipelinePlan::epoch_summary() {
   // One row a rank: its idle share in tenths of a percent and its most activations held.
   const int world = context_.world_size();
-  torch::Tensor rows = torch::zeros({world, 2}, torch::kInt64);
+  torch::Tensor rows = torch::zeros({world, 3}, torch::kInt64);
   rows[context_.rank()][0] = static_cast<int64_t>(std::llround(epoch_.idle_share() * 1000));
   rows[context_.rank()][1] = epoch_.max_activations;
+  const double sync_share = epoch_.seconds > 0 ? epoch_.sync_wait_seconds / epoch_.seconds : 0;
+  rows[context_.rank()][2] = static_cast<int64_t>(std::llround(sync_share * 1000));
   context_.all_reduce_sum(rows);
   epoch_ = {};
-  std::string idle, held;
+  std::string idle, held, sync;
   for (int r = 0; r < world; ++r) {
     const int label = mesh_.job_group(r, MeshDim::kTensor).front();  // its tensor group's first
     idle += fmt::format("{}{} {:.1f}%", r ? " | " : "", label, rows[r][0].item<int64_t>() / 10.0);
     held += fmt::format("{}{} {}", r ? " | " : "", label, rows[r][1].item<int64_t>());
+    sync += fmt::format("{}{} {:.1f}%", r ? " | " : "", label, rows[r][2].item<int64_t>() / 10.0);
   }
   return fmt::format(
       "pipeline bubble (idle share of each rank's forward and backward) by rank: {}; micro-batch "
-      "activations held at most: {}",
-      idle, held);
+      "activations held at most: {}{}",
+      idle, held,
+      reducers_.empty() ? ""
+                        : fmt::format("; replicas' gradient averaging waited for after the "
+                                      "schedule (share of forward and backward): {}",
+                                      sync));
 }
 
 int PipelinePlan::rank_of(int stage) const {
@@ -278,7 +297,19 @@ MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, boo
   std::vector<torch::Tensor> outputs(static_cast<size_t>(m));
   torch::Tensor loss_sum;
   PipelineShape shape{p, m, options_.stages_per_rank};
-  for (const PipelineAction& a : schedule_actions(options_.schedule, shape, pipeline_rank_)) {
+  const std::vector<PipelineAction> actions =
+      schedule_actions(options_.schedule, shape, pipeline_rank_);
+  // Whole replicas: each stage's last backward launches its gradient buckets (the others
+  // accumulate into them).
+  std::vector<size_t> last_backward(my_stages_.size(), actions.size());
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (!actions[i].forward) last_backward[static_cast<size_t>(actions[i].chunk)] = i;
+  }
+  for (auto& reducer : reducers_) {
+    if (reducer) reducer->begin_iteration(sync);
+  }
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const PipelineAction& a = actions[i];
     const int stage = a.chunk * p + pipeline_rank_;
     const bool last = stage == stages - 1;
     const int64_t n = inputs[a.microbatch].size(0);
@@ -339,10 +370,17 @@ MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, boo
           torch::autograd::backward({f.output}, {grad});
         }
       };
+      Reducer* reducer = reducers_.empty() ? nullptr : reducers_[a.chunk].get();
+      const bool arm = sync && reducer && i == last_backward[a.chunk];
+      if (arm) reducer->arm_next_backward();
       if (batch.in_backward_context) {
         batch.in_backward_context(backward);
       } else {
         backward();
+      }
+      if (arm) {
+        stats_.sync_buckets_in_backward += static_cast<int>(reducer->buckets_launched());
+        stats_.sync_buckets += static_cast<int>(reducer->bucket_layout().size());
       }
       if (stage > 0) {
         torch::Tensor grad = f.input.grad();
@@ -353,11 +391,7 @@ MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, boo
   }
   finish_sends();
   stats_.wait_seconds += device_idle();
-  if (sync && sharded()) {
-    reduce_units();
-  } else if (sync && replicas_) {
-    average_replicas();
-  }
+  if (sync && sharded()) reduce_units();
 
   // The loss and logits go to the replica's first rank, which reports them.
   MicroBatchResult result;
@@ -380,9 +414,12 @@ MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, boo
   }
   result.output = logits_to_first_rank(
       context_.rank() == last_rank ? torch::cat(outputs) : torch::Tensor(), rows, device);
+  // The replicas' averages, last: their buckets ran on while the loss and logits moved.
+  if (sync) finish_replica_sync();
   stats_.seconds = total.seconds();
   epoch_.seconds += stats_.seconds;
   epoch_.wait_seconds += stats_.wait_seconds;
+  epoch_.sync_wait_seconds += stats_.sync_wait_seconds;
   epoch_.max_activations = std::max(epoch_.max_activations, stats_.max_activations);
   return result;
 }

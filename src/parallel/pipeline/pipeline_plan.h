@@ -10,6 +10,13 @@
 // replica), and a stage's replicas average their gradients over a group of their own
 // (sub_group.h).
 //
+// Whole replicas average through the gradient reducer DDP uses (reducer.h), one for each of
+// this rank's stages over the stage's replica group: its gradients are packed into buckets, the
+// micro-batches' backwards accumulate into them without communicating, and the stage's last
+// micro-batch backward launches each bucket's all-reduce as the bucket fills, so the averaging
+// overlaps the rest of that backward and of the schedule (an interleaved rank's other stages,
+// the sends, the loss). forward_backward() waits for the buckets before it returns.
+//
 // Sharded replicas (--shard, torchtitan's PP x FSDP): each stage is one unit (shard_unit.h) split
 // across its replicas. After the last micro-batch's backward its gradients are reduce-scattered
 // instead of all-reduced, and the optimizer steps this replica's shards:
@@ -59,6 +66,7 @@
 
 #include "models/activation_checkpoint.h"
 #include "models/layer_sequence.h"
+#include "parallel/data/ddp.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_split.h"
@@ -78,6 +86,7 @@ class Context;
 namespace ddpx::parallel {
 
 class PipelineLinks;
+class Reducer;
 
 struct PipelineOptions {
   int stages = 2;        // P: pipeline ranks
@@ -103,6 +112,10 @@ struct PipelineOptions {
   // where a stage has one replica. gather_dtype: what the all-gathers send (sharded_plan.h).
   ShardMode shard = ShardMode::kNone;
   c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
+  // Whole replicas: the gradient buckets' caps (as DdpOptions': the first bucket of each stage
+  // at most about first_bucket_bytes, the others about bucket_bytes).
+  int64_t first_bucket_bytes = DdpOptions{}.first_bucket_bytes;
+  int64_t bucket_bytes = DdpOptions{}.bucket_bytes;
   // Where the model is handed over in host memory (built whole there, as the trainer does), the
   // device this rank's stages go to: only they are moved there (channels_last: 4-d tensors in
   // NHWC), the other stages' tensors move without memory, and rank 0 times each layer there one
@@ -129,6 +142,13 @@ struct PipelineStats {
   double wait_seconds = 0;
   int max_activations = 0;  // micro-batches whose activations this rank held at once
   double idle_share() const { return seconds > 0 ? wait_seconds / seconds : 0; }
+  // Whole replicas, a synchronized step: this rank's stages' gradient buckets, how many of them
+  // were launched before the backward that launches them returned (overlapped with the rest of
+  // the step), and the time spent waiting for the averages after the schedule (the exposed
+  // part of the replicas' averaging).
+  int sync_buckets = 0;
+  int sync_buckets_in_backward = 0;
+  double sync_wait_seconds = 0;
 };
 
 class PipelinePlan : public Plan {
@@ -175,7 +195,9 @@ class PipelinePlan : public Plan {
   void write_part(torch::serialize::OutputArchive& part) override;  // not collective
   void write_index(torch::serialize::OutputArchive& index) override;
   // "pipeline bubble (idle share of forward_backward) by rank: 0 27.1% | 1 26.0%; activations
-  // held at most: 0 4 | 1 2": since the last summary, every rank's. Collective.
+  // held at most: 0 4 | 1 2", and with whole replicas the share of forward_backward spent
+  // waiting for their averages after the schedule: since the last summary, every rank's.
+  // Collective.
   std::string epoch_summary() override;
 
   const std::vector<StageInfo>& stage_table() const { return table_; }
@@ -216,9 +238,11 @@ class PipelinePlan : public Plan {
   // The time this rank's GPU stream sat waiting on NCCL receives since the last call (it waits
   // for their events: call after the step's last receive); 0 off the GPU.
   double device_idle();
-  void average_replicas();
-  void gather_whole();  // every stage's parameters and buffers from its replica-0 rank
-  void free_others();   // the memory of the stages this rank does not run
+  // Whole replicas (pipeline_replica_sync.cpp): a reducer for each of this rank's stages.
+  void build_reducers();
+  void finish_replica_sync();  // waits for every stage's buckets
+  void gather_whole();         // every stage's parameters and buffers from its replica-0 rank
+  void free_others();          // the memory of the stages this rank does not run
   // Sharded replicas (pipeline_shards.cpp).
   bool sharded() const { return !units_.empty(); }
   void build_units();
@@ -244,10 +268,11 @@ class PipelinePlan : public Plan {
   std::vector<torch::Tensor> others_;            // the other stages' parameters and buffers
   std::vector<size_t> others_nbytes_;            // their storage sizes when held
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<ShardUnit> units_;                 // sharded replicas: one per stage of this rank
-  std::vector<torch::Tensor> shards_;            // what the optimizer steps then, params_ order
-  std::vector<std::vector<size_t>> unit_order_;  // units_[u].params()[i] is params_[order[u][i]]
-  std::vector<Boundary> boundaries_;             // per stage: its output
+  std::vector<std::unique_ptr<Reducer>> reducers_;  // whole replicas: by chunk, null: no params
+  std::vector<ShardUnit> units_;                    // sharded replicas: one per stage of this rank
+  std::vector<torch::Tensor> shards_;               // what the optimizer steps then, params_ order
+  std::vector<std::vector<size_t>> unit_order_;     // units_[u].params()[i] is params_[order[u][i]]
+  std::vector<Boundary> boundaries_;                // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
   std::vector<std::pair<c10::Event, c10::Event>> device_waits_;  // (before, after) a receive
   PipelineStats stats_;

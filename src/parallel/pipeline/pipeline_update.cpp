@@ -1,35 +1,12 @@
-// The pipeline plan's update (see pipeline_plan.h): a stage's gradients averaged over its
-// data-parallel replicas, clipped by the whole model's norm, and this rank's stages stepped.
+// The pipeline plan's update (see pipeline_plan.h): the gradients, averaged over each stage's
+// replicas during backward, clipped by the whole model's norm, and this rank's stages stepped.
 #include <torch/optim/optimizer.h>
-
-#include <map>
 
 #include "distributed/context.h"
 #include "optim/clip_grad.h"
 #include "parallel/pipeline/pipeline_plan.h"
 
 namespace ddpx::parallel {
-
-void PipelinePlan::average_replicas() {
-  torch::NoGradGuard no_grad;
-  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (auto& p : params_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    by_dtype[p.grad().scalar_type()].push_back(p.grad());
-  }
-  for (auto& [dtype, grads] : by_dtype) {
-    std::vector<torch::Tensor> flat_parts;
-    for (auto& g : grads) flat_parts.push_back(g.reshape({-1}));
-    torch::Tensor flat = torch::cat(flat_parts);
-    replicas_->all_reduce_sum(flat);
-    flat.div_(replica_count_);
-    int64_t offset = 0;
-    for (auto& g : grads) {
-      g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
-      offset += g.numel();
-    }
-  }
-}
 
 void PipelinePlan::set_learning_rate(double lr) {
   if (!optimizer_) return;
