@@ -111,11 +111,12 @@ void run_plan(const PlanOptions& o) {
   // fp16 is probed as bf16 (the same bytes); auto as bf16, what the GPUs a plan is for take.
   probe.amp = o.amp != optim::Amp::kOff;
   parallel::ModelMemory m;
+  torch::nn::AnyModule model = models::create_model(o.model, config);  // the meshes' probes' too
   {
     // The probe runs the model as ddpx train would: its blocks recomputed in backward if asked.
-    torch::nn::AnyModule model = models::with_activation_checkpointing(
-        models::create_model(o.model, config), checkpointing, o.model);
-    m = parallel::measure_model(model, probe);
+    torch::nn::AnyModule checkpointed =
+        models::with_activation_checkpointing(model, checkpointing, o.model);
+    m = parallel::measure_model(checkpointed, probe);
   }
   const parallel::MemoryPlan plan = parallel::plan_memory(m, request);
   MeshResults meshes;
@@ -123,6 +124,7 @@ void run_plan(const PlanOptions& o) {
     MeshSearch search;
     search.model_name = o.model;
     search.build = [name = o.model, config] { return models::create_model(name, config); };
+    search.model = std::move(model);
     search.probe = probe;
     search.checkpointing = checkpointing;
     search.request = request;
@@ -131,7 +133,7 @@ void run_plan(const PlanOptions& o) {
     search.stages_per_rank =
         parallel::pipeline_stages_per_rank(o.stages_per_rank, o.pipeline_schedule);
     search.balance = o.pipeline_balance;
-    meshes = search_meshes(m, search);
+    meshes = search_meshes(m, std::move(search));
   }
   const parallel::MeshPrediction* mesh = plan.recommended ? nullptr : recommended_mesh(meshes);
 

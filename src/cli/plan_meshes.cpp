@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "parallel/tensor/parallelize.h"
@@ -36,12 +38,10 @@ std::vector<int> splits_of(int n) {
   return out;
 }
 
-// Probes at the two smallest T that split the model (and the same with sequence parallelism),
-// carried to every T (split_probe.h's at_tensor_size).
 // The T that split the model, without and with sequence parallelism; notes for the others.
 std::array<std::vector<int>, 2> splitting_sizes(const MeshSearch& s, MeshResults& r) {
-  const torch::nn::AnyModule model = s.build();  // freed before the probes build their own
-  try {                                          // a model without a plan: one note, not one a T
+  const torch::nn::AnyModule& model = s.model;
+  try {  // a model without a plan: one note, not one a T
     parallel::tensor::check_splittable(model, 1, s.model_name);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kUsage) throw;
@@ -68,22 +68,33 @@ std::array<std::vector<int>, 2> splitting_sizes(const MeshSearch& s, MeshResults
 
 // Probes at the two smallest T that split the model (and the same with sequence parallelism),
 // carried to every T (split_probe.h's at_tensor_size). Returns the carried probes of the T that
-// leave GPUs for pipeline stages, with the split model's layers, for the 3-D meshes.
-std::vector<parallel::TensorMemory> search_tensor(const parallel::ModelMemory& whole,
-                                                  const MeshSearch& s, MeshResults& r) {
+// leave GPUs for pipeline stages, with the split model's layers, for the 3-D meshes. Consumes
+// s.model: rank 0's whole model in the first probe.
+std::vector<parallel::TensorMemory> search_tensor(const parallel::ModelMemory& whole, MeshSearch& s,
+                                                  MeshResults& r) {
   const auto splitting = splitting_sizes(s, r);
   const int n = s.request.world_size;
+  // The two smallest sizes of each mode (the next size up, not the largest: T threads each hold
+  // a rank's pieces and activations), both modes of a size probed on one set of thread ranks.
+  std::map<int, std::vector<bool>> modes_at;
+  for (bool sequence : {false, true}) {
+    const std::vector<int>& sizes = splitting[sequence];
+    for (size_t i = 0; i < sizes.size() && i < 2; ++i) modes_at[sizes[i]].push_back(sequence);
+  }
+  std::array<std::map<int, parallel::TensorMemory>, 2> probed;  // by mode, then T
+  for (const auto& [t, modes] : modes_at) {
+    // The layers too where T leaves room for 2 stages or more.
+    auto probes = parallel::measure_tensor_parallel(s.build, t, modes, s.probe, s.model_name,
+                                                    s.checkpointing, /*layers=*/n / t >= 2,
+                                                    std::exchange(s.model, torch::nn::AnyModule()));
+    for (size_t k = 0; k < modes.size(); ++k) probed[modes[k]].emplace(t, std::move(probes[k]));
+  }
   std::vector<parallel::TensorMemory> for_pipelines;
   for (bool sequence : {false, true}) {
     const std::vector<int>& sizes = splitting[sequence];
     if (sizes.empty()) continue;
-    auto probe = [&](int t) {  // the layers too where T leaves room for 2 stages or more
-      return parallel::measure_tensor_parallel(s.build, t, sequence, s.probe, s.model_name,
-                                               s.checkpointing, /*layers=*/n / t >= 2);
-    };
-    const auto smallest = probe(sizes.front());
-    // The next size up, not the largest: T threads each hold a rank's pieces and activations.
-    const auto next = sizes.size() == 1 ? smallest : probe(sizes[1]);
+    const auto& smallest = probed[sequence].at(sizes.front());
+    const auto& next = probed[sequence].at(sizes.size() == 1 ? sizes.front() : sizes[1]);
     for (int t : sizes) {
       const auto at = parallel::at_tensor_size(smallest, next, t);
       if (!at.layers.empty()) for_pipelines.push_back(at);
@@ -116,8 +127,8 @@ constexpr std::array<parallel::ShardMode, 4> kShardModes = {
     parallel::ShardMode::kNone, parallel::ShardMode::kOptimizer, parallel::ShardMode::kGradients,
     parallel::ShardMode::kFull};
 
-void search_pipeline(const parallel::ModelMemory& whole, const MeshSearch& s, MeshResults& r) {
-  torch::nn::AnyModule model = s.build();
+void search_pipeline(const parallel::ModelMemory& whole, MeshSearch& s, MeshResults& r) {
+  torch::nn::AnyModule& model = s.model;
   const auto layers = parallel::measure_layers(model, s.probe, s.checkpointing);
   if (!layers) {
     r.notes.push_back(
@@ -173,11 +184,18 @@ void search_pipeline_tensor(const parallel::ModelMemory& whole,
 
 }  // namespace
 
-MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& search) {
+MeshResults search_meshes(const parallel::ModelMemory& whole, MeshSearch search) {
   MeshResults results;
   if (search.request.world_size < 2) return results;
+  if (search.model.is_empty()) search.model = search.build();
+  // The one whole model: the pipeline's layer probes run on it, the tensor sizes are checked on
+  // it, then the first tensor probe splits it as rank 0's (ViT-L/16 takes seconds to build).
+  MeshResults pipeline;
+  search_pipeline(whole, search, pipeline);
+  for (auto& p : search.model.ptr()->parameters()) p.mutable_grad() = torch::Tensor();
   const auto split_layers = search_tensor(whole, search, results);
-  search_pipeline(whole, search, results);
+  results.meshes.insert(results.meshes.end(), pipeline.meshes.begin(), pipeline.meshes.end());
+  results.notes.insert(results.notes.end(), pipeline.notes.begin(), pipeline.notes.end());
   search_pipeline_tensor(whole, split_layers, search, results);
   if (search.checkpointing.every > 0) {  // what was probed, in the flags to paste
     for (auto& mesh : results.meshes)

@@ -18,6 +18,9 @@ namespace ddpx::cli {
 struct MeshSearch {
   std::string model_name;
   std::function<torch::nn::AnyModule()> build;  // the whole model, fp32, on the CPU
+  // The whole model already built (the one `ddpx plan` measured), or empty: search_meshes()
+  // probes on it first, then splits it for the first tensor probe; `build` makes the others.
+  torch::nn::AnyModule model;
   parallel::ProbeOptions probe;
   models::ActivationCheckpointing checkpointing;
   parallel::PlanRequest request;
@@ -36,7 +39,7 @@ struct MeshResults {
 // Every P and T > 1 that divides the GPUs, and every P x T that does: probes and predictions
 // (minutes for a large model on many GPUs: two tensor-parallel probes, with and without sequence
 // parallelism, each also running the split layers one at a time where a 3-D mesh is possible).
-MeshResults search_meshes(const parallel::ModelMemory& whole, const MeshSearch& search);
+MeshResults search_meshes(const parallel::ModelMemory& whole, MeshSearch search);
 
 // The mesh to use when no shard mode fits: the least split (smallest P or T) that fits, tensor
 // parallel before a pipeline of the same size (no bubble), without sequence parallel first.

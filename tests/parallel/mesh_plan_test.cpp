@@ -440,5 +440,49 @@ TEST(SplitProbeTest, TensorParallelRanksOnThreadsHoldTheirPiecesAndRefuseModelsW
   }
 }
 
+// `ddpx plan` probes a size with and without sequence parallelism on one set of thread ranks,
+// each rank's whole model built once and split once a mode (rank 0's the model the plan built
+// already): each mode measures what its own probe measures. The tiny ViT (3 heads) on 3 ranks,
+// at batches where the activations, not Gloo's buffers, hold the peak.
+TEST(SplitProbeTest, BothSequenceModesOnOneSetOfThreadRanksMeasureAsTheirOwnProbes) {
+  models::ModelConfig config;
+  config.num_classes = 10;
+  config.image_size = 32;
+  int built = 0;
+  auto build = [&] {
+    ++built;
+    return models::create_model("vit_tiny_patch4_32", config);
+  };
+  ProbeOptions o;
+  o.image_size = 32;
+  o.num_classes = 10;
+  o.batch_small = 16;
+  const auto both = measure_tensor_parallel(build, 3, {false, true}, o, "vit_tiny_patch4_32", {},
+                                            /*layers=*/true, build());
+  EXPECT_EQ(built, 3) << "the given model and one more a rank";
+  ASSERT_EQ(both.size(), 2u);
+  for (bool sequence : {false, true}) {
+    SCOPED_TRACE(sequence ? "sequence parallel" : "plain");
+    const TensorMemory alone =
+        measure_tensor_parallel(build, 3, sequence, o, "vit_tiny_patch4_32", {}, true);
+    const TensorMemory& m = both[sequence];
+    EXPECT_EQ(m.sequence_parallel, sequence);
+    EXPECT_EQ(m.whole_parameters, alone.whole_parameters);
+    EXPECT_EQ(m.split_parameters, alone.split_parameters);
+    EXPECT_EQ(m.parameters, alone.parameters);
+    EXPECT_EQ(m.units.size(), alone.units.size());
+    EXPECT_NEAR(m.activations.at(32) / alone.activations.at(32), 1.0, 0.05)
+        << m.activations.at(32) << " bytes at batch 32 beside the other mode, "
+        << alone.activations.at(32) << " alone";
+    ASSERT_EQ(m.layers.size(), alone.layers.size());
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+      EXPECT_EQ(m.layers[l].parameters, alone.layers[l].parameters) << m.layers[l].name;
+      EXPECT_NEAR(m.layers[l].input.at(32), alone.layers[l].input.at(32), 1.0) << m.layers[l].name;
+    }
+  }
+  // Each rank keeps only its tokens between the split layers: less than without.
+  EXPECT_LT(both[true].activations.at(32), both[false].activations.at(32));
+}
+
 }  // namespace
 }  // namespace ddpx::parallel

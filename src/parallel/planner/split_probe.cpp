@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
+#include <set>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -180,117 +181,152 @@ std::optional<std::vector<LayerMemory>> measure_layers(
   return fit_layers(names_of(*layers), recomputed, a, b, o.batch_small);
 }
 
+std::vector<TensorMemory> measure_tensor_parallel(
+    const std::function<torch::nn::AnyModule()>& build, int ranks,
+    const std::vector<bool>& sequence_modes, const ProbeOptions& o, const std::string& model_name,
+    const models::ActivationCheckpointing& checkpointing, bool layers, torch::nn::AnyModule first) {
+  DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
+             "plan: the probe needs a positive batch and image size");
+  DDPX_CHECK(!sequence_modes.empty(), ErrorKind::kInternal, "plan: a tensor probe of no mode");
+  if (first.is_empty()) first = build();  // rank 0's, checked before any thread starts
+  for (bool sequence : sequence_modes) tensor::check_splittable(first, ranks, model_name, sequence);
+  const size_t modes = sequence_modes.size();
+  std::vector<TensorMemory> out(modes);
+  int64_t whole_parameters = 0;
+  for (const auto& p : first.ptr()->parameters()) whole_parameters += p.numel();
+  for (size_t k = 0; k < modes; ++k) {
+    out[k].ranks = ranks;
+    out[k].sequence_parallel = sequence_modes[k];
+    out[k].whole_parameters = whole_parameters;
+  }
+  const std::array<int64_t, 3> batches{o.batch_small, o.batch_small, 2 * o.batch_small};
+  // Each mode's passes, and with `layers` each rank's layer probes at the small and the large
+  // batch.
+  std::vector<std::array<double, 3>> measured(modes, std::array<double, 3>{});
+  std::vector<std::vector<std::array<std::vector<LayerPoint>, 2>>> points(
+      modes, std::vector<std::array<std::vector<LayerPoint>, 2>>(static_cast<size_t>(ranks)));
+  std::vector<std::vector<LayerName>> rank0_layers(modes);
+  std::vector<int64_t> layer_batch(modes, o.batch_small);  // set from the split model's passes
+  CpuTensorBytes bytes;
+  std::vector<int64_t> before(static_cast<size_t>(ranks));
+  std::mutex mutex;  // one whole model at a time
+  dist::run_thread_ranks(ranks, [&](dist::Context& group) {
+    // Each rank as in a job: its own whole model, split (not collective) once a mode, the split
+    // layers' whole parameters then freed, so the rank keeps its pieces and its own unsplit
+    // layers (shared by the modes' split models, which run one after the other).
+    CpuTensorBytes::tag_thread(group.rank());  // this rank's bytes, counted on their own
+    std::vector<tensor::SplitModel> splits(modes);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      torch::nn::AnyModule whole = group.rank() == 0 ? std::move(first) : build();
+      std::set<std::string> split_names;
+      for (size_t k = 0; k < modes; ++k) {
+        // The probe's images, so a sequence-parallel layer sequence splits their tokens.
+        splits[k] = tensor::split_model(whole, group, sequence_modes[k], checkpointing,
+                                        {3, o.image_size, o.image_size});
+        for (const auto& spec : splits[k].specs) split_names.insert(spec.first);
+      }
+      for (const auto& item : whole.ptr()->named_parameters()) {
+        if (!split_names.count(item.key())) continue;
+        if (group.rank() == 0) {
+          for (size_t k = 0; k < modes; ++k)
+            if (splits[k].specs.count(item.key())) out[k].split_parameters += item.value().numel();
+        }
+        free_storage(item.value());
+      }
+      if (group.rank() == 0) {
+        for (size_t k = 0; k < modes; ++k) {
+          const tensor::SplitModel& split = splits[k];
+          for (const auto& p : split.module.ptr()->parameters()) out[k].parameters += p.numel();
+          out[k].units = unit_params(*split.module.ptr(), [&split](const std::string& name) {
+            auto spec = split.specs.find(name);
+            return spec == split.specs.end() ? -1 : static_cast<int>(spec->second.dim);
+          });
+        }
+      }
+    }
+    for (size_t k = 0; k < modes; ++k) {
+      tensor::SplitModel& split = splits[k];
+      const auto params = split.module.ptr()->parameters();
+      split.module.ptr()->train();
+      zero_grads(params);
+      for (size_t pass = 0; pass < batches.size(); ++pass) {
+        const int64_t batch = batches[pass];
+        const auto x = torch::randn({batch, 3, o.image_size, o.image_size});
+        const auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
+        group.barrier();
+        if (group.rank() == 0) {
+          for (int r = 0; r < ranks; ++r) before[static_cast<size_t>(r)] = bytes.tag_current(r);
+          bytes.reset_peak();
+        }
+        group.barrier();
+        {
+          torch::Tensor loss;
+          {
+            optim::AutocastGuard autocast(amp_of(o), torch::Device(torch::kCPU));
+            loss = torch::nn::functional::cross_entropy(split.module.forward(x), y);
+          }
+          loss.backward();
+        }
+        group.barrier();
+        if (group.rank() == 0) {
+          for (int r = 0; r < ranks; ++r) {
+            measured[k][pass] =
+                std::max(measured[k][pass],
+                         static_cast<double>(bytes.tag_peak(r) - before[static_cast<size_t>(r)]));
+          }
+        }
+      }
+      if (layers) {       // the split layers, each alone, as a pipeline of them runs them
+        group.barrier();  // rank 0 has written `measured`
+        if (group.rank() == 0)
+          layer_batch[k] = layer_probe_batch(batches[1], measured[k][1], measured[k][2]);
+        group.barrier();
+        const int rank = group.rank();
+        const ByteCounter counter{[&bytes, rank] { return bytes.tag_current(rank); },
+                                  [&bytes, rank] { return bytes.tag_peak(rank); },
+                                  [&bytes, &group] {
+                                    group.barrier();
+                                    if (group.rank() == 0) bytes.reset_peak();
+                                    group.barrier();
+                                  }};
+        const std::vector<bool> none(split.layers.size(), false);  // they checkpoint themselves
+        auto& mine = points[k][static_cast<size_t>(rank)];
+        mine[0] = probe_layers(split.layers, none, o, layer_batch[k], counter, false);
+        mine[1] = probe_layers(split.layers, none, o, 2 * layer_batch[k], counter, false);
+        if (rank == 0) rank0_layers[k] = names_of(split.layers);
+        group.barrier();  // every rank done with the last layer's collectives before any leaves
+      }
+      split = tensor::SplitModel{};  // its pieces freed before the next mode's passes
+    }
+    CpuTensorBytes::tag_thread(-1);
+  });
+  for (size_t k = 0; k < modes; ++k) {
+    TensorMemory& m = out[k];
+    m.activations = LinearFit::through(batches[1], measured[k][1], batches[2], measured[k][2]);
+    if (!layers) continue;
+    auto largest = points[k][0];
+    for (size_t r = 1; r < points[k].size(); ++r) {
+      keep_larger(largest[0], points[k][r][0]);
+      keep_larger(largest[1], points[k][r][1]);
+    }
+    std::vector<bool> recomputed(rank0_layers[k].size());
+    for (size_t l = 0; l < rank0_layers[k].size(); ++l)
+      recomputed[l] = models::checkpoints_layer(checkpointing, l, rank0_layers[k].size());
+    m.layers = fit_layers(rank0_layers[k], recomputed, largest[0], largest[1], layer_batch[k]);
+    for (auto& layer : m.layers) layer.seconds = 0;  // ranks run at once: not a layer's time
+  }
+  return out;
+}
+
 TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>& build, int ranks,
                                      bool sequence_parallel, const ProbeOptions& o,
                                      const std::string& model_name,
                                      const models::ActivationCheckpointing& checkpointing,
                                      bool layers) {
-  DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
-             "plan: the probe needs a positive batch and image size");
-  torch::nn::AnyModule first = build();  // rank 0's, checked before any thread starts
-  tensor::check_splittable(first, ranks, model_name, sequence_parallel);
-  TensorMemory m;
-  m.ranks = ranks;
-  m.sequence_parallel = sequence_parallel;
-  for (const auto& p : first.ptr()->parameters()) m.whole_parameters += p.numel();
-  const std::array<int64_t, 3> batches{o.batch_small, o.batch_small, 2 * o.batch_small};
-  std::array<double, 3> measured{};
-  CpuTensorBytes bytes;
-  std::vector<int64_t> before(static_cast<size_t>(ranks));
-  std::mutex mutex;  // one whole model at a time
-  // With `layers`: each rank's layer probes at the small and the large batch.
-  std::vector<std::array<std::vector<LayerPoint>, 2>> points(static_cast<size_t>(ranks));
-  std::vector<LayerName> rank0_layers;
-  int64_t layer_batch = o.batch_small;  // set from the whole split model's passes
-  dist::run_thread_ranks(ranks, [&](dist::Context& group) {
-    // Each rank as in a job: its own whole model, split (not collective), the split layers'
-    // whole parameters then freed, so the rank keeps its pieces and its own unsplit layers.
-    CpuTensorBytes::tag_thread(group.rank());  // this rank's bytes, counted on their own
-    tensor::SplitModel split;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      torch::nn::AnyModule whole = group.rank() == 0 ? std::move(first) : build();
-      // The probe's images, so a sequence-parallel layer sequence splits their tokens.
-      split = tensor::split_model(whole, group, sequence_parallel, checkpointing,
-                                  {3, o.image_size, o.image_size});
-      for (const auto& item : whole.ptr()->named_parameters()) {
-        if (!split.specs.count(item.key())) continue;
-        if (group.rank() == 0) m.split_parameters += item.value().numel();
-        free_storage(item.value());
-      }
-      if (group.rank() == 0) {
-        for (const auto& p : split.module.ptr()->parameters()) m.parameters += p.numel();
-        m.units = unit_params(*split.module.ptr(), [&split](const std::string& name) {
-          auto spec = split.specs.find(name);
-          return spec == split.specs.end() ? -1 : static_cast<int>(spec->second.dim);
-        });
-      }
-    }
-    const auto params = split.module.ptr()->parameters();
-    split.module.ptr()->train();
-    zero_grads(params);
-    for (size_t pass = 0; pass < batches.size(); ++pass) {
-      const int64_t batch = batches[pass];
-      const auto x = torch::randn({batch, 3, o.image_size, o.image_size});
-      const auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
-      group.barrier();
-      if (group.rank() == 0) {
-        for (int r = 0; r < ranks; ++r) before[static_cast<size_t>(r)] = bytes.tag_current(r);
-        bytes.reset_peak();
-      }
-      group.barrier();
-      {
-        torch::Tensor loss;
-        {
-          optim::AutocastGuard autocast(amp_of(o), torch::Device(torch::kCPU));
-          loss = torch::nn::functional::cross_entropy(split.module.forward(x), y);
-        }
-        loss.backward();
-      }
-      group.barrier();
-      if (group.rank() == 0) {
-        for (int r = 0; r < ranks; ++r) {
-          measured[pass] =
-              std::max(measured[pass],
-                       static_cast<double>(bytes.tag_peak(r) - before[static_cast<size_t>(r)]));
-        }
-      }
-    }
-    if (layers) {       // the split layers, each alone, as a pipeline of them runs them
-      group.barrier();  // rank 0 has written `measured`
-      if (group.rank() == 0) layer_batch = layer_probe_batch(batches[1], measured[1], measured[2]);
-      group.barrier();
-      const int rank = group.rank();
-      const ByteCounter counter{[&bytes, rank] { return bytes.tag_current(rank); },
-                                [&bytes, rank] { return bytes.tag_peak(rank); },
-                                [&bytes, &group] {
-                                  group.barrier();
-                                  if (group.rank() == 0) bytes.reset_peak();
-                                  group.barrier();
-                                }};
-      const std::vector<bool> none(split.layers.size(), false);  // they checkpoint themselves
-      auto& mine = points[static_cast<size_t>(rank)];
-      mine[0] = probe_layers(split.layers, none, o, layer_batch, counter, false);
-      mine[1] = probe_layers(split.layers, none, o, 2 * layer_batch, counter, false);
-      if (rank == 0) rank0_layers = names_of(split.layers);
-      group.barrier();  // every rank done with the last layer's collectives before any leaves
-    }
-    CpuTensorBytes::tag_thread(-1);
-  });
-  m.activations = LinearFit::through(batches[1], measured[1], batches[2], measured[2]);
-  if (layers) {
-    auto largest = points[0];
-    for (size_t r = 1; r < points.size(); ++r) {
-      keep_larger(largest[0], points[r][0]);
-      keep_larger(largest[1], points[r][1]);
-    }
-    std::vector<bool> recomputed(rank0_layers.size());
-    for (size_t l = 0; l < rank0_layers.size(); ++l)
-      recomputed[l] = models::checkpoints_layer(checkpointing, l, rank0_layers.size());
-    m.layers = fit_layers(rank0_layers, recomputed, largest[0], largest[1], layer_batch);
-    for (auto& layer : m.layers) layer.seconds = 0;  // ranks run at once: not a layer's time
-  }
-  return m;
+  return measure_tensor_parallel(build, ranks, std::vector<bool>{sequence_parallel}, o, model_name,
+                                 checkpointing, layers)
+      .front();
 }
 
 TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ranks) {

@@ -81,6 +81,17 @@ TensorMemory measure_tensor_parallel(const std::function<torch::nn::AnyModule()>
                                      const models::ActivationCheckpointing& checkpointing = {},
                                      bool layers = false);
 
+// The same probe, one for each of `sequence_modes` (false: plain, true: --sequence_parallel), on
+// one set of thread ranks: each rank builds its whole model once and splits it once a mode, the
+// modes' passes one after the other (`ddpx plan` probes both modes at each size: half the whole
+// models built). `first`, when given, is rank 0's whole model (consumed: its split parameters
+// are freed), so a caller that has built the model already builds one fewer.
+std::vector<TensorMemory> measure_tensor_parallel(
+    const std::function<torch::nn::AnyModule()>& build, int ranks,
+    const std::vector<bool>& sequence_modes, const ProbeOptions& options,
+    const std::string& model_name, const models::ActivationCheckpointing& checkpointing,
+    bool layers, torch::nn::AnyModule first = {});
+
 // Probes at two sizes (`ddpx plan`: the two smallest T that split the model) carried to any T: the
 // pieces (and the units' pieces, along their split dim) scale as 1/T, and a rank's activations as
 // U + S/T (the unsplit layers' and the split
