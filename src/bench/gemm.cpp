@@ -16,10 +16,10 @@
 #include <fstream>
 #include <limits>
 
-#include "bench/peaks.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "distributed/device.h"
+#include "distributed/peak_flops.h"
 #include "distributed/threads.h"
 #include "distributed/world.h"
 
@@ -100,10 +100,6 @@ std::string describe_for_gemm(const torch::Device& device) {
 #endif
 }
 
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
-}
-
 // Relative Frobenius error a correct product stays under: the dtype's rounding of the output
 // (and for tf32 of the inputs) with margin for fp32 accumulation over k. A wrong product (wrong
 // operands, garbage) is off by about 1.
@@ -145,7 +141,7 @@ GemmResult run_gemm(const GemmOptions& o) {
   torch::Tensor b = torch::randn({r.k, r.n}, options);
   torch::Tensor c = torch::empty({r.m, r.n}, options);
   for (int64_t i = 0; i < o.warmup; ++i) torch::mm_out(c, a, b);
-  synchronize(device);
+  dist::synchronize(device);
   // The reference: the same operands multiplied in fp64, once.
   const torch::Tensor reference = a.to(torch::kFloat64).mm(b.to(torch::kFloat64));
   const double reference_norm = reference.norm().item<double>();
@@ -154,10 +150,10 @@ GemmResult run_gemm(const GemmOptions& o) {
   // Each multiply is timed alone (a device sync ends it) and its product checked untimed.
   for (int64_t i = 0; i < o.iterations; ++i) {
     c.zero_();
-    synchronize(device);
+    dist::synchronize(device);
     Stopwatch watch;
     torch::mm_out(c, a, b);
-    synchronize(device);
+    dist::synchronize(device);
     r.total_seconds += watch.seconds();
     double error = (c.to(torch::kFloat64) - reference).norm().item<double>() /
                    std::max(reference_norm, 1e-300);
@@ -172,7 +168,7 @@ GemmResult run_gemm(const GemmOptions& o) {
       r.peak_tflops = peak->first;
       r.peak_basis = peak->second;
     }
-  } else if (auto peak = gpu_peak(r.device, dtype.name)) {
+  } else if (auto peak = dist::gpu_peak(r.device, dtype.name)) {
     r.peak_tflops = peak->tflops;
     r.peak_basis = fmt::format("published dense peak of the {}", peak->label);
   }

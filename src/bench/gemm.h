@@ -3,7 +3,8 @@
 // checked against an fp64 reference product of the same inputs (the seed's "Successful
 // iterations: N/N"), so a fast but wrong multiply is reported as a failure, not a speed.
 // Reports achieved TFLOP/s (2 m n k flops a multiply) and the share of that dtype's peak: on a
-// GPU from the published table (peaks.h), on a CPU estimated from its vector width, cores, clock.
+// GPU from the published table (distributed/peak_flops.h), on a CPU estimated from its vector
+// width, cores, clock.
 #pragma once
 
 #include <cstdint>

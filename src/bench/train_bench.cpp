@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "bench/peaks.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -22,6 +21,7 @@
 #include "data/sampler.h"
 #include "distributed/context.h"
 #include "distributed/device.h"
+#include "distributed/peak_flops.h"
 #include "distributed/threads.h"
 #include "models/flops.h"
 #include "models/zoo/registry.h"
@@ -260,15 +260,11 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
             .peak /
         1073741824.0;
-    const char* compute = amp.amp == optim::Amp::kBf16           ? "bf16"
-                          : amp.amp == optim::Amp::kFp16         ? "fp16"
-                          : at::globalContext().allowTF32CuDNN() ? "tf32"
-                                                                 : "fp32";
-    if (auto peak = gpu_peak(dist::device_name(device), compute)) {
+    if (auto peak = dist::device_peak(device, amp.amp)) {
       const double per_rank = r.images_per_sec / context->world_size();
-      r.mfu = 3.0 * forward_flops * per_rank / (peak->tflops * 1e12);
-      peak_note =
-          fmt::format("of the {} {} peak, {:.1f} TFLOP/s", peak->label, compute, peak->tflops);
+      r.mfu = 3.0 * forward_flops * per_rank / (peak->peak.tflops * 1e12);
+      peak_note = fmt::format("of the {} {} peak, {:.1f} TFLOP/s", peak->peak.label, peak->dtype,
+                              peak->peak.tflops);
     }
   }
   // Report rank-averaged throughput figures; every rank must agree on what was printed.

@@ -18,7 +18,7 @@
 // On a GPU (--device cuda, with --amp and --channels_last as `ddpx train`) both report the peak
 // memory the allocator held and the model FLOPs utilisation: 3 x the forward FLOPs per image
 // (counted, models/flops.h) x images/s per rank over the GPU's published peak for the compute
-// dtype (bench/peaks.h).
+// dtype (distributed/peak_flops.h).
 //
 // A language model (the gpt family, --dataset tokens --seq_len T) runs the trainer loop only,
 // with the LM recipe's optimizer (AdamW, decay on matrices, clip 1), and counts tokens: tokens/s,

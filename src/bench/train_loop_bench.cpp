@@ -7,7 +7,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "bench/peaks.h"
 #include "bench/train_bench.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -15,6 +14,7 @@
 #include "core/timer.h"
 #include "distributed/context.h"
 #include "distributed/device.h"
+#include "distributed/peak_flops.h"
 #include "distributed/world.h"
 #include "models/flops.h"
 #include "models/gpt.h"
@@ -90,10 +90,6 @@ int64_t options_seq_len(const TrainBenchOptions& b) {
   return b.seq_len > 0 ? b.seq_len : models::find_model(b.model).default_image_size;
 }
 
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
-}
-
 }  // namespace
 
 TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
@@ -115,12 +111,12 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
     if (step == first) {
       plan.epoch_summary();  // what the plan counted before the window is not the window's
       context.barrier();
-      synchronize(context.device());
+      dist::synchronize(context.device());
       if (context.device().is_cuda()) at::accelerator::resetPeakStats(context.device().index());
       window.reset();
     }
     if (step < first + b.steps) return false;
-    synchronize(context.device());
+    dist::synchronize(context.device());
     seconds = window.seconds();
     plan_summary = plan.epoch_summary();
     world_size = context.world_size();
@@ -172,13 +168,10 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
         stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
             .peak /
         1073741824.0;
-    const char* compute = amp == optim::Amp::kBf16               ? "bf16"
-                          : amp == optim::Amp::kFp16             ? "fp16"
-                          : at::globalContext().allowTF32CuDNN() ? "tf32"
-                                                                 : "fp32";
-    if (auto peak = gpu_peak(dist::device_name(device), compute)) {
-      r.mfu = 3.0 * r.forward_gflop * 1e9 * (r.images_per_sec / world_size) / (peak->tflops * 1e12);
-      peak_note = fmt::format(" of the {} {} peak", peak->label, compute);
+    if (auto peak = dist::device_peak(device, amp)) {
+      r.mfu = 3.0 * r.forward_gflop * 1e9 * (r.images_per_sec / world_size) /
+              (peak->peak.tflops * 1e12);
+      peak_note = fmt::format(" of the {} {} peak", peak->peak.label, peak->dtype);
     }
   }
   log::out(

@@ -93,6 +93,10 @@ std::optional<DeviceMemory> device_memory(const torch::Device& device) {
   return DeviceMemory{free_bytes, total_bytes};
 }
 
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+}
+
 std::string device_name(const torch::Device& device) {
 #ifdef DDPX_WITH_CUDA
   if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;

@@ -48,6 +48,8 @@ struct DeviceMemory {
 };
 std::optional<DeviceMemory> device_memory(const torch::Device& device);
 std::string device_name(const torch::Device& device);  // "NVIDIA H100 80GB HBM3", "cpu"
+// Waits for the work queued on a GPU (timing, a benchmark's window); nothing on a CPU.
+void synchronize(const torch::Device& device);
 
 // Whether a GPU looks taken by another job before this one allocated anything: nullopt when
 // free enough, else the line to print. `fatal` is set when more than half its memory is in use

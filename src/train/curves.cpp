@@ -59,6 +59,7 @@ void Curves::epoch(const EpochResult& r, int64_t global_step) {
                          {"world_size", world_size_},
                          {"global_step", global_step}};
   if (r.test_accuracy) line["accuracy_test"] = *r.test_accuracy;
+  if (r.mfu) line["mfu"] = *r.mfu;
   if (r.test_accuracy_ema) line["accuracy_test_ema"] = *r.test_accuracy_ema;
   for (const auto& [name, value] : r.plan_metrics) line[name] = value;
   std::ofstream out(metrics_json_, std::ios::app);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -12,13 +13,15 @@
 namespace ddpx::train {
 
 EpochMeter::EpochMeter(const TrainOptions& options, const Task& task, dist::Context& context,
-                       Curves& curves, int64_t steps_per_epoch, bool loss_scaling)
+                       Curves& curves, int64_t steps_per_epoch, bool loss_scaling,
+                       Utilization utilization)
     : o_(options),
       task_(task),
       context_(context),
       curves_(curves),
       steps_per_epoch_(steps_per_epoch),
       loss_scaling_(loss_scaling),
+      utilization_(utilization),
       bar_(options.progress && log::enabled(), steps_per_epoch),
       device_sums_(context.device()),
       read_every_(context.device().is_cpu() ? 1 : kGpuReadEvery),
@@ -60,12 +63,18 @@ EpochResult EpochMeter::finish(int64_t epoch, double data_wait_s, int64_t skippe
   r.accuracy = sums_.accuracy();
   r.images_per_sec = sums_.count / std::max(r.seconds, 1e-9);
   r.data_wait_s = data_wait_s;
-  // The seed's line; a language model's counts tokens and adds the perplexity.
+  // The seed's line; a language model's counts tokens and adds the perplexity (and the MFU).
+  std::string extra;
+  if (task_.next_token) extra = fmt::format(" || perplexity_train - {:.3f}", std::exp(r.loss));
+  if (utilization_.known()) {
+    const double per_rank = r.images_per_sec / context_.world_size();
+    r.mfu = utilization_.flops_per_unit * per_rank / utilization_.peak_flops;
+    extra += fmt::format(" || mfu - {:.1f}%", 100 * *r.mfu);
+  }
   log::out(
       "Epoch - {}/{}: time - {:.2f}s || loss_train - {:.4f} || accuracy_train - {:.4f} || "
       "{}_per_sec - {:.1f}{}",
-      epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, task_.unit, r.images_per_sec,
-      task_.next_token ? fmt::format(" || perplexity_train - {:.3f}", std::exp(r.loss)) : "");
+      epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, task_.unit, r.images_per_sec, extra);
   if (skipped_steps > 0) {
     log::out("fp16 loss scaling: {} steps skipped on inf/NaN gradients so far, scale {}",
              skipped_steps, scale);

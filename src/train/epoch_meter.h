@@ -26,10 +26,19 @@ namespace ddpx::train {
 inline constexpr int64_t kGpuReadEvery = 50;
 inline constexpr int64_t kCpuCurveEvery = 10;
 
+// Model FLOP utilisation: the training FLOPs of one counted unit (a token) and a device's peak
+// FLOP/s. Known for a GPT on a GPU of the peak table (distributed/peak_flops.h), where the epoch
+// line ends with `|| mfu - P%`; zero elsewhere (a CPU has no published peak).
+struct Utilization {
+  double flops_per_unit = 0;
+  double peak_flops = 0;  // a rank's device
+  bool known() const { return flops_per_unit > 0 && peak_flops > 0; }
+};
+
 class EpochMeter {
  public:
   EpochMeter(const TrainOptions& options, const Task& task, dist::Context& context, Curves& curves,
-             int64_t steps_per_epoch, bool loss_scaling);
+             int64_t steps_per_epoch, bool loss_scaling, Utilization utilization = {});
 
   // A micro-batch's mean loss, output and labels (on the device). With mixup the accuracy
   // counts the prediction of each image's own (dominant) label.
@@ -51,6 +60,7 @@ class EpochMeter {
   Curves& curves_;
   int64_t steps_per_epoch_;
   bool loss_scaling_;
+  Utilization utilization_;
   ProgressBar bar_;
   DeviceSums device_sums_;
   MetricSums sums_, at_last_point_;

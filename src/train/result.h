@@ -17,6 +17,7 @@ struct EpochResult {
   double accuracy = 0;
   double images_per_sec = 0;  // all ranks together (tokens for a language model)
   double data_wait_s = 0;     // rank 0's time waiting for its loader (the GPU starved)
+  std::optional<double> mfu;  // model FLOP utilisation where known (epoch_meter.h), 0.41 = 41%
   std::optional<double> test_accuracy;
   std::optional<double> test_loss;
   std::optional<double> test_accuracy_ema;  // --ema_decay: the averaged weights' accuracy

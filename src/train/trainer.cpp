@@ -5,10 +5,13 @@
 #include "train/trainer.h"
 
 #include <ATen/record_function.h>
+#include <fmt/format.h>
 
 #include "core/log.h"
 #include "core/timer.h"
 #include "distributed/device.h"
+#include "distributed/peak_flops.h"
+#include "models/gpt.h"
 #include "models/zoo/registry.h"
 #include "optim/amp.h"
 #include "parallel/placement.h"
@@ -112,6 +115,7 @@ class Run {
     };
     if (o_.amp == optim::Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);
     const int64_t parameters = models::count_parameters(*model.ptr());  // before any plan splits it
+    const std::string utilization_line = measure_utilization(model, data_->image_size);
     ChosenPlan chosen = choose_plan(o_, *context_, mesh, model, optimizer, scaler_ != nullptr,
                                     {3, data_->image_size, data_->image_size});
     plan_ = std::move(chosen.plan);
@@ -146,7 +150,23 @@ class Run {
     facts.batch_size = batch_size_;
     add_run_facts(facts, o_, *context_, data_->splits, parameters);
     for (const auto& line : header_lines(o_, facts)) log::out("{}", line);
+    if (!utilization_line.empty()) log::out("{}", utilization_line);
     if (!data_->sampler_note.empty()) log::out("{}", data_->sampler_note);
+  }
+
+  // A GPT on a GPU of the peak table: its training FLOPs a token (6N + 12·L·C·T) against the
+  // peak, for the epoch lines' MFU, and the line that says so; else nothing.
+  std::string measure_utilization(const torch::nn::AnyModule& model, int64_t seq_len) {
+    const auto* gpt = model.ptr()->as<models::GptImpl>();
+    if (gpt == nullptr) return "";
+    const auto peak = dist::device_peak(device_, o_.amp);
+    if (!peak) return "";
+    utilization_.flops_per_unit = models::gpt_training_flops_per_token(gpt->options(), seq_len);
+    utilization_.peak_flops = peak->peak.tflops * 1e12;
+    return fmt::format(
+        "MFU: {:.3f} GFLOP a token (6N + 12·L·C·T, nanoGPT's and llm.c's count) against the {} "
+        "{} peak, {:.1f} TFLOP/s a GPU",
+        utilization_.flops_per_unit / 1e9, peak->peak.label, peak->dtype, peak->peak.tflops);
   }
 
   EpochResult train_epoch(int64_t epoch) {
@@ -154,7 +174,8 @@ class Run {
     const int64_t skip = epoch == start_.epochs_done ? start_.epoch_step : 0;
     data_->train_loader->start_epoch(data_->sampler->indices(epoch), epoch, skip);
     parallel::DeviceFeeder feeder(*data_->train_loader, device_, o_.channels_last);
-    EpochMeter meter(o_, task_, *context_, *curves_, data_->steps_per_epoch, scaler_ != nullptr);
+    EpochMeter meter(o_, task_, *context_, *curves_, data_->steps_per_epoch, scaler_ != nullptr,
+                     utilization_);
     int64_t step = skip;
     plan_->zero_grad();
     for (;;) {
@@ -254,7 +275,8 @@ class Run {
   torch::Device device_ = torch::kCPU;
   int64_t batch_size_ = 0, global_step_ = 0, skipped_steps_ = 0;
   std::unique_ptr<TrainData> data_;
-  Task task_;  // what the model predicts: an image's class or every next token
+  Task task_;                // what the model predicts: an image's class or every next token
+  Utilization utilization_;  // a GPT's FLOPs a token against the GPU's peak, for the MFU
   std::unique_ptr<parallel::Plan> plan_;       // owns the model and the optimizer
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   torch::nn::AnyModule ema_model_;             // --ema_decay: the average's own instance

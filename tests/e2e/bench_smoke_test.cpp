@@ -8,7 +8,7 @@
 #include <regex>
 
 #include "bench/gemm.h"
-#include "bench/peaks.h"
+#include "distributed/peak_flops.h"
 #include "e2e/token_fixture.h"
 #include "models/gpt.h"
 #include "support/support.h"
@@ -102,7 +102,7 @@ TEST(BenchSmokeTest, GemmGpuLinesCarryTheCountThousandsAndShareOfPeak) {
   r.seconds_per_iteration = 2.0 * 8192.0 * 8192.0 * 8192.0 / 83090.857e9;
   r.total_seconds = 20 * r.seconds_per_iteration;
   r.tflops = 83.090857;
-  auto peak = bench::gpu_peak(r.device, r.dtype);
+  auto peak = dist::gpu_peak(r.device, r.dtype);
   ASSERT_TRUE(peak.has_value());
   r.peak_tflops = peak->tflops;
   r.peak_basis = "published dense peak of the " + peak->label;

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "bench/peaks.h"
+#include "distributed/peak_flops.h"
 #include "doctor/gpu_tools.h"
 #include "support/support.h"
 
@@ -144,7 +144,7 @@ TEST(GpuPeakTest, GpusAsTheToolsNameThemFindTheirPeaks) {
     ASSERT_FALSE(c.names.empty()) << c.tool_output << " names no GPU";
     for (const std::string& name : c.names) {
       seen.insert(name);
-      auto peak = bench::gpu_peak(name, c.dtype);
+      auto peak = dist::gpu_peak(name, c.dtype);
       ASSERT_TRUE(peak.has_value()) << "'" << name << "' from " << c.tool_output;
       EXPECT_EQ(peak->label, c.label) << name;
       EXPECT_DOUBLE_EQ(peak->tflops, c.tflops) << name;
@@ -155,7 +155,7 @@ TEST(GpuPeakTest, GpusAsTheToolsNameThemFindTheirPeaks) {
 
 // The row a name matches, or "(none)".
 std::string peak_label(const std::string& name, const std::string& dtype) {
-  auto peak = bench::gpu_peak(name, dtype);
+  auto peak = dist::gpu_peak(name, dtype);
   return peak ? peak->label : "(none)";
 }
 

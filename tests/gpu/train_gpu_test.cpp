@@ -8,6 +8,8 @@
 #include <torch/cuda.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 
 #include "support/support.h"
@@ -225,6 +227,33 @@ TEST(BenchGpuTest, TrainBenchReportsMfuAndPeakMemory) {
       << "ddpx train's loop, synchronized as the PyTorch peer\n"
       << r.output;
   EXPECT_NE(r.output.find("GFLOP forward per image"), std::string::npos) << r.output;
+}
+
+// A GPT's epoch line ends with its MFU against the peak table, and the metrics file has it.
+TEST(TrainGpuTest, AGptsEpochLineShowsItsMfu) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  auto tokenized = run_command(ddpx_command("data tokenize /usr/share/common-licenses/GPL-3 "
+                                            "--tokenizer char --out " +
+                                            dir.file("data")),
+                               120);
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
+  auto r = run_command(
+      ddpx_command("train --model gpt-nano --dataset tokens --data_dir " + dir.file("data") +
+                   " --batch_size 64 --num_epochs 1 --limit_test_batches 1 "
+                   "--device cuda --amp bf16 --no_progress --metrics_json " +
+                   dir.file("metrics.jsonl")),
+      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("MFU: "), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(\|\| mfu - ([0-9.]+)%)"))) << r.output;
+  const double mfu = std::stod(m[1]);
+  EXPECT_GT(mfu, 0.0) << r.output;
+  EXPECT_LT(mfu, 100.0) << r.output;
+  std::ifstream metrics(dir.file("metrics.jsonl"));
+  const std::string json((std::istreambuf_iterator<char>(metrics)), {});
+  EXPECT_NE(json.find("\"mfu\""), std::string::npos) << json;
 }
 
 }  // namespace

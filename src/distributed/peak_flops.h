@@ -3,10 +3,14 @@
 // table has no peak ("peak unknown"), never a guess.
 #pragma once
 
+#include <torch/types.h>
+
 #include <optional>
 #include <string>
 
-namespace ddpx::bench {
+#include "optim/amp.h"
+
+namespace ddpx::dist {
 
 struct GpuPeak {
   std::string label;  // the table row that matched, e.g. "H100 SXM"
@@ -17,4 +21,12 @@ struct GpuPeak {
 // `dtype` one of fp32, tf32, bf16, fp16. Empty when the GPU or the dtype is not in the table.
 std::optional<GpuPeak> gpu_peak(const std::string& device_name, const std::string& dtype);
 
-}  // namespace ddpx::bench
+// What a GPU computes in under `amp` ("bf16", "fp16", or "tf32" / "fp32" by libtorch's TF32
+// setting), and the table's peak for it: empty on a CPU or a GPU not in the table.
+struct DevicePeak {
+  std::string dtype;
+  GpuPeak peak;
+};
+std::optional<DevicePeak> device_peak(const torch::Device& device, optim::Amp amp);
+
+}  // namespace ddpx::dist

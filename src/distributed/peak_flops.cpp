@@ -1,10 +1,14 @@
-// The GPU peak table (see peaks.h).
-#include "bench/peaks.h"
+// The GPU peak table (see peak_flops.h).
+#include "distributed/peak_flops.h"
+
+#include <ATen/Context.h>
 
 #include <array>
 #include <cctype>
 
-namespace ddpx::bench {
+#include "distributed/device.h"
+
+namespace ddpx::dist {
 namespace {
 
 struct Row {
@@ -63,4 +67,15 @@ std::optional<GpuPeak> gpu_peak(const std::string& device_name, const std::strin
   return std::nullopt;
 }
 
-}  // namespace ddpx::bench
+std::optional<DevicePeak> device_peak(const torch::Device& device, optim::Amp amp) {
+  if (!device.is_cuda()) return std::nullopt;
+  const char* compute = amp == optim::Amp::kBf16               ? "bf16"
+                        : amp == optim::Amp::kFp16             ? "fp16"
+                        : at::globalContext().allowTF32CuDNN() ? "tf32"
+                                                               : "fp32";
+  auto peak = gpu_peak(device_name(device), compute);
+  if (!peak) return std::nullopt;
+  return DevicePeak{compute, *peak};
+}
+
+}  // namespace ddpx::dist
