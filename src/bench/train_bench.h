@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/names.h"
 #include "data/dataset.h"
@@ -37,6 +38,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_split.h"
 #include "parallel/sharded/shard_mode.h"
+#include "train/options.h"
 
 namespace ddpx::bench {
 
@@ -71,7 +73,10 @@ struct TrainBenchOptions {
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;
   optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
-  parallel::ShardMode shard = parallel::ShardMode::kNone;  // --loop trainer: ddpx train's --shard
+  // --loop trainer: ddpx train's --shard, --shard_units and --shard_gather_dtype
+  parallel::ShardMode shard = parallel::ShardMode::kNone;
+  std::vector<std::string> shard_units;
+  train::GatherDtype shard_gather_dtype = train::GatherDtype::kAuto;
   // --loop trainer: ddpx train's --pipeline_parallel, --microbatches, --pipeline_schedule,
   // --stages_per_rank and --pipeline_balance
   int pipeline_parallel = 1;

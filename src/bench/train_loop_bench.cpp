@@ -71,6 +71,8 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.powersgd_rank = b.powersgd_rank;
   o.powersgd_start_iter = b.powersgd_start_iter;
   o.shard = b.shard;
+  o.shard_units = b.shard_units;
+  o.shard_gather_dtype = b.shard_gather_dtype;
   o.pipeline_parallel = b.pipeline_parallel;
   o.microbatches = b.microbatches;
   o.pipeline_schedule = b.pipeline_schedule;

@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/help_format.h"
 #include "cli/model_data_flags.h"
-#include "cli/pipeline_flags.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 
 namespace ddpx::cli {
@@ -116,26 +116,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   add_choice(train, "--amp", t->amp, optim::kAmpNames,
              "off | bf16 | fp16 | auto (autocast, as ddpx train)");
   train->add_flag("--channels_last", t->channels_last, "NHWC weights and images");
-  auto* train_shard = add_choice(train, "--shard", t->shard, parallel::kShardModeNames,
-                                 "--loop trainer: ddpx train's --shard (none | optimizer | "
-                                 "gradients | full)");
-  auto* train_pipeline = train->add_option("--pipeline_parallel", t->pipeline_parallel,
-                                           "--loop trainer: ddpx train's --pipeline_parallel");
-  add_pipeline_flags(
-      train, {t->microbatches, t->pipeline_schedule, t->stages_per_rank, t->pipeline_balance},
-      "with --pipeline_parallel");
-  auto* train_tensor = train->add_option("--tensor_parallel", t->tensor_parallel,
-                                         "--loop trainer: ddpx train's --tensor_parallel");
-  train->add_flag("--sequence_parallel", t->sequence_parallel,
-                  "with --tensor_parallel: ddpx train's --sequence_parallel");
+  // ddpx train's parallelism (--loop trainer)
+  auto train_parallel = std::make_shared<ParallelOptions>();
+  add_parallel_flags(train, *train_parallel, kAllParallelFlags);
   auto* train_deterministic = train->add_flag("--deterministic", t->deterministic,
                                               "--loop trainer: ddpx train's --deterministic");
   train->add_option("--deterministic_atom", t->deterministic_atom,
                     "with --deterministic: samples an atom");
-  auto* train_checkpointing = add_activation_checkpointing_flag(train, t->activation_checkpointing);
   train->add_option("--json", t->json, "append the figures as a JSON line (rank 0)");
-  train->callback([t, md, bucket, first_bucket, train_shard, train_pipeline, train_tensor,
-                   train_deterministic, train_checkpointing, &exit_code] {
+  train->callback([t, md, train_parallel, train, bucket, first_bucket, train_deterministic,
+                   &exit_code] {
     t->model = md->model;
     t->stem = md->stem;
     t->data = md->dataset;
@@ -144,29 +134,22 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     t->seq_len = md->seq_len;
     t->vocab_size = md->vocab_size;
     t->num_classes = data::dataset_shape(md->dataset_spec()).num_classes;
+    apply_parallel_options(*train_parallel, *t);
     // ddpx train's loop uses ddpx train's buckets: a cap given for it would be ignored.
     for (auto* option : {bucket, first_bucket}) {
       DDPX_CHECK(t->loop == bench::BenchLoop::kPhases || option->count() == 0, ErrorKind::kUsage,
                  "bench train: {} sets the buckets of the phases loop only; add --loop phases",
                  option->get_name());
     }
-    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_shard->count() == 0,
-               ErrorKind::kUsage,
-               "bench train: --shard runs ddpx train's loop; drop --loop phases (the phases loop "
-               "times the data-parallel plan)");
-    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_pipeline->count() == 0,
-               ErrorKind::kUsage,
-               "bench train: --pipeline_parallel runs ddpx train's loop; drop --loop phases");
-    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_tensor->count() == 0,
-               ErrorKind::kUsage,
-               "bench train: --tensor_parallel runs ddpx train's loop; drop --loop phases");
-    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_deterministic->count() == 0,
-               ErrorKind::kUsage,
-               "bench train: --deterministic runs ddpx train's loop; drop --loop phases");
-    DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || train_checkpointing->count() == 0,
-               ErrorKind::kUsage,
-               "bench train: --activation_checkpointing runs ddpx train's loop; drop --loop "
-               "phases");
+    // The phases loop times the data-parallel plan: a layout flag runs ddpx train's loop.
+    std::vector<CLI::Option*> trainer_only{train_deterministic};
+    for (CLI::Option* option : train->get_options()) {
+      if (option->get_group() == kParallelGroup) trainer_only.push_back(option);
+    }
+    for (CLI::Option* option : trainer_only) {
+      DDPX_CHECK(t->loop == bench::BenchLoop::kTrainer || option->count() == 0, ErrorKind::kUsage,
+                 "bench train: {} runs ddpx train's loop; drop --loop phases", option->get_name());
+    }
     bench::run_train_bench(*t);
     exit_code = 0;
   });
@@ -183,39 +166,28 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "--threads", m->threads,
       "intra-op threads (0: $DDPX_THREADS, $OMP_NUM_THREADS, or cores / local ranks)");
   auto shard = std::make_shared<bench::ShardMemoryOptions>();
-  auto* shard_flag = add_choice(memory, "--shard", shard->shard, parallel::kShardModeNames,
-                                "model states per rank under a plan, beside ZeRO's formula: none "
-                                "(DDP) | optimizer | gradients | full; run under `ddpx run N`");
-  auto* pipeline_flag =
-      memory->add_option("--pipeline_parallel", shard->pipeline_parallel,
-                         "model states per rank as pipeline stages (1F1B), beside (8+K)Psi_r "
-                         "(with --shard: the replicas shard the stages, beside ZeRO's formula "
-                         "over Psi_r); run under `ddpx run N`");
-  auto* tensor_flag =
-      memory->add_option("--tensor_parallel", shard->tensor_parallel,
-                         "model states per rank as tensor-parallel pieces (ViTs, the MLP), "
-                         "beside (8+K)Psi_r (with --shard: the replicas shard them, beside "
-                         "ZeRO's formula over Psi_r; with --pipeline_parallel: the 3-D mesh); run "
-                         "under `ddpx run N`");
-  add_pipeline_flags(memory,
-                     {shard->microbatches, shard->pipeline_schedule, shard->stages_per_rank,
-                      shard->pipeline_balance},
-                     "with --pipeline_parallel");
-  memory->add_flag("--sequence_parallel", shard->sequence_parallel,
-                   "with --tensor_parallel: Megatron's sequence parallelism (the ViTs)");
+  memory->footer(
+      "With --shard, --pipeline_parallel or --tensor_parallel (run under `ddpx run N`): the model "
+      "states a rank holds under ddpx train's layout, beside ZeRO's formula (--shard) or "
+      "(8+K)Psi_r (the rank's pipeline stages or tensor-parallel pieces; with --shard the "
+      "replicas shard them, beside ZeRO's formula over Psi_r; both sizes: the 3-D mesh).");
+  auto memory_parallel = std::make_shared<ParallelOptions>();
+  add_parallel_flags(memory, *memory_parallel,
+                     kShardFlag | kMeshSizeFlags | kPipelineFlags | kSequenceParallelFlag);
   auto optimizer = std::make_shared<std::string>("sgd");
   memory->add_option("--optimizer", *optimizer, "with --shard: sgd (momentum) | adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
   memory->add_flag("--json", shard->json, "with --shard: one JSON object per rank");
   add_choice(memory, "--transport", shard->transport, dist::kTransportNames,
              "with --shard: auto | shm | gloo (gloo: DDP's buckets are tensors, counted)");
-  memory->callback([m, shard, shard_flag, pipeline_flag, tensor_flag, optimizer, memory,
-                    &exit_code] {
+  memory->callback([m, shard, memory_parallel, optimizer, memory, &exit_code] {
+    apply_parallel_options(*memory_parallel, *shard);
     // --tensor_parallel and --pipeline_parallel take --shard (their replicas shard the pieces
     // or the stages), and each other (the 3-D mesh: a pipeline of tensor-parallel stages).
     DDPX_CHECK(shard->pipeline_parallel >= 1 && shard->tensor_parallel >= 1, ErrorKind::kUsage,
                "bench memory: --pipeline_parallel and --tensor_parallel must be at least 1");
-    if (shard_flag->count() == 0 && pipeline_flag->count() == 0 && tensor_flag->count() == 0) {
+    if (memory->count("--shard") == 0 && memory->count("--pipeline_parallel") == 0 &&
+        memory->count("--tensor_parallel") == 0) {
       DDPX_CHECK(!shard->json && memory->count("--optimizer") == 0, ErrorKind::kUsage,
                  "bench memory: --json and --optimizer go with --shard (e.g. `ddpx run 2 -- bench "
                  "memory --shard full --json`)");

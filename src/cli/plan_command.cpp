@@ -11,7 +11,7 @@
 
 #include "cli/choices.h"
 #include "cli/commands.h"
-#include "cli/pipeline_flags.h"
+#include "cli/parallel_flags.h"
 #include "cli/plan_meshes.h"
 #include "core/error.h"
 #include "distributed/threads.h"
@@ -38,12 +38,9 @@ struct PlanOptions {
   double momentum = 0.9;
   int threads = 1;
   bool json = false;
-  std::string activation_checkpointing = "none";
   bool shard_only = false;
-  int microbatches = 0;
-  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
-  int stages_per_rank = 0;  // 0: 2 for interleaved, as ddpx train
-  parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
+  // --activation_checkpointing and the pipeline's flags (the mesh sizes and --shard are searched)
+  ParallelOptions parallelism;
 };
 
 // K: optimizer state bytes a parameter (fp32), as libtorch's optimizers keep it.
@@ -94,17 +91,18 @@ void run_plan(const PlanOptions& o) {
              o.threads);
   dist::set_threads(o.threads);
   DDPX_CHECK(
-      o.microbatches >= 0, ErrorKind::kUsage,
+      o.parallelism.microbatches >= 0, ErrorKind::kUsage,
       "plan: --microbatches must be >= 0 (0: 2 x --pipeline_parallel, as ddpx train), got {}",
-      o.microbatches);
-  DDPX_CHECK(
-      o.stages_per_rank >= 0 && (o.stages_per_rank == 0 ||
-                                 o.pipeline_schedule == parallel::PipelineSchedule::kInterleaved),
-      ErrorKind::kUsage,
-      "plan: --stages_per_rank {} goes with --pipeline_schedule interleaved (0: 2)",
-      o.stages_per_rank);
+      o.parallelism.microbatches);
+  DDPX_CHECK(o.parallelism.stages_per_rank >= 0 &&
+                 (o.parallelism.stages_per_rank == 0 ||
+                  o.parallelism.pipeline_schedule == parallel::PipelineSchedule::kInterleaved),
+             ErrorKind::kUsage,
+             "plan: --stages_per_rank {} goes with --pipeline_schedule interleaved (0: 2)",
+             o.parallelism.stages_per_rank);
   torch::manual_seed(0);
-  const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
+  const auto checkpointing =
+      models::parse_activation_checkpointing(o.parallelism.activation_checkpointing);
   parallel::ProbeOptions probe;
   probe.image_size = config.image_size;
   probe.num_classes = o.num_classes;
@@ -128,11 +126,11 @@ void run_plan(const PlanOptions& o) {
     search.probe = probe;
     search.checkpointing = checkpointing;
     search.request = request;
-    search.microbatches = o.microbatches;
-    search.schedule = o.pipeline_schedule;
-    search.stages_per_rank =
-        parallel::pipeline_stages_per_rank(o.stages_per_rank, o.pipeline_schedule);
-    search.balance = o.pipeline_balance;
+    search.microbatches = o.parallelism.microbatches;
+    search.schedule = o.parallelism.pipeline_schedule;
+    search.stages_per_rank = parallel::pipeline_stages_per_rank(o.parallelism.stages_per_rank,
+                                                                o.parallelism.pipeline_schedule);
+    search.balance = o.parallelism.pipeline_balance;
     meshes = search_meshes(m, std::move(search));
   }
   const parallel::MeshPrediction* mesh = plan.recommended ? nullptr : recommended_mesh(meshes);
@@ -241,13 +239,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--momentum", o->momentum, "SGD and LARS momentum (0: no momentum state)");
   cmd->add_option("--threads", o->threads,
                   "intra-op threads of the probe (1: no per-thread CPU buffers, as on a GPU)");
-  add_activation_checkpointing_flag(cmd, o->activation_checkpointing);
   cmd->add_flag("--shard_only", o->shard_only,
                 "weigh only --shard's modes, not the meshes that split the model (no "
                 "pipeline or tensor-parallel probes)");
-  add_pipeline_flags(
-      cmd, {o->microbatches, o->pipeline_schedule, o->stages_per_rank, o->pipeline_balance},
-      "pipeline meshes");
+  add_parallel_flags(cmd, o->parallelism, kPipelineFlags | kCheckpointingFlag);
   cmd->add_flag("--json", o->json,
                 "one JSON object per shard mode, then one per mesh (with \"mesh\": \"DxPxT\")");
   cmd->callback([o, &exit_code] {

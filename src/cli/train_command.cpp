@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "cli/help_format.h"
 #include "cli/model_data_flags.h"
-#include "cli/pipeline_flags.h"
+#include "cli/parallel_flags.h"
 #include "cli/recommendations.h"
 #include "core/error.h"
 #include "train/env_limits.h"
@@ -135,28 +135,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "with --comm_hook powersgd: the rank of each gradient matrix's approximation");
   cmd->add_option("--powersgd_start_iter", o->powersgd_start_iter,
                   "with --comm_hook powersgd: steps of plain all-reduce before compressing");
-  add_choice(cmd, "--shard", o->shard, parallel::kShardModeNames,
-             "sharded data parallel: none (DDP) | optimizer (ZeRO-1) | gradients (ZeRO-2) | full "
-             "(ZeRO-3/FSDP: parameters too)");
-  cmd->add_option("--shard_units", o->shard_units,
-                  "with --shard: submodules gathered together, comma-separated dotted paths "
-                  "(default: every block of the model's Sequential containers)")
-      ->delimiter(',');
-  add_choice(cmd, "--shard_gather_dtype", o->shard_gather_dtype, train::kGatherDtypeNames,
-             "with --shard: what the all-gathers send: auto (--amp's dtype, else fp32) | fp32 | "
-             "bf16 | fp16 (half the bytes; the optimizer still steps fp32 shards)");
-  cmd->add_option("--pipeline_parallel", o->pipeline_parallel,
-                  "pipeline stages a data-parallel replica: the world is P stages x N/P replicas "
-                  "(1: no pipeline)");
-  add_pipeline_flags(
-      cmd, {o->microbatches, o->pipeline_schedule, o->stages_per_rank, o->pipeline_balance},
-      "with --pipeline_parallel");
-  cmd->add_option("--tensor_parallel", o->tensor_parallel,
-                  "ranks that split each layer of a ViT or the MLP (Megatron-style: heads and MLP "
-                  "width): the world is N/T data-parallel replicas of T ranks (1: none)");
-  cmd->add_flag("--sequence_parallel", o->sequence_parallel,
-                "with --tensor_parallel on a ViT: LayerNorms, dropouts and residuals over 1/T of "
-                "the tokens a rank (all-gathers and reduce-scatters instead of all-reduces)");
+  // parallelism: the group `bench train`, `bench memory` and `plan` take too
+  auto parallelism = std::make_shared<ParallelOptions>();
+  add_parallel_flags(cmd, *parallelism, kAllParallelFlags);
   cmd->add_flag("--deterministic", o->deterministic,
                 "bitwise the same weights on 1, 2, 4, ... processes for one seed and global batch "
                 "(--batch_size_scaled): the batch in atoms, each its own forward and backward, "
@@ -164,7 +145,6 @@ void add_train_command(CLI::App& app, int& exit_code) {
                 "given); slower");
   cmd->add_option("--deterministic_atom", o->deterministic_atom,
                   "with --deterministic: samples an atom (the same on every run)");
-  add_activation_checkpointing_flag(cmd, o->activation_checkpointing);
   add_switch(cmd, "progress", o->progress, "progress bar on a terminal");
   cmd->add_option("--metrics_json", o->metrics_json, "append per-epoch metrics as JSON lines");
   cmd->add_option("--tensorboard", o->tensorboard,
@@ -191,31 +171,33 @@ void add_train_command(CLI::App& app, int& exit_code) {
                 "print recommended settings per model and exit");
   cmd->add_flag("--script_options", *script_options, "print example commands and exit");
 
-  cmd->callback([cmd, o, md, recipe, show_recommendations, script_options, &exit_code] {
-    if (*show_recommendations) {
-      print_recommendations();
-      return;
-    }
-    if (*script_options) {
-      print_script_options();
-      return;
-    }
-    if (!recipe->empty()) apply_recipe(*cmd, *recipe);
-    o->model = md->model;
-    o->stem = md->stem;
-    o->dataset = md->dataset;
-    o->data_dir = md->data_dir;
-    o->val_dir = md->val_dir;
-    o->val_split = md->val_split;
-    o->image_size = md->image_size;
-    o->synthetic_image = md->synthetic_image;
-    o->synthetic_classes = md->synthetic_classes;
-    o->seq_len = md->seq_len;
-    o->vocab_size = md->vocab_size;
-    train::apply_env_limits(*o);  // DDPX_EPOCHS and the like, named in the header
-    train::run_training(*o);
-    exit_code = 0;
-  });
+  cmd->callback(
+      [cmd, o, md, parallelism, recipe, show_recommendations, script_options, &exit_code] {
+        if (*show_recommendations) {
+          print_recommendations();
+          return;
+        }
+        if (*script_options) {
+          print_script_options();
+          return;
+        }
+        if (!recipe->empty()) apply_recipe(*cmd, *recipe);
+        o->model = md->model;
+        o->stem = md->stem;
+        o->dataset = md->dataset;
+        o->data_dir = md->data_dir;
+        o->val_dir = md->val_dir;
+        o->val_split = md->val_split;
+        o->image_size = md->image_size;
+        o->synthetic_image = md->synthetic_image;
+        o->synthetic_classes = md->synthetic_classes;
+        o->seq_len = md->seq_len;
+        o->vocab_size = md->vocab_size;
+        apply_parallel_options(*parallelism, *o);
+        train::apply_env_limits(*o);  // DDPX_EPOCHS and the like, named in the header
+        train::run_training(*o);
+        exit_code = 0;
+      });
 }
 
 }  // namespace ddpx::cli

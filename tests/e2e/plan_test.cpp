@@ -181,34 +181,6 @@ TEST(BenchMemoryTest, PipelineStagesAndTensorPiecesHoldOnlyTheirOwnStates) {
   }
 }
 
-// `bench memory` measures the pipeline `ddpx train` runs: left at 0, --microbatches is train's
-// choice for the same replica batch (2P where 2P divides it), so both print the same count.
-TEST(BenchMemoryTest, PipelineMicroBatchesAreTrainsByDefault) {
-  const auto micro_batches = [](const std::string& output) {
-    std::smatch m;
-    EXPECT_TRUE(std::regex_search(output, m, std::regex(R"(\(1f1b, (\d+) micro-batches)")))
-        << output;
-    return m.empty() ? -1 : std::stoi(m[1]);
-  };
-  test::TempDir dir;
-  const auto bench = run_command(
-      test::ddpx_command("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
-                         " -- bench memory --model mlp --image_size 8 --num_classes 10 "
-                         "--pipeline_parallel 2 --pipeline_balance params --batch_size 8"),
-      300);
-  ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  const auto train = run_command(
-      test::ddpx_command("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
-                         " -- train --model mlp --dataset synthetic --synthetic_size 32 "
-                         "--synthetic_image 8 --threads 1 --num_epochs 1 --limit_train_batches 1 "
-                         "--limit_test_batches 1 --pipeline_parallel 2 --pipeline_balance params "
-                         "--batch_size 8"),
-      300);
-  ASSERT_EQ(train.exit_code, 0) << train.output;
-  EXPECT_EQ(micro_batches(bench.output), 4) << "2P for a replica batch of 8\n" << bench.output;
-  EXPECT_EQ(micro_batches(bench.output), micro_batches(train.output)) << train.output;
-}
-
 // Sequence parallelism on 3 real ranks: each rank keeps only its tokens between the split
 // layers, so the activations it holds for backward there shrink to its share of the sequence:
 // the LayerNorms' inputs and the column-parallel layers' inputs (q, k, v's and the MLP's first

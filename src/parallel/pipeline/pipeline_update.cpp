@@ -14,22 +14,17 @@ void PipelinePlan::set_learning_rate(double lr) {
 }
 
 torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
+  std::vector<optim::HeldGradient> grads;
   for (const auto& p : sharded() ? shards_ : params_) {
-    if (p.grad().defined()) grads.push_back(p.grad());
+    if (p.grad().defined()) grads.push_back({p.grad()});
   }
   // The stages split the model. Whole, every replica holds the same averaged gradients: each
   // stage's squares count once a replica. Sharded, the replicas' shards split each stage
   // (padding is zero): every element counts once.
-  torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
-  for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum().cpu();
-  context_.all_reduce_sum(squares);
-  torch::Tensor total = (squares / (sharded() ? 1 : replica_count_)).sqrt().reshape({});
-  if (grads.empty()) return total;
-  total = total.to(grads[0].device(), grads[0].scalar_type());
-  optim::clip_by_norm(grads, total, max_norm);
-  return total;
+  optim::NormSum sum;
+  sum.all_reduce_sum = [this](torch::Tensor& t) { context_.all_reduce_sum(t); };
+  sum.replicas = sharded() ? 1 : replica_count_;
+  return optim::clip_by_global_norm(grads, sum, max_norm);
 }
 
 void PipelinePlan::step() {

@@ -291,20 +291,16 @@ void ShardedPlan::set_learning_rate(double lr) {
 }
 
 torch::Tensor ShardedPlan::clip_grad_norm(double max_norm) {
-  std::vector<torch::Tensor> grads;
+  std::vector<optim::HeldGradient> grads;
   for (const auto& s : shards_) {
-    if (s.grad().defined()) grads.push_back(s.grad());
+    if (s.grad().defined()) grads.push_back({s.grad()});
   }
-  if (grads.empty()) return {};
-  torch::NoGradGuard no_grad;
   // The squares of every shard (padding is zero) summed over the ranks: the whole norm.
-  auto squares = torch::zeros({1}, grads[0].options().dtype(torch::kFloat64));
-  for (const auto& g : grads) squares += g.to(torch::kFloat64).pow(2).sum();
-  auto on_cpu = squares.cpu();
-  dist::all_reduce_sum(*group_, on_cpu, "the gradient norm of --clip_grad_norm");
-  auto total = on_cpu.sqrt().reshape({}).to(grads[0].device(), grads[0].scalar_type());
-  optim::clip_by_norm(grads, total, max_norm);
-  return total;
+  optim::NormSum sum;
+  sum.all_reduce_sum = [this](torch::Tensor& t) {
+    dist::all_reduce_sum(*group_, t, "the gradient norm of --clip_grad_norm");
+  };
+  return optim::clip_by_global_norm(grads, sum, max_norm);
 }
 
 void ShardedPlan::step() {

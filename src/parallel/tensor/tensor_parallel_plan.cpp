@@ -202,35 +202,23 @@ void TensorParallelPlan::set_learning_rate(double) {}
 torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
   if (sharded_ != nullptr || (pipeline_ != nullptr && !pipeline_->units().empty()))
     return clip_sharded(max_norm);
-  torch::NoGradGuard no_grad;
-  torch::Tensor split_squares, whole_squares;
-  std::vector<torch::Tensor> grads;
+  // Every rank holds its pieces and the unsplit layers, the latter on each of the T ranks of its
+  // tensor group (1/T of their squares a rank). Without a pipeline the tensor group holds the
+  // whole model; with one, the job holds it once a replica, and the replicas hold the same
+  // averaged gradients.
+  std::vector<optim::HeldGradient> grads;
   for (const auto& p : split_.ptr()->named_parameters()) {
     const auto& g = p.value().grad();
-    if (!g.defined()) continue;
-    grads.push_back(g);
-    torch::Tensor squares = g.detach().to(torch::kFloat32).pow(2).sum();
-    auto& into = specs_.count(p.key()) ? split_squares : whole_squares;
-    into = into.defined() ? into + squares : squares;
+    if (g.defined()) grads.push_back({g, specs_.count(p.key()) ? 1 : options_.size});
   }
-  if (grads.empty()) return torch::zeros({});
-  const auto options = grads[0].options().dtype(torch::kFloat32);
-  if (!split_squares.defined()) split_squares = torch::zeros({}, options);
-  if (!whole_squares.defined()) whole_squares = torch::zeros({}, options);
-  torch::Tensor norm;
+  optim::NormSum sum;
   if (pipeline_ != nullptr) {
-    // Every rank holds its stages' pieces and unsplit layers, the latter on each of its stage's
-    // T ranks, and the replicas hold the same averaged gradients: the job's sum of each rank's
-    // pieces' squares and 1/T of its unsplit ones' is the replicas' count times the square.
-    torch::Tensor squares = split_squares + whole_squares / options_.size;
-    context_.all_reduce_sum(squares);
-    norm = (squares / mesh_.data_size()).sqrt();
+    sum.all_reduce_sum = [this](torch::Tensor& t) { context_.all_reduce_sum(t); };
+    sum.replicas = mesh_.data_size();
   } else {
-    tensor_group_->all_reduce_sum(split_squares);
-    norm = (split_squares + whole_squares).sqrt();
+    sum.all_reduce_sum = [this](torch::Tensor& t) { tensor_group_->all_reduce_sum(t); };
   }
-  optim::clip_by_norm(grads, norm, max_norm);
-  return norm;
+  return optim::clip_by_global_norm(grads, sum, max_norm);
 }
 
 torch::Tensor TensorParallelPlan::clip_sharded(double max_norm) {
@@ -238,7 +226,6 @@ torch::Tensor TensorParallelPlan::clip_sharded(double max_norm) {
   // the sharded plan's shards, in the split model's parameter order, or a sharded pipeline's
   // stage units'. The job's sum of the shards' squares counts every piece once and every unsplit
   // layer T times.
-  torch::NoGradGuard no_grad;
   const auto named = split_.ptr()->named_parameters();
   std::vector<std::pair<torch::Tensor, bool>> shards;  // (shard, of a piece)
   if (sharded_ != nullptr) {
@@ -255,21 +242,14 @@ torch::Tensor TensorParallelPlan::clip_sharded(double max_norm) {
         shards.emplace_back(unit.shards()[i], piece.at(unit.params()[i].unsafeGetTensorImpl()));
     }
   }
-  torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
-  std::vector<torch::Tensor> grads;
+  std::vector<optim::HeldGradient> grads;
   for (const auto& [shard, of_piece] : shards) {
     const torch::Tensor& g = shard.grad();
-    if (!g.defined()) continue;
-    grads.push_back(g);
-    torch::Tensor sum = g.to(torch::kFloat64).pow(2).sum().cpu();
-    squares += of_piece ? sum : sum / options_.size;
+    if (g.defined()) grads.push_back({g, of_piece ? 1 : options_.size});
   }
-  context_.all_reduce_sum(squares);
-  torch::Tensor norm = squares.sqrt().reshape({});
-  if (grads.empty()) return norm.to(torch::kFloat32);
-  norm = norm.to(grads[0].device(), grads[0].scalar_type());
-  optim::clip_by_norm(grads, norm, max_norm);
-  return norm;
+  optim::NormSum sum;
+  sum.all_reduce_sum = [this](torch::Tensor& t) { context_.all_reduce_sum(t); };
+  return optim::clip_by_global_norm(grads, sum, max_norm);
 }
 
 void TensorParallelPlan::step() {
