@@ -72,7 +72,12 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
       "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
       "normalize {} | threads {} | loader workers {}",
       name(o.optimizer), f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
-      name(o.lr_schedule), o.warmup_epochs, data::name(o.normalize), f.threads, f.loader_workers));
+      o.lr_schedule == Schedule::kStep
+          ? fmt::format("step (x{:g} {})", o.lr_gamma,
+                        o.lr_step_epochs > 0 ? fmt::format("every {:g} epochs", o.lr_step_epochs)
+                                             : std::string("at 1/2 and 3/4 of training"))
+          : std::string(name(o.lr_schedule)),
+      o.warmup_epochs, data::name(o.normalize), f.threads, f.loader_workers));
   lines.push_back(fmt::format(
       "world size {} ({}) | batch size {} per {}, global batch {}, test batch {} | "
       "accumulation steps {} | learning rate {}{}",
