@@ -24,10 +24,6 @@ namespace fs = std::filesystem;
 
 class ShardDatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    test::make_image_fixture(dir_.path(), "--only folder --per_class 5");
-    root_ = dir_.file("folder");
-  }
   // The folder as a whole training set (validated on itself).
   DatasetSplits folder() const {
     DatasetSpec spec;
@@ -91,8 +87,8 @@ for prefix in [PREFIXES]:
     }
     return {torch::cat(images), torch::cat(labels)};
   }
-  test::TempDir dir_;
-  std::string root_;
+  test::PhotoFolder dir_{5};
+  const std::string root_ = dir_.root();
 };
 
 TEST_F(ShardDatasetTest, PythonWrittenShardsStreamTheFoldersSamplesAndPixels) {

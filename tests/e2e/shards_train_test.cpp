@@ -17,9 +17,8 @@ using test::has;
 using test::run_command;
 
 TEST(ShardsTrainTest, TwoRanksTrainOnUnevenShardsPackedFromAFolder) {
-  test::TempDir dir;
-  test::make_image_fixture(dir.path(), "--only folder --per_class 5");
-  const std::string root = dir.file("folder"), out = dir.file("shards");
+  test::PhotoFolder dir(5);
+  const std::string root = dir.root(), out = dir.file("shards");
   auto r = run_command(ddpx("data pack " + root + " --out " + out + " --shard_size 1"), 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "packed 20 images of 4 classes from " + root + " into 20 shard(s)"))
@@ -57,9 +56,8 @@ TEST(ShardsTrainTest, TwoRanksTrainOnUnevenShardsPackedFromAFolder) {
 }
 
 TEST(ShardsTrainTest, PackingStopsAtAnUnreadableFileNamingIt) {
-  test::TempDir dir;
-  test::make_image_fixture(dir.path(), "--only folder --per_class 2");
-  const std::string root = dir.file("folder");
+  test::PhotoFolder dir(2);
+  const std::string root = dir.root();
   const std::string broken = root + "/coffee/coffee_001.JPG";
   ASSERT_TRUE(std::filesystem::exists(broken));
   test::write_bytes(broken, "\xFF\xD8\xFF\xE0 cut short");
