@@ -7,12 +7,14 @@
 #include <cctype>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "data/image_dataset.h"
 #include "data/image_folder.h"
 #include "data/transforms.h"
 #include "data/val_split.h"
+#include "io/tar_index.h"
 #include "io/tar_shard.h"
 
 namespace ddpx::data {
@@ -63,7 +65,9 @@ struct Samples {
 
 // Appends shard `number`'s samples.
 void add_shard(const std::string& path, int32_t number, Samples& out) {
-  const std::vector<io::TarMember> members = io::list_tar(path);
+  // `ddpx data pack`'s index when it is current, else the tar's own headers.
+  std::optional<std::vector<io::TarMember>> indexed = io::read_tar_index(path);
+  const std::vector<io::TarMember> members = indexed ? std::move(*indexed) : io::list_tar(path);
   size_t i = 0;
   while (i < members.size()) {
     std::string extension;
