@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -69,28 +70,36 @@ std::optional<std::vector<TarMember>> read_tar_index(const std::string& tar) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  std::istringstream in(text);
+  return parse_tar_index(text, static_cast<int64_t>(tar_st.st_size));
+}
+
+std::optional<std::vector<TarMember>> parse_tar_index(std::string_view view, int64_t tar_bytes) {
+  std::istringstream in{std::string(view)};
   std::string magic, line;
   int version = 0;
   int64_t bytes = -1, count = -1;
   if (!(in >> magic >> version >> bytes >> count) || magic != kMagic || version != kVersion ||
-      bytes != static_cast<int64_t>(tar_st.st_size) || count < 0)
+      bytes != tar_bytes || count < 0)
     return std::nullopt;
   std::getline(in, line);  // the header's end
   std::vector<TarMember> members;
-  members.reserve(static_cast<size_t>(count));
+  members.reserve(static_cast<size_t>(std::min<int64_t>(count, 1 << 16)));
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     TarMember m;
     std::string data;
     if (!(fields >> m.offset >> m.size >> data) || fields.get() != ' ') return std::nullopt;
     std::getline(fields, m.name);
-    if (m.name.empty() || m.offset < 0 || m.size < 0 || m.offset + m.size > bytes)
+    if (m.name.empty() || m.offset < 0 || m.size < 0 || m.offset > bytes ||
+        m.size > bytes - m.offset)
       return std::nullopt;
-    if (data != "-") {
+    // As list_tar gives them: a small member's bytes inline, a larger one's not.
+    if (m.size <= kTarInlineBytes && m.size > 0) {
       auto decoded = from_hex(data);
       if (!decoded || static_cast<int64_t>(decoded->size()) != m.size) return std::nullopt;
       m.data = std::move(*decoded);
+    } else if (data != "-") {
+      return std::nullopt;
     }
     members.push_back(std::move(m));
   }

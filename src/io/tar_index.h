@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/tar_shard.h"
@@ -24,5 +25,9 @@ void write_tar_index(const std::string& tar, const std::vector<TarMember>& membe
 // The index of `tar` when it is there and current; nullopt otherwise (never throws for a bad
 // index: the tar is listed instead).
 std::optional<std::vector<TarMember>> read_tar_index(const std::string& tar);
+
+// An index's text for a tar of `tar_bytes` bytes: its members, or nullopt when it is not a whole
+// index of such a tar (every member's data lies inside it). The fuzz entry point.
+std::optional<std::vector<TarMember>> parse_tar_index(std::string_view text, int64_t tar_bytes);
 
 }  // namespace ddpx::io
