@@ -3,6 +3,7 @@
 
 #include "bench/allreduce.h"
 #include "bench/gemm.h"
+#include "bench/loader_bench.h"
 #include "bench/memory_bench.h"
 #include "bench/shard_memory.h"
 #include "bench/train_bench.h"
@@ -16,7 +17,7 @@
 namespace ddpx::cli {
 
 void add_bench_command(CLI::App& app, int& exit_code) {
-  auto* bench = app.add_subcommand("bench", "benchmarks: gemm, allreduce, train, memory");
+  auto* bench = app.add_subcommand("bench", "benchmarks: gemm, allreduce, train, loader, memory");
   bench->require_subcommand(1);
 
   auto* gemm = bench->add_subcommand("gemm", "matrix-multiply GFLOP/s (the seed's GEMM test)");
@@ -151,6 +152,27 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                  "bench train: {} runs ddpx train's loop; drop --loop phases", option->get_name());
     }
     bench::run_train_bench(*t);
+    exit_code = 0;
+  });
+
+  auto* loader = bench->add_subcommand(
+      "loader", "images/s of the image loader alone: decode, RandomResizedCrop, flip, normalise");
+  loader->option_defaults()->always_capture_default();
+  auto l = std::make_shared<bench::LoaderBenchOptions>();
+  add_choice(loader, "--dataset", l->dataset, data::kDatasetNames,
+             "imagefolder | imagenet (DIR/train) | shards (tar shards)");
+  loader->add_option("--data_dir", l->data_dir, "the image folder, or the shards' folder")
+      ->required();
+  loader->add_option("--workers", l->workers, "loader threads");
+  loader->add_option("--batch_size", l->batch_size, "images a batch");
+  loader->add_option("--image_size", l->image_size, "RandomResizedCrop's output side");
+  loader->add_option("--batches", l->batches, "timed batches (0: the rest of one epoch)");
+  loader->add_option("--warmup", l->warmup, "untimed batches first");
+  loader->add_option("--seed", l->seed, "the shuffle's and the crops' seed");
+  loader->add_option("--threads", l->threads, "torch intra-op threads");
+  loader->add_option("--json", l->json, "append one JSON line of the figures to this file");
+  loader->callback([l, &exit_code] {
+    bench::run_loader_bench(*l);
     exit_code = 0;
   });
 

@@ -72,6 +72,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--momentum", o->momentum, "SGD momentum");
   add_choice(cmd, "--lr_schedule", o->lr_schedule, train::kScheduleNames,
              "constant | step | cosine (per step)");
+  cmd->add_option("--lr_step_epochs", o->lr_step_epochs,
+                  "--lr_schedule step: x --lr_gamma every this many epochs (0: at 1/2 and 3/4 of "
+                  "training)");
+  cmd->add_option("--lr_gamma", o->lr_gamma, "--lr_schedule step: the factor at each step");
   cmd->add_option("--warmup_epochs", o->warmup_epochs, "linear warmup length in epochs");
   cmd->add_option("--batch_size", o->batch_size, "batch size per process (as in the seed)");
   cmd->add_flag("--batch_size_scaled", o->batch_size_scaled,

@@ -5,19 +5,16 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
-#include <random>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/transforms.h"
+#include "data/val_split.h"
 #include "io/tar_shard.h"
 
 namespace ddpx::data {
 namespace folders_detail {
-
-// The held-out validation files do not move with --seed: a fixed shuffle.
-constexpr uint64_t kValSplitSeed = 0x5EED5EED;
 
 bool is_dir(const std::string& path) {
   struct stat st;
@@ -162,18 +159,10 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
              "--val_dir DIR",
              spec.val_split, train_root);
   DDPX_CHECK(n >= 2, ErrorKind::kData, "{}: {} image; --val_split needs at least 2", train_root, n);
-  std::vector<size_t> order = folders_detail::all(n);
-  std::mt19937_64 rng(folders_detail::kValSplitSeed);
-  for (size_t i = n; i > 1; --i)  // Fisher-Yates with a portable draw
-    std::swap(order[i - 1], order[rng() % i]);
-  const size_t held = std::clamp<size_t>(static_cast<size_t>(n * spec.val_split), 1, n - 1);
   // Held out before the unreadable files are left out: the same good files on either policy.
-  std::vector<size_t> val_picks =
-      folders_detail::readable(train, std::vector<size_t>(order.begin(), order.begin() + held));
-  std::vector<size_t> train_picks =
-      folders_detail::readable(train, std::vector<size_t>(order.begin() + held, order.end()));
-  std::sort(val_picks.begin(), val_picks.end());
-  std::sort(train_picks.begin(), train_picks.end());
+  const HeldOut held = hold_out(n, spec.val_split);
+  const std::vector<size_t> val_picks = folders_detail::readable(train, held.val);
+  const std::vector<size_t> train_picks = folders_detail::readable(train, held.train);
   splits.train = folders_detail::make_split(name, train, train_picks,
                                             folders_detail::labels_of(train, train_picks), classes);
   splits.test = folders_detail::make_split(name, train, val_picks,

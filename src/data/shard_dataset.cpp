@@ -7,19 +7,18 @@
 #include <cctype>
 #include <fstream>
 #include <memory>
-#include <random>
+#include <optional>
 
 #include "core/error.h"
 #include "data/image_dataset.h"
 #include "data/image_folder.h"
 #include "data/transforms.h"
+#include "data/val_split.h"
+#include "io/tar_index.h"
 #include "io/tar_shard.h"
 
 namespace ddpx::data {
 namespace shard_detail {
-
-// The held-out validation samples do not move with --seed (as an image folder's).
-constexpr uint64_t kValSplitSeed = 0x5EED5EED;
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -66,7 +65,9 @@ struct Samples {
 
 // Appends shard `number`'s samples.
 void add_shard(const std::string& path, int32_t number, Samples& out) {
-  const std::vector<io::TarMember> members = io::list_tar(path);
+  // `ddpx data pack`'s index when it is current, else the tar's own headers.
+  std::optional<std::vector<io::TarMember>> indexed = io::read_tar_index(path);
+  const std::vector<io::TarMember> members = indexed ? std::move(*indexed) : io::list_tar(path);
   size_t i = 0;
   while (i < members.size()) {
     std::string extension;
@@ -215,14 +216,9 @@ DatasetSplits load_shard_dataset(const DatasetSpec& spec, const std::string& giv
              spec.val_split, dir);
   DDPX_CHECK(n >= 2, ErrorKind::kData, "{}: {} sample; --val_split needs at least 2", dir, n);
   const auto classes = shard_detail::class_names(dir, train, nullptr);
-  std::vector<size_t> order = shard_detail::all(n);
-  std::mt19937_64 rng(shard_detail::kValSplitSeed);
-  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
-  const size_t held = std::clamp<size_t>(static_cast<size_t>(n * spec.val_split), 1, n - 1);
-  std::vector<size_t> val_picks(order.begin(), order.begin() + held);
-  std::vector<size_t> train_picks(order.begin() + held, order.end());
-  std::sort(val_picks.begin(), val_picks.end());
-  std::sort(train_picks.begin(), train_picks.end());
+  const HeldOut held = hold_out(n, spec.val_split);
+  const std::vector<size_t>& train_picks = held.train;
+  const std::vector<size_t>& val_picks = held.val;
   splits.train = shard_detail::make_split(train, train_picks, classes, dir);
   splits.test = shard_detail::make_split(train, val_picks, classes, dir);
   splits.source = fmt::format("{} ({} shards, {:g} held out for validation)", dir,

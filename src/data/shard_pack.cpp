@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/image_index.h"
 #include "data/shard_dataset.h"
+#include "io/tar_index.h"
 #include "io/tar_shard.h"
 
 namespace ddpx::data {
@@ -112,6 +113,9 @@ PackResult pack_image_folder(const PackOptions& o) {
       result.bytes += shard->bytes();
       shard->finish();
       shard.reset();
+      // Its index beside it, from the finished tar itself (what a reader would list).
+      const std::string tar = (staging / names.back()).string();
+      io::write_tar_index(tar, io::list_tar(tar));
     };
     for (size_t k = 0; k < n; ++k) {
       const size_t i = order[k];
@@ -131,9 +135,15 @@ PackResult pack_image_folder(const PackOptions& o) {
     // Whole: replace OUT's shards of this prefix (all of them, so none of an older, longer
     // set stays behind) and the class names.
     for (const std::string& old : find_shards(o.out_dir, o.prefix))
-      if (fs::path(old).filename().string().rfind(o.prefix + "-", 0) == 0) fs::remove(old);
+      if (fs::path(old).filename().string().rfind(o.prefix + "-", 0) == 0) {
+        fs::remove(old);
+        fs::remove(io::tar_index_path(old));
+      }
     for (const std::string& name : names) {
+      // The tar first, then its index: the index is never older than the tar it describes.
       fs::rename(staging / name, fs::path(o.out_dir) / name);
+      fs::rename(io::tar_index_path((staging / name).string()),
+                 io::tar_index_path((fs::path(o.out_dir) / name).string()));
       result.shards.push_back(o.out_dir + "/" + name);
     }
     fs::remove_all(staging);

@@ -22,6 +22,7 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
   f.height = d.height();
   f.width = d.width();
   f.channels = d.channels();
+  f.streamed = d.streamed();
   f.num_classes = d.num_classes;
   f.threads = torch::get_num_threads();
   f.world_size = context.world_size();
@@ -34,6 +35,19 @@ void add_run_facts(RunFacts& f, const TrainOptions& o, dist::Context& context,
   f.env_limits = env_limits_line(o);
   f.amp_note = optim::amp_speed_note(o.amp, context.device(), optim::cpuinfo_flags());
 }
+
+namespace {
+
+// The images as stored: HxWxC, or for a streamed set (whose images vary) their median size when
+// the index read it, else "images of varying size" (tar shards).
+std::string stored_size(const RunFacts& f) {
+  if (!f.streamed) return fmt::format("{}x{}x{}", f.height, f.width, f.channels);
+  if (f.height > 0 && f.width > 0)
+    return fmt::format("images of varying size, median {}x{}", f.height, f.width);
+  return "images of varying size";
+}
+
+}  // namespace
 
 std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) {
   std::vector<std::string> lines;
@@ -56,11 +70,11 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
   } else {
     lines.push_back(fmt::format(
         "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} from {} ({} train / {} test, "
-        "{}x{}x{} -> 3x{}x{}, {} classes)",
+        "{} -> 3x{}x{}, {} classes)",
         o.model, f.parameters_millions,
         f.stem_choice ? std::string(", stem ") + models::name(o.stem) : std::string(),
-        data::name(o.dataset), f.data_source, f.train_size, f.test_size, f.height, f.width,
-        f.channels, f.image_size, f.image_size, f.num_classes));
+        data::name(o.dataset), f.data_source, f.train_size, f.test_size, stored_size(f),
+        f.image_size, f.image_size, f.num_classes));
   }
   if (!f.resize_reason.empty()) {
     lines.push_back(fmt::format("images resized from {}x{} to {}x{}: {}", f.height, f.width,
@@ -72,7 +86,12 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
       "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
       "normalize {} | threads {} | loader workers {}",
       name(o.optimizer), f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
-      name(o.lr_schedule), o.warmup_epochs, data::name(o.normalize), f.threads, f.loader_workers));
+      o.lr_schedule == Schedule::kStep
+          ? fmt::format("step (x{:g} {})", o.lr_gamma,
+                        o.lr_step_epochs > 0 ? fmt::format("every {:g} epochs", o.lr_step_epochs)
+                                             : std::string("at 1/2 and 3/4 of training"))
+          : std::string(name(o.lr_schedule)),
+      o.warmup_epochs, data::name(o.normalize), f.threads, f.loader_workers));
   lines.push_back(fmt::format(
       "world size {} ({}) | batch size {} per {}, global batch {}, test batch {} | "
       "accumulation steps {} | learning rate {}{}",

@@ -28,6 +28,9 @@ struct RunFacts {
   bool stem_choice = false;  // the model takes --stem (the resnet family); the header names it
   int64_t train_size = 0, test_size = 0;
   int64_t height = 0, width = 0, channels = 0, image_size = 0, num_classes = 0;
+  // A streamed set's images vary in size: height and width are their median, 0 when unknown
+  // (tar shards: no header is read before training).
+  bool streamed = false;
   Task task;  // image_size is the sequence length and num_classes the vocabulary of a token task
   int threads = 0;
   int world_size = 1;

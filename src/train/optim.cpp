@@ -72,21 +72,25 @@ double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
   return base_lr;
 }
 
-LrSchedule::LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps)
+LrSchedule::LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps,
+                       StepDecay step)
     : kind_(kind),
       base_lr_(base_lr),
       total_steps_(std::max<int64_t>(total_steps, 1)),
-      warmup_steps_(std::max<int64_t>(warmup_steps, 0)) {}
+      warmup_steps_(std::max<int64_t>(warmup_steps, 0)),
+      step_(step) {}
 
 double LrSchedule::lr_at(int64_t step) const {
   if (step < warmup_steps_) return base_lr_ * static_cast<double>(step + 1) / warmup_steps_;
   if (kind_ == Schedule::kConstant) return base_lr_;
+  if (kind_ == Schedule::kStep && step_.every_steps > 0)
+    return base_lr_ * std::pow(step_.gamma, static_cast<double>(step / step_.every_steps));
   double progress = static_cast<double>(step - warmup_steps_) /
                     std::max<int64_t>(total_steps_ - warmup_steps_, 1);
   progress = std::min(std::max(progress, 0.0), 1.0);
   if (kind_ == Schedule::kStep) {
-    if (progress >= 0.75) return base_lr_ * 0.01;
-    if (progress >= 0.5) return base_lr_ * 0.1;
+    if (progress >= 0.75) return base_lr_ * step_.gamma * step_.gamma;
+    if (progress >= 0.5) return base_lr_ * step_.gamma;
     return base_lr_;
   }
   // cosine

@@ -46,17 +46,25 @@ double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters,
                                                         const OptimizerConfig& config);
 
-// The shape of the learning rate after warmup: constant, step (x0.1 at 1/2 and 3/4 of training,
-// as in the classic ImageNet recipe scaled to the run) or cosine to zero.
+// The shape of the learning rate after warmup: constant, step or cosine to zero. Step multiplies
+// the rate by gamma every `every_steps` optimizer steps counted from the first (torch.optim's
+// StepLR, stepped per epoch when every_steps is a whole number of epochs: the classic ImageNet
+// recipe's x0.1 every 30 epochs), or, with every_steps 0, at 1/2 and 3/4 of training.
 enum class Schedule { kConstant, kStep, kCosine };
 inline constexpr NameTable<Schedule, 3> kScheduleNames{
     {{Schedule::kConstant, "constant"}, {Schedule::kStep, "step"}, {Schedule::kCosine, "cosine"}}};
 inline const char* name(Schedule schedule) { return name_of(kScheduleNames, schedule); }
 
+struct StepDecay {
+  int64_t every_steps = 0;  // 0: at 1/2 and 3/4 of training
+  double gamma = 0.1;
+};
+
 // Linear warmup from ~0 to base_lr over warmup_steps, then the schedule.
 class LrSchedule {
  public:
-  LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps);
+  LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps,
+             StepDecay step = {});
   double lr_at(int64_t step) const;
 
  private:
@@ -64,6 +72,7 @@ class LrSchedule {
   double base_lr_;
   int64_t total_steps_;
   int64_t warmup_steps_;
+  StepDecay step_;
 };
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);

@@ -160,6 +160,16 @@ void validate(const TrainOptions& o) {
              "--image_size must be a size in pixels, model (the model's input size) or 0 (the "
              "dataset's size)");
   DDPX_CHECK(o.warmup_epochs >= 0, usage, "--warmup_epochs must be >= 0");
+  DDPX_CHECK(o.lr_step_epochs >= 0, usage,
+             "--lr_step_epochs {}: expected >= 0 epochs between decays (0: at 1/2 and 3/4 of "
+             "training)",
+             o.lr_step_epochs);
+  DDPX_CHECK(o.lr_gamma > 0 && o.lr_gamma <= 1, usage,
+             "--lr_gamma {}: expected a factor in (0, 1] (0.1: the rate x0.1 at each step)",
+             o.lr_gamma);
+  DDPX_CHECK(o.lr_schedule == Schedule::kStep || (o.lr_step_epochs == 0 && o.lr_gamma == 0.1),
+             usage, "--lr_step_epochs and --lr_gamma go with --lr_schedule step (it is {})",
+             name(o.lr_schedule));
   DDPX_CHECK(o.limit_train_batches >= 0 && o.limit_test_batches >= 0, usage,
              "--limit_train_batches and --limit_test_batches must be >= 0 (0 means all)");
   DDPX_CHECK(o.threads >= 0, usage, "--threads must be >= 0 (0: automatic)");

@@ -65,6 +65,8 @@ struct TrainOptions {
   double weight_decay = 5e-4;
   double momentum = 0.9;
   Schedule lr_schedule = Schedule::kCosine;
+  double lr_step_epochs = 0.0;  // step: x lr_gamma every this many epochs (0: at 1/2 and 3/4)
+  double lr_gamma = 0.1;        // step: the factor
   double warmup_epochs = 0.0;
   int64_t batch_size = 128;        // per process, as in the seed
   int64_t eval_batch_size = 512;   // per process, for the test set (no gradients: larger is fine)

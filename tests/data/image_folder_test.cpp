@@ -127,9 +127,8 @@ TEST(ImageFolderTest, RefusesASymlinkLoop) {
 }
 
 TEST(ImageFolderTest, IndexIsCachedAndRescannedWhenTheFolderChanges) {
-  test::TempDir dir;
-  test::make_image_fixture(dir.path(), "--only folder --per_class 6");
-  const std::string root = dir.file("folder");
+  test::PhotoFolder dir(6);
+  const std::string root = dir.root();
   const ImageIndex first = index_image_folder(root, 2);
   EXPECT_FALSE(first.from_cache);
   ASSERT_EQ(first.records.size(), 24u);

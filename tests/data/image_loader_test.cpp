@@ -24,10 +24,6 @@ namespace fs = std::filesystem;
 
 class ImageLoaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    test::make_image_fixture(dir_.path(), "--only folder --per_class 6");
-    root_ = dir_.file("folder");
-  }
   DatasetSplits load(double val_split = 0.25) {
     DatasetSpec spec;
     spec.dataset = DatasetId::kImageFolder;
@@ -58,8 +54,8 @@ class ImageLoaderTest : public ::testing::Test {
     }
     return {torch::cat(images), torch::cat(labels)};
   }
-  test::TempDir dir_;
-  std::string root_;
+  test::PhotoFolder dir_{6};
+  const std::string root_ = dir_.root();
 };
 
 std::vector<int64_t> shuffled(int64_t n, uint64_t seed) {

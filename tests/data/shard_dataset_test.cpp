@@ -4,8 +4,10 @@
 // file's, and the loader's batches from the shards equal those from the folder, sample for
 // sample and pixel for pixel (the same transforms, keyed by the same sample index). A sample
 // without a label and a label outside classes.txt are refused, naming the shard and the key.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -15,6 +17,8 @@
 #include "data/image_dataset.h"
 #include "data/loader.h"
 #include "data/shard_pack.h"
+#include "io/tar_index.h"
+#include "io/tar_shard.h"
 #include "support/support.h"
 
 namespace ddpx::data {
@@ -24,10 +28,6 @@ namespace fs = std::filesystem;
 
 class ShardDatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    test::make_image_fixture(dir_.path(), "--only folder --per_class 5");
-    root_ = dir_.file("folder");
-  }
   // The folder as a whole training set (validated on itself).
   DatasetSplits folder() const {
     DatasetSpec spec;
@@ -91,8 +91,8 @@ for prefix in [PREFIXES]:
     }
     return {torch::cat(images), torch::cat(labels)};
   }
-  test::TempDir dir_;
-  std::string root_;
+  test::PhotoFolder dir_{5};
+  const std::string root_ = dir_.root();
 };
 
 TEST_F(ShardDatasetTest, PythonWrittenShardsStreamTheFoldersSamplesAndPixels) {
@@ -149,6 +149,67 @@ TEST_F(ShardDatasetTest, PackedShardsHoldTheFoldersFilesLabelledByClassName) {
   size_t tars = 0;
   for (const auto& e : fs::directory_iterator(out)) tars += e.path().extension() == ".tar";
   EXPECT_EQ(tars, 1u) << "no shard of the older set stays behind";
+  size_t indexes = 0;
+  for (const auto& e : fs::directory_iterator(out)) indexes += e.path().extension() == ".idx";
+  EXPECT_EQ(indexes, 1u) << "nor an index of one";
+}
+
+// `ddpx data pack` writes SHARD.tar.idx beside each shard, holding what listing the tar gives;
+// a start reads it instead of the tar's headers (an index edited by hand is what the samples
+// follow), and an index older than its tar, of another size, or damaged is passed over for the
+// tar's own listing.
+TEST_F(ShardDatasetTest, PackWritesAnIndexBesideEachShardThatAStartReadsWhileItIsCurrent) {
+  const std::string out = dir_.file("packed");
+  PackOptions o;
+  o.folder = root_;
+  o.out_dir = out;
+  o.shard_bytes = 60 << 10;
+  const PackResult r = pack_image_folder(o);
+  ASSERT_GE(r.shards.size(), 3u);
+  for (const std::string& tar : r.shards) {
+    ASSERT_TRUE(fs::exists(io::tar_index_path(tar))) << tar;
+    const auto indexed = io::read_tar_index(tar);
+    ASSERT_TRUE(indexed.has_value()) << tar;
+    const auto listed = io::list_tar(tar);
+    ASSERT_EQ(indexed->size(), listed.size()) << tar;
+    for (size_t k = 0; k < listed.size(); ++k) {
+      EXPECT_EQ((*indexed)[k].name, listed[k].name);
+      EXPECT_EQ((*indexed)[k].offset, listed[k].offset);
+      EXPECT_EQ((*indexed)[k].size, listed[k].size);
+      EXPECT_EQ((*indexed)[k].data, listed[k].data);
+    }
+  }
+  // The index is what a start reads: a label changed in it (the first sample's `.cls`, hex of
+  // its digits) is the label the sample gets.
+  const std::string tar = r.shards[0];
+  std::string text = read_file(io::tar_index_path(tar));
+  const auto listed = io::list_tar(tar);
+  ASSERT_EQ(listed[1].name.substr(listed[1].name.size() - 4), ".cls");
+  const std::string label_hex =
+      fmt::format("{:02x}", static_cast<unsigned char>(listed[1].data[0]));
+  const std::string other = listed[1].data == "0" ? "31" : "30";  // "1" or "0"
+  const std::string line = fmt::format("{} 1 {} {}", listed[1].offset, label_hex, listed[1].name);
+  ASSERT_NE(text.find(line), std::string::npos) << text;
+  text.replace(text.find(line), line.size(),
+               fmt::format("{} 1 {} {}", listed[1].offset, other, listed[1].name));
+  write_file_atomic(io::tar_index_path(tar), text);
+  auto first_label = [&] {
+    DatasetSpec spec;
+    spec.dataset = DatasetId::kShards;
+    spec.data_dir = out;
+    spec.val_dir = out;  // every sample in training order: the first shard's first sample first
+    return load_dataset(spec).train.labels[0].item<int64_t>();
+  };
+  const int64_t packed = std::stoll(listed[1].data);
+  EXPECT_EQ(first_label(), packed == 0 ? 1 : 0) << "the label the index says";
+  // A tar newer than its index: listed again, the packed label back.
+  fs::last_write_time(tar, fs::last_write_time(io::tar_index_path(tar)) + std::chrono::seconds(2));
+  EXPECT_FALSE(io::read_tar_index(tar).has_value());
+  EXPECT_EQ(first_label(), packed);
+  // A damaged index: the same.
+  write_file_atomic(io::tar_index_path(tar), "ddpx-tar-index 1 12\n7 x");
+  EXPECT_FALSE(io::read_tar_index(tar).has_value());
+  EXPECT_EQ(first_label(), packed);
 }
 
 TEST_F(ShardDatasetTest, ASampleWithoutALabelOrOutsideTheClassesIsRefusedByName) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "bench/gemm.h"
@@ -300,6 +302,70 @@ TEST(BenchSmokeTest, CompareTrainScriptPrintsEveryRatio) {
         "ddpx step split", "start-up to first step: ddpx", "pytorch DDP + DataLoader",
         "ddpx data wait"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+}
+
+// `ddpx bench loader` on a folder of real photographs: every image of the folder is a training
+// sample, the timed images are the batches after the warmup, the batches are RandomResizedCrop's
+// size, and the index is built on the first start and read from its cache on the second.
+TEST(BenchSmokeTest, LoaderTimesTheImagePipelineAndReadsTheCachedIndexOnASecondStart) {
+  test::PhotoFolder photos(6);  // 24 images
+  const std::string json = photos.file("loader.json");
+  const std::string command = "bench loader --data_dir " + photos.root() +
+                              " --batch_size 4 --warmup 1 --image_size 32 --workers 2 --json " +
+                              json;
+  auto first = run_command(ddpx(command), 120);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(test::has(first.output, "bench loader: imagefolder " + photos.root() +
+                                          " (24 images), 2 worker thread(s), batch 4"))
+      << first.output;
+  EXPECT_TRUE(test::has(first.output, "images/s: ")) << first.output;
+  EXPECT_TRUE(test::has(first.output, "(built, then cached)")) << first.output;
+  auto second = run_command(ddpx(command), 120);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_TRUE(test::has(second.output, "(read from its cache)")) << second.output;
+  std::ifstream in(json);
+  std::string line;
+  for (bool cached : {false, true}) {
+    ASSERT_TRUE(std::getline(in, line)) << "one JSON line a run";
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["images"], 24) << line;
+    EXPECT_EQ(j["timed_images"], 20) << "6 batches of 4, the first untimed\n" << line;
+    EXPECT_EQ(j["image_size"], 32) << line;
+    EXPECT_EQ(j["index_cached"], cached) << line;
+    EXPECT_GT(j["images_per_sec"].get<double>(), 0) << line;
+    EXPECT_GT(j["first_batch_s"].get<double>(), 0) << line;
+    EXPECT_GT(j["peak_rss_mib"].get<double>(), 0) << line;
+  }
+  // A set that is not streamed images, and too few batches, each in one line naming the flag.
+  auto r = run_command(ddpx("bench loader --dataset cifar10 --data_dir " + photos.root()), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(test::has(r.output, "--dataset cifar10: expected imagefolder, imagenet or shards"))
+      << r.output;
+  r = run_command(ddpx("bench loader --data_dir " + photos.root() + " --batch_size 64"), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(test::has(r.output, "too few for 2 warmup")) << r.output;
+}
+
+// The loader comparison on a small folder: every line and its ratio (7 ratios), nothing timed.
+TEST(BenchSmokeTest, CompareLoaderScriptPrintsEveryRatio) {
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
+      << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+  auto r = run_command("IMAGES=24 BATCH=4 WARMUP=1 DDPX_PYTHON=" + test::python_binary() +
+                           " DDPX_BIN=" + test::ddpx_binary() + " " + test::source_dir() +
+                           "/bench/compare_loader.sh",
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line :
+       {"images/s, 1 worker(s): ddpx ", "images/s, 2 worker(s): ddpx ",
+        "CPU ms an image, 1 worker(s): ddpx ", "first batch, second start (1 worker(s)): ddpx ",
+        "(index read from its cache", "peak resident memory, 2 worker(s), summed over 3 pytorch",
+        "PSS at the end, 2 worker(s): ddpx "})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  std::regex ratio(R"(\| ratio [0-9]+\.[0-9]{2}x)");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), ratio),
+                          std::sregex_iterator()),
+            7)
+      << r.output;
 }
 
 // The language-model comparison at two steps on Debian's GPL: both rows, the ratios, the FLOPs.

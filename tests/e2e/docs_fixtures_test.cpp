@@ -86,6 +86,10 @@ const std::vector<Rule>& rules() {
       {R"(--data_dir shards)", Fixture::kPhotoShards, "Training took", ""},
       {R"(^ddpx data pack photos )", Fixture::kPhotos, "packed 24 images of 4 classes", ""},
       {R"(^ddpx data info photos)", Fixture::kPhotos, "formats: ", ""},
+      {R"(--data_dir /data/imagenet)", Fixture::kElsewhere, "",
+       "ImageNet (150 GB) on GPUs, neither of which is here: docs/recipes.md says the recipe is "
+       "untested at full scale; RecipeFirstStepsTest runs its first steps and PrintedCommandsTest "
+       "its printed command at a tiny size"},
       {R"(--device cuda)", Fixture::kElsewhere, "", "needs a GPU (bench/gpu_check.sh runs it)"},
       {R"(^ddpx generate )", Fixture::kElsewhere, "",
        "needs a trained GPT and its vocab.json, or GPT-2 weights; LanguageModelTest."

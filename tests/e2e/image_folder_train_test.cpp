@@ -17,9 +17,8 @@ using test::has;
 using test::run_command;
 
 TEST(ImageFolderTrainTest, ResNetLearnsAFolderOfPhotosAboveChance) {
-  test::TempDir dir;
-  test::make_image_fixture(dir.path(), "--only folder --per_class 24");
-  const std::string root = dir.file("folder");
+  test::PhotoFolder dir(24);
+  const std::string root = dir.root();
   // CIFAR's ResNet-20 at 32 px: 72 training crops of 4 photographs, 24 validation crops.
   auto r = run_command(ddpx("train --model resnet20 --dataset imagefolder --data_dir " + root +
                             " --num_epochs 5 --val_split 0.25 --batch_size 16 --optimizer adamw "
@@ -43,9 +42,8 @@ TEST(ImageFolderTrainTest, ResNetLearnsAFolderOfPhotosAboveChance) {
 }
 
 TEST(ImageFolderTrainTest, ABrokenFileStopsTheRunBeforeTrainingNamingIt) {
-  test::TempDir dir;
-  test::make_image_fixture(dir.path(), "--only folder --per_class 3");
-  const std::string root = dir.file("folder");
+  test::PhotoFolder dir(3);
+  const std::string root = dir.root();
   const std::string broken = root + "/coffee/coffee_001.JPG";
   ASSERT_TRUE(std::filesystem::exists(broken));
   test::write_bytes(broken, "\xFF\xD8\xFF\xE0 cut short");
@@ -69,9 +67,8 @@ TEST(ImageFolderTrainTest, ABrokenFileStopsTheRunBeforeTrainingNamingIt) {
 }
 
 TEST(ImageFolderTrainTest, SkipTrainsWithoutABrokenFile) {
-  test::TempDir dir;
-  test::make_image_fixture(dir.path(), "--only folder --per_class 3");
-  const std::string root = dir.file("folder");
+  test::PhotoFolder dir(3);
+  const std::string root = dir.root();
   const std::string broken = root + "/coffee/coffee_001.JPG";
   ASSERT_TRUE(std::filesystem::exists(broken));
   test::write_bytes(broken, "\xFF\xD8\xFF\xE0 cut short");

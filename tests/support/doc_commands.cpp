@@ -148,8 +148,9 @@ bool trains_here(const std::string& text) {
   const bool elsewhere =
       text.find("...") != std::string::npos || text.find("--help") != std::string::npos ||
       text.find("--nnodes") != std::string::npos || text.find("--dry_run") != std::string::npos ||
-      text.find("--dataset imagefolder") != std::string::npos ||  // on docs_fixtures' photos
-      text.find("--dataset shards") != std::string::npos;         // and their shards
+      text.find("--dataset imagefolder") != std::string::npos ||    // on docs_fixtures' photos
+      text.find("--dataset shards") != std::string::npos ||         // and their shards
+      text.find("--data_dir /data/imagenet") != std::string::npos;  // ImageNet itself: nowhere
   return trains && !elsewhere;
 }
 

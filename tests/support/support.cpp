@@ -167,6 +167,9 @@ void make_image_fixture(const std::string& dir, const std::string& args) {
                                "scripts/requirements.txt, cjpeg from libjpeg-turbo-progs):\n"
                             << r.output;
 }
+PhotoFolder::PhotoFolder(int per_class) : root_(dir_.file("folder")) {
+  make_image_fixture(dir_.path(), "--only folder --per_class " + std::to_string(per_class));
+}
 std::string source_dir() { return DDPX_SOURCE_DIR; }
 std::string fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
 

@@ -72,6 +72,21 @@ void write_bytes(const std::string& path, const std::string& bytes);
 // PIL: formats/, bad/, folder/), with `args` such as "--only folder"; a test failure if it fails.
 void make_image_fixture(const std::string& dir, const std::string& args = "");
 
+// A folder of real photographs in torchvision's ImageFolder layout, in a temporary directory of
+// its own: make_image_fixture.py's folder/ (four classes of `per_class` crops of scikit-image's
+// photos, JPEG by cjpeg and PNG by PIL). root() is the folder; file() names a path beside it.
+class PhotoFolder {
+ public:
+  explicit PhotoFolder(int per_class);
+  const std::string& root() const { return root_; }
+  const std::string& path() const { return dir_.path(); }
+  std::string file(const std::string& name) const { return dir_.file(name); }
+
+ private:
+  TempDir dir_;
+  std::string root_;
+};
+
 // Whether a missing test tool is a failure rather than a skip: DDPX_REQUIRE_TEST_TOOLS=1 (CI's
 // .ci/run, and scripts/test when CI=true), where scripts/bootstrap --tests and
 // scripts/python-env --tests have installed every one, so a missing one is a broken set-up.

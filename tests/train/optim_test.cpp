@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "core/error.h"
 #include "support/support.h"
@@ -32,6 +33,55 @@ TEST(LrScheduleTest, StepDecaysAtHalfAndThreeQuarters) {
   EXPECT_DOUBLE_EQ(s.lr_at(49), 1.0);
   EXPECT_DOUBLE_EQ(s.lr_at(50), 0.1);
   EXPECT_DOUBLE_EQ(s.lr_at(75), 0.01);
+}
+
+// --lr_schedule step --lr_step_epochs 3 --lr_gamma 0.5 at 4 updates an epoch: each step's rate
+// equals torch.optim.lr_scheduler.StepLR(step_size=3, gamma=0.5)'s for that step's epoch (StepLR
+// stepped once an epoch), over 10 epochs; also at gamma 0.1, the ImageNet recipe's.
+TEST(LrScheduleTest, StepEveryNEpochsMatchesTorchStepLR) {
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torch"))
+      << "needs torch in DDPX_PYTHON (scripts/python-env --tests)";
+  for (double gamma : {0.5, 0.1}) {
+    test::TempDir dir;
+    test::write_bytes(dir.file("steplr.py"),
+                      "import torch\n"
+                      "opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)\n"
+                      "s = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=" +
+                          std::to_string(gamma) +
+                          ")\n"
+                          "for e in range(10):\n"
+                          "    print(repr(opt.param_groups[0]['lr']))\n"
+                          "    opt.step()\n"
+                          "    s.step()\n");
+    const auto r =
+        test::run_command(test::python_binary() + " " + dir.file("steplr.py") + " 2>&1", 60);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream lines(r.output);
+    const int64_t per_epoch = 4;
+    LrSchedule s(Schedule::kStep, 0.1, 10 * per_epoch, 0, StepDecay{3 * per_epoch, gamma});
+    for (int64_t epoch = 0; epoch < 10; ++epoch) {
+      double expected = 0;
+      ASSERT_TRUE(lines >> expected) << r.output;
+      for (int64_t k = 0; k < per_epoch; ++k)
+        EXPECT_NEAR(s.lr_at(epoch * per_epoch + k), expected, 1e-15 + 1e-12 * expected)
+            << "gamma " << gamma << ", epoch " << epoch << ", update " << k;
+    }
+  }
+}
+
+TEST(OptionsTest, StepFlagsGoWithTheStepSchedule) {
+  TrainOptions o;
+  o.lr_step_epochs = 30;
+  try {
+    validate(o);  // the default schedule is cosine
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--lr_schedule step"), std::string::npos) << e.what();
+  }
+  o.lr_schedule = Schedule::kStep;
+  EXPECT_NO_THROW(validate(o));
+  o.lr_gamma = 0;
+  EXPECT_THROW(validate(o), Error);
 }
 
 TEST(OptimizerTest, SetLearningRateReachesEveryGroup) {
