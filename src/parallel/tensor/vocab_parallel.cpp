@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
+#include <vector>
 
 #include "distributed/collectives.h"
 #include "distributed/context.h"
@@ -28,14 +30,19 @@ torch::Tensor all_gather(const torch::Tensor& x, dist::Context& group) {
   return gathered.view(shape);
 }
 
-// (N, R) float32 logits with the padded columns (those from `real` on) at -inf.
-torch::Tensor masked_float(const torch::Tensor& logits, int64_t real) {
-  torch::Tensor x = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
-  if (real < x.size(1)) {
-    x = x.clone();
-    x.narrow(1, real, x.size(1) - real).fill_(-std::numeric_limits<float>::infinity());
+// (N, R) float32 logits: the logits themselves when they are float32 (no copy).
+torch::Tensor as_float(const torch::Tensor& logits) {
+  return logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32);
+}
+
+// Each row's largest logit among the first `real` columns (the padding's never wins) and its
+// column; -inf and 0 on a rank that holds padding only.
+std::tuple<torch::Tensor, torch::Tensor> real_max(const torch::Tensor& x, int64_t real) {
+  if (real == 0) {
+    return {torch::full({x.size(0)}, -std::numeric_limits<float>::infinity(), x.options()),
+            torch::zeros({x.size(0)}, x.options().dtype(torch::kLong))};
   }
-  return x;
+  return x.narrow(1, 0, real).max(1);
 }
 
 int64_t real_columns(int64_t start, int64_t columns, int64_t vocab) {
@@ -48,17 +55,21 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
                                int64_t vocab, double smoothing) {
     auto& group = *reinterpret_cast<dist::Context*>(group_address);
     const int64_t columns = logits.size(-1), real = real_columns(start, columns, vocab);
-    torch::Tensor x = masked_float(logits, real);  // (N, R)
+    torch::Tensor x = as_float(logits);  // (N, R)
     // Every rank shifts by the same maximum, the whole vocabulary's.
-    torch::Tensor local_max = std::get<0>(x.max(1));
+    torch::Tensor local_max = std::get<0>(real_max(x, real));
     torch::Tensor shifted = x - std::get<0>(all_gather(local_max, group).max(0)).unsqueeze(1);
-    torch::Tensor exp = shifted.exp();  // the padding's: 0
+    if (real < columns) {  // the padding: exp(-inf) = 0
+      shifted.narrow(1, real, columns - real).fill_(-std::numeric_limits<float>::infinity());
+    }
     torch::Tensor local = labels.reshape({-1}).to(torch::kLong) - start;
     torch::Tensor mine = (local >= 0) & (local < columns);
     local = local.masked_fill(~mine, 0);
     torch::Tensor target = shifted.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill(~mine, 0);
+    torch::Tensor smoothed = smoothing > 0 ? shifted.narrow(1, 0, real).sum(1) : torch::Tensor();
+    torch::Tensor exp = shifted.exp_();  // in place: one (N, R) tensor beside the logits
     std::vector<torch::Tensor> sums{exp.sum(1), target};
-    if (smoothing > 0) sums.push_back(shifted.narrow(1, 0, real).sum(1));
+    if (smoothing > 0) sums.push_back(smoothed);
     torch::Tensor summed = torch::stack(sums);
     group.all_reduce_sum(summed);
     torch::Tensor sum_exp = summed[0], log_sum = sum_exp.log();
@@ -81,7 +92,9 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const double smoothing = ctx->saved_data["smoothing"].toDouble();
     const int64_t real = ctx->saved_data["real"].toInt();
     const int64_t vocab = ctx->saved_data["vocab"].toInt();
-    torch::Tensor grad = saved[0].clone();  // the softmax, this rank's columns
+    // The softmax, this rank's columns, turned into the gradient in place (Megatron's): a second
+    // backward through the same graph is refused by autograd's version check.
+    torch::Tensor grad = saved[0];
     const torch::Tensor& local = saved[1];
     const torch::Tensor& mine = saved[2];
     if (smoothing > 0) grad.narrow(1, 0, real).sub_(smoothing / static_cast<double>(vocab));
@@ -121,7 +134,7 @@ torch::Tensor vocab_parallel_argmax(const torch::Tensor& logits, int64_t start, 
                                     dist::Context& group) {
   torch::NoGradGuard no_grad;
   const int64_t columns = logits.size(-1);
-  auto [value, index] = masked_float(logits.detach(), real_columns(start, columns, vocab)).max(1);
+  auto [value, index] = real_max(as_float(logits.detach()), real_columns(start, columns, vocab));
   // (T, 2, N): each rank's maximum and its index in the whole vocabulary (exact in float64).
   torch::Tensor all = all_gather(
       torch::stack({value.to(torch::kFloat64), (index + start).to(torch::kFloat64)}), group);
