@@ -152,8 +152,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
       cmd, {o->microbatches, o->pipeline_schedule, o->stages_per_rank, o->pipeline_balance},
       "with --pipeline_parallel");
   cmd->add_option("--tensor_parallel", o->tensor_parallel,
-                  "ranks that split each layer of a ViT or the MLP (Megatron-style: heads and MLP "
-                  "width): the world is N/T data-parallel replicas of T ranks (1: none)");
+                  "ranks that split each layer of a ViT, a GPT or the MLP (Megatron-style: heads, "
+                  "MLP width, a GPT's vocabulary): the world is N/T data-parallel replicas of T "
+                  "ranks (1: none)");
   cmd->add_flag("--sequence_parallel", o->sequence_parallel,
                 "with --tensor_parallel on a ViT: LayerNorms, dropouts and residuals over 1/T of "
                 "the tokens a rank (all-gathers and reduce-scatters instead of all-reduces)");
