@@ -62,8 +62,9 @@ void add_parallel_flags(CLI::App* cmd, ParallelOptions& o, unsigned which) {
   if (which & kMeshSizeFlags) {
     added.push_back(cmd->add_option(
         "--tensor_parallel", o.tensor_parallel,
-        "ranks that split each layer of a ViT or the MLP (Megatron-style: heads and MLP width): "
-        "the world is N/T data-parallel replicas of T ranks (1: none)"));
+        "ranks that split each layer of a ViT, a GPT or the MLP (Megatron-style: heads, MLP "
+        "width, a GPT's vocabulary): the world is N/T data-parallel replicas of T ranks (1: "
+        "none)"));
   }
   if (which & kSequenceParallelFlag) {
     added.push_back(cmd->add_flag(

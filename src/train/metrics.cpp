@@ -24,10 +24,12 @@ void DeviceSums::add(const torch::Tensor& batch_mean_loss, const torch::Tensor& 
     return;  // a rank that computes no loss (a pipeline's first stages)
   torch::NoGradGuard no_grad;
   // Every prediction counts: one per image, or one per token of a language model's window
-  // (logits (B, T, V), labels (B, T)); the class dimension is last.
+  // (logits (B, T, V), labels (B, T)); the class dimension is last. Integer outputs are the
+  // predictions already (a vocabulary-parallel plan's, parallel/tensor/tensor_parallel_plan.h).
   const int64_t n = labels.numel();
   loss_sum_.add_(batch_mean_loss.detach().to(torch::kFloat64), static_cast<double>(n));
-  correct_.add_(logits.argmax(-1).eq(labels).sum());
+  const torch::Tensor predicted = logits.is_floating_point() ? logits.argmax(-1) : logits;
+  correct_.add_(predicted.eq(labels).sum());
   count_ += static_cast<double>(n);
 }
 

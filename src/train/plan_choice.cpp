@@ -94,6 +94,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, const para
     tensor.replicas.ddp.broadcast_buffers = o.broadcast_buffers;
     tensor.replicas.ddp.find_unused_parameters = o.find_unused_parameters;
     tensor.model_name = o.model;
+    tensor.label_smoothing = o.label_smoothing;
     tensor.pipeline = pipeline;  // the 3-D mesh: a pipeline of tensor-parallel stages
     tensor.mesh = mesh;
     chosen.plan = std::make_unique<parallel::TensorParallelPlan>(std::move(model), context,

@@ -8,9 +8,11 @@
 
 #include "core/error.h"
 #include "distributed/context.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/vit.h"
 #include "parallel/tensor/parallel_attention.h"
+#include "parallel/tensor/parallel_gpt.h"
 #include "parallel/tensor/parallel_linear.h"
 #include "parallel/tensor/regions.h"
 
@@ -275,8 +277,13 @@ void check_splits(int64_t size, int ranks, const std::string& what) {
 }  // namespace
 
 void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name,
-                      bool sequence_parallel) {
+                      bool sequence_parallel,
+                      const models::ActivationCheckpointing& checkpointing) {
   auto* module = whole.ptr().get();
+  if (module->as<models::GptImpl>() != nullptr) {
+    check_gpt_splittable(whole, ranks, model_name, sequence_parallel, checkpointing);
+    return;
+  }
   DDPX_CHECK(!sequence_parallel || module->as<models::VisionTransformerImpl>() != nullptr,
              ErrorKind::kUsage,
              "--sequence_parallel: {} has no sequence of tokens to split; only the ViTs have, or "
@@ -294,11 +301,12 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
     check_splits(mlp->fc1->options.out_features(), ranks, "mlp's hidden features");
     return;
   }
-  throw Error(ErrorKind::kUsage,
-              fmt::format("--tensor_parallel {}: {} has no tensor-parallel plan; the models that "
-                          "have one are the ViTs (vit_b_16, vit_b_32, vit_l_16, their timm names, "
-                          "vit_tiny_patch4_32) and mlp",
-                          ranks, model_name));
+  throw Error(
+      ErrorKind::kUsage,
+      fmt::format("--tensor_parallel {}: {} has no tensor-parallel plan; the models that "
+                  "have one are the ViTs (vit_b_16, vit_b_32, vit_l_16, their timm names, "
+                  "vit_tiny_patch4_32), the GPT family (gpt-nano, gpt2 ... gpt2-xl) and mlp",
+                  ranks, model_name));
 }
 
 SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
@@ -307,6 +315,7 @@ SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
   SplitModel split;
   const int ranks = group.world_size();
   auto* module = whole.ptr().get();
+  if (module->as<models::GptImpl>() != nullptr) return split_gpt(whole, group);
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto holder = models::VisionTransformer(
         std::dynamic_pointer_cast<models::VisionTransformerImpl>(whole.ptr()));

@@ -6,6 +6,8 @@
 //   first linear column-parallel and its second row-parallel. The patch embedding, class token,
 //   position embedding, LayerNorms and the classifier head stay whole on every rank.
 // - MLP (models/mlp.h): fc1 column-parallel, fc2 row-parallel, fc3 whole.
+// - The GPT family (models/gpt.h; parallel_gpt.h): each block's attention and MLP as a ViT's, the
+//   token embedding and the tied output layer split over the vocabulary (vocab_parallel.h).
 // - A user's torch::nn::Sequential: parallelize(sequential, styles, group) splits the Linear
 //   children named in `styles`; other children run whole.
 // The split model shares the whole model's unsplit layers (the same tensors: their training is
@@ -15,6 +17,7 @@
 #include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,13 +50,24 @@ struct SplitModel {
   // the embedding and the head pass this rank's share of the tokens (B, count, D), the sequence
   // being split_model()'s `sample_shape`'s.
   std::vector<models::Layer> layers;
+  // A vocabulary-parallel output (the GPT family): the module's output is this rank's slice of
+  // the logits' last dimension (vocab_parallel.h), never the whole logits. `loss` is the mean
+  // cross-entropy from it and the labels (with label smoothing), `predict` the whole
+  // vocabulary's argmax, `gather` the whole logits; each is collective over the group. Null for
+  // the models whose every rank computes the whole output.
+  std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& labels,
+                              double label_smoothing)>
+      loss;
+  std::function<torch::Tensor(const torch::Tensor&output)> predict, gather;
 };
 
 // Throws ddpx::Error(kUsage), before any collective, for a model without a plan (naming the ones
 // with) or a size that does not split (heads, MLP width): `ranks` is the group's size.
-// `sequence_parallel` (regions.h) is for the ViTs only.
+// `sequence_parallel` (regions.h) is for the ViTs only; a GPT's split blocks are not recomputed
+// (`checkpointing`) yet.
 void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name,
-                      bool sequence_parallel = false);
+                      bool sequence_parallel = false,
+                      const models::ActivationCheckpointing& checkpointing = {});
 
 // The split model of this rank of `group` (which must outlive it). Not collective: every rank's
 // whole model must hold the same weights. `checkpointing` (--activation_checkpointing) recomputes

@@ -7,7 +7,14 @@
 
 namespace ddpx::parallel::tensor {
 
-torch::Tensor take_shard(const torch::Tensor& whole, const ShardSpec& spec, int rank, int ranks) {
+torch::Tensor take_shard(const torch::Tensor& whole_tensor, const ShardSpec& spec, int rank,
+                         int ranks) {
+  torch::Tensor whole = whole_tensor;
+  if (spec.pad > 0) {
+    auto shape = whole.sizes().vec();
+    shape[static_cast<size_t>(spec.dim)] = spec.pad;
+    whole = torch::cat({whole, torch::zeros(shape, whole.options())}, spec.dim);
+  }
   const int64_t size = whole.size(spec.dim);
   DDPX_CHECK(size % (spec.parts * ranks) == 0, ErrorKind::kInternal,
              "tensor parallel: a size of {} along dimension {} does not split into {} x {} pieces",
@@ -28,7 +35,9 @@ torch::Tensor join_shards(const std::vector<torch::Tensor>& pieces, const ShardS
   for (int64_t p = 0; p < spec.parts; ++p) {
     for (const auto& b : blocks) ordered.push_back(b[p]);
   }
-  return torch::cat(ordered, spec.dim);
+  torch::Tensor joined = torch::cat(ordered, spec.dim);
+  return spec.pad > 0 ? joined.narrow(spec.dim, 0, joined.size(spec.dim) - spec.pad).contiguous()
+                      : joined;
 }
 
 torch::Tensor gather_whole(const torch::Tensor& piece, const ShardSpec& spec,

@@ -34,7 +34,8 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
              "tensor parallelism of {} x {} pipeline stages on {} ranks "
              "given the mesh {}",
              t, p, world, mesh_.describe());
-  tensor::check_splittable(whole_, t, options_.model_name, options_.sequence_parallel);
+  tensor::check_splittable(whole_, t, options_.model_name, options_.sequence_parallel,
+                           options_.checkpointing);
   // Every tensor rank cuts its pieces from the same weights: rank 0's.
   if (context.distributed()) {
     std::vector<torch::Tensor> state = whole_.ptr()->parameters();
@@ -57,8 +58,15 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   auto split = tensor::split_model(
       whole_, *tensor_group_, options_.sequence_parallel, options_.checkpointing,
       options_.pipeline ? options_.pipeline->sample_shape : std::vector<int64_t>());
+  DDPX_CHECK(p == 1 || !split.layers.empty(), ErrorKind::kUsage,
+             "--pipeline_parallel {} with --tensor_parallel {}: {} has no pipeline of split "
+             "stages yet; drop one of the two",
+             p, t, options_.model_name);
   split_ = split.module;
   specs_ = std::move(split.specs);
+  split_loss_ = std::move(split.loss);
+  split_predict_ = std::move(split.predict);
+  split_gather_ = std::move(split.gather);
   auto named = split_.ptr()->named_parameters();
   for (const auto& name : split.partial_grads) {
     partial_grads_.push_back(named[name]);
@@ -159,7 +167,18 @@ std::string TensorParallelPlan::describe() {
 
 MicroBatchResult TensorParallelPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
   if (whole_held_) free_whole();
-  MicroBatchResult result = inner_->forward_backward(batch, sync);
+  MicroBatchResult result;
+  if (split_loss_) {
+    // The loss from this rank's slice of the logits, and the predictions for the metrics.
+    MicroBatch local = batch;
+    local.loss = [this](const torch::Tensor& output, const torch::Tensor& labels) {
+      return split_loss_(output, labels, options_.label_smoothing);
+    };
+    result = inner_->forward_backward(local, sync);
+    if (result.output.defined()) result.output = split_predict_(result.output);
+  } else {
+    result = inner_->forward_backward(batch, sync);
+  }
   if (sync && !partial_grads_.empty() && tensor_group_->distributed()) {
     // Each rank's share of the tokens gave its share of these gradients: one all-reduce of all.
     // Sharded over the replicas, what the step reads is each one's shard of the gradient, already
@@ -278,6 +297,7 @@ torch::Tensor TensorParallelPlan::forward_eval(const torch::Tensor& input) {
   // A pipeline's logits reach its replica's first stage, on each tensor rank.
   torch::Tensor logits =
       pipeline_ != nullptr ? pipeline_->forward_eval(input) : split_.forward(input);
+  if (split_gather_) logits = split_gather_(logits);  // a vocabulary-parallel output
   return tensor_group_->rank() == 0 ? logits : torch::Tensor();
 }
 

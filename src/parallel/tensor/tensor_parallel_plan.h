@@ -15,6 +15,10 @@
 // Within the plan contract (plan.h):
 // - forward_backward() returns the loss and logits on every rank (each tensor rank computes the
 //   whole output); the gradients are those of the unsplit model on the replicas' global batch.
+//   A GPT's output layer is split over the vocabulary (tensor/vocab_parallel.h): its loss is the
+//   plan's, from each rank's slice of the logits (the caller's loss function is not called), and
+//   the output it returns is the predicted token ids (int64, the whole logits' argmax), not the
+//   logits, which no rank holds whole in training. forward_eval() gathers them.
 // - The optimizer steps this rank's pieces and the unsplit layers' parameters.
 // - clip_grad_norm() takes the norm over the whole model: the pieces' squares summed over the
 //   tensor ranks (and their shards' over the replicas, with `shard`), the unsplit layers' counted
@@ -33,6 +37,7 @@
 // widths that T does not divide (one line naming the flag).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -77,6 +82,9 @@ struct TensorParallelOptions {
   // the pipeline runs on its slice at this rank's tensor rank. Unset: built from those sizes.
   std::optional<Mesh> mesh;
   std::string model_name = "the model";
+  // --label_smoothing: the vocabulary-parallel loss's (a GPT's), which replaces the caller's
+  // cross-entropy there (the model's output is each rank's slice of the logits).
+  double label_smoothing = 0;
 };
 
 class ShardedPlan;
@@ -141,6 +149,9 @@ class TensorParallelPlan : public Plan {
   std::vector<torch::Tensor> partial_grads_;  // sequence parallel: summed over the tensor group
   std::vector<size_t> partial_index_;         // ... their places in split_'s parameters
   std::string summary_;
+  // A vocabulary-parallel output (tensor::SplitModel's): null for the others.
+  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, double)> split_loss_;
+  std::function<torch::Tensor(const torch::Tensor&)> split_predict_, split_gather_;
   dist::Context& context_;
   Mesh mesh_;                                    // the context's ranks: data x (pipeline x) tensor
   std::shared_ptr<dist::Context> tensor_group_;  // the context itself when T is the world
