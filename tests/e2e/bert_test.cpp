@@ -65,10 +65,10 @@ class BertTest : public ::testing::Test {
  protected:
   void SetUp() override {
     test::write_bytes(dir_.file("vocab.txt"), make_vocab_txt(read_file(kBertText)));
-    auto r =
-        run_command(ddpx(std::string("data tokenize ") + kBertText + " --tokenizer wordpiece --vocab " +
-                         dir_.file("vocab.txt") + " --out " + dir_.file("data")),
-                    120);
+    auto r = run_command(
+        ddpx(std::string("data tokenize ") + kBertText + " --tokenizer wordpiece --vocab " +
+             dir_.file("vocab.txt") + " --out " + dir_.file("data")),
+        120);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   // bert-nano on 64-token windows: 5 steps of 8 windows, AdamW.
@@ -153,9 +153,9 @@ TEST_F(BertTest, ExportLoadsInTransformersAndComesBackAsPretrained) {
 }
 
 TEST_F(BertTest, TokensWithoutMaskAreRefusedBeforeTraining) {
-  auto tok = run_command(
-      ddpx(std::string("data tokenize ") + kBertText + " --tokenizer char --out " + dir_.file("chars")),
-      120);
+  auto tok = run_command(ddpx(std::string("data tokenize ") + kBertText +
+                              " --tokenizer char --out " + dir_.file("chars")),
+                         120);
   ASSERT_EQ(tok.exit_code, 0) << tok.output;
   auto r = run_command(ddpx("train --model bert-nano --dataset tokens --data_dir " +
                             dir_.file("chars") + " --seq_len 64 --num_epochs 1 --no_progress"),
