@@ -2,7 +2,8 @@
 """Writes the seeds of fuzz_token_file (fuzz/corpus/token_file) the way llm.c's writer
 (dev/data/data_common.py, write_datafile) and nanoGPT's prepare.py write token files, and of
 fuzz_rank_file (fuzz/corpus/rank_file) as tiktoken's rank files are laid out (base64 token, a
-space, the rank), small so that each fuzz run stays fast.
+space, the rank), and of fuzz_vocab_txt (fuzz/corpus/vocab_txt) as BERT's vocab.txt is laid out
+(one WordPiece token per line), small so that each fuzz run stays fast.
 Usage: /work/main/.venv/bin/python fuzz/make_text_seeds.py  (rewrites the seed files in place)"""
 import base64
 import os
@@ -42,3 +43,11 @@ write("rank_file", "bytes_and_merges.tiktoken", ranks(single_bytes + merges))
 write("rank_file", "crlf.tiktoken", ranks(single_bytes + merges[:2]).replace(b"\n", b"\r\n"))
 write("rank_file", "duplicate_rank.tiktoken", ranks(single_bytes) + b"dGg= 3\n")
 write("rank_file", "bytes_only.tiktoken", ranks(single_bytes))
+
+specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+pieces = ["the", "un", "##aff", "##able", "caf\u00e9", "\u4e2d", "\U0001f642", "##s", ",", "."]
+vocab = "\n".join(specials + pieces) + "\n"
+write("vocab_txt", "bert.txt", vocab.encode("utf-8"))
+write("vocab_txt", "crlf_no_final_newline.txt", vocab.replace("\n", "\r\n").rstrip().encode("utf-8"))
+write("vocab_txt", "duplicate.txt", (vocab + "the\n").encode("utf-8"))
+write("vocab_txt", "no_unk.txt", "\n".join(pieces).encode("utf-8"))

@@ -72,7 +72,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
              "--batch_size and --steps must be positive");
   // A GPT reads token windows, an image model images: either on the other's data would crash
   // inside its forward.
-  const bool language = models::find_model(o.model).family == "gpt";
+  const std::string& family = models::find_model(o.model).family;
+  const bool language = family == "gpt" || family == "bert";
   DDPX_CHECK(!language || o.data == data::DatasetId::kTokens, ErrorKind::kUsage,
              "bench train: {} is a language model; add --dataset tokens --data_dir DIR (train.bin "
              "and val.bin from `ddpx data tokenize`) and --seq_len T",

@@ -136,11 +136,13 @@ void add_data_command(CLI::App& app, int& exit_code) {
       "Turn text files into train.bin and val.bin (llm.c's token files) and vocab.json");
   tokenize->add_option("files", opts->inputs, "Text files (UTF-8), one document each")->required();
   add_choice(tokenize, "--tokenizer", opts->tokenizer, text::kTokenizerNames,
-             "gpt2: GPT-2's byte-level BPE (tiktoken's); char: nanoGPT's characters");
+             "gpt2: GPT-2's byte-level BPE (tiktoken's); char: nanoGPT's characters; wordpiece: "
+             "BERT's WordPiece over --vocab vocab.txt, each file [CLS] ... [SEP]");
   tokenize->add_option("--vocab", opts->vocab,
                        fmt::format("gpt2: the tiktoken rank file (default: {}, from `ddpx data "
                                    "download gpt2-vocab`); char: a vocab.json to reuse (default: "
-                                   "the characters of FILES)",
+                                   "the characters of FILES); wordpiece: BERT's vocab.txt "
+                                   "(required)",
                                    text::kDefaultGpt2Vocab));
   tokenize->add_option("--out", opts->out_dir, "Folder for train.bin, val.bin and vocab.json")
       ->required();
@@ -150,6 +152,9 @@ void add_data_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   tokenize->add_option("--threads", opts->threads, "Tokenizing threads (0: one per core)")
       ->capture_default_str();
+  tokenize->add_flag("--cased", opts->cased,
+                     "wordpiece: a cased vocabulary (bert-base-cased): keep case and accents "
+                     "(default: lower-case and strip accents, as bert-base-uncased)");
   tokenize->add_flag("--allow_invalid_utf8", opts->allow_invalid_utf8,
                      "gpt2: tokenize bytes that are not UTF-8 as byte tokens instead of refusing "
                      "the file");

@@ -2,13 +2,15 @@
 // torchvision.models.NAME(num_classes=N).load_state_dict(torch.load("W.pt")) accepts (with the
 // CIFAR stem, once conv1 and maxpool are swapped as ddpx's stem has them; ddpx's own MLP and
 // CIFAR ResNets have no torchvision class, and the line says so). With `--format hf` a GPT-2
-// family model becomes a folder that transformers' GPT2LMHeadModel.from_pretrained loads.
+// family model becomes a folder that transformers' GPT2LMHeadModel.from_pretrained loads, a
+// BERT one a folder for BertForMaskedLM.from_pretrained.
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "models/gpt.h"
+#include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
 #include "models/zoo/registry.h"
 #include "train/checkpoint.h"
@@ -51,7 +53,7 @@ void add_export_command(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--format", *format,
                   "torch: a torch.save state_dict; hf: a Hugging Face folder (config.json, "
-                  "model.safetensors) for GPT-2-family models")
+                  "model.safetensors) for GPT-2-family and BERT models")
       ->check(CLI::IsMember({"torch", "hf"}))
       ->capture_default_str();
   cmd->callback([checkpoint, out, format, &exit_code] {
@@ -63,11 +65,22 @@ void add_export_command(CLI::App& app, int& exit_code) {
     auto model = models::create_model(meta.model, config);
     train::load_checkpoint_weights(*checkpoint, *model.ptr());
     if (*format == "hf") {
+      if (auto bert = std::dynamic_pointer_cast<models::BertImpl>(model.ptr())) {
+        models::export_hf_bert(*bert, *out);
+        log::out(
+            "wrote {} ({}, vocabulary {}): in Python, "
+            "transformers.BertForMaskedLM.from_pretrained(\"{}\")",
+            *out, meta.model, meta.num_classes, *out);
+        exit_code = 0;
+        return;
+      }
       auto gpt = std::dynamic_pointer_cast<models::GptImpl>(model.ptr());
-      DDPX_CHECK(gpt != nullptr, ErrorKind::kUsage,
-                 "--format hf writes GPT-2-family models (gpt2, gpt-nano, ...); {} is not one: "
-                 "export it with --format torch",
-                 meta.model);
+      DDPX_CHECK(
+          gpt != nullptr, ErrorKind::kUsage,
+          "--format hf writes GPT-2-family and BERT models (gpt2, gpt-nano, bert-base, ...); {} is "
+          "not one: "
+          "export it with --format torch",
+          meta.model);
       models::export_hf_gpt2(*gpt, *out);
       log::out(
           "wrote {} ({}, vocabulary {}): in Python, "

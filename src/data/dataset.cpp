@@ -90,7 +90,8 @@ DatasetSplits load_dataset(const DatasetSpec& spec) {
     case DatasetId::kShards:
       return load_shard_dataset(spec, dir);
     case DatasetId::kTokens:
-      return load_token_dataset(dir, spec.seq_len, spec.vocab_size);
+      return load_token_dataset(dir, spec.seq_len, spec.vocab_size, spec.masked_lm_model,
+                                spec.seed);
     case DatasetId::kSynthetic:
       break;
   }

@@ -17,6 +17,7 @@
 namespace ddpx::data {
 
 struct ImageFiles;  // data/image_dataset.h
+struct MaskedLm;    // data/masked_lm.h
 
 struct Dataset {
   std::string name;      // "fashion-mnist", "cifar10", ...
@@ -32,6 +33,8 @@ struct Dataset {
   // vocabulary. The "image size" of a sequence is its length.
   torch::Tensor tokens;
   int64_t seq_len = 0;
+  // A masked-LM's windows (BERT): the target is the window's own tokens at masked positions.
+  std::shared_ptr<const MaskedLm> masked_lm;
 
   bool streamed() const { return files != nullptr; }
   int64_t size() const;  // images, or token windows
@@ -107,6 +110,8 @@ struct DatasetSpec {
   // tokens only: the window's input length, and the vocabulary (0: the largest token + 1)
   int64_t seq_len = 0;
   int64_t vocab_size = 0;
+  // tokens only: the model that trains with masked-LM on them (BERT; empty: next token)
+  std::string masked_lm_model;
 };
 
 // Loads both splits; throws ddpx::Error(kData) naming the file and the download command

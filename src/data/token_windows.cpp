@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "data/masked_lm.h"
 #include "io/token_file.h"
 
 namespace ddpx::data {
@@ -39,9 +40,20 @@ int64_t window_offset(uint64_t seed, int64_t epoch, int64_t seq_len) {
   return static_cast<int64_t>(rng() % static_cast<uint64_t>(seq_len));
 }
 
-DatasetSplits load_token_dataset(const std::string& dir, int64_t seq_len, int64_t vocab_size) {
+DatasetSplits load_token_dataset(const std::string& dir, int64_t seq_len, int64_t vocab_size,
+                                 const std::string& masked_lm_model, uint64_t seed) {
   DDPX_CHECK(seq_len >= 1, ErrorKind::kUsage,
              "--dataset tokens needs --seq_len N (the model's input length), got {}", seq_len);
+  std::shared_ptr<MaskedLm> mlm;
+  if (!masked_lm_model.empty()) {
+    mlm = std::make_shared<MaskedLm>(read_masked_lm(dir, masked_lm_model));
+    mlm->seed = seed;
+    if (vocab_size <= 0) vocab_size = mlm->vocab_size;
+    DDPX_CHECK(mlm->mask_token < vocab_size, ErrorKind::kUsage,
+               "--vocab_size {} does not hold [MASK] ({} in {}/vocab.json); leave --vocab_size out",
+               vocab_size, mlm->mask_token, dir);
+    mlm->vocab_size = vocab_size;
+  }
   DatasetSplits splits;
   splits.train = read_split(dir + "/train.bin", "tokens", seq_len);
   splits.test = read_split(dir + "/val.bin", "tokens", seq_len);
@@ -59,6 +71,7 @@ DatasetSplits load_token_dataset(const std::string& dir, int64_t seq_len, int64_
     if (vocab_size <= 0) vocab = std::max(vocab, top + 1);
   }
   splits.train.num_classes = splits.test.num_classes = vocab;
+  splits.train.masked_lm = splits.test.masked_lm = mlm;
   return splits;
 }
 

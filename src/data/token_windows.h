@@ -20,8 +20,11 @@ namespace ddpx::data {
 
 // Reads DIR/train.bin and DIR/val.bin. `vocab_size` 0: the largest token of either + 1;
 // otherwise a token at or past it is an error naming the file. Throws ddpx::Error(kData) for a
-// missing or corrupt file, or a split shorter than one window.
-DatasetSplits load_token_dataset(const std::string& dir, int64_t seq_len, int64_t vocab_size);
+// missing or corrupt file, or a split shorter than one window. With `masked_lm_model` (BERT),
+// both splits are masked-LM windows (data/masked_lm.h) from DIR/vocab.json, seeded by `seed`,
+// and `vocab_size` 0 is the vocab.json's.
+DatasetSplits load_token_dataset(const std::string& dir, int64_t seq_len, int64_t vocab_size,
+                                 const std::string& masked_lm_model = "", uint64_t seed = 0);
 
 // Windows of seq_len + 1 tokens every seq_len tokens, at any offset in [0, seq_len).
 int64_t window_count(int64_t tokens, int64_t seq_len);

@@ -7,7 +7,7 @@ namespace ddpx::serve {
 
 nlohmann::json epoch_metrics(const std::string& log) {
   static const std::regex epoch(
-      R"(Epoch - (\d+)/(\d+): time - ([\d.]+)s \|\| loss_train - ([\d.eE+-]+|nan|inf) \|\| )"
+      R"(Epoch - (\d+)/(\d+): time - ([\d.]+)s \|\| (?:mlm_)?loss_train - ([\d.eE+-]+|nan|inf) \|\| )"
       R"(accuracy_train - ([\d.]+)(?: \|\| images_per_sec - ([\d.]+))?)");
   static const std::regex test(R"(^Accuracy on test dataset - ([\d.]+)$)");
   nlohmann::json out = nlohmann::json::array();

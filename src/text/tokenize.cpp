@@ -15,6 +15,7 @@
 #include "text/char_tokenizer.h"
 #include "text/gpt2_pattern.h"
 #include "text/utf8.h"
+#include "text/wordpiece.h"
 
 namespace ddpx::text {
 namespace {
@@ -26,7 +27,8 @@ struct Chunk {
   size_t document;
   size_t begin;
   size_t end;
-  bool end_of_text_first;  // gpt2: <|endoftext|> before the document's first chunk
+  bool first;  // the document's first chunk (gpt2: <|endoftext|> before it; wordpiece: [CLS])
+  bool last;   // its last (wordpiece: [SEP] after it)
   std::vector<uint32_t> tokens;
 };
 
@@ -79,9 +81,16 @@ TokenizeResult tokenize_files(const TokenizeOptions& options) {
   DDPX_CHECK(!options.out_dir.empty(), ErrorKind::kUsage, "data tokenize: --out DIR is required");
   DDPX_CHECK(options.chunk_bytes > 0, ErrorKind::kUsage, "data tokenize: chunk size must be > 0");
   const bool gpt2 = options.tokenizer == TokenizerKind::kGpt2;
+  const bool wordpiece = options.tokenizer == TokenizerKind::kWordpiece;
   DDPX_CHECK(gpt2 || !options.allow_invalid_utf8, ErrorKind::kUsage,
              "data tokenize: --allow_invalid_utf8 is for --tokenizer gpt2 (whose tokens are "
-             "bytes); the char tokenizer needs UTF-8 text");
+             "bytes); the {} tokenizer needs UTF-8 text",
+             name(options.tokenizer));
+  DDPX_CHECK(wordpiece || !options.cased, ErrorKind::kUsage,
+             "data tokenize: --cased is for --tokenizer wordpiece (BERT's vocab.txt)");
+  DDPX_CHECK(!wordpiece || !options.vocab.empty(), ErrorKind::kUsage,
+             "data tokenize: --tokenizer wordpiece needs --vocab FILE, a BERT vocab.txt (e.g. "
+             "from the model's Hugging Face folder)");
 
   TokenizeResult result;
   result.threads =
@@ -89,8 +98,18 @@ TokenizeResult tokenize_files(const TokenizeOptions& options) {
   // Everything that can be refused is checked before a file is written.
   std::optional<BpeTokenizer> bpe;
   std::optional<CharTokenizer> chars;
+  std::optional<WordPieceTokenizer> pieces;
+  std::optional<uint32_t> cls, sep;
   std::string vocab_path = options.vocab;
-  if (gpt2) {
+  if (wordpiece) {
+    pieces.emplace(WordPieceTokenizer::from_file(vocab_path, !options.cased));
+    cls = pieces->id("[CLS]");
+    sep = pieces->id("[SEP]");
+    DDPX_CHECK(cls && sep, ErrorKind::kData,
+               "{}: no {} token; BERT's documents are [CLS] text [SEP], so give a BERT vocab.txt "
+               "that has both",
+               vocab_path, cls ? "[SEP]" : "[CLS]");
+  } else if (gpt2) {
     if (vocab_path.empty()) vocab_path = kDefaultGpt2Vocab;
     bpe.emplace(BpeTokenizer::from_file(vocab_path));
   } else if (!vocab_path.empty()) {
@@ -101,14 +120,15 @@ TokenizeResult tokenize_files(const TokenizeOptions& options) {
     texts.push_back(read_input(path));
     result.input_bytes += static_cast<int64_t>(texts.back().size());
   }
-  if (gpt2 && !options.allow_invalid_utf8) {
+  if ((gpt2 && !options.allow_invalid_utf8) || wordpiece) {
     for (size_t d = 0; d < texts.size(); ++d) {
       size_t bad = first_invalid_utf8(texts[d]);
-      DDPX_CHECK(bad == std::string_view::npos, ErrorKind::kData,
-                 "{}: byte {} is not valid UTF-8; convert the file to UTF-8 (e.g. iconv -f "
-                 "latin1 -t utf-8), or pass --allow_invalid_utf8 to tokenize such bytes as byte "
-                 "tokens",
-                 options.inputs[d], bad);
+      DDPX_CHECK(
+          bad == std::string_view::npos, ErrorKind::kData,
+          "{}: byte {} is not valid UTF-8; convert the file to UTF-8 (e.g. iconv -f "
+          "latin1 -t utf-8){}",
+          options.inputs[d], bad,
+          gpt2 ? ", or pass --allow_invalid_utf8 to tokenize such bytes as byte tokens" : "");
     }
   }
   auto start = std::chrono::steady_clock::now();
@@ -116,27 +136,34 @@ TokenizeResult tokenize_files(const TokenizeOptions& options) {
     std::vector<std::string_view> views(texts.begin(), texts.end());
     chars.emplace(CharTokenizer::from_texts(views, options.inputs));
   }
-  result.vocab_size = gpt2 ? bpe->vocab_size() : chars->vocab_size();
+  result.vocab_size = gpt2        ? bpe->vocab_size()
+                      : wordpiece ? pieces->vocab_size()
+                                  : chars->vocab_size();
 
   std::vector<Chunk> chunks;
   for (size_t d = 0; d < texts.size(); ++d) {
     std::string_view text = texts[d];
-    auto points = gpt2 ? Gpt2Pattern::split_points(text, options.chunk_bytes)
-                       : char_split_points(text, options.chunk_bytes);
+    auto points = gpt2        ? Gpt2Pattern::split_points(text, options.chunk_bytes)
+                  : wordpiece ? WordPieceTokenizer::split_points(text, options.chunk_bytes)
+                              : char_split_points(text, options.chunk_bytes);
     size_t begin = 0;
     points.push_back(text.size());
     for (size_t p : points) {
-      chunks.push_back({d, begin, p, gpt2 && begin == 0, {}});
+      chunks.push_back({d, begin, p, begin == 0, p == text.size(), {}});
       begin = p;
     }
   }
   run_parallel(chunks, result.threads, [&](Chunk& c) {
     const std::string& text = texts[c.document];
-    if (c.end_of_text_first) c.tokens.push_back(bpe->end_of_text());
+    if (gpt2 && c.first) c.tokens.push_back(bpe->end_of_text());
+    if (wordpiece && c.first) c.tokens.push_back(*cls);
     if (gpt2)
       bpe->encode(text, c.begin, c.end, c.tokens);
+    else if (wordpiece)
+      pieces->encode(text, c.begin, c.end, c.tokens);
     else
       chars->encode(text, c.begin, c.end, options.inputs[c.document], c.tokens);
+    if (wordpiece && c.last) c.tokens.push_back(*sep);
   });
   size_t total = 0;
   for (const auto& c : chunks) total += c.tokens.size();
@@ -168,6 +195,16 @@ TokenizeResult tokenize_files(const TokenizeOptions& options) {
                            {"vocab_size", bpe->vocab_size()},
                            {"end_of_text", bpe->end_of_text()},
                            {"rank_file", fs::absolute(vocab_path).lexically_normal().string()}};
+    write_file_atomic(vocab_file, json.dump(1) + "\n");
+  } else if (wordpiece) {
+    nlohmann::json special = nlohmann::json::object();
+    for (const char* s : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+      if (auto id = pieces->id(s)) special[s] = *id;
+    nlohmann::json json = {{"tokenizer", "wordpiece"},
+                           {"vocab_size", pieces->vocab_size()},
+                           {"lowercase", pieces->lowercase()},
+                           {"special_tokens", special},
+                           {"vocab_file", fs::absolute(vocab_path).lexically_normal().string()}};
     write_file_atomic(vocab_file, json.dump(1) + "\n");
   } else {
     chars->save(vocab_file);

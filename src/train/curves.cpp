@@ -83,12 +83,13 @@ StepPoint interval_point(const MetricSums& now, const MetricSums& before, double
   interval.loss_sum = now.loss_sum - before.loss_sum;
   interval.correct = now.correct - before.correct;
   interval.count = now.count - before.count;
+  interval.inputs = now.inputs - before.inputs;
   StepPoint p;
   p.step = global_step;
   p.loss = interval.loss();
   p.accuracy = interval.accuracy();
   p.learning_rate = lr;
-  p.images_per_sec = interval.count * world_size / std::max(seconds, 1e-9);
+  p.images_per_sec = interval.inputs * world_size / std::max(seconds, 1e-9);
   p.step_time_s = seconds / static_cast<double>(steps);
   p.gpu_memory_gib = gpu_memory_gib(device);
   return p;

@@ -26,6 +26,7 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   // A language model reads windows of its whole context unless told otherwise.
   spec.seq_len = o.seq_len > 0 ? o.seq_len : models::find_model(o.model).default_image_size;
   spec.vocab_size = o.vocab_size;
+  if (models::find_model(o.model).family == "bert") spec.masked_lm_model = o.model;
   return spec;
 }
 

@@ -42,7 +42,7 @@ void EpochMeter::after(int64_t epoch, int64_t step, int64_t global_step, double 
              sums_.loss_sum, epoch, step - 1);
   const double seconds = watch_.seconds();
   bar_.update(step, sums_.loss(), sums_.accuracy(),
-              sums_.count * context_.world_size() / std::max(seconds, 1e-9));
+              sums_.inputs * context_.world_size() / std::max(seconds, 1e-9));
   if (step % curve_every_ == 0) {
     curves_.step(interval_point(sums_, at_last_point_, seconds - last_point_s_, curve_every_,
                                 global_step, lr_before, context_.world_size(), context_.device()));
@@ -61,7 +61,7 @@ EpochResult EpochMeter::finish(int64_t epoch, double data_wait_s, int64_t skippe
   r.seconds = watch_.seconds();
   r.loss = sums_.loss();
   r.accuracy = sums_.accuracy();
-  r.images_per_sec = sums_.count / std::max(r.seconds, 1e-9);
+  r.images_per_sec = sums_.inputs / std::max(r.seconds, 1e-9);
   r.data_wait_s = data_wait_s;
   // The seed's line; a language model's counts tokens and adds the perplexity (and the MFU).
   std::string extra;
@@ -72,9 +72,10 @@ EpochResult EpochMeter::finish(int64_t epoch, double data_wait_s, int64_t skippe
     extra += fmt::format(" || mfu - {:.1f}%", 100 * *r.mfu);
   }
   log::out(
-      "Epoch - {}/{}: time - {:.2f}s || loss_train - {:.4f} || accuracy_train - {:.4f} || "
+      "Epoch - {}/{}: time - {:.2f}s || {}loss_train - {:.4f} || accuracy_train - {:.4f} || "
       "{}_per_sec - {:.1f}{}",
-      epoch, o_.num_epochs, r.seconds, r.loss, r.accuracy, task_.unit, r.images_per_sec, extra);
+      epoch, o_.num_epochs, r.seconds, task_.masked_lm ? "mlm_" : "", r.loss, r.accuracy,
+      task_.unit, r.images_per_sec, extra);
   if (skipped_steps > 0) {
     log::out("fp16 loss scaling: {} steps skipped on inf/NaN gradients so far, scale {}",
              skipped_steps, scale);

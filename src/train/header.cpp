@@ -64,9 +64,12 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
   if (f.task.next_token) {
     lines.push_back(fmt::format(
         "ddpx train: model {} ({:.2f}M parameters) | dataset {} from {} ({} train / {} test "
-        "windows of {} + 1 tokens, vocabulary {})",
+        "windows of {}, vocabulary {})",
         o.model, f.parameters_millions, data::name(o.dataset), f.data_source, f.train_size,
-        f.test_size, f.image_size, f.num_classes));
+        f.test_size,
+        f.task.masked_lm ? fmt::format("{} tokens, masked-LM", f.image_size)
+                         : fmt::format("{} + 1 tokens", f.image_size),
+        f.num_classes));
   } else {
     lines.push_back(fmt::format(
         "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} from {} ({} train / {} test, "

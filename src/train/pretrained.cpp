@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "models/gpt.h"
+#include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
 #include "models/weights.h"
 
@@ -31,12 +32,15 @@ std::string head_prefix(torch::nn::Module& model) {
 }  // namespace
 
 std::string load_pretrained(const std::string& path, torch::nn::Module& model) {
-  // A folder is a Hugging Face model as save_pretrained writes it: GPT-2 for ddpx's GPT.
+  // A folder is a Hugging Face model as save_pretrained writes it: GPT-2 for ddpx's GPT,
+  // BertForMaskedLM for its BERT.
   if (std::filesystem::is_directory(path)) {
+    if (auto* bert = dynamic_cast<models::BertImpl*>(&model))
+      return models::load_hf_bert(path, *bert, "chosen by --model");
     auto* gpt = dynamic_cast<models::GptImpl*>(&model);
     DDPX_CHECK(gpt != nullptr, ErrorKind::kUsage,
                "--pretrained {} is a folder, which ddpx reads as a Hugging Face GPT-2 "
-               "(config.json, model.safetensors); this --model is not a GPT: give it a "
+               "or BERT (config.json, model.safetensors); this --model is neither: give it a "
                "torch.save'd state_dict file",
                path);
     return models::load_hf_gpt2(path, *gpt, "chosen by --model");

@@ -3,7 +3,8 @@
 // the classifier head differs in shape (another num_classes), the head keeps its fresh
 // initialisation and everything else is loaded, with one line saying so. Any other mismatch
 // is an error listing the keys. A folder is a Hugging Face GPT-2 (config.json and
-// model.safetensors as transformers' save_pretrained writes them; models/hf_gpt2.h), for a GPT.
+// model.safetensors as transformers' save_pretrained writes them; models/hf_gpt2.h), for a GPT,
+// or a BertForMaskedLM (models/hf_bert.h), for a BERT.
 #pragma once
 
 #include <torch/nn/module.h>

@@ -12,11 +12,12 @@ namespace ddpx::train {
 
 struct Task {
   bool next_token = false;      // a language model: val loss and perplexity are printed too
+  bool masked_lm = false;       // BERT's: the loss and accuracy are over the masked tokens
   std::string unit = "images";  // what a prediction is made for: "images" or "tokens"
 };
 
 inline Task task_of(const data::Dataset& train) {
-  if (train.tokens.defined()) return {true, "tokens"};
+  if (train.tokens.defined()) return {true, train.masked_lm != nullptr, "tokens"};
   return {};
 }
 

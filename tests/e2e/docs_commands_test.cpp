@@ -97,7 +97,8 @@ TEST(DocsCommandsTest, EveryExampleCommandInTheReadmeAndDocsParsesAsPrinted) {
 }
 
 // A language model's command reads token files: its --data_dir (the shakespeare-char recipe's
-// when it names none) gets real text's, in the command's folder.
+// when it names none) gets real text's, in the command's folder; a BERT's a vocab.json with
+// [MASK] past the characters too (masked-LM needs it).
 void write_tokens_for(const std::string& text, const std::string& folder) {
   if (text.find("--dataset tokens") == std::string::npos &&
       text.find("--recipe shakespeare-char") == std::string::npos)
@@ -107,6 +108,10 @@ void write_tokens_for(const std::string& text, const std::string& folder) {
   if (std::regex_search(text, m, std::regex(R"(--data_dir (\S+))"))) dir = m[1];
   std::filesystem::create_directories(folder + "/" + dir);
   test::write_char_tokens(folder + "/" + dir);
+  if (text.find("--model bert-") != std::string::npos)
+    test::write_bytes(folder + "/" + dir + "/vocab.json",
+                      R"({"tokenizer": "wordpiece", "vocab_size": 256, "special_tokens": )"
+                      R"({"[MASK]": 255}})");
 }
 
 // Every training command of the README and docs/ runs as printed (one step of each, on this CPU,

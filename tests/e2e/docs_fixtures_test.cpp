@@ -2,8 +2,8 @@
 // run (benchmarks, the planner, the tuner, data, export, jobs, logs, stop, snapshots, the
 // interactive shell, containers, the doctor, the seed's run-ddp.sh line) runs here as printed, in
 // a folder of its own, on a small fixture of what it needs: a checkpoint for `C`, a job of this
-// host for `JOB`, CIFAR-10 for `data info`, a text and GPT-2's rank file for `data tokenize`, a
-// mirror on 127.0.0.1:8000 for the mirror download,
+// host for `JOB`, CIFAR-10 for `data info`, a text, GPT-2's rank file and a BERT vocab.txt for
+// `data tokenize`, a mirror on 127.0.0.1:8000 for the mirror download,
 // `./my_trainer` for the launcher's any-program line. It must exit 0 and print what its row
 // expects: the output its docs block shows where one shows output (the row names that file, and
 // the text must be there too), else what the doc's comment promises. A command that cannot run on
@@ -318,6 +318,17 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         fs::copy_file("/usr/share/common-licenses/GPL-3",
                       folder + "/data/tinyshakespeare/input.txt");
         fs::copy_file(test::gpt2_rank_file(), folder + "/data/gpt2-vocab/r50k_base.tiktoken");
+        // A BERT vocab.txt: the specials, and every letter, digit and punctuation mark alone
+        // and as a "##" continuation (any word of the text can be spelled).
+        fs::create_directories(folder + "/data/bert-base-uncased");
+        {
+          std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+          for (int c = 33; c < 127; ++c)
+            if (!(c >= 'A' && c <= 'Z'))
+              vocab += std::string(1, static_cast<char>(c)) + "\n##" +
+                       std::string(1, static_cast<char>(c)) + "\n";
+          test::write_bytes(folder + "/data/bert-base-uncased/vocab.txt", vocab);
+        }
       case Fixture::kPhotos:
       case Fixture::kPhotoShards: {
         test::make_image_fixture(folder, "--only folder --per_class 6");

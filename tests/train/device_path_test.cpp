@@ -21,6 +21,22 @@ TEST(DeviceSumsTest, AgreesWithTheHostSums) {
   EXPECT_NEAR(read.loss_sum, host.loss_sum, 1e-9);
   EXPECT_EQ(read.correct, host.correct);
   EXPECT_EQ(read.count, 35);
+  EXPECT_EQ(read.inputs, 35);
+}
+
+// A masked LM's labels: -100 where nothing is predicted. Those positions neither count nor weigh
+// in the loss sum; throughput still counts every token.
+TEST(DeviceSumsTest, MaskedLabelsAreNotScored) {
+  DeviceSums device(torch::kCPU);
+  auto logits = torch::randn({2, 4, 5});
+  auto labels =
+      torch::tensor({{-100, 3, -100, 1}, {2, -100, -100, -100}}, torch::kInt64).view({2, 4});
+  device.add(torch::tensor(2.0), logits, labels);
+  MetricSums read = device.read();
+  EXPECT_EQ(read.count, 3);
+  EXPECT_EQ(read.inputs, 8);
+  EXPECT_NEAR(read.loss_sum, 6.0, 1e-12);
+  EXPECT_LE(read.correct, 3);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // unreferenced objects from a static library and their registration would never run.
 #include <vector>
 
+#include "models/bert.h"
 #include "models/cifar_resnet.h"
 #include "models/densenet.h"
 #include "models/efficientnet.h"
@@ -116,6 +117,26 @@ Factory gpt(int64_t layers, int64_t heads, int64_t dim, int64_t context) {
       [with_vocab](const ModelConfig& config) { return gpt_parameter_count(with_vocab(config)); }};
 }
 
+// BERT's vocabulary is the data's class count too (30522 for bert-base-uncased's vocab.txt).
+Factory bert(int64_t layers, int64_t heads, int64_t dim, int64_t positions) {
+  BertOptions o;
+  o.num_hidden_layers = layers;
+  o.num_attention_heads = heads;
+  o.hidden_size = dim;
+  o.intermediate_size = 4 * dim;
+  o.max_position_embeddings = positions;
+  auto with_vocab = [o](const ModelConfig& config) {
+    BertOptions v = o;
+    v.vocab_size = config.num_classes;
+    return v;
+  };
+  return {
+      [with_vocab](const ModelConfig& config) {
+        return torch::nn::AnyModule(Bert(with_vocab(config)));
+      },
+      [with_vocab](const ModelConfig& config) { return bert_parameter_count(with_vocab(config)); }};
+}
+
 }  // namespace
 
 std::vector<ModelInfo> build_model_table() {
@@ -221,6 +242,16 @@ std::vector<ModelInfo> build_model_table() {
             gpt(48, 25, 1600, 1024)),
       entry("gpt-nano", "gpt", 64, {"adamw", 1e-3, 12, 0.1, "none", "nanoGPT CPU size"},
             gpt(4, 4, 128, 64)),
+
+      // BERT (Devlin et al. 2019), trained with masked-LM; the recipe is the paper's (Adam 1e-4,
+      // wd 0.01, 256 sequences of 512). bert-nano is a CPU size for tests and examples. The
+      // size column is the positions.
+      entry("bert-base", "bert", 512, {"adamw", 1e-4, 256, 0.01, "none", "110M at 30522 tokens"},
+            bert(12, 12, 768, 512)),
+      entry("bert-large", "bert", 512, {"adamw", 1e-4, 256, 0.01, "none", "340M"},
+            bert(24, 16, 1024, 512)),
+      entry("bert-nano", "bert", 128, {"adamw", 1e-3, 16, 0.01, "none", "CPU size"},
+            bert(4, 4, 128, 128)),
 
       entry("mlp", "mlp", 28, {"adam", 1e-3, 128, 0.0, "dataset", "smoke test, no BatchNorm"},
             mlp()),
