@@ -23,16 +23,8 @@ namespace ddpx {
 namespace {
 
 using test::ddpx;
+using test::numbers_after;
 using test::run_command;
-
-std::vector<double> values_after(const std::string& text, const std::string& label) {
-  std::vector<double> out;
-  std::regex re(label + R"( - ([0-9.]+))");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-       ++it)
-    out.push_back(std::stod((*it)[1]));
-  return out;
-}
 
 constexpr const char* kBertText = "/usr/share/common-licenses/GPL-3";
 
@@ -86,8 +78,8 @@ TEST_F(BertTest, OneProcessPrintsMaskedLmLossAndLearns) {
   auto r = run_command(ddpx(train("--num_epochs 2")), 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(test::has(r.output, "Sequence length: 64, Vocabulary: ")) << r.output;
-  const auto loss = values_after(r.output, "mlm_loss_train");
-  const auto val = values_after(r.output, "Loss on val dataset");
+  const auto loss = numbers_after(r.output, "mlm_loss_train");
+  const auto val = numbers_after(r.output, "Loss on val dataset");
   ASSERT_EQ(loss.size(), 2u) << r.output;
   ASSERT_EQ(val.size(), 2u) << r.output;
   // At first the masked tokens are guessed among the whole vocabulary: log(V) or so.
@@ -103,10 +95,10 @@ TEST_F(BertTest, TwoDdpRanksTrainLikeOneProcessOnTheSameGlobalBatch) {
                               train("--num_epochs 2 --batch_size_scaled")),
                          300);
   ASSERT_EQ(two.exit_code, 0) << two.output;
-  const auto a = values_after(one.output, "mlm_loss_train"),
-             b = values_after(two.output, "mlm_loss_train");
-  const auto va = values_after(one.output, "Loss on val dataset");
-  const auto vb = values_after(two.output, "Loss on val dataset");
+  const auto a = numbers_after(one.output, "mlm_loss_train"),
+             b = numbers_after(two.output, "mlm_loss_train");
+  const auto va = numbers_after(one.output, "Loss on val dataset");
+  const auto vb = numbers_after(two.output, "Loss on val dataset");
   ASSERT_EQ(a.size(), 2u) << one.output;
   ASSERT_EQ(b.size(), 2u) << two.output;
   ASSERT_EQ(va.size(), 2u) << one.output;
@@ -122,7 +114,7 @@ TEST_F(BertTest, ExportLoadsInTransformersAndComesBackAsPretrained) {
   ASSERT_TRUE(test::python_has_module("transformers"));
   auto trained = run_command(ddpx(train("--num_epochs 1 --save_dir " + dir_.file("ck"))), 300);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  const auto val = values_after(trained.output, "Loss on val dataset");
+  const auto val = numbers_after(trained.output, "Loss on val dataset");
   ASSERT_EQ(val.size(), 1u) << trained.output;
   auto exported =
       run_command(ddpx("export --checkpoint " + dir_.file("ck/checkpoint_epoch0001.ddpx") +
@@ -147,7 +139,7 @@ TEST_F(BertTest, ExportLoadsInTransformersAndComesBackAsPretrained) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_TRUE(test::has(again.output, "loaded BERT weights from " + dir_.file("hf")))
       << again.output;
-  const auto val_again = values_after(again.output, "Loss on val dataset");
+  const auto val_again = numbers_after(again.output, "Loss on val dataset");
   ASSERT_EQ(val_again.size(), 1u) << again.output;
   EXPECT_EQ(val_again[0], val[0]);
 }

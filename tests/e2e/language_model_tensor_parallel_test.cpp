@@ -29,17 +29,9 @@ namespace ddpx {
 namespace {
 
 using test::ddpx;
+using test::numbers_after;
 using test::run_command;
 using test::shell_quote;
-
-std::vector<double> printed_after(const std::string& text, const std::string& label) {
-  std::vector<double> out;
-  std::regex re(label + R"( - ([0-9.]+))");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-       ++it)
-    out.push_back(std::stod((*it)[1]));
-  return out;
-}
 
 constexpr int kTpSteps = 4;
 
@@ -64,8 +56,8 @@ class LanguageModelTensorParallelTest : public ::testing::Test {
 TEST_F(LanguageModelTensorParallelTest, SplitOverTwoAndFourRanksAndATwoByTwoMeshTrainsAsOne) {
   auto one = run_command(ddpx(train("one")), 300);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const auto want = printed_after(one.output, "loss_train");
-  const auto want_val = printed_after(one.output, "Loss on val dataset");
+  const auto want = numbers_after(one.output, "loss_train");
+  const auto want_val = numbers_after(one.output, "Loss on val dataset");
   ASSERT_EQ(want.size(), static_cast<size_t>(kTpSteps)) << one.output;
   ASSERT_EQ(want_val.size(), static_cast<size_t>(kTpSteps)) << one.output;
   struct Layout {
@@ -87,7 +79,7 @@ TEST_F(LanguageModelTensorParallelTest, SplitOverTwoAndFourRanksAndATwoByTwoMesh
                               train("ddp", "--batch_size_scaled")),
                          300);
   ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
-  const auto ddp_val = printed_after(ddp.output, "Loss on val dataset");
+  const auto ddp_val = numbers_after(ddp.output, "Loss on val dataset");
   ASSERT_EQ(ddp_val.size(), want_val.size()) << ddp.output;
   for (const auto& layout : layouts) {
     auto split = run_command(
@@ -98,8 +90,8 @@ TEST_F(LanguageModelTensorParallelTest, SplitOverTwoAndFourRanksAndATwoByTwoMesh
     EXPECT_TRUE(test::has(split.output, layout.line)) << layout.name << "\n" << split.output;
     EXPECT_TRUE(test::has(split.output, "rows of the embedding and the tied output layer a rank"))
         << split.output;
-    const auto got = printed_after(split.output, "loss_train");
-    const auto got_val = printed_after(split.output, "Loss on val dataset");
+    const auto got = numbers_after(split.output, "loss_train");
+    const auto got_val = numbers_after(split.output, "Loss on val dataset");
     ASSERT_EQ(got.size(), want.size()) << split.output;
     ASSERT_EQ(got_val.size(), want_val.size()) << split.output;
     for (size_t i = 0; i < want.size(); ++i) {

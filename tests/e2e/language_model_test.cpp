@@ -23,16 +23,8 @@ namespace ddpx {
 namespace {
 
 using test::ddpx;
+using test::numbers_after;
 using test::run_command;
-
-std::vector<double> numbers_after(const std::string& text, const std::string& label) {
-  std::vector<double> out;
-  std::regex re(label + R"( - ([0-9.]+))");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-       ++it)
-    out.push_back(std::stod((*it)[1]));
-  return out;
-}
 
 class LanguageModelTest : public ::testing::Test {
  protected:

@@ -23,18 +23,10 @@
 namespace ddpx {
 namespace {
 
+using test::numbers_after;
 using test::run_command;
 
 using test::ddpx;
-
-std::vector<double> numbers_after(const std::string& text, const std::string& label) {
-  std::vector<double> out;
-  std::regex re(label + R"( - ([0-9.]+))");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-       ++it)
-    out.push_back(std::stod((*it)[1]));
-  return out;
-}
 
 const std::string kMlp =
     "train --model mlp --dataset synthetic --synthetic_size 256 --synthetic_image 8 "

@@ -129,6 +129,14 @@ double printed_test_accuracy(const std::string& output) {
   return last;
 }
 
+std::vector<double> numbers_after(const std::string& output, const std::string& label) {
+  std::vector<double> out;
+  const std::regex re(label + R"( - ([0-9.]+))");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out.push_back(std::stod((*it)[1]));
+  return out;
+}
+
 std::string usage_error(const std::function<void()>& fn) {
   try {
     fn();

@@ -55,6 +55,8 @@ inline bool has(const std::string& text, const std::string& part) {
 }
 // The number on the last "Accuracy on test dataset - X" line (a test failure and 0 if none).
 double printed_test_accuracy(const std::string& output);
+// Every number printed as "LABEL - X" in `output`, in order ("loss_train", "Loss on val dataset").
+std::vector<double> numbers_after(const std::string& output, const std::string& label);
 // The message of the ddpx::Error(kUsage) that `fn` throws (a test failure if it throws none).
 std::string usage_error(const std::function<void()>& fn);
 std::string python_binary();      // DDPX_PYTHON
