@@ -21,7 +21,5 @@ bool is_chinese(uint32_t cp);
 // An uncased vocabulary's form of a character: accents stripped (NFD without nonspacing marks)
 // then lower-cased, appended to `out` as UTF-8 (possibly nothing, or several characters).
 void append_uncased(uint32_t cp, std::string& out);
-// Appends `cp` as UTF-8.
-void append_utf8(uint32_t cp, std::string& out);
 
 }  // namespace ddpx::text::bert

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace ddpx::text {
@@ -21,5 +22,8 @@ size_t first_invalid_utf8(std::string_view text);
 
 // The code point of the valid character at text[at] of `length` bytes.
 uint32_t utf8_code_point(std::string_view text, size_t at, size_t length);
+
+// Appends the code point `cp` (at most U+10FFFF) as UTF-8.
+void append_utf8(uint32_t cp, std::string& out);
 
 }  // namespace ddpx::text

@@ -75,7 +75,7 @@ void WordPieceTokenizer::encode(std::string_view text, size_t begin, size_t end,
     if (bert::is_removed(cp)) continue;
     if (bert::is_chinese(cp)) {  // a word of its own; no casing or accents
       finish();
-      bert::append_utf8(cp, word);
+      append_utf8(cp, word);
       chars = 1;
       finish();
       continue;
@@ -84,7 +84,7 @@ void WordPieceTokenizer::encode(std::string_view text, size_t begin, size_t end,
     if (lowercase_)
       bert::append_uncased(cp, form);
     else
-      bert::append_utf8(cp, form);
+      append_utf8(cp, form);
     for (size_t k = 0; k < form.size();) {
       size_t m = utf8_char_length(form, k);
       uint32_t c = utf8_code_point(form, k, m);
