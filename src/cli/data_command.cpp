@@ -138,12 +138,15 @@ void add_data_command(CLI::App& app, int& exit_code) {
   add_choice(tokenize, "--tokenizer", opts->tokenizer, text::kTokenizerNames,
              "gpt2: GPT-2's byte-level BPE (tiktoken's); char: nanoGPT's characters; wordpiece: "
              "BERT's WordPiece over --vocab vocab.txt, each file [CLS] ... [SEP]");
-  tokenize->add_option("--vocab", opts->vocab,
-                       fmt::format("gpt2: the tiktoken rank file (default: {}, from `ddpx data "
-                                   "download gpt2-vocab`); char: a vocab.json to reuse (default: "
-                                   "the characters of FILES); wordpiece: BERT's vocab.txt "
-                                   "(required)",
-                                   text::kDefaultGpt2Vocab));
+  tokenize->add_option(
+      "--vocab", opts->vocab,
+      fmt::format(
+          "gpt2: the tiktoken rank file, or Hugging Face's tokenizer files (a "
+          "folder of vocab.json + merges.txt or tokenizer.json) (default: {}, from `ddpx data "
+          "download gpt2-vocab`); char: a vocab.json to reuse (default: "
+          "the characters of FILES); wordpiece: BERT's vocab.txt "
+          "(required)",
+          text::kDefaultGpt2Vocab));
   tokenize->add_option("--out", opts->out_dir, "Folder for train.bin, val.bin and vocab.json")
       ->required();
   tokenize

@@ -18,6 +18,7 @@
 #include "models/gpt_generate.h"
 #include "models/hf_gpt2.h"
 #include "models/zoo/registry.h"
+#include "text/hf_bpe.h"
 #include "text/tokenize.h"
 #include "text/vocabulary.h"
 #include "train/checkpoint.h"
@@ -67,10 +68,13 @@ models::Gpt load_pretrained_gpt(const std::string& dir) {
   return model;
 }
 
-// --vocab, or GPT-2's rank file where `ddpx data download gpt2-vocab` puts it for a model of
-// GPT-2's vocabulary.
-text::Vocabulary load_vocabulary(const std::string& vocab, const models::GptOptions& model) {
+// --vocab; else the tokenizer files beside --pretrained's weights (vocab.json + merges.txt, as
+// save_pretrained writes them); else GPT-2's rank file where `ddpx data download gpt2-vocab`
+// puts it, for a model of GPT-2's vocabulary.
+text::Vocabulary load_vocabulary(const std::string& vocab, const std::string& pretrained,
+                                 const models::GptOptions& model) {
   if (!vocab.empty()) return text::Vocabulary::load(vocab);
+  if (!pretrained.empty() && text::is_hf_bpe(pretrained)) return text::Vocabulary::load(pretrained);
   DDPX_CHECK(model.vocab_size >= 50257 && std::filesystem::exists(text::kDefaultGpt2Vocab),
              ErrorKind::kUsage,
              "no --vocab: give the vocab.json that `ddpx data tokenize` wrote beside the "
@@ -96,11 +100,14 @@ void add_generate_command(CLI::App& app, int& exit_code) {
       "model.safetensors)");
   checkpoint->excludes(pretrained);
   pretrained->excludes(checkpoint);
-  cmd->add_option("--vocab", a->vocab,
-                  std::string("the vocab.json that `ddpx data tokenize` wrote beside the "
-                              "training data, or GPT-2's tiktoken rank file (default for a "
-                              "model of GPT-2's 50,257 tokens: ") +
-                      text::kDefaultGpt2Vocab + ", from `ddpx data download gpt2-vocab`)");
+  cmd->add_option(
+      "--vocab", a->vocab,
+      std::string("the vocab.json that `ddpx data tokenize` wrote beside the "
+                  "training data, GPT-2's tiktoken rank file, or Hugging Face's tokenizer files "
+                  "(a folder of vocab.json + merges.txt or tokenizer.json) (default: "
+                  "--pretrained's folder when it holds them; else, for a "
+                  "model of GPT-2's 50,257 tokens: ") +
+          text::kDefaultGpt2Vocab + ", from `ddpx data download gpt2-vocab`)");
   cmd->add_option("--prompt", a->prompt,
                   "the text to continue; empty: GPT-2's <|endoftext|> (a text's start)")
       ->default_str("\\n");  // the newline itself, escaped: printed raw it would break the line
@@ -131,7 +138,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                                               : load_checkpoint_gpt(a->checkpoint);
     model->to(torch::Device(a->device));
     const std::string& model_file = a->checkpoint.empty() ? a->pretrained : a->checkpoint;
-    const text::Vocabulary vocab = load_vocabulary(a->vocab, model->options());
+    const text::Vocabulary vocab = load_vocabulary(a->vocab, a->pretrained, model->options());
     DDPX_CHECK(vocab.vocab_size() <= model->options().vocab_size, ErrorKind::kUsage,
                "{} has {} tokens but the model {} knows {}; give the vocabulary of the data it "
                "was trained on (--vocab)",

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "text/hf_bpe.h"
 #include "text/utf8.h"
 
 namespace ddpx::text {
@@ -19,8 +20,8 @@ BpeTokenizer::BpeTokenizer(io::RankFile ranks)
   for (size_t r = 0; r < tokens_.size(); ++r) ranks_.emplace(tokens_[r], static_cast<uint32_t>(r));
 }
 
-BpeTokenizer BpeTokenizer::from_file(const std::string& rank_file) {
-  return BpeTokenizer(io::read_rank_file(rank_file));
+BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
+  return BpeTokenizer(is_hf_bpe(path) ? read_hf_bpe(path) : io::read_rank_file(path));
 }
 
 uint32_t BpeTokenizer::rank(std::string_view bytes) const {

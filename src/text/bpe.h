@@ -32,7 +32,9 @@ class BpeTokenizer {
  public:
   // The ranks are the mergeable tokens; <|endoftext|> is the id after them (50256 for GPT-2).
   explicit BpeTokenizer(io::RankFile ranks);
-  static BpeTokenizer from_file(const std::string& rank_file);
+  // `path`: a tiktoken rank file, or Hugging Face's vocab.json + merges.txt (text/hf_bpe.h):
+  // the vocab.json, or the folder holding both.
+  static BpeTokenizer from_file(const std::string& path);
 
   // Appends the tokens of text[begin, end) to `out`; `text` past `end` is context only (see
   // Gpt2Pattern::for_each_piece: `end` is the text's end or one of its split points). Special

@@ -6,6 +6,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "text/hf_bpe.h"
 
 namespace ddpx::text {
 namespace {
@@ -29,7 +30,7 @@ char first_byte(const std::string& path) {
 Vocabulary Vocabulary::load(const std::string& path) {
   Vocabulary v;
   v.path_ = path;
-  if (first_byte(path) != '{') {
+  if (is_hf_bpe(path) || first_byte(path) != '{') {
     v.bpe_.emplace(BpeTokenizer::from_file(path));
     return v;
   }

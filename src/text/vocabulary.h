@@ -4,7 +4,9 @@
 //   (text/char_tokenizer.h);
 //   - a vocab.json of `ddpx data tokenize --tokenizer gpt2`: GPT-2's BPE over the rank file it
 //     names (its "rank_file"; a relative path is taken from the vocab.json's folder);
-//   - a tiktoken rank file itself (gpt2.tiktoken, r50k_base.tiktoken): GPT-2's BPE (text/bpe.h).
+//   - a tiktoken rank file itself (gpt2.tiktoken, r50k_base.tiktoken): GPT-2's BPE (text/bpe.h);
+//   - Hugging Face's GPT-2 tokenizer files (text/hf_bpe.h): a folder with vocab.json and
+//     merges.txt, or that vocab.json.
 // A file that opens with '{' is read as a vocab.json, anything else as a rank file; errors are
 // the readers' one-line kData naming the file.
 #pragma once

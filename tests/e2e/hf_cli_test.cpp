@@ -82,6 +82,7 @@ std::string read_text(const std::string& path) {
 // A random GPT-2 of GPT-2's vocabulary (2 layers, 32 wide; initializer_range 0.2 so that the
 // greedy choice is not a near tie that float rounding could flip), saved by save_pretrained;
 // transformers' greedy generate and tiktoken's decode on the same rank file are the reference.
+// GPT-2's tokenizer is saved beside the weights as vocab.json + merges.txt.
 constexpr const char* kReferenceGeneration = R"(
 import os, sys, torch, tiktoken, tiktoken.load
 os.environ['HF_HUB_OFFLINE'] = '1'
@@ -96,6 +97,10 @@ pat = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 enc = tiktoken.Encoding(name='gpt2', pat_str=pat,
                         mergeable_ranks=tiktoken.load.load_tiktoken_bpe(ranks),
                         special_tokens={'<|endoftext|>': 50256})
+# The tokenizer beside the weights, as the Hub's GPT-2 folders hold it: vocab.json + merges.txt
+# written by the tokenizers library, from the same rank file.
+from transformers.convert_slow_tokenizer import TikTokenConverter
+TikTokenConverter(vocab_file=ranks, pattern=pat).converted().model.save(os.path.join(out_dir, 'hf'))
 prompt = open(os.path.join(out_dir, 'prompt.txt'), encoding='utf-8').read()
 ids = enc.encode_ordinary(prompt)
 model.generation_config.eos_token_id = None  # ddpx does not stop at <|endoftext|>
@@ -133,6 +138,10 @@ TEST(HfCliTest, GreedyGenerationFromTransformersWeightsEqualsTransformersGenerat
       ddpx(generate + "--vocab " + test::shell_quote(ranks)) + " > " + dir.file("ddpx.txt"), 120);
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_EQ(read_text(dir.file("ddpx.txt")), read_text(dir.file("text.txt")));
+  // Without --vocab: the vocab.json and merges.txt beside the weights.
+  auto beside = run_command(ddpx(generate) + " > " + dir.file("beside.txt"), 120);
+  ASSERT_EQ(beside.exit_code, 0) << beside.output;
+  EXPECT_EQ(read_text(dir.file("beside.txt")), read_text(dir.file("text.txt")));
 
   // The vocab.json of `ddpx data tokenize --tokenizer gpt2` names the rank file: the same text.
   auto tokenized = run_command(

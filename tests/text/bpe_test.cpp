@@ -94,6 +94,68 @@ print(len(licenses), len(sources))
     expect_same_tokens(dir, name);
 }
 
+// Hugging Face's vocab.json + merges.txt, as the tokenizers library saves GPT-2's BPE (made here
+// from the same rank file by transformers' TikTokenConverter), and the tokenizer.json of
+// transformers' save_pretrained, read as that rank file's tokenizer: the same 50,257 tokens, and
+// on real text the tokens transformers' GPT2TokenizerFast gives from those files. The Hub's
+// folders also list <|endoftext|> in vocab.json.
+TEST(BpeTest, HuggingFacesVocabAndMergesGiveTransformersTokens) {
+  test::TempDir dir;
+  auto result = test::run_python(reference_script(dir, R"(
+import json
+from transformers import GPT2TokenizerFast
+from transformers.convert_slow_tokenizer import TikTokenConverter
+tok = TikTokenConverter(vocab_file=RANKS, pattern=pat,
+                        extra_special_tokens=['<|endoftext|>']).converted()
+for sub in ('plain', 'hub'):
+    os.makedirs(os.path.join(OUT, sub))
+    tok.model.save(os.path.join(OUT, sub))
+# transformers 5's save_pretrained writes tokenizer.json alone.
+GPT2TokenizerFast(tokenizer_object=tok).save_pretrained(os.path.join(OUT, 'json'))
+assert not os.path.exists(os.path.join(OUT, 'json', 'vocab.json'))
+hub = os.path.join(OUT, 'hub', 'vocab.json')
+vocab = json.load(open(hub, encoding='utf-8'))
+vocab['<|endoftext|>'] = 50256
+json.dump(vocab, open(hub, 'w', encoding='utf-8'), ensure_ascii=False)
+hf = GPT2TokenizerFast.from_pretrained(os.path.join(OUT, 'hub'))  # reads the two files
+licenses = sorted(glob.glob('/usr/share/common-licenses/*'))[:4]
+text = ''.join(open(p, encoding='utf-8', newline='').read() for p in licenses)
+text += 'Grüße 東京 🙂👍🏽 a  b\t\n\n x'
+tokens = hf(text)['input_ids']
+assert tokens == enc.encode_ordinary(text)
+save('hf', text.encode('utf-8'), tokens)
+)"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::string text = read_file(dir.file("hf.txt"));
+  const auto expected = read_tokens(dir.file("hf.tok"));
+  for (const std::string& path :
+       {dir.file("plain"), dir.file("plain/vocab.json"), dir.file("hub"),
+        dir.file("hub/vocab.json"), dir.file("json"), dir.file("json/tokenizer.json")}) {
+    BpeTokenizer hf = BpeTokenizer::from_file(path);
+    EXPECT_EQ(hf.vocab_size(), 50257) << path;
+    EXPECT_EQ(hf.end_of_text(), 50256u) << path;
+    EXPECT_EQ(hf.encode(text), expected) << path;
+  }
+  // A vocab.json whose ids are not its merge order (merges.txt's first two swapped) is refused.
+  std::string vocab = read_file(dir.file("plain/vocab.json"));
+  const std::string first_two = "\"\u0120t\":256,\"\u0120a\":257";  // Ġt and Ġa
+  const size_t at = vocab.find(first_two);
+  ASSERT_NE(at, std::string::npos);
+  write_file_atomic(dir.file("plain/vocab.json"),
+                    vocab.replace(at, first_two.size(), "\"\u0120t\":257,\"\u0120a\":256"));
+  try {
+    BpeTokenizer::from_file(dir.file("plain"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kData);
+    EXPECT_TRUE(test::has(e.what(),
+                          "merges.txt line 3 makes \"\u0120a\" (id 256) after a merge "
+                          "made id 257; ddpx reads the byte-level BPE vocabularies whose "
+                          "ids are their merge order"))
+        << e.what();
+  }
+}
+
 // Bytes that are not UTF-8: each run of them is one piece, byte-pair merged (tiktoken's
 // _encode_single_piece), and the valid text between runs is tokenized as texts of their own
 // (encode_ordinary); decode gives the bytes back.
