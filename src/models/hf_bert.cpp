@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/hf_config.h"
 #include "models/hf_gpt2.h"
 #include "models/weights.h"
 
@@ -25,34 +26,6 @@ bool bert_starts_with(const std::string& s, const std::string& head) {
 }
 bool bert_ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-nlohmann::json read_bert_config_json(const std::string& path, const std::string& dir) {
-  DDPX_CHECK(fs::is_regular_file(path), ErrorKind::kData,
-             "{} has no config.json: a Hugging Face BERT is a folder as transformers' "
-             "save_pretrained writes it (config.json and model.safetensors)",
-             dir);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::kData, "{}: not JSON ({}); write the folder again with save_pretrained", path,
-         e.what());
-  }
-  DDPX_CHECK(config.is_object(), ErrorKind::kData, "{}: a {}, expected a JSON object", path,
-             config.type_name());
-  return config;
-}
-
-template <typename T>
-T bert_field(const nlohmann::json& config, const char* key, T fallback, const std::string& path) {
-  if (!config.contains(key) || config.at(key).is_null()) return fallback;
-  try {
-    return config.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail(ErrorKind::kData, "{}: \"{}\" is {}, which is not of the type BertConfig gives it", path,
-         key, config.at(key).dump());
-  }
 }
 
 }  // namespace
@@ -84,53 +57,38 @@ std::string hf_bert_config_json(const BertOptions& o) {
 }
 
 BertOptions read_hf_bert_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "config.json").string();
-  const nlohmann::json config = read_bert_config_json(path, dir);
-  const std::string type = bert_field<std::string>(config, "model_type", "", path);
-  DDPX_CHECK(type == "bert", ErrorKind::kData,
-             "{}: model_type is \"{}\", expected \"bert\": --model bert-* reads BERT folders "
-             "(transformers' BertForMaskedLM)",
-             path, type);
+  const HfConfig config(dir, {"bert", "BERT", "BertForMaskedLM", "BERT"});
   BertOptions o;  // BertConfig's defaults are bert-base's, as BertOptions'
-  o.vocab_size = bert_field<int64_t>(config, "vocab_size", o.vocab_size, path);
-  o.hidden_size = bert_field<int64_t>(config, "hidden_size", o.hidden_size, path);
-  o.num_hidden_layers = bert_field<int64_t>(config, "num_hidden_layers", o.num_hidden_layers, path);
-  o.num_attention_heads =
-      bert_field<int64_t>(config, "num_attention_heads", o.num_attention_heads, path);
-  o.intermediate_size = bert_field<int64_t>(config, "intermediate_size", o.intermediate_size, path);
+  o.vocab_size = config.get<int64_t>("vocab_size", o.vocab_size);
+  o.hidden_size = config.get<int64_t>("hidden_size", o.hidden_size);
+  o.num_hidden_layers = config.get<int64_t>("num_hidden_layers", o.num_hidden_layers);
+  o.num_attention_heads = config.get<int64_t>("num_attention_heads", o.num_attention_heads);
+  o.intermediate_size = config.get<int64_t>("intermediate_size", o.intermediate_size);
   o.max_position_embeddings =
-      bert_field<int64_t>(config, "max_position_embeddings", o.max_position_embeddings, path);
-  o.type_vocab_size = bert_field<int64_t>(config, "type_vocab_size", o.type_vocab_size, path);
-  for (auto [key, value] : {std::pair<const char*, int64_t>{"vocab_size", o.vocab_size},
-                            {"hidden_size", o.hidden_size},
-                            {"num_hidden_layers", o.num_hidden_layers},
-                            {"num_attention_heads", o.num_attention_heads},
-                            {"intermediate_size", o.intermediate_size},
-                            {"max_position_embeddings", o.max_position_embeddings},
-                            {"type_vocab_size", o.type_vocab_size}})
-    DDPX_CHECK(value > 0, ErrorKind::kData, "{}: {} is {}, expected a positive integer", path, key,
-               value);
+      config.get<int64_t>("max_position_embeddings", o.max_position_embeddings);
+  o.type_vocab_size = config.get<int64_t>("type_vocab_size", o.type_vocab_size);
+  config.expect_positive({{"vocab_size", o.vocab_size},
+                          {"hidden_size", o.hidden_size},
+                          {"num_hidden_layers", o.num_hidden_layers},
+                          {"num_attention_heads", o.num_attention_heads},
+                          {"intermediate_size", o.intermediate_size},
+                          {"max_position_embeddings", o.max_position_embeddings},
+                          {"type_vocab_size", o.type_vocab_size}});
   DDPX_CHECK(o.hidden_size % o.num_attention_heads == 0, ErrorKind::kData,
-             "{}: hidden_size {} is not a multiple of num_attention_heads {}", path, o.hidden_size,
-             o.num_attention_heads);
-  auto refuse = [&](const char* key, const std::string& value, const char* expected) {
-    fail(ErrorKind::kData,
-         "{}: {} is {}, but ddpx's BERT computes {}; it takes BERT as transformers' "
-         "BertForMaskedLM defines it by default",
-         path, key, value, expected);
-  };
-  const std::string act = bert_field<std::string>(config, "hidden_act", "gelu", path);
-  if (act != "gelu") refuse("hidden_act", act, "gelu (the exact, erf form)");
-  const double eps = bert_field<double>(config, "layer_norm_eps", 1e-12, path);
-  if (std::abs(eps - 1e-12) > 1e-18) refuse("layer_norm_eps", fmt::format("{}", eps), "1e-12");
-  const std::string positions =
-      bert_field<std::string>(config, "position_embedding_type", "absolute", path);
+             "{}: hidden_size {} is not a multiple of num_attention_heads {}", config.path(),
+             o.hidden_size, o.num_attention_heads);
+  const std::string act = config.get<std::string>("hidden_act", "gelu");
+  if (act != "gelu") config.refuse("hidden_act", act, "gelu (the exact, erf form)");
+  const double eps = config.get<double>("layer_norm_eps", 1e-12);
+  if (std::abs(eps - 1e-12) > 1e-18)
+    config.refuse("layer_norm_eps", fmt::format("{}", eps), "1e-12");
+  const std::string positions = config.get<std::string>("position_embedding_type", "absolute");
   if (positions != "absolute")
-    refuse("position_embedding_type", positions, "absolute (learned) positions");
-  if (!bert_field<bool>(config, "tie_word_embeddings", true, path))
-    refuse("tie_word_embeddings", "false", "the decoder tied to the word embedding");
-  if (bert_field<bool>(config, "is_decoder", false, path))
-    refuse("is_decoder", "true", "a bidirectional encoder");
+    config.refuse("position_embedding_type", positions, "absolute (learned) positions");
+  if (!config.get<bool>("tie_word_embeddings", true))
+    config.refuse("tie_word_embeddings", "false", "the decoder tied to the word embedding");
+  if (config.get<bool>("is_decoder", false))
+    config.refuse("is_decoder", "true", "a bidirectional encoder");
   return o;
 }
 

@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/hf_config.h"
 #include "models/weights.h"
 
 namespace ddpx::models {
@@ -52,20 +53,6 @@ bool is_gpt2_name(const std::string& name) {
   return false;
 }
 
-// GPT2Config's defaults: config.json may leave a field out when it has its default.
-template <typename T>
-T field_or(const nlohmann::json& config, const char* key, T fallback, const std::string& path) {
-  if (!config.contains(key) || config.at(key).is_null()) return fallback;
-  try {
-    return config.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail(ErrorKind::kData, "{}: \"{}\" is {}, which is not a {}", path, key, config.at(key).dump(),
-         std::is_same_v<T, bool>          ? "boolean"
-         : std::is_same_v<T, std::string> ? "string"
-                                          : "number");
-  }
-}
-
 std::string shape_of(const torch::Tensor& t) {
   return fmt::format("[{}]", fmt::join(t.sizes(), ", "));
 }
@@ -104,66 +91,39 @@ std::string hf_gpt2_config_json(const HfGpt2Shape& shape, double dropout) {
 }
 
 HfGpt2Shape read_hf_gpt2_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "config.json").string();
-  DDPX_CHECK(fs::is_regular_file(path), ErrorKind::kData,
-             "{} has no config.json: a Hugging Face GPT-2 is a folder as transformers' "
-             "save_pretrained writes it (config.json and model.safetensors)",
-             dir);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::kData, "{}: not JSON ({}); write the folder again with save_pretrained", path,
-         e.what());
-  }
-  DDPX_CHECK(config.is_object(), ErrorKind::kData, "{}: a {}, expected a JSON object", path,
-             config.type_name());
-  const std::string type = field_or<std::string>(config, "model_type", "", path);
-  DDPX_CHECK(type == "gpt2", ErrorKind::kData,
-             "{}: model_type is \"{}\", expected \"gpt2\": ddpx reads GPT-2 folders "
-             "(transformers' GPT2LMHeadModel) only",
-             path, type);
+  const HfConfig config(dir, {"gpt2", "GPT-2", "GPT2LMHeadModel", "GPT"});
   HfGpt2Shape s;
-  s.vocab_size = field_or<int64_t>(config, "vocab_size", 50257, path);
-  s.n_positions = field_or<int64_t>(config, "n_positions", 1024, path);
-  s.n_embd = field_or<int64_t>(config, "n_embd", 768, path);
-  s.n_layer = field_or<int64_t>(config, "n_layer", 12, path);
-  s.n_head = field_or<int64_t>(config, "n_head", 12, path);
-  for (auto [key, value] : {std::pair<const char*, int64_t>{"vocab_size", s.vocab_size},
-                            {"n_positions", s.n_positions},
-                            {"n_embd", s.n_embd},
-                            {"n_layer", s.n_layer},
-                            {"n_head", s.n_head}})
-    DDPX_CHECK(value > 0, ErrorKind::kData, "{}: {} is {}, expected a positive integer", path, key,
-               value);
+  s.vocab_size = config.get<int64_t>("vocab_size", 50257);
+  s.n_positions = config.get<int64_t>("n_positions", 1024);
+  s.n_embd = config.get<int64_t>("n_embd", 768);
+  s.n_layer = config.get<int64_t>("n_layer", 12);
+  s.n_head = config.get<int64_t>("n_head", 12);
+  config.expect_positive({{"vocab_size", s.vocab_size},
+                          {"n_positions", s.n_positions},
+                          {"n_embd", s.n_embd},
+                          {"n_layer", s.n_layer},
+                          {"n_head", s.n_head}});
   DDPX_CHECK(s.n_embd % s.n_head == 0, ErrorKind::kData,
-             "{}: n_embd {} is not a multiple of n_head {}", path, s.n_embd, s.n_head);
+             "{}: n_embd {} is not a multiple of n_head {}", config.path(), s.n_embd, s.n_head);
 
   // What else GPT2LMHeadModel's arithmetic depends on must be GPT-2's, which ddpx's GPT computes.
-  auto refuse = [&](const char* key, const std::string& value, const char* expected) {
-    fail(ErrorKind::kData,
-         "{}: {} is {}, but ddpx's GPT computes {}; it takes GPT-2 as transformers' "
-         "GPT2LMHeadModel defines it by default",
-         path, key, value, expected);
-  };
-  const std::string activation =
-      field_or<std::string>(config, "activation_function", "gelu_new", path);
+  const std::string activation = config.get<std::string>("activation_function", "gelu_new");
   if (activation != "gelu_new" && activation != "gelu_pytorch_tanh")
-    refuse("activation_function", activation, "gelu_new (GELU's tanh form)");
-  const double epsilon = field_or<double>(config, "layer_norm_epsilon", 1e-5, path);
+    config.refuse("activation_function", activation, "gelu_new (GELU's tanh form)");
+  const double epsilon = config.get<double>("layer_norm_epsilon", 1e-5);
   if (std::abs(epsilon - 1e-5) > 1e-12)
-    refuse("layer_norm_epsilon", fmt::format("{}", epsilon), "1e-5");
-  const int64_t inner = field_or<int64_t>(config, "n_inner", 4 * s.n_embd, path);
+    config.refuse("layer_norm_epsilon", fmt::format("{}", epsilon), "1e-5");
+  const int64_t inner = config.get<int64_t>("n_inner", 4 * s.n_embd);
   if (inner != 4 * s.n_embd)
-    refuse("n_inner", std::to_string(inner), "an MLP 4 x n_embd wide (n_inner null)");
-  if (!field_or<bool>(config, "tie_word_embeddings", true, path))
-    refuse("tie_word_embeddings", "false", "lm_head tied to wte");
-  if (field_or<bool>(config, "add_cross_attention", false, path))
-    refuse("add_cross_attention", "true", "no cross-attention");
-  if (!field_or<bool>(config, "scale_attn_weights", true, path))
-    refuse("scale_attn_weights", "false", "attention scaled by 1/sqrt(head size)");
-  if (field_or<bool>(config, "scale_attn_by_inverse_layer_idx", false, path))
-    refuse("scale_attn_by_inverse_layer_idx", "true", "no per-layer attention scale");
+    config.refuse("n_inner", std::to_string(inner), "an MLP 4 x n_embd wide (n_inner null)");
+  if (!config.get<bool>("tie_word_embeddings", true))
+    config.refuse("tie_word_embeddings", "false", "lm_head tied to wte");
+  if (config.get<bool>("add_cross_attention", false))
+    config.refuse("add_cross_attention", "true", "no cross-attention");
+  if (!config.get<bool>("scale_attn_weights", true))
+    config.refuse("scale_attn_weights", "false", "attention scaled by 1/sqrt(head size)");
+  if (config.get<bool>("scale_attn_by_inverse_layer_idx", false))
+    config.refuse("scale_attn_by_inverse_layer_idx", "true", "no per-layer attention scale");
   return s;
 }
 
