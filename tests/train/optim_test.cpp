@@ -41,23 +41,24 @@ TEST(LrScheduleTest, StepDecaysAtHalfAndThreeQuarters) {
 TEST(LrScheduleTest, StepEveryNEpochsMatchesTorchStepLR) {
   DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torch"))
       << "needs torch in DDPX_PYTHON (scripts/python-env --tests)";
-  for (double gamma : {0.5, 0.1}) {
-    test::TempDir dir;
-    test::write_bytes(dir.file("steplr.py"),
-                      "import torch\n"
-                      "opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)\n"
-                      "s = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=" +
-                          std::to_string(gamma) +
-                          ")\n"
-                          "for e in range(10):\n"
-                          "    print(repr(opt.param_groups[0]['lr']))\n"
-                          "    opt.step()\n"
-                          "    s.step()\n");
-    const auto r =
-        test::run_command(test::python_binary() + " " + dir.file("steplr.py") + " 2>&1", 60);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::istringstream lines(r.output);
-    const int64_t per_epoch = 4;
+  // One Python for both decays: a line of 10 epochs' rates for each gamma.
+  const std::vector<double> gammas{0.5, 0.1};
+  test::TempDir dir;
+  test::write_bytes(dir.file("steplr.py"),
+                    "import torch\n"
+                    "for gamma in (0.5, 0.1):\n"
+                    "    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)\n"
+                    "    s = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=gamma)\n"
+                    "    for e in range(10):\n"
+                    "        print(repr(opt.param_groups[0]['lr']))\n"
+                    "        opt.step()\n"
+                    "        s.step()\n");
+  const auto r =
+      test::run_command(test::python_binary() + " " + dir.file("steplr.py") + " 2>&1", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  const int64_t per_epoch = 4;
+  for (double gamma : gammas) {
     LrSchedule s(Schedule::kStep, 0.1, 10 * per_epoch, 0, StepDecay{3 * per_epoch, gamma});
     for (int64_t epoch = 0; epoch < 10; ++epoch) {
       double expected = 0;
