@@ -7,7 +7,10 @@ initialisation), AdamW (fused where this torch has it on the device) with weight
 matrices only, nanoGPT's warmup + cosine, gradients clipped at --clip. Windows of seq_len + 1
 tokens at random offsets of an llm.c token file (nanoGPT's get_batch). Under torchrun's
 variables (RANK, WORLD_SIZE, ...) it is DistributedDataParallel over gloo, each rank its own
-windows.
+windows; with --fsdp it is FSDP2 instead (`fully_shard` on each block, then on the model:
+torchtitan's ZeRO-3 layout, parameters resharded after forward). --checkpoint recomputes each
+block in backward (torch.utils.checkpoint, non-reentrant), as ddpx's --activation_checkpointing
+blocks.
 
 Times --steps steps after --warmup untimed ones (the clock stops after a loss is read, as ddpx
 reads one every step on a CPU) and prints one JSON line on rank 0: tokens_per_sec (all ranks),
@@ -27,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 class Block(nn.Module):
@@ -50,8 +54,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, block_size, n_layer, n_head, n_embd):
+    def __init__(self, vocab, block_size, n_layer, n_head, n_embd, checkpoint=False):
         super().__init__()
+        self.checkpoint = checkpoint
         self.wte = nn.Embedding(vocab, n_embd)
         self.wpe = nn.Embedding(block_size, n_embd)
         self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
@@ -67,7 +72,10 @@ class GPT(nn.Module):
         pos = torch.arange(idx.size(1), device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
-            x = block(x)
+            if self.checkpoint:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied head: (B, T, V)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
@@ -99,6 +107,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="append the JSON line to this file too")
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 (ZeRO-3) instead of DDP")
+    p.add_argument("--checkpoint", action="store_true", help="recompute each block in backward")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -109,8 +119,13 @@ def main():
     torch.manual_seed(a.seed)
     data = read_tokens(os.path.join(a.data_dir, "train.bin"))
     vocab = a.vocab_size or int(data.max()) + 1
-    model = GPT(vocab, a.block_size, a.n_layer, a.n_head, a.n_embd)
+    model = GPT(vocab, a.block_size, a.n_layer, a.n_head, a.n_embd, a.checkpoint)
     params = sum(p.numel() for p in model.parameters())
+    if a.fsdp:
+        from torch.distributed.fsdp import fully_shard
+        for block in model.h:
+            fully_shard(block)
+        fully_shard(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": a.weight_decay},
@@ -121,7 +136,7 @@ def main():
     except (RuntimeError, ValueError):
         opt = torch.optim.AdamW(groups, lr=a.learning_rate, betas=(0.9, 0.999))
         fused = False
-    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 and not a.fsdp else model
     total = a.warmup + a.steps
 
     def lr_at(step):  # nanoGPT's get_lr over the run's steps
@@ -163,7 +178,8 @@ def main():
         "step_ms": 1000 * seconds / a.steps,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "parameters": params, "flops_per_token": flops_per_token, "loss": last,
-        "world_size": world, "threads": a.threads, "fused_adamw": fused,
+        "world_size": world, "threads": a.threads, "fused_adamw": fused, "fsdp": a.fsdp,
+        "checkpoint": a.checkpoint,
     }
     if rank == 0:
         print(json.dumps(line))
