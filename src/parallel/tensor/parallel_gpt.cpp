@@ -209,7 +209,9 @@ class ParallelGptImpl : public nn::Module {
     x = transformer->ln_f(x);
     // The tied output layer: this rank's rows of the embedding, its slice of the logits (the
     // tokens gathered first, sequence parallel).
-    if (sequence_parallel_) return gather_tokens_linear(x, t, wte, torch::Tensor(), group_);
+    // (gather_tokens, then the product: the fused gather_tokens_linear takes a bias, which the
+    // tied output layer has none of.)
+    if (sequence_parallel_) return nn::functional::linear(gather_tokens(x, t, group_), wte);
     return nn::functional::linear(copy_to_region(x, group_), wte);
   }
   ParallelGptTransformer transformer{nullptr};
