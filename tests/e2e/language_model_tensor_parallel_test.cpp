@@ -177,15 +177,21 @@ TEST_F(LanguageModelTensorParallelTest, SequenceParallelAndRecomputedBlocksTrain
       {});
 }
 
+// Refused with the options, before the job joins (so before any collective): each rank says it.
 TEST(LanguageModelTensorParallelRefusalTest, ASeqLenThatSequenceParallelCannotSplitIsRefused) {
   test::TempDir dir;
   test::write_char_tokens(dir.path());
-  test::expect_job_refused_before_any_collective(
-      2,
-      "train --model gpt-nano --dataset tokens --data_dir " + dir.path() +
-          " --seq_len 33 --tensor_parallel 2 --sequence_parallel --threads 1 --no_progress",
-      {"--sequence_parallel with --tensor_parallel 2: --seq_len 33 does not split into 2 equal "
-       "shares of tokens; use a --seq_len that 2 divides"});
+  auto r = run_command(ddpx("run 2 --log_dir " + dir.file("log") +
+                            " -- train --model gpt-nano --dataset tokens --data_dir " + dir.path() +
+                            " --seq_len 33 --tensor_parallel 2 --sequence_parallel --threads 1 "
+                            "--no_progress"),
+                       120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(test::has(r.output,
+                        "--sequence_parallel with --tensor_parallel 2: --seq_len 33 does not split "
+                        "into 2 equal shares of tokens; use a --seq_len that 2 divides"))
+      << r.output;
+  EXPECT_FALSE(test::has(r.output, "Epoch - ")) << r.output;
 }
 
 TEST(LanguageModelTensorParallelRefusalTest, HeadsThatDoNotSplitAreRefusedBeforeAnyCollective) {
