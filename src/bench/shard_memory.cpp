@@ -191,6 +191,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     parallel::TensorParallelOptions options;
     options.size = o.tensor_parallel;
     options.sequence_parallel = o.sequence_parallel;
+    options.vocab_divisible_by = o.vocab_divisible_by;
     options.model_name = o.model;
     options.shard = o.shard;
     options.pipeline = pipeline;  // the 3-D mesh: a pipeline of tensor-parallel stages

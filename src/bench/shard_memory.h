@@ -40,10 +40,11 @@ struct ShardMemoryOptions {
   int microbatches = 0;       // the pipeline's; 0: ddpx train's (pipeline_defaults.h)
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;  // as ddpx train
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
-  int stages_per_rank = 0;         // V, interleaved; 0: 2
-  int tensor_parallel = 1;         // > 1: pieces
-  bool sequence_parallel = false;  // the tensor-parallel plan's --sequence_parallel
-  bool adamw = false;              // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
+  int stages_per_rank = 0;           // V, interleaved; 0: 2
+  int tensor_parallel = 1;           // > 1: pieces
+  bool sequence_parallel = false;    // the tensor-parallel plan's --sequence_parallel
+  int64_t vocab_divisible_by = 128;  // ... and --vocab_divisible_by (a language model's)
+  bool adamw = false;  // --optimizer adamw (K = 8) instead of SGD with momentum (K = 4)
   bool json = false;
   // kGloo: DDP's gradient buckets are ordinary tensors, not shared-memory segments, so the
   // tensor peak holds them (as a GPU's does).

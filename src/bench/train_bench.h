@@ -88,6 +88,7 @@ struct TrainBenchOptions {
   bool deterministic = false;  // --loop trainer: ddpx train's --deterministic
   int64_t deterministic_atom = 8;
   bool sequence_parallel = false;                 // and --sequence_parallel
+  int64_t vocab_divisible_by = 128;               // and --vocab_divisible_by
   std::string activation_checkpointing = "none";  // --loop trainer: ddpx train's
 };
 

@@ -82,6 +82,7 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.deterministic = b.deterministic;
   o.deterministic_atom = b.deterministic_atom;
   o.sequence_parallel = b.sequence_parallel;
+  o.vocab_divisible_by = b.vocab_divisible_by;
   o.activation_checkpointing = b.activation_checkpointing;
   o.progress = false;
   return o;

@@ -19,6 +19,13 @@ void apply_common(const ParallelOptions& o, Into& into) {
   into.sequence_parallel = o.sequence_parallel;
 }
 
+// --vocab_divisible_by: every command that takes --tensor_parallel splits a language model's
+// vocabulary as ddpx train does.
+template <typename Into>
+void apply_vocab(const ParallelOptions& o, Into& into) {
+  into.vocab_divisible_by = o.vocab_divisible_by;
+}
+
 }  // namespace
 
 void add_parallel_flags(CLI::App* cmd, ParallelOptions& o, unsigned which) {
@@ -62,15 +69,20 @@ void add_parallel_flags(CLI::App* cmd, ParallelOptions& o, unsigned which) {
   if (which & kMeshSizeFlags) {
     added.push_back(cmd->add_option(
         "--tensor_parallel", o.tensor_parallel,
-        "ranks that split each layer of a ViT, a GPT or the MLP (Megatron-style: heads, MLP "
-        "width, a GPT's vocabulary): the world is N/T data-parallel replicas of T ranks (1: "
-        "none)"));
+        "ranks that split each layer of a ViT, a GPT, BERT or the MLP (Megatron-style: heads, "
+        "MLP width, a language model's vocabulary): the world is N/T data-parallel replicas of "
+        "T ranks (1: none)"));
+    added.push_back(cmd->add_option(
+        "--vocab_divisible_by", o.vocab_divisible_by,
+        "with --tensor_parallel on a GPT or BERT: the vocabulary padded to a multiple of this x "
+        "T (Megatron's --make-vocab-size-divisible-by); the padded rows are never predicted and "
+        "never saved"));
   }
   if (which & kSequenceParallelFlag) {
     added.push_back(cmd->add_flag(
         "--sequence_parallel", o.sequence_parallel,
-        "with --tensor_parallel on a ViT: LayerNorms, dropouts and residuals over 1/T of the "
-        "tokens a rank (all-gathers and reduce-scatters instead of all-reduces)"));
+        "with --tensor_parallel on a ViT, a GPT or BERT: LayerNorms, dropouts and residuals over "
+        "1/T of the tokens a rank (all-gathers and reduce-scatters instead of all-reduces)"));
   }
   if (which & kCheckpointingFlag) {
     added.push_back(cmd->add_option(
@@ -83,6 +95,7 @@ void add_parallel_flags(CLI::App* cmd, ParallelOptions& o, unsigned which) {
 
 void apply_parallel_options(const ParallelOptions& o, train::TrainOptions& into) {
   apply_common(o, into);
+  apply_vocab(o, into);
   into.shard_units = o.shard_units;
   into.shard_gather_dtype = o.shard_gather_dtype;
   into.activation_checkpointing = o.activation_checkpointing;
@@ -90,6 +103,7 @@ void apply_parallel_options(const ParallelOptions& o, train::TrainOptions& into)
 
 void apply_parallel_options(const ParallelOptions& o, bench::TrainBenchOptions& into) {
   apply_common(o, into);
+  apply_vocab(o, into);
   into.shard_units = o.shard_units;
   into.shard_gather_dtype = o.shard_gather_dtype;
   into.activation_checkpointing = o.activation_checkpointing;
@@ -97,6 +111,7 @@ void apply_parallel_options(const ParallelOptions& o, bench::TrainBenchOptions& 
 
 void apply_parallel_options(const ParallelOptions& o, bench::ShardMemoryOptions& into) {
   apply_common(o, into);
+  apply_vocab(o, into);
 }
 
 }  // namespace ddpx::cli

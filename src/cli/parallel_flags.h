@@ -1,5 +1,6 @@
 // The parallelism flags, declared once for every command that takes them: the mesh sizes
-// (--pipeline_parallel, --tensor_parallel), sharding (--shard, --shard_units,
+// (--pipeline_parallel, --tensor_parallel and its --vocab_divisible_by), sharding (--shard,
+// --shard_units,
 // --shard_gather_dtype), the pipeline's schedule (--microbatches, --pipeline_schedule,
 // --stages_per_rank, --pipeline_balance), --sequence_parallel and --activation_checkpointing.
 // One name, help text and default each, parsed into one typed struct, so that `ddpx train`,
@@ -38,6 +39,7 @@ struct ParallelOptions {
   parallel::PipelineBalance pipeline_balance = parallel::PipelineBalance::kTime;
   int tensor_parallel = 1;
   bool sequence_parallel = false;
+  int64_t vocab_divisible_by = 128;  // Megatron-LM's --make-vocab-size-divisible-by
   std::string activation_checkpointing = "none";
 };
 
@@ -45,7 +47,8 @@ struct ParallelOptions {
 enum ParallelFlags : unsigned {
   kShardFlag = 1u << 0,             // --shard
   kShardUnitsFlags = 1u << 1,       // --shard_units, --shard_gather_dtype
-  kMeshSizeFlags = 1u << 2,         // --pipeline_parallel, --tensor_parallel
+  kMeshSizeFlags = 1u << 2,         // --pipeline_parallel, --tensor_parallel,
+                                    // --vocab_divisible_by
   kPipelineFlags = 1u << 3,         // --microbatches, --pipeline_schedule, --stages_per_rank,
                                     // --pipeline_balance
   kSequenceParallelFlag = 1u << 4,  // --sequence_parallel

@@ -56,6 +56,16 @@ void validate_tensor_parallel(const TrainOptions& o) {
              "--sequence_parallel splits the tokens among the ranks of --tensor_parallel: add "
              "--tensor_parallel 2 (or more), or drop --sequence_parallel");
   if (t == 1) return;
+  DDPX_CHECK(o.vocab_divisible_by >= 1, usage,
+             "--vocab_divisible_by must be at least 1 (1: pad the vocabulary to a multiple of "
+             "--tensor_parallel only), got {}",
+             o.vocab_divisible_by);
+  DDPX_CHECK(!o.sequence_parallel || o.dataset != data::DatasetId::kTokens || o.seq_len == 0 ||
+                 o.seq_len % t == 0,
+             usage,
+             "--sequence_parallel with --tensor_parallel {}: --seq_len {} does not split into {} "
+             "equal shares of tokens; use a --seq_len that {} divides",
+             t, o.seq_len, t, t);
   DDPX_CHECK(!o.sync_bn, usage,
              "--tensor_parallel {} with --sync_bn: the models with a tensor-parallel plan have no "
              "BatchNorm; drop --sync_bn",

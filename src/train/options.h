@@ -122,7 +122,10 @@ struct TrainOptions {
   // Tensor parallel (parallel/tensor/): T ranks split each layer of a replica; 1 is none. The
   // world is world / T data-parallel replicas of T ranks; --batch_size stays per replica.
   int tensor_parallel = 1;
-  bool sequence_parallel = false;  // with tensor_parallel: activations cut over tokens (ViTs)
+  bool sequence_parallel = false;  // with tensor_parallel: activations cut over tokens
+  // With tensor_parallel: a GPT's or BERT's vocabulary padded to a multiple of this x T
+  // (Megatron-LM's --make-vocab-size-divisible-by).
+  int64_t vocab_divisible_by = 128;
   // --deterministic (parallel/data/deterministic_plan.h): bitwise the same weights on any
   // power-of-two world size for one seed and global batch; atoms of this many samples.
   bool deterministic = false;

@@ -89,6 +89,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, const para
     parallel::TensorParallelOptions tensor;
     tensor.size = o.tensor_parallel;
     tensor.sequence_parallel = o.sequence_parallel;
+    tensor.vocab_divisible_by = o.vocab_divisible_by;
     tensor.checkpointing = checkpointing;
     tensor.shard = o.shard;
     tensor.replicas.ddp.broadcast_buffers = o.broadcast_buffers;

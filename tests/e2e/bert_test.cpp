@@ -5,6 +5,13 @@
 // one process on the same global batch, data without [MASK] refused before training, and the
 // trained model exported with `ddpx export --format hf`, loaded by transformers'
 // BertForMaskedLM with every key used, and back with `--pretrained` measuring the same val loss.
+// Split over two tensor-parallel ranks (heads, MLP and the vocabulary, padded to a multiple of
+// 128 x 2 and said so), with and without --sequence_parallel: every epoch's masked-LM loss and
+// val loss, and the final weights exported from the checkpoint (BertForMaskedLM's keys, the
+// unpadded vocabulary), held to one process on the same global batch. Tolerance: 1e-4 on the
+// printed losses (as two DDP ranks'), 2e-4 absolute on every weight after 10 AdamW steps at lr
+// 1e-3 (float32 sums in another order, which AdamW's normalised steps carry to about lr where a
+// gradient is rounding noise; a mis-cut piece differs by the weights' own size, 2e-2).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -108,6 +115,68 @@ TEST_F(BertTest, TwoDdpRanksTrainLikeOneProcessOnTheSameGlobalBatch) {
     EXPECT_NEAR(a[i], b[i], 1e-4) << "epoch " << i;
     EXPECT_NEAR(va[i], vb[i], 1e-4) << "epoch " << i;
   }
+}
+
+TEST_F(BertTest, TensorParallelTwoRanksWithAndWithoutSequenceParallelTrainLikeOneProcess) {
+  ASSERT_TRUE(test::python_has_module("transformers"));
+  auto one = run_command(ddpx(train("--num_epochs 2 --save_dir " + dir_.file("one"))), 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto want = numbers_after(one.output, "mlm_loss_train");
+  const auto want_val = numbers_after(one.output, "Loss on val dataset");
+  ASSERT_EQ(want.size(), 2u) << one.output;
+  ASSERT_EQ(want_val.size(), 2u) << one.output;
+  const std::vector<std::pair<std::string, std::string>> layouts{
+      {"tp2", "--tensor_parallel 2"}, {"tp2sp", "--tensor_parallel 2 --sequence_parallel"}};
+  for (const auto& [name, flags] : layouts) {
+    auto split =
+        run_command(ddpx("run 2 --log_dir " + dir_.file("log_" + name) + " -- " +
+                         train("--num_epochs 2 --save_dir " + dir_.file(name) + " " + flags)),
+                    300);
+    ASSERT_EQ(split.exit_code, 0) << split.output;
+    EXPECT_TRUE(test::has(split.output,
+                          "tensor parallel: 2 ranks a layer x 1 data-parallel replica (4 layers: "
+                          "4 heads -> 2 a rank, intermediate width 512 -> 256; vocabulary "))
+        << split.output;
+    EXPECT_TRUE(test::has(split.output,
+                          "(a multiple of --vocab_divisible_by 128 x 2; the padding "
+                          "never predicted), the masked-LM loss from each rank's "
+                          "logits"))
+        << split.output;
+    if (name == "tp2sp")
+      EXPECT_TRUE(test::has(split.output, "sequence parallel: LayerNorms")) << split.output;
+    const auto got = numbers_after(split.output, "mlm_loss_train");
+    const auto got_val = numbers_after(split.output, "Loss on val dataset");
+    ASSERT_EQ(got.size(), 2u) << split.output;
+    ASSERT_EQ(got_val.size(), 2u) << split.output;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-4) << name << " epoch " << i;
+      EXPECT_NEAR(got_val[i], want_val[i], 1e-4) << name << " epoch " << i;
+    }
+  }
+  for (const std::string run : {"one", "tp2", "tp2sp"}) {
+    auto exported =
+        run_command(ddpx("export --checkpoint " + dir_.file(run) +
+                         "/checkpoint_epoch0002.ddpx --format hf --out " + dir_.file(run + "_hf")),
+                    120);
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  }
+  auto compared = test::run_python(
+      "import os\nos.environ['HF_HUB_OFFLINE'] = '1'\n"
+      "from transformers import BertForMaskedLM\n"
+      "def load(run):\n"
+      "  m, info = BertForMaskedLM.from_pretrained('" +
+      dir_.path() +
+      "/' + run + '_hf', output_loading_info=True)\n"
+      "  assert not any(info.values()), (run, info)\n"
+      "  return m.config.vocab_size, m.state_dict()\n"
+      "vocab, want = load('one')\n"
+      "for run in ['tp2', 'tp2sp']:\n"
+      "  v, got = load(run)\n"
+      "  assert v == vocab and got.keys() == want.keys(), run\n"
+      "  d = max((got[k] - want[k]).abs().max().item() for k in want)\n"
+      "  print(run, 'vocabulary', v, 'keys', len(got), 'largest difference', d)\n"
+      "  assert d < 2e-4, (run, d)\n");
+  EXPECT_EQ(compared.exit_code, 0) << compared.output;
 }
 
 TEST_F(BertTest, ExportLoadsInTransformersAndComesBackAsPretrained) {

@@ -64,7 +64,9 @@ std::string joined(const std::vector<std::string>& words) {
 }
 
 // `ddpx train` flags at a size that runs in seconds: one epoch of two small batches, data that
-// needs no download, images of at most 32 px. Every flag as printed stays; sizes are replaced.
+// needs no download, images of at most 32 px, windows of at most 64 tokens, BERT at bert-nano's
+// size, one process (a recipe's --tensor_parallel is 1 here: the launcher part runs with
+// --dry_run). Every flag as printed stays; sizes are replaced.
 std::vector<std::string> tiny(const std::vector<std::string>& train_args) {
   const std::map<std::string, std::string> replaced = {
       {"--num_epochs", "1"}, {"--batch_size", "4"}, {"--threads", "1"}};
@@ -89,6 +91,12 @@ std::vector<std::string> tiny(const std::vector<std::string>& train_args) {
       value = replaced.at(w);
     } else if (w == "--image_size" && std::stoi(value) > 32) {
       value = "32";
+    } else if (w == "--seq_len" && std::stoi(value) > 64) {
+      value = "64";
+    } else if (w == "--tensor_parallel") {
+      value = "1";
+    } else if (w == "--model" && value.rfind("bert-", 0) == 0) {
+      value = "bert-nano";
     }
     out.push_back(w);
     if (valued) out.push_back(value), ++i;
@@ -118,6 +126,11 @@ void train_tiny(const test::TempDir& dir, const std::vector<std::string>& args,
     if (args[i] != "--data_dir") continue;
     std::filesystem::create_directories(dir.file(args[i + 1]));
     test::write_char_tokens(dir.file(args[i + 1]));
+    // ... and BERT's a vocabulary with a [MASK] (masked-LM needs it).
+    for (size_t j = 0; j + 1 < args.size(); ++j) {
+      if (args[j] == "--model" && args[j + 1].rfind("bert-", 0) == 0)
+        test::write_masked_lm_chars(dir.file(args[i + 1]));
+    }
   }
   std::vector<std::string> words = tiny(args);
   words.insert(words.end(), {"--batch_size", "2"});

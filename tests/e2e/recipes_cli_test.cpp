@@ -171,12 +171,14 @@ TEST(RecipeOptionsTest, LarsAndLambTrainAFewSteps) {
   }
 }
 
-// Every recipe's flags are real flags of `ddpx train`, and the command line wins over them.
+// Every recipe's flags are real flags of `ddpx train`, and the command line wins over them (one
+// process: a recipe's --tensor_parallel, bert-megatron's, is given 1).
 TEST(RecipeOptionsTest, RecipesApplyAndTheCommandLineWins) {
   for (const auto& recipe : train::recipes()) {
     auto r =
         run_command(ddpx_command("train --recipe " + recipe.name +
-                                 " --model mlp --stem imagenet --dataset synthetic "
+                                 " --tensor_parallel 1 --model mlp --stem imagenet --dataset "
+                                 "synthetic "
                                  "--synthetic_size 64 --synthetic_image 8 "
                                  "--num_epochs 1 --limit_train_batches 1 --limit_test_batches 1 "
                                  "--batch_size 16 --no_progress"),

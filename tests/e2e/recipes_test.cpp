@@ -65,10 +65,13 @@ TEST(RecipeFirstStepsTest, DocsStateTheirToleranceAndEveryRecipeHasARow) {
 }
 
 TEST(RecipeFirstStepsTest, EachRecipeReachesItsDocumentedFirstSteps) {
-  // The language-model recipes read ./data/shakespeare-char: real text's characters here.
+  // The language-model recipes read ./data/shakespeare-char: real text's characters here ...
   test::TempDir dir;
   std::filesystem::create_directories(dir.file("data/shakespeare-char"));
   test::write_char_tokens(dir.file("data/shakespeare-char"));
+  // ... and BERT's ./data/bert-wordpiece the same characters with a [MASK].
+  std::filesystem::create_directories(dir.file("data/bert-wordpiece"));
+  test::write_masked_lm_chars(dir.file("data/bert-wordpiece"));
   for (const auto& [name, expected] : documented_first_steps()) {
     auto r = run_command("cd " + test::shell_quote(dir.path()) + " && " + test::ddpx_binary() +
                              " train --recipe " + name + " " + expected.flags + " --no_progress",

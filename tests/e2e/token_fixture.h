@@ -38,4 +38,14 @@ inline void write_char_tokens(const std::string& dir, const std::string& text_pa
                        std::vector<uint32_t>(tokens.begin() + split, tokens.end()));
 }
 
+// The same tokens for a masked LM: a vocab.json as `ddpx data tokenize --tokenizer wordpiece`
+// writes, a vocabulary of 256 with [MASK] past the text's characters (BERT's recipes and docs
+// commands read it; masked-LM needs [MASK]).
+inline void write_masked_lm_chars(const std::string& dir) {
+  write_char_tokens(dir);
+  std::ofstream out(dir + "/vocab.json", std::ios::binary);
+  out << R"({"tokenizer": "wordpiece", "vocab_size": 256, "special_tokens": {"[MASK]": 255}})";
+  ASSERT_TRUE(out) << dir;
+}
+
 }  // namespace ddpx::test

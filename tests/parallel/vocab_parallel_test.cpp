@@ -77,6 +77,44 @@ TEST(VocabParallelTest, CrossEntropyMatchesTheUnsplitLossAndGradientOnTwoAndThre
   }
 }
 
+// A masked LM's labels: -100 where a position is not predicted. Its loss is the mean over the
+// others, as torch's cross-entropy (ignore_index -100), and the ignored rows get no gradient.
+TEST(VocabParallelTest, CrossEntropyIgnoresLabelsOfMinus100AsTorchDoes) {
+  torch::manual_seed(15);
+  const torch::Tensor logits = torch::randn({3, 5, kVocab}) * 3;
+  torch::Tensor labels = torch::randint(kVocab, {3, 5}, torch::kLong);
+  labels.masked_fill_(torch::rand({3, 5}) > 0.4, parallel::tensor::kIgnoreIndex);
+  labels[0][0] = 2;  // at least one counts
+  for (const double smoothing : {0.0, 0.1}) {
+    torch::Tensor whole = logits.clone().requires_grad_(true);
+    namespace F = torch::nn::functional;
+    torch::Tensor want = F::cross_entropy(whole.flatten(0, 1), labels.flatten(),
+                                          F::CrossEntropyFuncOptions().label_smoothing(smoothing));
+    want.backward();
+    auto errors = run_ranks(2, [&](int rank, Context& group) {
+      const int64_t rows = 6, start = rank * rows;
+      const torch::Tensor padded = torch::cat({logits, torch::zeros({3, 5, 1})}, -1);
+      torch::Tensor mine = padded.narrow(-1, start, rows).clone().requires_grad_(true);
+      torch::Tensor loss = parallel::tensor::vocab_parallel_cross_entropy(mine, labels, start,
+                                                                          kVocab, smoothing, group);
+      expect_close(loss, want, "the loss over the positions that count");
+      loss.backward();
+      const int64_t real = std::min(rows, kVocab - start);
+      expect_close(mine.grad().narrow(-1, 0, real), whole.grad().narrow(-1, start, real),
+                   "rank " + std::to_string(rank) + "'s gradient");
+    });
+    for (int r = 0; r < 2; ++r) EXPECT_FALSE(errors[r]) << r << ": " << error_text(errors[r]);
+  }
+}
+
+TEST(VocabParallelTest, PaddedToAMultipleOfDivisibleByTimesTheRanksAsMegatron) {
+  EXPECT_EQ(parallel::tensor::padded_vocab(50257, 1, 128), 50304);  // GPT-2's, as Megatron pads
+  EXPECT_EQ(parallel::tensor::padded_vocab(50257, 2, 128), 50432);
+  EXPECT_EQ(parallel::tensor::padded_vocab(30522, 2, 128), 30720);
+  EXPECT_EQ(parallel::tensor::padded_vocab(77, 4), 80);
+  EXPECT_EQ(parallel::tensor::padded_vocab(256, 2, 128), 256);
+}
+
 TEST(VocabParallelTest, EmbeddingLooksUpEveryTokenAndTrainsOnlyItsOwnRows) {
   torch::manual_seed(6);
   const torch::Tensor weight = torch::randn({kVocab, 5});

@@ -15,6 +15,27 @@
 
 namespace ddpx::parallel::tensor {
 
+torch::Tensor attend_heads(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           bool causal, double dropout, at::Generator* generator) {
+  if (dropout <= 0 || generator == nullptr) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, causal);
+  }
+  torch::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  if (causal) {
+    const int64_t s = q.size(-2);
+    torch::Tensor future = torch::ones({s, s}, torch::dtype(torch::kBool).device(q.device()));
+    scores = scores.masked_fill(future.triu(1), -INFINITY);
+  }
+  torch::Tensor weights = torch::softmax(scores, -1);
+  torch::Tensor keep;
+  {
+    torch::NoGradGuard no_grad;
+    keep = at::empty_like(weights).bernoulli_(1 - dropout, *generator);
+  }
+  return at::matmul(weights * keep / (1 - dropout), v);
+}
+
 ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(const torch::nn::MultiheadAttention& whole,
                                                      dist::Context& group)
     : group_(group) {

@@ -29,6 +29,13 @@ class Context;
 
 namespace ddpx::parallel::tensor {
 
+// q, k, v: (B, h, S, d), this rank's heads -> (B, h, S, d): softmax(q k^T / sqrt(d)) v over the
+// whole sequence, `causal` (each position sees itself and those before it) or not. With
+// `dropout` > 0 the attention weights are dropped with masks drawn from `generator` (the tensor
+// region's, region_generator.h), in SDPA's arithmetic; else scaled_dot_product_attention.
+torch::Tensor attend_heads(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           bool causal, double dropout, at::Generator* generator);
+
 class ParallelSelfAttentionImpl : public torch::nn::Module {
  public:
   // Throws ddpx::Error(kUsage) when the heads do not divide by the group's size.

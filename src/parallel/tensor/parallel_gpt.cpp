@@ -1,20 +1,18 @@
 // The GPT family split over a tensor-parallel group (see parallel_gpt.h).
 #include "parallel/tensor/parallel_gpt.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
-#include <ATen/ops/scaled_dot_product_attention.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/nn/functional/linear.h>
 
-#include <cmath>
-#include <mutex>
+#include <algorithm>
 
 #include "core/error.h"
 #include "distributed/context.h"
 #include "models/gpt.h"
+#include "parallel/tensor/parallel_attention.h"
 #include "parallel/tensor/parallel_linear.h"
+#include "parallel/tensor/region_generator.h"
 #include "parallel/tensor/regions.h"
 #include "parallel/tensor/vocab_parallel.h"
 
@@ -28,40 +26,27 @@ namespace nn = torch::nn;
 class ParallelGptAttentionImpl : public nn::Module {
  public:
   ParallelGptAttentionImpl(const models::GptAttention& whole, const models::GptOptions& o,
-                           dist::Context& group)
-      : heads_(o.n_head / group.world_size()), head_dim_(o.n_embd / o.n_head), dropout_(o.dropout) {
+                           dist::Context& group, RegionGenerator& generator)
+      : heads_(o.n_head / group.world_size()),
+        head_dim_(o.n_embd / o.n_head),
+        dropout_(o.dropout),
+        group_(group),
+        generator_(generator) {
     c_attn = register_module("c_attn", ColumnParallelLinear(whole->c_attn, group, 3));
     c_proj = register_module("c_proj", RowParallelLinear(whole->c_proj, group));
     resid_dropout = register_module("resid_dropout", whole->resid_dropout);
-    // Megatron-LM's model-parallel seed: the default seed, moved by a constant and the rank.
-    region_seed_ = at::detail::getDefaultCPUGenerator().current_seed() + 2718 +
-                   static_cast<uint64_t>(group.rank());
   }
 
-  torch::Tensor forward(const torch::Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), width = heads_ * head_dim_;
-    std::vector<torch::Tensor> qkv = c_attn(x).split(width, /*dim=*/2);  // this rank's heads
-    auto heads = [&](const torch::Tensor& y) {
-      return y.view({b, t, heads_, head_dim_}).transpose(1, 2);
-    };
-    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]), y;
-    if (is_training() && dropout_ > 0) {
-      // SDPA's arithmetic, its dropout drawn from the region's generator.
-      torch::Tensor scores =
-          at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim_));
-      torch::Tensor future = torch::ones({t, t}, torch::dtype(torch::kBool).device(x.device()));
-      torch::Tensor weights = torch::softmax(scores.masked_fill(future.triu(1), -INFINITY), -1);
-      torch::Tensor keep;
-      {
-        torch::NoGradGuard no_grad;
-        keep = at::empty_like(weights).bernoulli_(1 - dropout_, region_generator(x.device()));
-      }
-      y = at::matmul(weights * keep / (1 - dropout_), v);
-    } else {
-      y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
-    }
-    y = y.transpose(1, 2).contiguous().view({b, t, width});
-    return resid_dropout(c_proj(y));
+  // x: (B, T, C) whole -> (B, T, C) whole.
+  torch::Tensor forward(const torch::Tensor& x) { return resid_dropout(c_proj(attend(c_attn(x)))); }
+  // Sequence parallel: x (B, count, C), this rank's share of `tokens` -> the same share of the
+  // output. q, k and v are computed from the gathered sequence, so every rank's heads see every
+  // token and the causal mask is the whole sequence's.
+  torch::Tensor forward_sequence(const torch::Tensor& x, int64_t tokens) {
+    torch::Tensor y = c_proj->forward_partial(attend(c_attn->forward_gathered(x, tokens)));
+    y = reduce_scatter_tokens(y, group_);
+    if (c_proj->bias.defined()) y = y + c_proj->bias;
+    return resid_dropout(y);
   }
 
   ColumnParallelLinear c_attn{nullptr};
@@ -69,28 +54,30 @@ class ParallelGptAttentionImpl : public nn::Module {
   nn::Dropout resid_dropout{nullptr};
 
  private:
-  at::Generator& region_generator(const torch::Device& device) {
-    if (!region_.defined() || region_.device() != device) {
-      if (device.is_cuda()) {
-        region_ = at::globalContext().defaultGenerator(device).clone();
-        region_.set_current_seed(region_seed_);
-      } else {
-        region_ = at::detail::createCPUGenerator(region_seed_);
-      }
-    }
-    return region_;
+  // qkv: (B, T, 3 * C/T), this rank's heads' q, k, v -> (B, T, C/T), causal.
+  torch::Tensor attend(const torch::Tensor& qkv) {
+    const int64_t b = qkv.size(0), t = qkv.size(1), width = heads_ * head_dim_;
+    std::vector<torch::Tensor> parts = qkv.split(width, /*dim=*/2);
+    auto heads = [&](const torch::Tensor& y) {
+      return y.view({b, t, heads_, head_dim_}).transpose(1, 2);
+    };
+    const bool drops = is_training() && dropout_ > 0;
+    torch::Tensor y = attend_heads(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                   /*causal=*/true, drops ? dropout_ : 0.0,
+                                   drops ? &generator_.get(qkv.device()) : nullptr);
+    return y.transpose(1, 2).contiguous().view({b, t, width});
   }
 
   int64_t heads_, head_dim_;
   double dropout_;
-  uint64_t region_seed_ = 0;
-  at::Generator region_;
+  dist::Context& group_;
+  RegionGenerator& generator_;
 };
 TORCH_MODULE(ParallelGptAttention);
 
 class ParallelGptMlpImpl : public nn::Module {
  public:
-  ParallelGptMlpImpl(const models::GptMlp& whole, dist::Context& group) {
+  ParallelGptMlpImpl(const models::GptMlp& whole, dist::Context& group) : group_(group) {
     c_fc = register_module("c_fc", ColumnParallelLinear(whole->c_fc, group));
     c_proj = register_module("c_proj", RowParallelLinear(whole->c_proj, group));
     dropout = register_module("dropout", whole->dropout);
@@ -98,43 +85,58 @@ class ParallelGptMlpImpl : public nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     return dropout(c_proj(torch::gelu(c_fc(x), "tanh")));
   }
+  // Sequence parallel: this rank's share of `tokens` in and out (as the attention's).
+  torch::Tensor forward_sequence(const torch::Tensor& x, int64_t tokens) {
+    torch::Tensor h = torch::gelu(c_fc->forward_gathered(x, tokens), "tanh");
+    torch::Tensor y = reduce_scatter_tokens(c_proj->forward_partial(h), group_);
+    if (c_proj->bias.defined()) y = y + c_proj->bias;
+    return dropout(y);
+  }
   ColumnParallelLinear c_fc{nullptr};
   RowParallelLinear c_proj{nullptr};
   nn::Dropout dropout{nullptr};
+
+ private:
+  dist::Context& group_;
 };
 TORCH_MODULE(ParallelGptMlp);
 
+// A block's LayerNorms and residuals on the whole sequence, or (sequence parallel, `tokens` > 0)
+// on this rank's share of it.
 class ParallelGptBlockImpl : public nn::Module {
  public:
   ParallelGptBlockImpl(const models::GptBlock& whole, const models::GptOptions& o,
-                       dist::Context& group) {
+                       dist::Context& group)
+      : generator_(group.rank()) {
     ln_1 = register_module("ln_1", whole->ln_1);
-    attn = register_module("attn", ParallelGptAttention(whole->attn, o, group));
+    attn = register_module("attn", ParallelGptAttention(whole->attn, o, group, generator_));
     ln_2 = register_module("ln_2", whole->ln_2);
     mlp = register_module("mlp", ParallelGptMlp(whole->mlp, group));
   }
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x, int64_t tokens = 0) {
+    if (tokens > 0) {
+      x = x + attn->forward_sequence(ln_1(x), tokens);
+      return x + mlp->forward_sequence(ln_2(x), tokens);
+    }
     x = x + attn(ln_1(x));
     return x + mlp(ln_2(x));
+  }
+  // forward() recomputed in backward, the attention dropout's masks replayed
+  // (region_generator.h).
+  torch::Tensor forward_checkpointed(const torch::Tensor& x, int64_t tokens) {
+    auto self = std::dynamic_pointer_cast<ParallelGptBlockImpl>(shared_from_this());
+    return checkpoint_replaying(
+        [self, tokens](const torch::Tensor& input) { return self->forward(input, tokens); }, x,
+        generator_);
   }
   models::GptLayerNorm ln_1{nullptr}, ln_2{nullptr};
   ParallelGptAttention attn{nullptr};
   ParallelGptMlp mlp{nullptr};
+
+ private:
+  RegionGenerator generator_;  // the attention dropout's (one a block, as each block's seed)
 };
 TORCH_MODULE(ParallelGptBlock);
-
-// This rank's rows of the padded vocabulary's token embedding, named `weight`.
-class VocabParallelEmbeddingImpl : public nn::Module {
- public:
-  VocabParallelEmbeddingImpl(const torch::Tensor& whole, const ShardSpec& spec,
-                             dist::Context& group) {
-    torch::NoGradGuard no_grad;
-    weight =
-        register_parameter("weight", take_shard(whole, spec, group.rank(), group.world_size()));
-  }
-  torch::Tensor weight;
-};
-TORCH_MODULE(VocabParallelEmbedding);
 
 class ParallelGptTransformerImpl : public nn::Module {
  public:
@@ -163,8 +165,13 @@ TORCH_MODULE(ParallelGptTransformer);
 class ParallelGptImpl : public nn::Module {
  public:
   ParallelGptImpl(const models::Gpt& whole, const ShardSpec& vocab_spec, int64_t start,
-                  dist::Context& group)
-      : options_(whole->options()), start_(start), group_(group) {
+                  dist::Context& group, bool sequence_parallel,
+                  const models::ActivationCheckpointing& checkpointing)
+      : options_(whole->options()),
+        start_(start),
+        group_(group),
+        sequence_parallel_(sequence_parallel),
+        checkpointing_(checkpointing) {
     transformer = register_module(
         "transformer", ParallelGptTransformer(whole->transformer, options_, vocab_spec, group));
   }
@@ -177,15 +184,34 @@ class ParallelGptImpl : public nn::Module {
                "a sequence of {} tokens is longer than the model's context of {} positions; use "
                "--seq_len {} or less",
                t, options_.block_size, options_.block_size);
+    const int ranks = group_.world_size();
+    DDPX_CHECK(!sequence_parallel_ || t % ranks == 0, ErrorKind::kUsage,
+               "--sequence_parallel: a sequence of {} tokens does not split over the {} ranks of "
+               "--tensor_parallel; use a --seq_len that {} divides",
+               t, ranks, ranks);
     idx = idx.to(torch::kLong);
     torch::Tensor pos = torch::arange(t, idx.options());
     const torch::Tensor& wte = transformer->wte->weight;
-    torch::Tensor x = transformer->drop(vocab_parallel_embedding(idx, wte, start_, group_) +
-                                        transformer->wpe(pos));
-    for (size_t i = 0; i < transformer->h->size(); ++i)
-      x = transformer->h->ptr<ParallelGptBlockImpl>(i)->forward(x);
+    torch::Tensor x = vocab_parallel_embedding(idx, wte, start_, group_) + transformer->wpe(pos);
+    // Sequence parallel: from here to the output layer each rank holds its 1/T of the tokens.
+    const int64_t tokens = sequence_parallel_ ? t : 0;
+    if (sequence_parallel_) x = split_tokens(x, group_);
+    x = transformer->drop(x);
+    const size_t blocks = transformer->h->size();
+    for (size_t i = 0; i < blocks; ++i) {
+      auto block = transformer->h->ptr<ParallelGptBlockImpl>(i);
+      // Block i is layer i + 1 of the unsplit GPT's sequence (the embedding, the blocks, the
+      // head), as models::with_activation_checkpointing counts them.
+      x = models::checkpoints_layer(checkpointing_, i + 1, blocks + 2)
+              ? block->forward_checkpointed(x, tokens)
+              : block->forward(x, tokens);
+    }
     x = transformer->ln_f(x);
-    // The tied output layer: this rank's rows of the embedding, its slice of the logits.
+    // The tied output layer: this rank's rows of the embedding, its slice of the logits (the
+    // tokens gathered first, sequence parallel).
+    // (gather_tokens, then the product: the fused gather_tokens_linear takes a bias, which the
+    // tied output layer has none of.)
+    if (sequence_parallel_) return nn::functional::linear(gather_tokens(x, t, group_), wte);
     return nn::functional::linear(copy_to_region(x, group_), wte);
   }
   ParallelGptTransformer transformer{nullptr};
@@ -194,34 +220,32 @@ class ParallelGptImpl : public nn::Module {
   models::GptOptions options_;
   int64_t start_;
   dist::Context& group_;
+  bool sequence_parallel_;
+  models::ActivationCheckpointing checkpointing_;
 };
 TORCH_MODULE(ParallelGpt);
 
 }  // namespace
 
 void check_gpt_splittable(const torch::nn::AnyModule& whole, int ranks,
-                          const std::string& model_name, bool sequence_parallel,
-                          const models::ActivationCheckpointing& checkpointing) {
+                          const std::string& model_name, bool /*sequence_parallel*/,
+                          const models::ActivationCheckpointing& /*checkpointing*/) {
+  // Sequence parallelism and recomputed blocks compose with every split GPT; a --seq_len that
+  // the ranks do not divide is refused with the options (train/options.cpp) and by the forward.
   const auto& o = whole.ptr()->as<models::GptImpl>()->options();
-  DDPX_CHECK(!sequence_parallel, ErrorKind::kUsage,
-             "--sequence_parallel with {}: a GPT's blocks split over heads only so far; drop "
-             "--sequence_parallel",
-             model_name);
-  DDPX_CHECK(checkpointing.every == 0, ErrorKind::kUsage,
-             "--activation_checkpointing with --tensor_parallel {}: {}'s split blocks are not "
-             "recomputed yet; drop --activation_checkpointing",
-             ranks, model_name);
   DDPX_CHECK(o.n_head % ranks == 0, ErrorKind::kUsage,
              "--tensor_parallel {}: {}'s attention heads ({}) do not split over {} ranks; pick a "
              "--tensor_parallel that divides {}",
              ranks, model_name, o.n_head, ranks, o.n_head);
 }
 
-SplitModel split_gpt(const torch::nn::AnyModule& whole, dist::Context& group) {
+SplitModel split_gpt(const torch::nn::AnyModule& whole, dist::Context& group,
+                     bool sequence_parallel, const models::ActivationCheckpointing& checkpointing,
+                     int64_t vocab_divisible_by) {
   models::Gpt gpt(std::dynamic_pointer_cast<models::GptImpl>(whole.ptr()));
   const auto& o = gpt->options();
   const int ranks = group.world_size();
-  const int64_t vocab = o.vocab_size, padded = padded_vocab(vocab, ranks);
+  const int64_t vocab = o.vocab_size, padded = padded_vocab(vocab, ranks, vocab_divisible_by);
   const int64_t rows = padded / ranks, start = group.rank() * rows;
   const ShardSpec vocab_spec{0, 1, padded - vocab};
   SplitModel split;
@@ -234,13 +258,31 @@ SplitModel split_gpt(const torch::nn::AnyModule& whole, dist::Context& group) {
     split.specs[b + "mlp.c_fc.weight"] = {0, 1};
     if (o.bias) split.specs[b + "mlp.c_fc.bias"] = {0, 1};
     split.specs[b + "mlp.c_proj.weight"] = RowParallelLinearImpl::weight_spec();
+    if (sequence_parallel) {  // applied to this rank's tokens only
+      for (const char* name : {"ln_1.weight", "ln_2.weight"})
+        split.partial_grads.push_back(b + name);
+      if (o.bias) {
+        for (const char* name : {"ln_1.bias", "ln_2.bias", "attn.c_proj.bias", "mlp.c_proj.bias"})
+          split.partial_grads.push_back(b + name);
+      }
+    }
+  }
+  if (sequence_parallel) {
+    split.partial_grads.push_back("transformer.ln_f.weight");
+    if (o.bias) split.partial_grads.push_back("transformer.ln_f.bias");
   }
   split.summary = fmt::format(
       "{} blocks: {} heads -> {} a rank, MLP width {} -> {}; vocabulary {}{} -> {} rows of the "
-      "embedding and the tied output layer a rank, the loss from each rank's logits; two "
-      "all-reduces a block forward, two backward",
+      "embedding and the tied output layer a rank{}, the loss from each rank's logits; {}",
       o.n_layer, o.n_head, o.n_head / ranks, 4 * o.n_embd, 4 * o.n_embd / ranks, vocab,
-      padded == vocab ? "" : fmt::format(" padded to {}", padded), rows);
+      padded == vocab ? "" : fmt::format(" padded to {}", padded), rows,
+      padded == vocab ? ""
+                      : fmt::format(" (a multiple of --vocab_divisible_by {} x {}; the padding "
+                                    "never predicted)",
+                                    std::max<int64_t>(vocab_divisible_by, 1), ranks),
+      sequence_parallel ? "sequence parallel: LayerNorms, dropouts and residuals over 1/T of the "
+                          "tokens, two all-gathers and two reduce-scatters a block each way"
+                        : "two all-reduces a block forward, two backward");
   dist::Context* g = &group;
   split.loss = [start, vocab, g](const torch::Tensor& logits, const torch::Tensor& labels,
                                  double smoothing) {
@@ -252,7 +294,8 @@ SplitModel split_gpt(const torch::nn::AnyModule& whole, dist::Context& group) {
   split.gather = [vocab, g](const torch::Tensor& logits) {
     return gather_vocab(logits, vocab, *g);
   };
-  split.module = torch::nn::AnyModule(ParallelGpt(gpt, vocab_spec, start, group));
+  split.module = torch::nn::AnyModule(
+      ParallelGpt(gpt, vocab_spec, start, group, sequence_parallel, checkpointing));
   return split;
 }
 

@@ -8,10 +8,12 @@
 
 #include "core/error.h"
 #include "distributed/context.h"
+#include "models/bert.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/vit.h"
 #include "parallel/tensor/parallel_attention.h"
+#include "parallel/tensor/parallel_bert.h"
 #include "parallel/tensor/parallel_gpt.h"
 #include "parallel/tensor/parallel_linear.h"
 #include "parallel/tensor/regions.h"
@@ -284,10 +286,14 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
     check_gpt_splittable(whole, ranks, model_name, sequence_parallel, checkpointing);
     return;
   }
+  if (module->as<models::BertImpl>() != nullptr) {
+    check_bert_splittable(whole, ranks, model_name, checkpointing);
+    return;
+  }
   DDPX_CHECK(!sequence_parallel || module->as<models::VisionTransformerImpl>() != nullptr,
              ErrorKind::kUsage,
-             "--sequence_parallel: {} has no sequence of tokens to split; only the ViTs have, or "
-             "drop --sequence_parallel",
+             "--sequence_parallel: {} has no sequence of tokens to split; only the ViTs, the GPT "
+             "family and BERT have, or drop --sequence_parallel",
              model_name);
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto block = vit->encoder->layers->ptr<models::ViTEncoderBlockImpl>(0);
@@ -303,19 +309,24 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
   }
   throw Error(
       ErrorKind::kUsage,
-      fmt::format("--tensor_parallel {}: {} has no tensor-parallel plan; the models that "
-                  "have one are the ViTs (vit_b_16, vit_b_32, vit_l_16, their timm names, "
-                  "vit_tiny_patch4_32), the GPT family (gpt-nano, gpt2 ... gpt2-xl) and mlp",
-                  ranks, model_name));
+      fmt::format(
+          "--tensor_parallel {}: {} has no tensor-parallel plan; the models that "
+          "have one are the ViTs (vit_b_16, vit_b_32, vit_l_16, their timm names, "
+          "vit_tiny_patch4_32), the GPT family (gpt-nano, gpt2 ... gpt2-xl), BERT (bert-nano, "
+          "bert-base, bert-large) and mlp",
+          ranks, model_name));
 }
 
 SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
                        bool sequence_parallel, const models::ActivationCheckpointing& checkpointing,
-                       const std::vector<int64_t>& sample_shape) {
+                       const std::vector<int64_t>& sample_shape, int64_t vocab_divisible_by) {
   SplitModel split;
   const int ranks = group.world_size();
   auto* module = whole.ptr().get();
-  if (module->as<models::GptImpl>() != nullptr) return split_gpt(whole, group);
+  if (module->as<models::GptImpl>() != nullptr)
+    return split_gpt(whole, group, sequence_parallel, checkpointing, vocab_divisible_by);
+  if (module->as<models::BertImpl>() != nullptr)
+    return split_bert(whole, group, sequence_parallel, vocab_divisible_by);
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto holder = models::VisionTransformer(
         std::dynamic_pointer_cast<models::VisionTransformerImpl>(whole.ptr()));

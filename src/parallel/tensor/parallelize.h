@@ -8,6 +8,10 @@
 // - MLP (models/mlp.h): fc1 column-parallel, fc2 row-parallel, fc3 whole.
 // - The GPT family (models/gpt.h; parallel_gpt.h): each block's attention and MLP as a ViT's, the
 //   token embedding and the tied output layer split over the vocabulary (vocab_parallel.h).
+// - BERT (models/bert.h; parallel_bert.h): each encoder layer's query, key and value
+//   column-parallel by heads and its attention output row-parallel, the intermediate dense
+//   column-parallel and the output dense row-parallel; the word embedding, the tied decoder and
+//   its bias split over the vocabulary, the masked-LM loss from each rank's logits.
 // - A user's torch::nn::Sequential: parallelize(sequential, styles, group) splits the Linear
 //   children named in `styles`; other children run whole.
 // The split model shares the whole model's unsplit layers (the same tensors: their training is
@@ -50,9 +54,10 @@ struct SplitModel {
   // the embedding and the head pass this rank's share of the tokens (B, count, D), the sequence
   // being split_model()'s `sample_shape`'s.
   std::vector<models::Layer> layers;
-  // A vocabulary-parallel output (the GPT family): the module's output is this rank's slice of
-  // the logits' last dimension (vocab_parallel.h), never the whole logits. `loss` is the mean
-  // cross-entropy from it and the labels (with label smoothing), `predict` the whole
+  // A vocabulary-parallel output (the GPT family, BERT): the module's output is this rank's slice
+  // of the logits' last dimension (vocab_parallel.h), never the whole logits. `loss` is the mean
+  // cross-entropy from it and the labels (with label smoothing; labels of -100, a masked LM's
+  // unmasked tokens, do not count), `predict` the whole
   // vocabulary's argmax, `gather` the whole logits; each is collective over the group. Null for
   // the models whose every rank computes the whole output.
   std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& labels,
@@ -63,8 +68,8 @@ struct SplitModel {
 
 // Throws ddpx::Error(kUsage), before any collective, for a model without a plan (naming the ones
 // with) or a size that does not split (heads, MLP width): `ranks` is the group's size.
-// `sequence_parallel` (regions.h) is for the ViTs only; a GPT's split blocks are not recomputed
-// (`checkpointing`) yet.
+// `sequence_parallel` (regions.h) is for the ViTs and the language models; BERT's split layers
+// are not recomputed (`checkpointing`) yet.
 void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name,
                       bool sequence_parallel = false,
                       const models::ActivationCheckpointing& checkpointing = {});
@@ -74,13 +79,15 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
 // the chosen layers of the model's layer sequence in backward (models/activation_checkpoint.h):
 // a ViT's encoder blocks, the MLP's middle layer; a recomputed ViT block replays its attention
 // dropout's generator too, so its masks are the first forward's. The recompute runs the block's
-// collectives again, in backward, in the same order on every rank. `sample_shape` (C, H, W): the
-// images the layer sequence will see, for a sequence-parallel ViT's token count (empty: the
-// model's own image size).
+// collectives again, in backward, in the same order on every rank (a GPT's blocks too).
+// `sample_shape` (C, H, W): the images the layer sequence will see, for a sequence-parallel ViT's
+// token count (empty: the model's own image size). `vocab_divisible_by`: a language model's
+// vocabulary is padded to a multiple of it times the group's size (vocab_parallel.h).
 SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
                        bool sequence_parallel = false,
                        const models::ActivationCheckpointing& checkpointing = {},
-                       const std::vector<int64_t>& sample_shape = {});
+                       const std::vector<int64_t>& sample_shape = {},
+                       int64_t vocab_divisible_by = 1);
 
 enum class LinearStyle { kColumn, kRow };
 

@@ -57,7 +57,8 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
       "tensor_replicas");
   auto split = tensor::split_model(
       whole_, *tensor_group_, options_.sequence_parallel, options_.checkpointing,
-      options_.pipeline ? options_.pipeline->sample_shape : std::vector<int64_t>());
+      options_.pipeline ? options_.pipeline->sample_shape : std::vector<int64_t>(),
+      options_.vocab_divisible_by);
   DDPX_CHECK(p == 1 || !split.layers.empty(), ErrorKind::kUsage,
              "--pipeline_parallel {} with --tensor_parallel {}: {} has no pipeline of split "
              "stages yet; drop one of the two",

@@ -60,9 +60,13 @@ namespace ddpx::parallel {
 
 struct TensorParallelOptions {
   int size = 2;  // T: ranks that split each layer
-  // Megatron's sequence parallelism (tensor/regions.h; the ViTs): the activations between the
-  // split layers cut over tokens, all-gathers and reduce-scatters in place of the all-reduces.
+  // Megatron's sequence parallelism (tensor/regions.h; the ViTs, the GPT family, BERT): the
+  // activations between the split layers cut over tokens, all-gathers and reduce-scatters in
+  // place of the all-reduces.
   bool sequence_parallel = false;
+  // A language model's vocabulary padded to a multiple of this x `size` (tensor/vocab_parallel.h:
+  // Megatron-LM's --make-vocab-size-divisible-by, whose default this is).
+  int64_t vocab_divisible_by = 128;
   // --activation_checkpointing: the split blocks recomputed in backward (parallelize.h).
   models::ActivationCheckpointing checkpointing;
   DataParallelOptions replicas;  // how the replicas average (comm hook, buffers)

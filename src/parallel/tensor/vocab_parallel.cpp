@@ -78,13 +78,16 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
       loss =
           (1 - smoothing) * loss + smoothing * (log_sum - summed[2] / static_cast<double>(vocab));
     }
-    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(1)), local, mine});
+    // The positions that count, and each one's weight in the mean (torch's: 1 / their count).
+    torch::Tensor counted = labels.reshape({-1}).ne(kIgnoreIndex).to(torch::kFloat32);
+    torch::Tensor weight = counted / counted.sum();
+    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(1)), local, mine, weight});
     ctx->saved_data["smoothing"] = smoothing;
     ctx->saved_data["real"] = real;
     ctx->saved_data["vocab"] = vocab;
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     ctx->saved_data["shape"] = logits.sizes().vec();
-    return loss.mean();
+    return (loss.masked_fill(counted.eq(0), 0) * weight).sum();
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -97,10 +100,11 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     torch::Tensor grad = saved[0];
     const torch::Tensor& local = saved[1];
     const torch::Tensor& mine = saved[2];
+    const torch::Tensor& weight = saved[3];
     if (smoothing > 0) grad.narrow(1, 0, real).sub_(smoothing / static_cast<double>(vocab));
     grad.scatter_add_(1, local.unsqueeze(1),
                       (mine.to(grad.scalar_type()) * -(1 - smoothing)).unsqueeze(1));
-    grad.mul_(grads[0].to(torch::kFloat32) / static_cast<double>(grad.size(0)));
+    grad.mul_(weight.unsqueeze(1) * grads[0].to(torch::kFloat32));
     const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
     return {grad.view(ctx->saved_data["shape"].toIntVector()).to(dtype),
             torch::Tensor(),
@@ -113,7 +117,17 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 
 }  // namespace
 
-int64_t padded_vocab(int64_t vocab, int ranks) { return (vocab + ranks - 1) / ranks * ranks; }
+int64_t padded_vocab(int64_t vocab, int ranks, int64_t divisible_by) {
+  const int64_t multiple = std::max<int64_t>(divisible_by, 1) * ranks;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const torch::Tensor& whole,
+                                                       const ShardSpec& spec,
+                                                       dist::Context& group) {
+  torch::NoGradGuard no_grad;
+  weight = register_parameter("weight", take_shard(whole, spec, group.rank(), group.world_size()));
+}
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& idx, const torch::Tensor& weight,
                                        int64_t start, dist::Context& group) {
