@@ -3,9 +3,12 @@
 # (docs/performance.md): the same folder of real JPEG photographs at ImageNet-like sizes (about
 # 500x375; bench/photo_folder.py cuts them from scikit-image's photos into a temporary folder),
 # the same transform (RandomResizedCrop(224), horizontal flip, to float, ImageNet normalisation),
-# batches of 64, no model. ddpx: `ddpx bench loader` (loader threads in one process); PyTorch:
-# bench/pytorch_loader.py (PIL, DataLoader worker processes). Printed, each with the ratio:
-#   1. images/s and CPU milliseconds an image at 1 and 2 workers;
+# batches of 64, no model. ddpx: `ddpx bench loader` (loader threads in one process) in its two
+# decode modes, `--decode fast` (the default) and `--decode exact`; PyTorch:
+# bench/pytorch_loader.py (PIL, DataLoader worker processes). The three run interleaved, one
+# after another at each worker count, so that a shared machine's load falls on all alike.
+# Printed, each with the ratio to PyTorch:
+#   1. images/s and CPU milliseconds an image at 1 and 2 workers, fast and exact;
 #   2. the first batch of a second start (ddpx reads its cached index; ImageFolder rescans);
 #   3. memory at 2 workers: peak resident sets summed over the processes, and PSS at the end.
 # Usage: bench/compare_loader.sh   (BUILD=build by default)
@@ -30,6 +33,8 @@ echo "# $images JPEG photos at about 500x375 ($(du -sh "$out/photos" | cut -f1))
 "$ddpx" bench loader --data_dir "$out/photos" $common --workers 1 --json "$out/ddpx_first" >/dev/null
 for w in $workers; do
   "$ddpx" bench loader --data_dir "$out/photos" $common --workers "$w" --json "$out/ddpx_$w" >/dev/null
+  "$ddpx" bench loader --data_dir "$out/photos" $common --workers "$w" --decode exact \
+    --json "$out/exact_$w" >/dev/null
   $py bench/pytorch_loader.py --data_dir "$out/photos" $common --workers "$w" --json "$out/pt_$w" >/dev/null
 done
 $py - "$out" "$workers" <<'PY'
@@ -37,17 +42,19 @@ import json, os, sys
 d, workers = sys.argv[1], sys.argv[2].split()
 def read(name): return json.loads(open(os.path.join(d, name)).readline())
 for w in workers:
-    a, b = read(f"ddpx_{w}"), read(f"pt_{w}")
-    print(f"images/s, {w} worker(s): ddpx {a['images_per_sec']:.1f} | pytorch {b['images_per_sec']:.1f} | "
-          f"ratio {a['images_per_sec']/b['images_per_sec']:.2f}x")
-    print(f"CPU ms an image, {w} worker(s): ddpx {a['cpu_ms_per_image']:.2f} | pytorch {b['cpu_ms_per_image']:.2f} | "
-          f"ratio {a['cpu_ms_per_image']/b['cpu_ms_per_image']:.2f}x")
+    a, e, b = read(f"ddpx_{w}"), read(f"exact_{w}"), read(f"pt_{w}")
+    print(f"images/s, {w} worker(s): ddpx fast {a['images_per_sec']:.1f} | ddpx exact {e['images_per_sec']:.1f} | "
+          f"pytorch {b['images_per_sec']:.1f} | ratio fast {a['images_per_sec']/b['images_per_sec']:.2f}x, "
+          f"exact {e['images_per_sec']/b['images_per_sec']:.2f}x")
+    print(f"CPU ms an image, {w} worker(s): ddpx fast {a['cpu_ms_per_image']:.2f} | ddpx exact {e['cpu_ms_per_image']:.2f} | "
+          f"pytorch {b['cpu_ms_per_image']:.2f} | ratio fast {a['cpu_ms_per_image']/b['cpu_ms_per_image']:.2f}x, "
+          f"exact {e['cpu_ms_per_image']/b['cpu_ms_per_image']:.2f}x")
 first, a, b = read("ddpx_first"), read(f"ddpx_{workers[0]}"), read(f"pt_{workers[0]}")
 print(f"first batch, second start ({workers[0]} worker(s)): ddpx {a['first_batch_s']:.3f} s (index read from its cache "
       f"in {a['index_s']:.3f} s; built in {first['index_s']:.3f} s on the first start) | pytorch "
       f"{b['first_batch_s']:.3f} s (ImageFolder scan {b['index_s']:.3f} s) | ratio {a['first_batch_s']/b['first_batch_s']:.2f}x")
 a, b = read(f"ddpx_{workers[-1]}"), read(f"pt_{workers[-1]}")
-print(f"peak resident memory, {workers[-1]} worker(s), summed over {b['processes']} pytorch processes: "
+print(f"peak resident memory (fast), {workers[-1]} worker(s), summed over {b['processes']} pytorch processes: "
       f"ddpx {a['peak_rss_mib']:.0f} MiB | pytorch {b['peak_rss_mib']:.0f} MiB | ratio {a['peak_rss_mib']/b['peak_rss_mib']:.2f}x")
 print(f"PSS at the end, {workers[-1]} worker(s): ddpx {a['pss_mib']:.0f} MiB | pytorch {b['pss_mib']:.0f} MiB | "
       f"ratio {a['pss_mib']/b['pss_mib']:.2f}x")

@@ -23,6 +23,17 @@ if(NOT DDPX_GPU_CHECK)
   # Image decoders (src/io/jpeg, src/io/png): Debian's libjpeg-turbo and libpng.
   find_package(JPEG REQUIRED)
   find_package(PNG REQUIRED)
+  # WebP (src/io/webp): optional; without Debian's libwebp-dev a WebP file is refused with a
+  # line saying to install it (src/absent/webp.cpp).
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(WEBP QUIET IMPORTED_TARGET libwebp)
+  if(TARGET PkgConfig::WEBP)
+    set(DDPX_WITH_WEBP ON)
+    message(STATUS "ddpx: WebP images: libwebp ${WEBP_VERSION}")
+  else()
+    set(DDPX_WITH_WEBP OFF)
+    message(STATUS "ddpx: WebP images: no libwebp (install libwebp-dev); WebP files are refused")
+  endif()
 
   find_package(SQLite3 REQUIRED)
   find_package(PkgConfig REQUIRED)
@@ -76,6 +87,7 @@ endif()
 # The image decoders where the GPU machine has them; otherwise src/absent/images.cpp says so.
 find_package(JPEG QUIET)
 find_package(PNG QUIET)
+set(DDPX_WITH_WEBP OFF)  # WebP files are refused (src/absent/webp.cpp)
 if(NOT JPEG_FOUND OR NOT PNG_FOUND)
   message(STATUS "ddpx: DDPX_GPU_CHECK: no libjpeg or libpng; image folders are left out")
 endif()

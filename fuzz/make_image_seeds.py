@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the seeds of fuzz_jpeg and fuzz_png into OUT/jpeg and OUT/png: small crops of real
+"""Writes the seeds of fuzz_jpeg, fuzz_png and fuzz_webp into OUT/jpeg, OUT/png and OUT/webp: small crops of real
 photographs (scikit-image's) encoded by libjpeg-turbo's cjpeg (baseline, progressive,
 grayscale, restart markers, each subsampling, arithmetic coding) and PIL (CMYK JPEG; PNG RGB,
-palette, gray, 1-bit, gray+alpha, RGBA, interlaced, 16-bit). fuzz/check.sh runs it into
+palette, gray, 1-bit, gray+alpha, RGBA, interlaced, 16-bit; WebP lossy, lossless, alpha). fuzz/check.sh runs it into
 build-fuzz/seeds before the replay; nothing of it is committed.
 Usage: fuzz/make_image_seeds.py OUT"""
 import importlib.util
@@ -39,6 +39,11 @@ def main(out):
     cat.convert("RGBA").save(os.path.join(png, "rgba.png"))
     cat.save(os.path.join(png, "interlaced.png"), interlace=1)
     cat.convert("I;16").save(os.path.join(png, "gray16.png"))
+    webp = os.path.join(out, "webp")
+    os.makedirs(webp, exist_ok=True)
+    cat.save(os.path.join(webp, "lossy.webp"), "WEBP", quality=70)
+    cat.save(os.path.join(webp, "lossless.webp"), "WEBP", lossless=True)
+    cat.convert("RGBA").save(os.path.join(webp, "alpha.webp"), "WEBP", quality=70)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ ImageInfo read_jpeg_info(std::string_view, const std::string& source, int64_t) {
 torch::Tensor decode_jpeg(std::string_view, const std::string& source, int64_t) {
   no_decoder(source);
 }
+torch::Tensor decode_jpeg_region(std::string_view, const std::string& source, const ImageRegion&,
+                                 int64_t) {
+  no_decoder(source);
+}
 ImageInfo read_png_info(std::string_view, const std::string& source, int64_t) {
   no_decoder(source);
 }

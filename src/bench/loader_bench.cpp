@@ -90,6 +90,7 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
   lo.transform.image_size = o.image_size;
   lo.transform.random_resized_crop = true;
   lo.transform.horizontal_flip = true;
+  lo.transform.decode = o.decode;
   lo.transform.normalize = data::Normalize::kImagenet;
   lo.transform.dataset_mean = splits.mean;
   lo.transform.dataset_std = splits.std;
@@ -128,9 +129,10 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
   r.pss_mib = pss_mib();
 
   log::out(
-      "bench loader: {} {} ({} images), {} worker thread(s), batch {}, RandomResizedCrop({}) + "
-      "flip + ImageNet normalisation to float",
-      data::name(o.dataset), o.data_dir, r.images, o.workers, o.batch_size, o.image_size);
+      "bench loader: {} {} ({} images), {} worker thread(s), batch {}, {} decode, "
+      "RandomResizedCrop({}) + flip + ImageNet normalisation to float",
+      data::name(o.dataset), o.data_dir, r.images, o.workers, o.batch_size, data::name(o.decode),
+      o.image_size);
   log::out(
       "images/s: {:.1f} ({} images in {:.2f} s after {} warmup batches) | CPU {:.2f} ms an image",
       r.images_per_sec, r.timed_images, seconds, o.warmup, r.cpu_ms_per_image);
@@ -145,6 +147,7 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
     nlohmann::json line = {{"dataset", data::name(o.dataset)},
                            {"images", r.images},
                            {"workers", o.workers},
+                           {"decode", data::name(o.decode)},
                            {"batch_size", o.batch_size},
                            {"image_size", o.image_size},
                            {"timed_images", r.timed_images},

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "data/transforms.h"
 
 namespace ddpx::bench {
 
@@ -22,6 +23,7 @@ struct LoaderBenchOptions {
   int64_t batches = 0;       // timed batches (0: the rest of one epoch after the warmup)
   int64_t warmup = 2;        // untimed batches first
   uint64_t seed = 0;
+  data::ImageDecode decode = data::ImageDecode::kFast;
   int threads = 1;   // torch intra-op threads (the workers do the work)
   std::string json;  // append one JSON line here
 };

@@ -169,6 +169,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   loader->add_option("--batches", l->batches, "timed batches (0: the rest of one epoch)");
   loader->add_option("--warmup", l->warmup, "untimed batches first");
   loader->add_option("--seed", l->seed, "the shuffle's and the crops' seed");
+  add_choice(loader, "--decode", l->decode, data::kImageDecodeNames,
+             "fast: only the crop, at its DCT scale, resized on uint8; exact: the whole image, "
+             "resized on float as torchvision's tensor transforms");
   loader->add_option("--threads", l->threads, "torch intra-op threads");
   loader->add_option("--json", l->json, "append one JSON line of the figures to this file");
   loader->callback([l, &exit_code] {

@@ -119,6 +119,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
              "imagefolder, imagenet, shards: an image that cannot be read or decoded stops the "
              "run naming it (error), or is left out, named once and counted (skip; in a batch "
              "the next sample stands in, so every rank keeps its batch count)");
+  add_choice(cmd, "--decode", o->decode, data::kImageDecodeNames,
+             "imagefolder, imagenet, shards: decode only the crop, at the DCT scale it needs, and "
+             "resize on uint8 (fast), or decode whole and resize on float as torchvision's "
+             "tensor transforms (exact)");
   cmd->add_option("--loader_workers", o->loader_workers,
                   "data loader threads (0: chosen from the cores per rank, at most 8)");
   cmd->add_option("--limit_train_batches", o->limit_train_batches, "batches per epoch (0: all)");

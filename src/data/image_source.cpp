@@ -1,7 +1,5 @@
 #include "data/image_source.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "core/log.h"
 #include "data/image_dataset.h"
@@ -16,21 +14,20 @@ ImageSource::ImageSource(const Dataset& dataset, TransformOptions transform, uin
   DDPX_CHECK(dataset_.streamed() && transform_.image_size > 0, ErrorKind::kInternal,
              "ImageSource needs a streamed dataset and an output size (got {})",
              transform_.image_size);
-  to_float_ = transform_;
-  to_float_.random_crop = false;
-  to_float_.horizontal_flip = false;
-  to_float_.image_size = 0;
-  to_float_.out_channels = 3;
-  to_float_.random_erasing.probability = 0;  // per sample below
+  normalization(transform_, 3, mean_, std_);
 }
 
 torch::Tensor ImageSource::sample(int64_t index, std::mt19937_64& rng) const {
-  const torch::Tensor image =
-      io::decode_image(dataset_.files->read(index), dataset_.files->name(index));
+  const std::string bytes = dataset_.files->read(index);
+  const std::string source = dataset_.files->name(index);
   const int64_t size = transform_.image_size;
-  if (transform_.random_resized_crop)
-    return train_image_transform(image, size, transform_.horizontal_flip, rng);
-  return eval_image_transform(image, size, transform_.crop_pct);
+  const bool train = transform_.random_resized_crop, flip = transform_.horizontal_flip;
+  if (transform_.decode == ImageDecode::kFast)
+    return train ? train_image_transform_fast(bytes, source, size, flip, rng)
+                 : eval_image_transform_fast(bytes, source, size, transform_.crop_pct);
+  const torch::Tensor image = io::decode_image(bytes, source);
+  return train ? train_image_transform(image, size, flip, rng)
+               : eval_image_transform(image, size, transform_.crop_pct);
 }
 
 int64_t ImageSource::skipped() const {
@@ -41,8 +38,9 @@ int64_t ImageSource::skipped() const {
 Batch ImageSource::gather(const int64_t* indices, int64_t count, int64_t epoch,
                           int64_t batch_index) const {
   const int64_t size = transform_.image_size;
-  // images: (B, S, S, 3) uint8, each sample from its own stream
-  auto images = torch::empty({count, size, size, 3}, torch::kUInt8);
+  // images: (B, 3, S, S) float, each sample decoded, transformed on uint8 from its own stream,
+  // then converted and normalised straight into its place
+  auto images = torch::empty({count, 3, size, size}, torch::kFloat32);
   std::vector<std::mt19937_64> streams;
   streams.reserve(count);
   std::vector<int64_t> used(indices, indices + count);  // a skipped sample's replacement
@@ -72,11 +70,11 @@ Batch ImageSource::gather(const int64_t* indices, int64_t count, int64_t epoch,
         used[i] = (used[i] + 1) % dataset_.size();  // the next sample stands in
       }
     }
-    std::memcpy(images[i].data_ptr<uint8_t>(), one.data_ptr<uint8_t>(), size * size * 3);
+    normalize_into(one.data_ptr<uint8_t>(), size, size, mean_.data(), std_.data(),
+                   images.data_ptr<float>() + i * 3 * size * size);
   }
   Batch batch;
-  std::mt19937_64 unused(0);  // to_float_ draws nothing
-  batch.images = transform_batch(images, to_float_, unused);
+  batch.images = images;
   if (transform_.random_erasing.probability > 0)
     for (int64_t i = 0; i < count; ++i) {
       auto one = batch.images.narrow(0, i, 1);

@@ -1,11 +1,11 @@
 // The batches of a streamed image folder: each sample's file is read and decoded when its batch
 // is built (the decoded set never sits in memory), transformed alone by data/image_transforms.h
-// (training RandomResizedCrop and flip, or evaluation Resize and CenterCrop) from its own stream
-// keyed by (seed, epoch, sample), gathered into a (B, S, S, 3) uint8 batch, then turned into
-// normalised float (B, 3, S, S) by data/transforms.h. A file that fails to read or decode stops
-// the batch with one error naming it and the flag to skip it, or with BadImages::kSkip is
-// replaced by the next sample of the set (so the batch keeps its size and every rank its batch
-// count), named in one warning the first time and counted.
+// (training RandomResizedCrop and flip, or evaluation Resize and CenterCrop; `fast` or `exact`
+// decoding) from its own stream keyed by (seed, epoch, sample) into a (S, S, 3) uint8 image,
+// then converted and normalised in one pass into its place in the (B, 3, S, S) float batch. A file
+// that fails to read or decode stops the batch with one error naming it and the flag to skip it, or
+// with BadImages::kSkip is replaced by the next sample of the set (so the batch keeps its size and
+// every rank its batch count), named in one warning the first time and counted.
 #pragma once
 
 #include <mutex>
@@ -33,7 +33,7 @@ class ImageSource : public BatchSource {
  private:
   const Dataset& dataset_;
   TransformOptions transform_;
-  TransformOptions to_float_;  // the conversion and normalisation only
+  std::vector<float> mean_, std_;  // the normalisation's, per channel
   uint64_t seed_;
   BadImages bad_images_;
   mutable std::mutex skipped_mutex_;

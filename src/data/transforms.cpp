@@ -52,35 +52,13 @@ torch::Tensor erase(torch::Tensor x, const TransformOptions& options, std::mt199
 
 }  // namespace
 
-torch::Tensor transform_batch(const torch::Tensor& images, const TransformOptions& options,
-                              std::mt19937_64& rng) {
-  DDPX_CHECK(images.dim() == 4 && images.scalar_type() == torch::kUInt8, ErrorKind::kInternal,
-             "transform_batch expects (B, H, W, C) uint8, got {} dims", images.dim());
-  const int64_t in_channels = images.size(3);
-  DDPX_CHECK(options.out_channels == in_channels || (in_channels == 1 && options.out_channels == 3),
-             ErrorKind::kUsage, "cannot turn {}-channel images into {} channels", in_channels,
-             options.out_channels);
-  DDPX_CHECK(options.crop_padding >= 0 && options.image_size >= 0, ErrorKind::kUsage,
-             "crop padding {} and image size {} must be >= 0", options.crop_padding,
-             options.image_size);
-  torch::Tensor x = images.contiguous();
-  if (options.random_crop || options.horizontal_flip) x = augment(x, options, rng);
-  // x: (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
-  x = x.permute({0, 3, 1, 2}).to(torch::kFloat32).div_(255.f);
-  const int64_t size = options.image_size;
-  if (size > 0 && (size != x.size(2) || size != x.size(3))) {
-    namespace F = torch::nn::functional;
-    x = F::interpolate(x, F::InterpolateFuncOptions()
-                              .size(std::vector<int64_t>{options.image_size, options.image_size})
-                              .mode(torch::kBilinear)
-                              .align_corners(false));
-  }
-  if (options.out_channels == 3 && in_channels == 1) x = x.expand({-1, 3, -1, -1});
-  const int64_t c = options.out_channels;
-  std::vector<float> mean(c), std(c);
+void normalization(const TransformOptions& options, int64_t c, std::vector<float>& mean,
+                   std::vector<float>& std) {
+  mean.assign(c, 0.f);
+  std.assign(c, 1.f);
   switch (options.normalize) {
     case Normalize::kNone:
-      return erase(x.contiguous(), options, rng);
+      break;
     case Normalize::kNegOneOne:
       std::fill(mean.begin(), mean.end(), 0.5f);
       std::fill(std.begin(), std.end(), 0.5f);
@@ -107,6 +85,48 @@ torch::Tensor transform_batch(const torch::Tensor& images, const TransformOption
       break;
     }
   }
+}
+
+void normalize_into(const uint8_t* image, int64_t height, int64_t width, const float* mean,
+                    const float* std, float* out) {
+  const int64_t plane = height * width;
+  // One plane at a time: each output is written once, in order (the batch is the big buffer).
+  for (int c = 0; c < 3; ++c) {
+    float* dst = out + c * plane;
+    const uint8_t* src = image + c;
+    const float m = mean[c], s = std[c];
+    for (int64_t i = 0; i < plane; ++i) dst[i] = (static_cast<float>(src[3 * i]) / 255.f - m) / s;
+  }
+}
+
+torch::Tensor transform_batch(const torch::Tensor& images, const TransformOptions& options,
+                              std::mt19937_64& rng) {
+  DDPX_CHECK(images.dim() == 4 && images.scalar_type() == torch::kUInt8, ErrorKind::kInternal,
+             "transform_batch expects (B, H, W, C) uint8, got {} dims", images.dim());
+  const int64_t in_channels = images.size(3);
+  DDPX_CHECK(options.out_channels == in_channels || (in_channels == 1 && options.out_channels == 3),
+             ErrorKind::kUsage, "cannot turn {}-channel images into {} channels", in_channels,
+             options.out_channels);
+  DDPX_CHECK(options.crop_padding >= 0 && options.image_size >= 0, ErrorKind::kUsage,
+             "crop padding {} and image size {} must be >= 0", options.crop_padding,
+             options.image_size);
+  torch::Tensor x = images.contiguous();
+  if (options.random_crop || options.horizontal_flip) x = augment(x, options, rng);
+  // x: (B, H, W, C) uint8 -> (B, C, H, W) float in [0, 1]
+  x = x.permute({0, 3, 1, 2}).to(torch::kFloat32).div_(255.f);
+  const int64_t size = options.image_size;
+  if (size > 0 && (size != x.size(2) || size != x.size(3))) {
+    namespace F = torch::nn::functional;
+    x = F::interpolate(x, F::InterpolateFuncOptions()
+                              .size(std::vector<int64_t>{options.image_size, options.image_size})
+                              .mode(torch::kBilinear)
+                              .align_corners(false));
+  }
+  if (options.out_channels == 3 && in_channels == 1) x = x.expand({-1, 3, -1, -1});
+  const int64_t c = options.out_channels;
+  std::vector<float> mean, std;
+  if (options.normalize == Normalize::kNone) return erase(x.contiguous(), options, rng);
+  normalization(options, c, mean, std);
   auto mean_t = torch::tensor(mean).view({1, c, 1, 1});
   auto std_t = torch::tensor(std).view({1, c, 1, 1});
   return erase(((x - mean_t) / std_t).contiguous(), options, rng);

@@ -28,6 +28,14 @@ inline const char* name(Normalize n) { return name_of(kNormalizeNames, n); }
 inline constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
 inline constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
 
+// `--decode` (image folders and shards): `fast` decodes only the crop, at the DCT scale it needs,
+// and resizes on uint8; `exact` decodes the whole image and resizes on float as torchvision's
+// tensor path does (data/image_transforms.h).
+enum class ImageDecode { kFast, kExact };
+inline constexpr NameTable<ImageDecode, 2> kImageDecodeNames{
+    {{ImageDecode::kFast, "fast"}, {ImageDecode::kExact, "exact"}}};
+inline const char* name(ImageDecode d) { return name_of(kImageDecodeNames, d); }
+
 struct TransformOptions {
   bool random_crop = false;  // random crop back to the input size after zero padding
   int64_t crop_padding = 4;
@@ -42,7 +50,18 @@ struct TransformOptions {
   // RandomResizedCrop when training (random_resized_crop), else Resize + CenterCrop(crop_pct).
   bool random_resized_crop = false;
   double crop_pct = 0.875;
+  ImageDecode decode = ImageDecode::kFast;
 };
+
+// The per-channel mean and std that `options.normalize` subtracts and divides by, for
+// `channels` output channels (kNone: 0 and 1).
+void normalization(const TransformOptions& options, int64_t channels, std::vector<float>& mean,
+                   std::vector<float>& std);
+
+// One (H, W, 3) uint8 image (HWC, contiguous) into (3, H, W) float at `out`, in one pass:
+// (x / 255 - mean[c]) / std[c], the same floats as transform_batch's separate steps.
+void normalize_into(const uint8_t* image, int64_t height, int64_t width, const float* mean,
+                    const float* std, float* out);
 
 // images: (B, H, W, C) uint8 -> (B, out_channels, S, S) float32, S = image_size or H.
 torch::Tensor transform_batch(const torch::Tensor& images, const TransformOptions& options,

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "io/jpeg.h"
 #include "io/png.h"
+#include "io/webp.h"
 
 namespace ddpx::io {
 namespace image_detail {
@@ -15,14 +16,15 @@ bool starts_with(std::string_view bytes, std::string_view magic) {
 [[noreturn]] void refuse(std::string_view bytes, const std::string& source) {
   const ImageFormat format = detect_image_format(bytes);
   if (bytes.empty())
-    fail(ErrorKind::kData, "{}: empty file (0 bytes); expected a JPEG or PNG image", source);
+    fail(ErrorKind::kData, "{}: empty file (0 bytes); expected a JPEG, PNG or WebP image", source);
   if (format == ImageFormat::kUnknown)
-    fail(ErrorKind::kData,
-         "{}: not a JPEG or PNG image (its first bytes match no image format); remove it from "
-         "the folder or convert it",
-         source);
+    fail(
+        ErrorKind::kData,
+        "{}: not a JPEG, PNG or WebP image (its first bytes match no image format); remove it from "
+        "the folder or convert it",
+        source);
   fail(ErrorKind::kData,
-       "{}: a {} image, which ddpx does not decode (JPEG and PNG only); convert it, e.g. "
+       "{}: a {} image, which ddpx does not decode (JPEG, PNG and WebP only); convert it, e.g. "
        "`convert FILE FILE.png`, or remove it",
        source, name(format));
 }
@@ -63,6 +65,8 @@ ImageInfo read_image_info(std::string_view bytes, const std::string& source, int
       return read_jpeg_info(bytes, source, max_pixels);
     case ImageFormat::kPng:
       return read_png_info(bytes, source, max_pixels);
+    case ImageFormat::kWebp:
+      return read_webp_info(bytes, source, max_pixels);
     default:
       image_detail::refuse(bytes, source);
   }
@@ -74,9 +78,26 @@ torch::Tensor decode_image(std::string_view bytes, const std::string& source, in
       return decode_jpeg(bytes, source, max_pixels);
     case ImageFormat::kPng:
       return decode_png(bytes, source, max_pixels);
+    case ImageFormat::kWebp:
+      return decode_webp(bytes, source, max_pixels);
     default:
       image_detail::refuse(bytes, source);
   }
+}
+
+DecodedRegion decode_image_region(std::string_view bytes, const std::string& source,
+                                  const ImageRegion& region, int64_t max_pixels) {
+  if (detect_image_format(bytes) == ImageFormat::kJpeg)
+    return {decode_jpeg_region(bytes, source, region, max_pixels), region.scale};
+  const torch::Tensor image = decode_image(bytes, source, max_pixels);
+  DDPX_CHECK(region.top >= 0 && region.left >= 0 && region.height > 0 && region.width > 0 &&
+                 region.top + region.height <= image.size(0) &&
+                 region.left + region.width <= image.size(1),
+             ErrorKind::kInternal, "{}: region {}x{} at ({}, {}) outside the {}x{} image", source,
+             region.width, region.height, region.left, region.top, image.size(1), image.size(0));
+  return {image.slice(0, region.top, region.top + region.height)
+              .slice(1, region.left, region.left + region.width),
+          1};
 }
 
 torch::Tensor read_image(const std::string& path, int64_t max_pixels) {

@@ -1,5 +1,6 @@
 // Image files: the format told by the first bytes (never the extension), the size read from the
-// header alone, and the whole decode to 8-bit RGB (H, W, 3), dispatched to io/jpeg or io/png.
+// header alone, and the whole decode to 8-bit RGB (H, W, 3), dispatched to io/jpeg, io/png or
+// io/webp.
 // A header whose pixel count passes `max_pixels` is refused before any pixel buffer exists (a
 // 100000x100000 header costs nothing). Every failure (truncated, corrupt, empty, not an image,
 // too large) is one ddpx::Error(kData) line naming `source`.
@@ -45,8 +46,27 @@ ImageFormat detect_image_format(std::string_view bytes);
 ImageInfo read_image_info(std::string_view bytes, const std::string& source,
                           int64_t max_pixels = kMaxImagePixels);
 
-// The whole image as (H, W, 3) uint8, RGB. JPEG and PNG only; other formats are refused with a
-// line saying to convert them.
+// A crop to decode, in the full image's pixels, and the down-scaling (1, 2, 4 or 8) the caller
+// accepts. A JPEG decodes only the crop, at 1/scale, its sides scaled and rounded to whole
+// pixels: rows round(top / scale) to round((top + height) / scale), columns alike (at least
+// one of each). Other formats decode whole and are cropped, at scale 1.
+struct ImageRegion {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+  int scale = 1;
+};
+
+// The decoded crop: (h, w, 3) uint8 RGB and the scale it came at.
+struct DecodedRegion {
+  torch::Tensor pixels;
+  int scale = 1;
+};
+
+// `region` (inside the image) of the image in `bytes`, as decode_image checks and fails.
+DecodedRegion decode_image_region(std::string_view bytes, const std::string& source,
+                                  const ImageRegion& region, int64_t max_pixels = kMaxImagePixels);
+
+// The whole image as (H, W, 3) uint8, RGB. JPEG, PNG and WebP (where the build has libwebp:
+// io/webp.h); other formats are refused with a line saying to convert them.
 torch::Tensor decode_image(std::string_view bytes, const std::string& source,
                            int64_t max_pixels = kMaxImagePixels);
 

@@ -17,5 +17,11 @@ namespace ddpx::io {
 
 ImageInfo read_jpeg_info(std::string_view bytes, const std::string& source, int64_t max_pixels);
 torch::Tensor decode_jpeg(std::string_view bytes, const std::string& source, int64_t max_pixels);
+// Only `region` (image.h), at 1/region.scale: libjpeg-turbo's DCT scaling, jpeg_crop_scanline for
+// the columns and jpeg_skip_scanlines for the rows above (entropy-decoded, not transformed); the
+// rows below are left undecoded when the file ends with its EOI marker (else read, so that a cut
+// file still fails).
+torch::Tensor decode_jpeg_region(std::string_view bytes, const std::string& source,
+                                 const ImageRegion& region, int64_t max_pixels);
 
 }  // namespace ddpx::io

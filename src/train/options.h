@@ -94,6 +94,7 @@ struct TrainOptions {
   // running
   int threads = 0;  // intra-op threads; 0: default_threads() (distributed/threads.h)
   data::BadImages bad_images = data::BadImages::kError;  // streamed sets: unreadable images
+  data::ImageDecode decode = data::ImageDecode::kFast;   // streamed sets: crop-only decoding
   int loader_workers = 0;           // background threads building batches; 0: from cores per rank
   int64_t limit_train_batches = 0;  // 0: all
   int64_t limit_test_batches = 0;

@@ -157,7 +157,8 @@ TEST(ImageFolderTest, IndexIsCachedAndRescannedWhenTheFolderChanges) {
   // ... and the reason again from the cache, which keeps that the file is unreadable.
   const ImageIndex fourth = index_image_folder(root, 2);
   EXPECT_TRUE(fourth.from_cache);
-  EXPECT_TRUE(test::has(fourth.records[3].error, "not a JPEG or PNG")) << fourth.records[3].error;
+  EXPECT_TRUE(test::has(fourth.records[3].error, "not a JPEG, PNG or WebP"))
+      << fourth.records[3].error;
 
   fs::remove(first.listing.paths[5]);  // a file removed
   EXPECT_EQ(index_image_folder(root, 2).records.size(), 23u);

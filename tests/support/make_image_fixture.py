@@ -2,12 +2,12 @@
 """Makes the image tests' fixtures in OUT (a temporary folder) from real photographs: the ones
 scikit-image's wheel ships (skimage/data: astronaut, chelsea the cat, coffee, rocket, camera, ...),
 cut into crops and re-encoded by real encoders: libjpeg-turbo's cjpeg (qualities, subsamplings,
-progressive, grayscale), PIL (CMYK JPEG; PNG palette, gray, gray+alpha, RGBA, interlaced) and
-zlib for a 16-bit RGB PNG. Nothing here is committed; it takes about a second.
+progressive, grayscale), PIL (CMYK JPEG; PNG palette, gray, gray+alpha, RGBA, interlaced; WebP
+lossy, lossless and with alpha) and zlib for a 16-bit RGB PNG. Nothing here is committed; it takes about a second.
 
 Usage: make_image_fixture.py OUT [--per_class N]
 Writes
-  OUT/formats/NAME.{jpg,png} with OUT/formats/NAME.rgb (the reference RGB bytes: PIL's
+  OUT/formats/NAME.{jpg,png,webp} with OUT/formats/NAME.rgb (the reference RGB bytes: PIL's
       convert("RGB"), the high byte for 16-bit PNGs) and OUT/formats/manifest.tsv
       (name, file, width, height, what)
   OUT/bad/*: truncated, corrupt, empty, not-an-image and 100000x100000-header files
@@ -126,6 +126,13 @@ def formats(out):
     png16_rgb(c16, os.path.join(folder, "zlib_rgb16.png"))
     add("zlib_rgb16", os.path.join(folder, "zlib_rgb16.png"), "16-bit RGB PNG (high byte)",
         reference=(c16 >> 8).astype(np.uint8))
+    # WebP by PIL's libwebp (its reference is PIL's own decode, as for every file here).
+    cat.save(os.path.join(folder, "pil_lossy.webp"), "WEBP", quality=80)
+    add("pil_lossy", os.path.join(folder, "pil_lossy.webp"), "PIL lossy WebP (quality 80)")
+    cat.save(os.path.join(folder, "pil_lossless.webp"), "WEBP", lossless=True)
+    add("pil_lossless", os.path.join(folder, "pil_lossless.webp"), "PIL lossless WebP")
+    rgba.save(os.path.join(folder, "pil_alpha.webp"), "WEBP", quality=90)
+    add("pil_alpha", os.path.join(folder, "pil_alpha.webp"), "PIL lossy WebP with alpha (dropped)")
     with open(os.path.join(folder, "manifest.tsv"), "w") as f:
         f.write("\n".join(rows) + "\n")
 
@@ -141,6 +148,9 @@ def bad(out):
     png_io = io.BytesIO()
     cat.save(png_io, format="PNG")
     png = png_io.getvalue()
+    webp_io = io.BytesIO()
+    cat.save(webp_io, format="WEBP", quality=85)
+    webp = webp_io.getvalue()
 
     def write(name, data):
         with open(os.path.join(folder, name), "wb") as f:
@@ -149,6 +159,7 @@ def bad(out):
     write("truncated.jpg", jpg[: len(jpg) // 2])
     write("truncated_header.jpg", jpg[:40])
     write("truncated.png", png[: len(png) // 2])
+    write("truncated.webp", webp[: len(webp) // 2])
     write("empty.jpg", b"")
     write("text.jpg", b"this is not an image\n" * 4)
     corrupt = bytearray(png)
