@@ -4,7 +4,6 @@
 // model is built and probed here (tensor parallelism on ranks that are threads of it); no GPU
 // and no launcher are needed.
 #include <fmt/format.h>
-#include <malloc.h>
 
 #include <CLI/CLI.hpp>
 #include <memory>
@@ -14,6 +13,7 @@
 #include "cli/parallel_flags.h"
 #include "cli/plan_meshes.h"
 #include "core/error.h"
+#include "core/malloc_tuning.h"
 #include "distributed/threads.h"
 #include "models/checkpointed_model.h"
 #include "models/zoo/registry.h"
@@ -65,10 +65,10 @@ std::string flag_for(parallel::ShardMode mode) {
 }
 
 void run_plan(const PlanOptions& o) {
-  // Tensors of a MiB and more straight from and back to the system: the probes build and free
-  // whole models (one a tensor-parallel thread rank), which glibc's arenas would otherwise keep
-  // once its dynamic mmap threshold has risen past their size.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // The probes build and free whole models, one a tensor-parallel thread rank: one arena for
+  // all, so that freed models are reused rather than kept per thread or handed back to the
+  // system and faulted in again (core/malloc_tuning.h).
+  share_one_malloc_arena();
   DDPX_CHECK(o.gpus >= 1, ErrorKind::kUsage, "plan: --gpus must be at least 1, got {}", o.gpus);
   DDPX_CHECK(o.batch_size >= 1, ErrorKind::kUsage,
              "plan: --batch_size must be at least 1 (per GPU), got {}", o.batch_size);

@@ -18,4 +18,15 @@ bool tune_malloc() {
 #endif
 }
 
+bool share_one_malloc_arena() {
+#if defined(__GLIBC__)
+  for (const char* name : {"MALLOC_ARENA_MAX", "GLIBC_TUNABLES"})
+    if (env::get(name)) return false;
+  if (env::get_or("DDPX_MALLOC", "tuned") == "system") return false;
+  return ::mallopt(M_ARENA_MAX, 1) == 1;
+#else
+  return false;
+#endif
+}
+
 }  // namespace ddpx

@@ -15,4 +15,15 @@ namespace ddpx {
 
 bool tune_malloc();
 
+// For a process whose threads take turns building and freeing whole models (`ddpx plan`'s
+// tensor-parallel thread ranks, each building its own): one malloc arena for every thread, so
+// that what one thread frees the next allocates again. With an arena a thread, tune_malloc()'s
+// thresholds leave each thread's freed models in its own arena (`ddpx plan --model vit_b_16
+// --gpus 4 --image_size 96`: peak resident memory 1.9 GB with a 1 MiB mmap threshold, 3.5 GB);
+// with one arena it is 1.7 GB, without the 1 MiB threshold's page faults (2.3 -> 0.4 million,
+// user+sys CPU 28.5 -> 25.4 s; docs/performance-log.md). Call it before the threads start. Nothing
+// changes when MALLOC_ARENA_MAX or GLIBC_TUNABLES is set, or DDPX_MALLOC=system. Returns whether it
+// changed anything.
+bool share_one_malloc_arena();
+
 }  // namespace ddpx
