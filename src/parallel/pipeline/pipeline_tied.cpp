@@ -49,8 +49,7 @@ void PipelinePlan::find_tied() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (holders[params_[i].unsafeGetTensorImpl()].size() < 2) continue;
     tied_.push_back(params_[i]);
-    // The gradient norm counts a tied gradient once: on the first of its ranks.
-    counted_[i] = pipeline_rank_ == tied_ranks_.front();
+    counted_[i] = false;  // each copy's squares count 1 / copies of the norm
   }
 }
 
