@@ -56,9 +56,9 @@
 //   those ranks, one copy each (Megatron's embedding group). After a synchronized backward, and
 //   after the replicas' averages, their gradients are summed over a group of those ranks (one per
 //   replica, made once, in one order on every rank), so every copy takes the same step and the
-//   copies stay equal; the gradient norm counts them once. Where one rank holds both stages
-//   (one pipeline rank, interleaved) the copy is one tensor and nothing is sent. Checkpoints and
-//   module() hold the one tensor under the unsplit model's key.
+//   copies stay equal; the gradient norm counts them once, and scales both. A tensor that two
+//   stages of one rank list is taken once (params_of()). Checkpoints and module() hold the one
+//   tensor under the unsplit model's key.
 // Shapes and dtypes of what crosses each stage boundary are found once, at the first batch: each
 // stage's rank runs its stage on one sample in the caller's forward context (autocast
 // included), in stage order, handing the shapes on, so no rank sends a shape at run time.
@@ -287,8 +287,8 @@ class PipelinePlan : public Plan {
   std::vector<torch::Tensor> tied_;  // this rank's parameters that another pipeline rank holds too
   std::vector<int> tied_ranks_;      // the pipeline ranks holding the tied parameters, ascending
   std::shared_ptr<dist::Context> tied_group_;  // their ranks in this replica (null: none needed)
-  std::vector<bool> counted_;  // by params_: counted in the gradient norm (a tied one, on one rank)
-  std::vector<ShardUnit> units_;                 // sharded replicas: one per stage of this rank
+  std::vector<bool> counted_;     // by params_: false for a tied one (its copies share the norm)
+  std::vector<ShardUnit> units_;  // sharded replicas: one per stage of this rank
   std::vector<torch::Tensor> shards_;            // what the optimizer steps then, params_ order
   std::vector<std::vector<size_t>> unit_order_;  // units_[u].params()[i] is params_[order[u][i]]
   std::vector<Boundary> boundaries_;             // per stage: its output
