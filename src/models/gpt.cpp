@@ -140,8 +140,7 @@ torch::Tensor GptImpl::forward_cached(torch::Tensor idx, GptCache& cache) {
   return run(std::move(idx), &cache);
 }
 
-torch::Tensor GptImpl::run(torch::Tensor idx, GptCache* cache) {
-  const int64_t past = cache != nullptr ? cache->length() : 0;
+torch::Tensor GptImpl::embed(torch::Tensor idx, int64_t past) {
   DDPX_CHECK(idx.dim() == 2 && !idx.is_floating_point(), ErrorKind::kUsage,
              "GPT expects (batch, tokens) integer token ids, got {} of shape {}",
              c10::toString(idx.scalar_type()), fmt::join(idx.sizes(), "x"));
@@ -151,8 +150,17 @@ torch::Tensor GptImpl::run(torch::Tensor idx, GptCache* cache) {
              "--seq_len {} or less",
              past + t, options_.block_size, options_.block_size);
   idx = idx.to(torch::kLong);
-  torch::Tensor pos = torch::arange(past, past + t, idx.options());                    // (T)
-  torch::Tensor x = transformer->drop(transformer->wte(idx) + transformer->wpe(pos));  // (B, T, C)
+  torch::Tensor pos = torch::arange(past, past + t, idx.options());         // (T)
+  return transformer->drop(transformer->wte(idx) + transformer->wpe(pos));  // (B, T, C)
+}
+
+torch::Tensor GptImpl::head(const torch::Tensor& x) {
+  // The head tied to the token embedding: logits (B, T, vocab).
+  return torch::nn::functional::linear(transformer->ln_f(x), transformer->wte->weight);
+}
+
+torch::Tensor GptImpl::run(torch::Tensor idx, GptCache* cache) {
+  torch::Tensor x = embed(std::move(idx), cache != nullptr ? cache->length() : 0);
   if (cache != nullptr && cache->keys.empty()) {
     cache->keys.resize(options_.n_layer);
     cache->values.resize(options_.n_layer);
@@ -162,9 +170,7 @@ torch::Tensor GptImpl::run(torch::Tensor idx, GptCache* cache) {
     x = cache != nullptr ? block->forward(x, &cache->keys[i], &cache->values[i])
                          : block->forward(x);
   }
-  x = transformer->ln_f(x);
-  // The head tied to the token embedding: logits (B, T, vocab).
-  return torch::nn::functional::linear(x, transformer->wte->weight);
+  return head(x);
 }
 
 int64_t gpt_parameter_count(const GptOptions& o) {

@@ -117,6 +117,11 @@ class GptImpl : public torch::nn::Module {
   // (Not an overload of forward(): AnyModule takes the one forward.)
   torch::Tensor forward_cached(torch::Tensor idx, GptCache& cache);
   const GptOptions& options() const { return options_; }
+  // forward() in the pieces a pipeline cuts between (layer_sequence.h): the token and position
+  // embeddings of idx (B, T) at positions past.. -> (B, T, C); then each block of transformer->h;
+  // then head(): the final LayerNorm and the tied output layer, (B, T, C) -> logits (B, T, vocab).
+  torch::Tensor embed(torch::Tensor idx, int64_t past = 0);
+  torch::Tensor head(const torch::Tensor& x);
 
   GptTransformer transformer{nullptr};
 

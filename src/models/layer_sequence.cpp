@@ -4,6 +4,7 @@
 #include "models/cifar_resnet.h"
 #include "models/densenet.h"
 #include "models/efficientnet.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/mobilenet.h"
 #include "models/mobilenet_v3.h"
@@ -99,6 +100,24 @@ std::vector<Layer> mlp_layers(const std::shared_ptr<MlpImpl>& m) {
       make_layer("fc3", [m](const torch::Tensor& x) { return m->fc3(x); }, {m->fc3.ptr()})};
 }
 
+// The embeddings, each block, then the final LayerNorm and the head. The head's weight is the
+// token embedding's (one Parameter): it is listed in both layers (see layer_sequence.h).
+std::vector<Layer> gpt_layers(const std::shared_ptr<GptImpl>& m) {
+  const GptTransformer& t = m->transformer;
+  std::vector<Layer> layers;
+  layers.push_back(make_layer("embed", [m](const torch::Tensor& x) { return m->embed(x); },
+                              {t->wte.ptr(), t->wpe.ptr(), t->drop.ptr()}));
+  for (size_t i = 0; i < t->h->size(); ++i) {
+    auto block = t->h->ptr<GptBlockImpl>(i);
+    layers.push_back(make_layer("transformer.h." + std::to_string(i),
+                                [block](const torch::Tensor& x) { return block->forward(x); },
+                                {block}));
+  }
+  layers.push_back(make_layer("head", [m](const torch::Tensor& x) { return m->head(x); },
+                              {t->ln_f.ptr()}, {t->wte->weight}));
+  return layers;
+}
+
 // features, then pooling and the classifier: VGG, MobileNet v2/v3, EfficientNet, DenseNet.
 template <typename Impl>
 std::vector<Layer> features_layers(const std::shared_ptr<Impl>& m, Forward head,
@@ -117,6 +136,7 @@ std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& mod
   if (auto m = std::dynamic_pointer_cast<CifarResNetImpl>(module)) return cifar_resnet_layers(m);
   if (auto m = std::dynamic_pointer_cast<VisionTransformerImpl>(module)) return vit_layers(m);
   if (auto m = std::dynamic_pointer_cast<MlpImpl>(module)) return mlp_layers(m);
+  if (auto m = std::dynamic_pointer_cast<GptImpl>(module)) return gpt_layers(m);
   if (auto m = std::dynamic_pointer_cast<VggImpl>(module)) {
     std::vector<Layer> layers;
     add_children(layers, "features", m->features);

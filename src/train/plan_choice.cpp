@@ -51,7 +51,8 @@ bool plan_places_model(const TrainOptions& o) {
 
 ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, const parallel::Mesh& mesh,
                        torch::nn::AnyModule model, const parallel::OptimizerFactory& make_optimizer,
-                       bool loss_scaling, const std::vector<int64_t>& sample_shape) {
+                       bool loss_scaling, const std::vector<int64_t>& sample_shape,
+                       c10::ScalarType sample_dtype) {
   ChosenPlan chosen;
   const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
   if (checkpointing.every > 0) {
@@ -69,6 +70,7 @@ ChosenPlan choose_plan(const TrainOptions& o, dist::Context& context, const para
     pipeline->stages_per_rank = pipeline_stages_per_rank(o);
     pipeline->balance = o.pipeline_balance;
     pipeline->sample_shape = sample_shape;
+    pipeline->sample_dtype = sample_dtype;
     pipeline->micro_batch = replica_batch / pipeline->microbatches;
     pipeline->model_name = o.model;
     pipeline->checkpointing = checkpointing;

@@ -39,7 +39,8 @@ parallel::Mesh mesh_of(const TrainOptions& options, int world_size);
 // the model before choose_plan().
 bool plan_places_model(const TrainOptions& options);
 
-// `sample_shape`: one input sample's (C, H, W), which the pipeline times its layers with.
+// `sample_shape`: one input sample's (C, H, W), or a language model's (T) token ids of
+// `sample_dtype`, which the pipeline times its layers with.
 // `loss_scaling`: fp16's scaler reads the gradients between backward and the step, so the
 // update may not run inside backward; neither may it with --clip_grad_norm, which also needs
 // every rank to hold the whole averaged gradient (no split step).
@@ -47,6 +48,7 @@ bool plan_places_model(const TrainOptions& options);
 ChosenPlan choose_plan(const TrainOptions& options, dist::Context& context,
                        const parallel::Mesh& mesh, torch::nn::AnyModule model,
                        const parallel::OptimizerFactory& make_optimizer, bool loss_scaling,
-                       const std::vector<int64_t>& sample_shape);
+                       const std::vector<int64_t>& sample_shape,
+                       c10::ScalarType sample_dtype = c10::ScalarType::Float);
 
 }  // namespace ddpx::train

@@ -116,8 +116,12 @@ class Run {
     if (o_.amp == optim::Amp::kFp16) scaler_ = std::make_unique<optim::LossScaler>(device_);
     const int64_t parameters = models::count_parameters(*model.ptr());  // before any plan splits it
     const std::string utilization_line = measure_utilization(model, data_->image_size);
-    ChosenPlan chosen = choose_plan(o_, *context_, mesh, model, optimizer, scaler_ != nullptr,
-                                    {3, data_->image_size, data_->image_size});
+    // One sample, as the pipeline times its layers: an image, or a window of token ids.
+    const int64_t size = data_->image_size;  // a token window's length (--seq_len)
+    ChosenPlan chosen = task_.next_token ? choose_plan(o_, *context_, mesh, model, optimizer,
+                                                       scaler_ != nullptr, {size}, torch::kLong)
+                                         : choose_plan(o_, *context_, mesh, model, optimizer,
+                                                       scaler_ != nullptr, {3, size, size});
     plan_ = std::move(chosen.plan);
     if (o_.ema_decay > 0) {
       // A second instance of the architecture holds the average (evaluation mode only).

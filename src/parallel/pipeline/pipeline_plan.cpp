@@ -33,7 +33,8 @@ std::vector<models::Layer> layers_of(const torch::nn::AnyModule& model, const st
   auto layers = models::layer_sequence(model);
   DDPX_CHECK(layers.has_value(), ErrorKind::kUsage,
              "--pipeline_parallel: {} is not a sequence of layers a pipeline can cut; the zoo's "
-             "ResNets, VGG, ViT, MLP, MobileNets, EfficientNet and DenseNet are (ddpx models), "
+             "ResNets, VGG, ViT, MLP, MobileNets, EfficientNet, DenseNet and GPTs are (ddpx "
+             "models), "
              "or pass a torch::nn::Sequential from C++",
              name);
   return std::move(*layers);
@@ -125,26 +126,28 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
     }
     table_.push_back(info);
   }
-  for (int c = 0; c < v; ++c) {
-    const int stage = c * p + pipeline_rank_;
-    my_stages_.push_back(stage);
-    for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
-      for (auto& t : layers_[l].parameters) params_.push_back(t);
-      for (auto& t : layers_[l].buffers) buffers_.push_back(t);
-    }
-  }
+  for (int c = 0; c < v; ++c) my_stages_.push_back(c * p + pipeline_rank_);
+  params_ = params_of(pipeline_rank_);
   std::set<const c10::TensorImpl*> mine;
   for (const auto& t : params_) mine.insert(t.unsafeGetTensorImpl());
-  for (const auto& t : buffers_) mine.insert(t.unsafeGetTensorImpl());
+  for (int stage : my_stages_) {
+    for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
+      for (auto& t : layers_[l].buffers) {
+        if (mine.insert(t.unsafeGetTensorImpl()).second) buffers_.push_back(t);
+      }
+    }
+  }
+  std::set<const c10::TensorImpl*> seen = mine;  // a tied parameter is listed twice: once here
   for (const auto& layer : layers_) {
     for (const auto* list : {&layer.parameters, &layer.buffers}) {
       for (const auto& t : *list) {
-        if (mine.count(t.unsafeGetTensorImpl()) || !t.defined()) continue;
+        if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) continue;
         others_.push_back(t);
         others_nbytes_.push_back(t.storage().nbytes());
       }
     }
   }
+  find_tied();
   std::set<const c10::TensorImpl*> in_layers;
   for (const auto& layer : layers_) {
     for (const auto* list : {&layer.parameters, &layer.buffers})
@@ -161,15 +164,19 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
     replicas_ = dist::split_group(context_, mesh_.groups({MeshDim::kReplicate, MeshDim::kShard}),
                                   "pipeline_replicas");
   }
+  build_tied_group();
   if (group_ && p > 1) links_ = std::make_unique<PipelineLinks>(context_, mesh_, v > 1);
   // The ranks start from rank 0's weights, as DDP's do: a stage at a time, each rank freeing a
   // stage it does not run as soon as it has it, so no rank holds a second copy of the model.
   if (group_) {
+    std::set<const c10::TensorImpl*> sent;  // a tied parameter goes with its first stage
     for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
       std::vector<torch::Tensor> state;
       for (size_t l = bounds_[s]; l < bounds_[s + 1]; ++l) {
-        for (const auto& t : layers_[l].parameters) state.push_back(t);
-        for (const auto& t : layers_[l].buffers) state.push_back(t);
+        for (const auto* list : {&layers_[l].parameters, &layers_[l].buffers}) {
+          for (const auto& t : *list)
+            if (sent.insert(t.unsafeGetTensorImpl()).second) state.push_back(t);
+        }
       }
       dist::broadcast_coalesced(*group_, state, 0, kBroadcastChunk);
       for (const auto& t : state) {
@@ -391,7 +398,10 @@ MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, boo
   }
   finish_sends();
   stats_.wait_seconds += device_idle();
-  if (sync && sharded()) reduce_units();
+  if (sync && sharded()) {
+    sum_tied_gradients();  // whole, before the replicas scatter them
+    reduce_units();
+  }
 
   // The loss and logits go to the replica's first rank, which reports them.
   MicroBatchResult result;
@@ -416,6 +426,7 @@ MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, boo
       context_.rank() == last_rank ? torch::cat(outputs) : torch::Tensor(), rows, device);
   // The replicas' averages, last: their buckets ran on while the loss and logits moved.
   if (sync) finish_replica_sync();
+  if (sync && !sharded()) sum_tied_gradients();  // the copies' averaged gradients
   stats_.seconds = total.seconds();
   epoch_.seconds += stats_.seconds;
   epoch_.wait_seconds += stats_.wait_seconds;

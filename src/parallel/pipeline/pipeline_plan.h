@@ -51,6 +51,14 @@
 // - BatchNorm normalises each micro-batch by its own statistics (as in GPipe and PyTorch's
 //   pipelining), so a BatchNorm model's gradients differ from the unsplit batch's; models
 //   without BatchNorm match it to rounding.
+// - Tied parameters (GPT's token embedding, which is its output layer too: a parameter that
+//   layers of stages on different pipeline ranks list, layer_sequence.h) are kept whole on each of
+//   those ranks, one copy each (Megatron's embedding group). After a synchronized backward, and
+//   after the replicas' averages, their gradients are summed over a group of those ranks (one per
+//   replica, made once, in one order on every rank), so every copy takes the same step and the
+//   copies stay equal; the gradient norm counts them once, and scales both. A tensor that two
+//   stages of one rank list is taken once (params_of()). Checkpoints and module() hold the one
+//   tensor under the unsplit model's key.
 // Shapes and dtypes of what crosses each stage boundary are found once, at the first batch: each
 // stage's rank runs its stage on one sample in the caller's forward context (autocast
 // included), in stage order, handing the shapes on, so no rank sends a shape at run time.
@@ -94,9 +102,11 @@ struct PipelineOptions {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int stages_per_rank = 1;  // V (interleaved)
   PipelineBalance balance = PipelineBalance::kTime;
-  // For the time balance: one sample's shape (C, H, W) and the micro-batch to time with. Empty:
+  // For the time balance: one sample's shape ((C, H, W); a language model's (T), token ids of
+  // sample_dtype) and the micro-batch to time with. Empty:
   // the balance falls back to parameter counts.
   std::vector<int64_t> sample_shape;
+  c10::ScalarType sample_dtype = c10::ScalarType::Float;  // a language model's: token ids (Long)
   int64_t micro_batch = 1;
   // The first layer of each of the V*P stages (C++ callers and tests); empty: balanced.
   std::vector<size_t> bounds;
@@ -241,8 +251,13 @@ class PipelinePlan : public Plan {
   // Whole replicas (pipeline_replica_sync.cpp): a reducer for each of this rank's stages.
   void build_reducers();
   void finish_replica_sync();  // waits for every stage's buckets
-  void gather_whole();         // every stage's parameters and buffers from its replica-0 rank
-  void free_others();          // the memory of the stages this rank does not run
+  // Tied parameters (pipeline_tied.cpp).
+  std::vector<torch::Tensor> params_of(int pipeline_rank) const;  // its stages', each once
+  void find_tied();           // tied_, tied_ranks_, counted_; refuses what cannot run
+  void build_tied_group();    // collective over the context: every rank, in one order
+  void sum_tied_gradients();  // over tied_group_: after the replicas' averages
+  void gather_whole();        // every stage's parameters and buffers from its replica-0 rank
+  void free_others();         // the memory of the stages this rank does not run
   // Sharded replicas (pipeline_shards.cpp).
   bool sharded() const { return !units_.empty(); }
   void build_units();
@@ -269,10 +284,14 @@ class PipelinePlan : public Plan {
   std::vector<size_t> others_nbytes_;            // their storage sizes when held
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<std::unique_ptr<Reducer>> reducers_;  // whole replicas: by chunk, null: no params
-  std::vector<ShardUnit> units_;                    // sharded replicas: one per stage of this rank
-  std::vector<torch::Tensor> shards_;               // what the optimizer steps then, params_ order
-  std::vector<std::vector<size_t>> unit_order_;     // units_[u].params()[i] is params_[order[u][i]]
-  std::vector<Boundary> boundaries_;                // per stage: its output
+  std::vector<torch::Tensor> tied_;  // this rank's parameters that another pipeline rank holds too
+  std::vector<int> tied_ranks_;      // the pipeline ranks holding the tied parameters, ascending
+  std::shared_ptr<dist::Context> tied_group_;  // their ranks in this replica (null: none needed)
+  std::vector<bool> counted_;     // by params_: false for a tied one (its copies share the norm)
+  std::vector<ShardUnit> units_;  // sharded replicas: one per stage of this rank
+  std::vector<torch::Tensor> shards_;            // what the optimizer steps then, params_ order
+  std::vector<std::vector<size_t>> unit_order_;  // units_[u].params()[i] is params_[order[u][i]]
+  std::vector<Boundary> boundaries_;             // per stage: its output
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
   std::vector<std::pair<c10::Event, c10::Event>> device_waits_;  // (before, after) a receive
   PipelineStats stats_;

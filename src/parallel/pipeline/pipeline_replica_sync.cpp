@@ -26,10 +26,12 @@ void PipelinePlan::build_reducers() {
   sync.buckets = replicas_->bucket_policy();
   // Stages take turns on one replica group: each launches its buckets during its own last
   // backward, in the same order on every replica (they run the same schedule).
+  // A parameter two layers share (tied) has one gradient: the first of this rank's stages that
+  // uses it averages it (interleaved, its last backward is the rank's last).
+  std::set<const c10::TensorImpl*> seen;
   for (int stage : my_stages_) {
     std::vector<torch::Tensor> params;
     std::vector<std::string> param_names;
-    std::set<const c10::TensorImpl*> seen;  // a parameter two layers share: one gradient
     for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
       for (const auto& t : layers_[l].parameters) {
         if (!t.requires_grad() || !seen.insert(t.unsafeGetTensorImpl()).second) continue;

@@ -8,6 +8,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "distributed/bucket_policy.h"
@@ -29,13 +30,15 @@ void PipelinePlan::build_units() {
   std::map<const c10::TensorImpl*, std::string> names;
   for (const auto& p : model_.ptr()->named_parameters(/*recurse=*/true))
     names[p.value().unsafeGetTensorImpl()] = p.key();
-  size_t next = 0;  // params_ are the stages' in my_stages_ order, layer by layer
+  size_t next = 0;  // params_ are the stages' in my_stages_ order, layer by layer, each once
+  std::set<const c10::TensorImpl*> seen;
   for (int stage : my_stages_) {
     std::vector<torch::Tensor> params;
     std::vector<std::string> param_names;
     std::vector<size_t> order;
     for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
       for (const auto& t : layers_[l].parameters) {
+        if (!seen.insert(t.unsafeGetTensorImpl()).second) continue;  // tied: in an earlier unit
         params.push_back(t);
         auto it = names.find(t.unsafeGetTensorImpl());
         param_names.push_back(it != names.end() ? it->second : layers_[l].name);

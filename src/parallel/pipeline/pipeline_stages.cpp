@@ -46,7 +46,8 @@ std::vector<double> PipelinePlan::layer_costs() {
     model_.ptr()->eval();
     std::vector<int64_t> shape{std::max<int64_t>(options_.micro_batch, 1)};
     shape.insert(shape.end(), options_.sample_shape.begin(), options_.sample_shape.end());
-    torch::Tensor x = torch::zeros(shape, torch::TensorOptions().device(device));
+    torch::Tensor x =
+        torch::zeros(shape, torch::TensorOptions().dtype(options_.sample_dtype).device(device));
     for (size_t l = 0; l < layers_.size(); ++l) {
       std::vector<torch::Tensor> layer = layers_[l].parameters;
       layer.insert(layer.end(), layers_[l].buffers.begin(), layers_[l].buffers.end());

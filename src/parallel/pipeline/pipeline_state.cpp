@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "distributed/collectives.h"
@@ -41,11 +42,14 @@ void PipelinePlan::gather_whole() {
   for (size_t i = 0; i < others_.size(); ++i) materialize_storage(others_[i], others_nbytes_[i]);
   others_held_ = true;
   if (group_) {
+    std::set<const c10::TensorImpl*> sent;  // a tied parameter from its first stage's rank
     for (const StageInfo& s : table_) {
       std::vector<torch::Tensor> state;
       for (size_t l = s.first_layer; l < s.end_layer; ++l) {
-        for (auto& t : layers_[l].parameters) state.push_back(t);
-        for (auto& t : layers_[l].buffers) state.push_back(t);
+        for (const auto* list : {&layers_[l].parameters, &layers_[l].buffers}) {
+          for (const auto& t : *list)
+            if (sent.insert(t.unsafeGetTensorImpl()).second) state.push_back(t);
+        }
       }
       dist::broadcast_coalesced(*group_, state, s.pipeline_rank);  // replica 0's rank
     }
@@ -95,12 +99,7 @@ void PipelinePlan::state_dict(torch::serialize::OutputArchive& model,
     torch::Tensor data = torch::empty({size.item<int64_t>()}, torch::kUInt8);
     if (r == context_.rank()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
     context_.broadcast(data, r);
-    std::vector<torch::Tensor> theirs;
-    for (const StageInfo& s : table_) {
-      if (s.pipeline_rank != r) continue;
-      for (size_t l = s.first_layer; l < s.end_layer; ++l)
-        for (auto& t : layers_[l].parameters) theirs.push_back(t);
-    }
+    std::vector<torch::Tensor> theirs = params_of(r);
     std::unique_ptr<torch::optim::Optimizer> part = make_optimizer_(theirs);
     std::istringstream in(
         std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(data.numel())));
@@ -195,14 +194,9 @@ void PipelinePlan::write_index(torch::serialize::OutputArchive& index) {
   // chunk by chunk, layer by layer); unsharded replicas past the first write none.
   for (int q = 0; q < world; ++q) {
     if (!shards_stages && mesh_.data_rank(q) > 0) continue;
-    for (int c = 0; c < options_.stages_per_rank; ++c) {
-      const int stage = c * p + mesh_.coordinate(MeshDim::kPipeline, q);
-      for (size_t l = bounds_[stage]; l < bounds_[stage + 1]; ++l) {
-        for (const auto& t : layers_[l].parameters) {
-          holders.orders[static_cast<size_t>(q)].push_back(
-              static_cast<int64_t>(param_index.at(t.unsafeGetTensorImpl())));
-        }
-      }
+    for (const auto& t : params_of(mesh_.coordinate(MeshDim::kPipeline, q))) {
+      holders.orders[static_cast<size_t>(q)].push_back(
+          static_cast<int64_t>(param_index.at(t.unsafeGetTensorImpl())));
     }
   }
   write_holders_index(*model_.ptr(), holders, options_.shard, index);

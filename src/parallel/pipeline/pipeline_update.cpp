@@ -15,12 +15,16 @@ void PipelinePlan::set_learning_rate(double lr) {
 
 torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
   std::vector<optim::HeldGradient> grads;
-  for (const auto& p : sharded() ? shards_ : params_) {
-    if (p.grad().defined()) grads.push_back({p.grad()});
+  const auto& held = sharded() ? shards_ : params_;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!held[i].grad().defined()) continue;
+    // A tied gradient's copies each count a share (an exact half for two): every copy is scaled.
+    grads.push_back({held[i].grad(), counted_[i] ? 1 : static_cast<int>(tied_ranks_.size())});
   }
   // The stages split the model. Whole, every replica holds the same averaged gradients: each
   // stage's squares count once a replica. Sharded, the replicas' shards split each stage
-  // (padding is zero): every element counts once.
+  // (padding is zero): every element counts once. A tied parameter's copies count once
+  // together.
   optim::NormSum sum;
   sum.all_reduce_sum = [this](torch::Tensor& t) { context_.all_reduce_sum(t); };
   sum.replicas = sharded() ? 1 : replica_count_;
