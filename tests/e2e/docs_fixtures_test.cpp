@@ -402,8 +402,8 @@ TEST(DocsFixturesTest, EveryOtherCommandRunsHereOnAFixtureOrSaysWhereItIsChecked
   EXPECT_LE(elsewhere, 24) << "most commands run here; a new one for another machine is a row";
 }
 
-// Apart: the README's plan of ViT-L/16 on 8 GPUs probes the real model (about 3 minutes and
-// 6.5 GB here), so ctest runs it beside the other commands.
+// Apart: the README's plan of ViT-B/16 on 8 GPUs probes the real model (the longest command of
+// the docs), so ctest runs it beside the other commands.
 TEST(DocsFixturesTest, EveryPlanCommandRunsAsPrinted) {
   auto [ran, elsewhere] = run_doc_commands(is_plan);
   EXPECT_GE(ran, 1);
