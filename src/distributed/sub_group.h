@@ -21,7 +21,7 @@ struct SplitOptions {
   // transport (a group for point-to-point transfers, which that transport hands to Gloo anyway).
   bool shared_memory = true;
   // In the job's collective record (the parent's), with its watch over NCCL's work: a hang or a
-  // failure in the group ends the job with the record's verdict (docs/distributed.md, 4).
+  // failure in the group ends the job with the record's verdict (docs/distributed.md, "Faults").
   bool recorded = false;
 };
 
