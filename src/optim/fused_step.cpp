@@ -1,9 +1,11 @@
-// Fused SGD, else the optimizer's step (see fused_step.h).
+// Fused SGD or AdamW, else the optimizer's step (see fused_step.h).
 #include "optim/fused_step.h"
 
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include "optim/foreach_sgd.h"
+#include "optim/fused_adamw.h"
 #include "optim/sgd_kernel.h"
 
 namespace ddpx::optim {
@@ -11,6 +13,8 @@ namespace ddpx::optim {
 void fused_step(torch::optim::Optimizer& optimizer, bool device_kernel) {
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
   if (sgd != nullptr && (device_kernel ? foreach_sgd_step(*sgd) : fused_sgd_step(*sgd))) return;
+  auto* adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer);
+  if (adamw != nullptr && fused_adamw_step(*adamw)) return;
   optimizer.step();
 }
 

@@ -1,7 +1,8 @@
-// An optimizer's step through ddpx's fused SGD where that covers it, else the optimizer's own:
-// the one place the plans choose between them (the data-parallel plan's step strategy, the
-// sharded plan). Either way the parameters and the state are what torch::optim::SGD::step()
-// leaves, to the bit.
+// An optimizer's step through ddpx's fused SGD or ATen's fused AdamW (fused_adamw.h) where those
+// cover it, else the optimizer's own: the one place the plans choose between them (the
+// data-parallel plan's step strategy, the sharded plan). Fused SGD leaves the parameters and
+// the state that torch::optim::SGD::step() leaves, to the bit; fused AdamW the same update up to
+// rounding.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -9,8 +10,8 @@
 namespace ddpx::optim {
 
 // `device_kernel`: ATen's multi-tensor kernel (foreach_sgd.h, for GPU parameters), else the
-// one-pass CPU kernel (sgd_kernel.h). An optimizer that is not SGD, or an SGD setting neither
-// covers, takes its own step().
+// one-pass CPU kernel (sgd_kernel.h); AdamW takes ATen's fused kernel on either. Any other
+// optimizer, or a setting the kernels do not cover, takes its own step().
 void fused_step(torch::optim::Optimizer& optimizer, bool device_kernel);
 
 }  // namespace ddpx::optim

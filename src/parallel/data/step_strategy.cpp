@@ -1,6 +1,7 @@
 // The optimizer step strategy (see step_strategy.h).
 #include "parallel/data/step_strategy.h"
 
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include "distributed/context.h"
@@ -30,6 +31,8 @@ StepStrategy::StepStrategy(torch::optim::Optimizer& optimizer, const dist::Conte
       }
     }
     kind_ = !on_cpu ? Kind::kFusedDevice : contiguous ? Kind::kFused : Kind::kPlain;
+  } else if (dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr && options.fused) {
+    kind_ = Kind::kFusedAdamw;  // a parameter the kernel does not take falls back, step by step
   }
 }
 
@@ -45,6 +48,8 @@ const char* StepStrategy::describe() const {
       return "fused SGD";
     case Kind::kFusedDevice:
       return "fused multi-tensor SGD on the device";
+    case Kind::kFusedAdamw:
+      return "fused AdamW";
     case Kind::kPlain:
       break;
   }
@@ -66,6 +71,7 @@ void StepStrategy::step(bool synced) {
     case Kind::kFused:
       return optim::fused_step(optimizer_, /*device_kernel=*/false);
     case Kind::kFusedDevice:
+    case Kind::kFusedAdamw:
       return optim::fused_step(optimizer_, /*device_kernel=*/true);
     case Kind::kPlain:
       break;

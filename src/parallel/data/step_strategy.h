@@ -7,6 +7,7 @@
 //                     libtorch's step (CPU parameters);
 //   kFusedDevice      SGD as ATen's fused multi-tensor kernel (optim/foreach_sgd.h), one launch
 //                     per group (GPU parameters: the split step is for CPU hosts);
+//   kFusedAdamw       AdamW as ATen's fused kernel (optim/fused_adamw.h), CPU or GPU;
 //   kPlain            the optimizer's own step().
 // The split needs the shared-memory transport and SGD with dampening 0; the step inside backward
 // also needs nothing to read the averaged gradients between backward and the step (no clipping),
@@ -28,12 +29,12 @@ class ShardedSgd;
 struct StepOptions {
   bool split = true;            // may split across ranks (DDPX_SHARDED_STEP=0 also refuses)
   bool inside_backward = true;  // may run inside backward (DDPX_STEP_IN_BACKWARD=0 also refuses)
-  bool fused = true;            // may use the fused SGD pass
+  bool fused = true;            // may use the fused SGD pass or fused AdamW
 };
 
 class StepStrategy {
  public:
-  enum class Kind { kSplitInBackward, kSplit, kFused, kFusedDevice, kPlain };
+  enum class Kind { kSplitInBackward, kSplit, kFused, kFusedDevice, kFusedAdamw, kPlain };
 
   // Collective when `ddp` is distributed (all ranks construct it together, after DDP wraps the
   // model and any checkpoint is loaded). `optimizer` and `ddp` must outlive this object.

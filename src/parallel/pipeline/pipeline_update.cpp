@@ -4,6 +4,7 @@
 
 #include "distributed/context.h"
 #include "optim/clip_grad.h"
+#include "optim/fused_step.h"
 #include "parallel/pipeline/pipeline_plan.h"
 
 namespace ddpx::parallel {
@@ -32,7 +33,8 @@ torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
 }
 
 void PipelinePlan::step() {
-  if (optimizer_) optimizer_->step();
+  // Fused SGD or AdamW where they cover the stages' parameters, as the other plans step.
+  if (optimizer_) optim::fused_step(*optimizer_, !params_.empty() && !params_[0].device().is_cpu());
   whole_ = false;
   for (auto& unit : units_) unit.mark_stale();  // gathered before the next forward
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
@@ -146,7 +147,9 @@ std::string ShardedPlan::describe() {
       "optimizer step: {}, on this rank's shards | plan: sharded "
       "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{}){}{}",
       dynamic_cast<torch::optim::SGD*>(optimizer_.get()) != nullptr ? "fused SGD"
-                                                                    : "the optimizer's own",
+      : dynamic_cast<torch::optim::AdamW*>(optimizer_.get()) != nullptr && !atoms_
+          ? "fused AdamW"
+          : "the optimizer's own",
       context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size(),
       low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "", atoms,
       gathers_in_place_ ? "; all-gathers straight from shared memory into the parameters" : "",
@@ -305,8 +308,13 @@ torch::Tensor ShardedPlan::clip_grad_norm(double max_norm) {
 
 void ShardedPlan::step() {
   // SGD through the data-parallel plan's kernels (bit-identical to libtorch's step): one pass
-  // over memory on a CPU, ATen's multi-tensor kernel on a GPU; anything else its own step.
-  optim::fused_step(*optimizer_, !shards_.empty() && !shards_[0].device().is_cpu());
+  // over memory on a CPU, ATen's multi-tensor kernel on a GPU; AdamW through ATen's fused
+  // kernel, but libtorch's own step under --deterministic, whose bits must be the unsharded
+  // deterministic plan's (whose step is libtorch's); anything else its own step.
+  if (atoms_ && dynamic_cast<torch::optim::AdamW*>(optimizer_.get()) != nullptr)
+    optimizer_->step();
+  else
+    optim::fused_step(*optimizer_, !shards_.empty() && !shards_[0].device().is_cpu());
   ParamGate::Pause pause;
   if (options_.mode == ShardMode::kFull) {
     release_all(/*keep_root=*/false);  // whatever is gathered is out of date
