@@ -5,6 +5,7 @@
 #include "optim/fused_adamw.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/serialize.h>
 
 #include <sstream>
@@ -101,6 +102,25 @@ TEST(FusedAdamwTest, AGroupOfTwoDtypesIsNotCoveredAndChangesNothing) {
   EXPECT_FALSE(fused_adamw_step(adamw));
   EXPECT_TRUE(torch::equal(params[2], before));
   EXPECT_TRUE(adamw.state().empty());
+}
+
+// The kernel on a GPU (the path GPU runs take; compiled everywhere, run where a GPU is visible)
+// against libtorch's AdamW on the CPU.
+TEST(FusedAdamwTest, CudaStepsMatchLibtorchOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto cpu = make_adamw_params(4), cuda = make_adamw_params(4);
+  for (auto& p : cuda) p = p.detach().to(torch::kCUDA).requires_grad_();
+  auto on_cuda = make_adamw(cuda, false), on_cpu = make_adamw(cpu, false);
+  for (int step = 0; step < 3; ++step) {
+    set_adamw_grads(cpu, step);
+    for (size_t i = 0; i < cuda.size(); ++i)
+      cuda[i].mutable_grad() = cpu[i].grad().to(torch::kCUDA);
+    ASSERT_TRUE(fused_adamw_step(on_cuda));
+    on_cpu.step();
+  }
+  std::vector<torch::Tensor> back;
+  for (auto& p : cuda) back.push_back(p.detach().cpu());
+  expect_adamw_close(back, cpu, "cuda");
 }
 
 }  // namespace
