@@ -346,7 +346,8 @@ TEST(BenchSmokeTest, LoaderTimesTheImagePipelineAndReadsTheCachedIndexOnASecondS
   EXPECT_TRUE(test::has(r.output, "too few for 2 warmup")) << r.output;
 }
 
-// The loader comparison on a small folder: every line and its ratio (7 ratios), nothing timed.
+// The loader comparison on a small folder: every line and its ratios (the rate and CPU lines a
+// ratio for each decode mode, the others one), nothing timed.
 TEST(BenchSmokeTest, CompareLoaderScriptPrintsEveryRatio) {
   DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
       << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
@@ -356,16 +357,19 @@ TEST(BenchSmokeTest, CompareLoaderScriptPrintsEveryRatio) {
                        300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* line :
-       {"images/s, 1 worker(s): ddpx ", "images/s, 2 worker(s): ddpx ",
-        "CPU ms an image, 1 worker(s): ddpx ", "first batch, second start (1 worker(s)): ddpx ",
-        "(index read from its cache", "peak resident memory, 2 worker(s), summed over 3 pytorch",
+       {"images/s, 1 worker(s): ddpx fast ", "images/s, 2 worker(s): ddpx fast ",
+        "CPU ms an image, 1 worker(s): ddpx fast ",
+        "first batch, second start (1 worker(s)): ddpx ", "(index read from its cache",
+        "peak resident memory (fast), 2 worker(s), summed over 3 pytorch",
         "PSS at the end, 2 worker(s): ddpx "})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
-  std::regex ratio(R"(\| ratio [0-9]+\.[0-9]{2}x)");
-  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), ratio),
-                          std::sregex_iterator()),
-            7)
-      << r.output;
+  const auto count = [&](const char* pattern) {
+    std::regex re(pattern);
+    return std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), re),
+                         std::sregex_iterator());
+  };
+  EXPECT_EQ(count(R"(\| ratio fast [0-9]+\.[0-9]{2}x, exact [0-9]+\.[0-9]{2}x)"), 4) << r.output;
+  EXPECT_EQ(count(R"(\| ratio [0-9]+\.[0-9]{2}x)"), 3) << r.output;
 }
 
 // The language-model comparison at two steps on Debian's GPL: both rows, the ratios, the FLOPs.
