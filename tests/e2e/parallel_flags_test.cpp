@@ -62,6 +62,7 @@ TEST(ParallelFlagsTest, EveryCommandShowsTrainsFlagsWithTrainsDefaults) {
                                   "--pipeline_balance",
                                   "--tensor_parallel",
                                   "--sequence_parallel",
+                                  "--vocab_divisible_by",
                                   "--activation_checkpointing"};
   EXPECT_EQ(flags_of(train), all);
   // The defaults train shows are the ones a train run gets.
@@ -80,6 +81,7 @@ TEST(ParallelFlagsTest, EveryCommandShowsTrainsFlagsWithTrainsDefaults) {
   EXPECT_EQ(shown_default("--stages_per_rank"), std::to_string(defaults.stages_per_rank));
   EXPECT_EQ(shown_default("--pipeline_balance"), parallel::name(defaults.pipeline_balance));
   EXPECT_EQ(shown_default("--tensor_parallel"), std::to_string(defaults.tensor_parallel));
+  EXPECT_EQ(shown_default("--vocab_divisible_by"), std::to_string(defaults.vocab_divisible_by));
   EXPECT_EQ(shown_default("--activation_checkpointing"), defaults.activation_checkpointing);
 
   // Each other command takes the flags it has a use for, each shown exactly as train shows it.
@@ -87,7 +89,8 @@ TEST(ParallelFlagsTest, EveryCommandShowsTrainsFlagsWithTrainsDefaults) {
       {"bench train", all},
       {"bench memory",
        {"--shard", "--pipeline_parallel", "--microbatches", "--pipeline_schedule",
-        "--stages_per_rank", "--pipeline_balance", "--tensor_parallel", "--sequence_parallel"}},
+        "--stages_per_rank", "--pipeline_balance", "--tensor_parallel", "--sequence_parallel",
+        "--vocab_divisible_by"}},
       {"plan",
        {"--microbatches", "--pipeline_schedule", "--stages_per_rank", "--pipeline_balance",
         "--activation_checkpointing"}},
