@@ -38,6 +38,7 @@ namespace {
 
 using parallel::PipelineSchedule;
 using parallel::ShardMode;
+using test::error_text;
 using test::run_ranks;
 
 constexpr int kSteps = 6;
