@@ -18,6 +18,8 @@
 // steps carry to about lr where a gradient is rounding noise (the attention's key bias, whose
 // exact gradient is 0); a mis-cut piece differs by the weights' own size, 2e-2. The 2 x 2 mesh's
 // validation, one batch of each replica's share (--limit_test_batches), is held to two DDP ranks'.
+// The exported folders' logits on two windows: within 1e-4 of the single process's (measured
+// worst 9.5e-7, PP2 x TP2 with sequence parallelism).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -135,7 +137,7 @@ void LanguageModelTensorParallelTest::expect_trains_as_one(
       "  l = (logits - want_logits).abs().max().item()\n"
       "  print(run, 'vocabulary', v, 'keys', len(got), 'largest difference', d, 'logits', l)\n"
       "  assert d < 2e-4, (run, d)\n"
-      "  assert l < 2e-3, (run, l)\n");
+      "  assert l < 1e-4, (run, l)\n");
   EXPECT_EQ(py.exit_code, 0) << py.output;
 }
 
