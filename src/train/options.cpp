@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "models/activation_checkpoint.h"
-#include "models/zoo/registry.h"
 #include "parallel/pipeline/pipeline_defaults.h"
 
 namespace ddpx::train {
@@ -67,14 +66,6 @@ void validate_tensor_parallel(const TrainOptions& o) {
              "--sequence_parallel with --tensor_parallel {}: --seq_len {} does not split into {} "
              "equal shares of tokens; use a --seq_len that {} divides",
              t, o.seq_len, t, t);
-  for (const auto& info : models::model_table()) {
-    // A pipeline of tensor-parallel GPT stages would carry the vocabulary-parallel embedding and
-    // loss and their tied copies on its first and last stage: not built yet.
-    DDPX_CHECK(info.name != o.model || info.family != "gpt" || o.pipeline_parallel <= 1, usage,
-               "--pipeline_parallel {} with --tensor_parallel {}: {} has no pipeline of "
-               "tensor-parallel stages yet; drop one of the two (each alone works)",
-               o.pipeline_parallel, t, o.model);
-  }
   DDPX_CHECK(!o.sync_bn, usage,
              "--tensor_parallel {} with --sync_bn: the models with a tensor-parallel plan have no "
              "BatchNorm; drop --sync_bn",

@@ -313,20 +313,6 @@ TEST_F(LanguageModelPipelineTest, TwoStagesEverySchedulingAndTwoReplicasTrainAsO
   EXPECT_TRUE(std::filesystem::exists(dir_.file("pp2_hf")));
 }
 
-// Not built yet: a pipeline of tensor-parallel GPT stages, refused in one line as the options are
-// read, before the job joins (so before any collective).
-TEST_F(LanguageModelTest, PipelineOfTensorParallelStagesIsRefusedBeforeTheJobJoins) {
-  auto r = run_command(ddpx("run 4 --log_dir " + dir_.file("log") + " -- " +
-                            train("--num_epochs 1 --pipeline_parallel 2 --tensor_parallel 2")),
-                       120);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(test::has(r.output,
-                        "--pipeline_parallel 2 with --tensor_parallel 2: gpt-nano has no pipeline "
-                        "of tensor-parallel stages yet"))
-      << r.output;
-  EXPECT_FALSE(test::has(r.output, "joined 4 ranks")) << r.output;
-}
-
 TEST_F(LanguageModelTest, ASeqLenPastTheModelsContextIsRefusedNamingTheFlag) {
   auto r = run_command(ddpx(train("--num_epochs 1", /*seq_len=*/65)), 120);
   EXPECT_NE(r.exit_code, 0) << r.output;

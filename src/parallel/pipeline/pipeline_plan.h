@@ -217,6 +217,9 @@ class PipelinePlan : public Plan {
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }  // null: a rank without params
   int replica() const { return replica_; }
   const std::vector<ShardUnit>& units() const { return units_; }  // sharded replicas: a stage each
+  // How many pipeline ranks of a replica hold `param` (one of this rank's stages'): the tied
+  // copies' count (each counts that share of the gradient norm), else 1.
+  int copies(const torch::Tensor& param) const;
 
  protected:
   MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;

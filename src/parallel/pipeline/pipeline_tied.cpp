@@ -53,6 +53,12 @@ void PipelinePlan::find_tied() {
   }
 }
 
+int PipelinePlan::copies(const torch::Tensor& param) const {
+  for (const auto& t : tied_)
+    if (t.is_same(param)) return static_cast<int>(tied_ranks_.size());
+  return 1;
+}
+
 void PipelinePlan::build_tied_group() {
   if (tied_ranks_.empty() || !group_) return;
   // One group a replica of the ranks that hold the tied parameters; every other rank alone.

@@ -176,6 +176,15 @@ class ParallelGptImpl : public nn::Module {
         "transformer", ParallelGptTransformer(whole->transformer, options_, vocab_spec, group));
   }
   torch::Tensor forward(torch::Tensor idx) {
+    const int64_t t = idx.dim() == 2 ? idx.size(1) : 0;
+    torch::Tensor x = embed(std::move(idx));
+    const int64_t tokens = sequence_parallel_ ? t : 0;
+    for (size_t i = 0; i < transformer->h->size(); ++i) x = block_forward(i, x, tokens);
+    return head(x, tokens);
+  }
+
+  // idx (B, T) -> (B, T, C) whole, or (sequence parallel) this rank's (B, T/T', C) share.
+  torch::Tensor embed(torch::Tensor idx) {
     DDPX_CHECK(idx.dim() == 2 && !idx.is_floating_point(), ErrorKind::kUsage,
                "GPT expects (batch, tokens) integer token ids, got {} of shape {}",
                c10::toString(idx.scalar_type()), fmt::join(idx.sizes(), "x"));
@@ -191,29 +200,71 @@ class ParallelGptImpl : public nn::Module {
                t, ranks, ranks);
     idx = idx.to(torch::kLong);
     torch::Tensor pos = torch::arange(t, idx.options());
-    const torch::Tensor& wte = transformer->wte->weight;
-    torch::Tensor x = vocab_parallel_embedding(idx, wte, start_, group_) + transformer->wpe(pos);
+    torch::Tensor x = vocab_parallel_embedding(idx, transformer->wte->weight, start_, group_) +
+                      transformer->wpe(pos);
     // Sequence parallel: from here to the output layer each rank holds its 1/T of the tokens.
-    const int64_t tokens = sequence_parallel_ ? t : 0;
     if (sequence_parallel_) x = split_tokens(x, group_);
-    x = transformer->drop(x);
-    const size_t blocks = transformer->h->size();
-    for (size_t i = 0; i < blocks; ++i) {
-      auto block = transformer->h->ptr<ParallelGptBlockImpl>(i);
-      // Block i is layer i + 1 of the unsplit GPT's sequence (the embedding, the blocks, the
-      // head), as models::with_activation_checkpointing counts them.
-      x = models::checkpoints_layer(checkpointing_, i + 1, blocks + 2)
-              ? block->forward_checkpointed(x, tokens)
-              : block->forward(x, tokens);
-    }
-    x = transformer->ln_f(x);
-    // The tied output layer: this rank's rows of the embedding, its slice of the logits (the
-    // tokens gathered first, sequence parallel).
+    return transformer->drop(x);
+  }
+
+  // Block i: layer i + 1 of the unsplit GPT's sequence (the embedding, the blocks, the head), as
+  // models::with_activation_checkpointing counts them. `tokens` > 0: x is this rank's share of a
+  // sequence of that many.
+  torch::Tensor block_forward(size_t i, const torch::Tensor& x, int64_t tokens) {
+    auto block = transformer->h->ptr<ParallelGptBlockImpl>(i);
+    return models::checkpoints_layer(checkpointing_, i + 1, transformer->h->size() + 2)
+               ? block->forward_checkpointed(x, tokens)
+               : block->forward(x, tokens);
+  }
+
+  // The final LayerNorm and the tied output layer: this rank's rows of the embedding, its slice
+  // of the logits (B, T, V'/T) (the tokens gathered first, sequence parallel).
+  torch::Tensor head(const torch::Tensor& h, int64_t tokens) {
+    torch::Tensor x = transformer->ln_f(h);
+    const torch::Tensor& wte = transformer->wte->weight;
     // (gather_tokens, then the product: the fused gather_tokens_linear takes a bias, which the
     // tied output layer has none of.)
-    if (sequence_parallel_) return nn::functional::linear(gather_tokens(x, t, group_), wte);
+    if (tokens > 0) return nn::functional::linear(gather_tokens(x, tokens, group_), wte);
     return nn::functional::linear(copy_to_region(x, group_), wte);
   }
+
+  // The split GPT as a pipeline cuts it, layer for layer the unsplit GPT's (layer_sequence.h):
+  // the embeddings, each block, the final LayerNorm with the tied output layer, whose rows of
+  // the embedding both the first and the last layer list (a pipeline keeps a copy on each of
+  // their stages and sums the copies' gradients: on the ranks of one tensor rank, the copies of
+  // one slice of the vocabulary). Sequence parallel, the stages pass this rank's share of the
+  // tokens on (B, T/T', C): a later stage takes the sequence's length from its share's.
+  std::vector<models::Layer> layers() {
+    auto self = std::dynamic_pointer_cast<ParallelGptImpl>(shared_from_this());
+    const int64_t ranks = sequence_parallel_ ? group_.world_size() : 0;
+    auto params = [](std::initializer_list<std::shared_ptr<nn::Module>> modules,
+                     std::vector<torch::Tensor> extra) {
+      for (const auto& m : modules)
+        for (auto& p : m->parameters()) extra.push_back(p);
+      return extra;
+    };
+    std::vector<models::Layer> out;
+    out.push_back(
+        {"embed",
+         [self](const torch::Tensor& idx) { return self->embed(idx); },
+         params({transformer->wpe.ptr(), transformer->drop.ptr()}, {transformer->wte->weight}),
+         {}});
+    for (size_t i = 0; i < transformer->h->size(); ++i) {
+      out.push_back({"transformer.h." + std::to_string(i),
+                     [self, i, ranks](const torch::Tensor& x) {
+                       return self->block_forward(i, x, ranks * x.size(1));
+                     },
+                     params({transformer->h->ptr(i)}, {}),
+                     {}});
+    }
+    out.push_back(
+        {"head",
+         [self, ranks](const torch::Tensor& x) { return self->head(x, ranks * x.size(1)); },
+         params({transformer->ln_f.ptr()}, {transformer->wte->weight}),
+         {}});
+    return out;
+  }
+
   ParallelGptTransformer transformer{nullptr};
 
  private:
@@ -294,8 +345,9 @@ SplitModel split_gpt(const torch::nn::AnyModule& whole, dist::Context& group,
   split.gather = [vocab, g](const torch::Tensor& logits) {
     return gather_vocab(logits, vocab, *g);
   };
-  split.module = torch::nn::AnyModule(
-      ParallelGpt(gpt, vocab_spec, start, group, sequence_parallel, checkpointing));
+  ParallelGpt parallel(gpt, vocab_spec, start, group, sequence_parallel, checkpointing);
+  split.layers = parallel->layers();
+  split.module = torch::nn::AnyModule(parallel);
   return split;
 }
 

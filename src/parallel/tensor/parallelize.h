@@ -48,7 +48,9 @@ struct SplitModel {
   std::vector<std::string> partial_grads;
   // The split model as a sequence of layers (models/layer_sequence.h), the unsplit model's cut
   // for cut, so a pipeline can run it in stages (--pipeline_parallel x --tensor_parallel): a
-  // ViT's embedding, each split block, its head; the MLP's fc1, fc2, fc3. Each layer runs its
+  // ViT's embedding, each split block, its head; the MLP's fc1, fc2, fc3; a GPT's embeddings,
+  // each split block, its final LayerNorm with the tied vocabulary-parallel output layer (the
+  // embedding's rows listed in the first and the last layer: parallel_gpt.h). Each layer runs its
   // own activation checkpointing (the recomputed ViT blocks replay their attention dropout), so
   // a pipeline over them checkpoints nothing more. With sequence parallelism the layers between
   // the embedding and the head pass this rank's share of the tokens (B, count, D), the sequence

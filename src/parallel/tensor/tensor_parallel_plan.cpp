@@ -229,7 +229,11 @@ torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
   std::vector<optim::HeldGradient> grads;
   for (const auto& p : split_.ptr()->named_parameters()) {
     const auto& g = p.value().grad();
-    if (g.defined()) grads.push_back({g, specs_.count(p.key()) ? 1 : options_.size});
+    if (!g.defined()) continue;
+    // A tied piece (a GPT's embedding rows on the first and the last stage) counts once over
+    // its pipeline copies.
+    const int copies = pipeline_ != nullptr ? pipeline_->copies(p.value()) : 1;
+    grads.push_back({g, (specs_.count(p.key()) ? 1 : options_.size) * copies});
   }
   optim::NormSum sum;
   if (pipeline_ != nullptr) {
@@ -247,25 +251,31 @@ torch::Tensor TensorParallelPlan::clip_sharded(double max_norm) {
   // stage units'. The job's sum of the shards' squares counts every piece once and every unsplit
   // layer T times.
   const auto named = split_.ptr()->named_parameters();
-  std::vector<std::pair<torch::Tensor, bool>> shards;  // (shard, of a piece)
+  // (shard, ranks of a replica holding it: T for an unsplit layer's, times a tied piece's
+  // pipeline copies)
+  std::vector<std::pair<torch::Tensor, int>> shards;
   if (sharded_ != nullptr) {
     const auto all = inner_->parameters();
     DDPX_CHECK(all.size() == named.size(), ErrorKind::kInternal,
                "tensor parallel: {} shards for {} parameters", all.size(), named.size());
     for (size_t i = 0; i < all.size(); ++i)
-      shards.emplace_back(all[i], specs_.count(named[i].key()) > 0);
+      shards.emplace_back(all[i], specs_.count(named[i].key()) > 0 ? 1 : options_.size);
   } else {
     std::map<const c10::TensorImpl*, bool> piece;
     for (const auto& p : named) piece[p.value().unsafeGetTensorImpl()] = specs_.count(p.key()) > 0;
     for (const auto& unit : pipeline_->units()) {
-      for (size_t i = 0; i < unit.params().size(); ++i)
-        shards.emplace_back(unit.shards()[i], piece.at(unit.params()[i].unsafeGetTensorImpl()));
+      for (size_t i = 0; i < unit.params().size(); ++i) {
+        const torch::Tensor& param = unit.params()[i];
+        shards.emplace_back(
+            unit.shards()[i],
+            (piece.at(param.unsafeGetTensorImpl()) ? 1 : options_.size) * pipeline_->copies(param));
+      }
     }
   }
   std::vector<optim::HeldGradient> grads;
-  for (const auto& [shard, of_piece] : shards) {
+  for (const auto& [shard, held_by] : shards) {
     const torch::Tensor& g = shard.grad();
-    if (g.defined()) grads.push_back({g, of_piece ? 1 : options_.size});
+    if (g.defined()) grads.push_back({g, held_by});
   }
   optim::NormSum sum;
   sum.all_reduce_sum = [this](torch::Tensor& t) { context_.all_reduce_sum(t); };
@@ -298,7 +308,8 @@ torch::Tensor TensorParallelPlan::forward_eval(const torch::Tensor& input) {
   // A pipeline's logits reach its replica's first stage, on each tensor rank.
   torch::Tensor logits =
       pipeline_ != nullptr ? pipeline_->forward_eval(input) : split_.forward(input);
-  if (split_gather_) logits = split_gather_(logits);  // a vocabulary-parallel output
+  // A vocabulary-parallel output; a pipeline's logits on its first stage's tensor group only.
+  if (split_gather_ && logits.defined()) logits = split_gather_(logits);
   return tensor_group_->rank() == 0 ? logits : torch::Tensor();
 }
 
