@@ -226,8 +226,9 @@ class Run {
   parallel::MicroBatchResult train_step(const data::Batch& batch, bool boundary) {
     parallel::MicroBatch mb = recipe_micro_batch(o_, device_, batch, *mixer_, scaler_.get());
     mb.step = global_step_;
-    // The step's rate goes with its last batch: the update may run inside that backward.
-    if (boundary) mb.learning_rate = schedule_->lr_at(global_step_);
+    // Every batch carries the rate of the step it belongs to (the update may run inside the
+    // last one's backward).
+    mb.learning_rate = schedule_->lr_at(global_step_);
     parallel::MicroBatchResult out = plan_->forward_backward(mb, /*sync=*/boundary);
     if (boundary) {
       RECORD_USER_SCOPE(kRangeOptimizer);
