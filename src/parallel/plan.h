@@ -28,8 +28,9 @@
 //   between backward and step: no loss scaling, no clipping); describe() then says "inside
 //   backward" and step() only checks that backward made the update.
 // - The learning rate travels with the batch: MicroBatch::learning_rate (when >= 0) is the rate
-//   of the update that batch's step makes, set before its forward and backward run, since the
-//   update may run inside that backward. Nothing else sets it, so no call order is imposed.
+//   of the update that batch's step makes; forward_backward() gives it to the optimizer before
+//   anything runs, since the update may run inside that backward. The plan has no other way in
+//   for it, so no call order is imposed.
 // - step(): the update after a synchronized backward, leaving the model where an unsharded step
 //   on the global batch would. zero_grad() clears the gradients for the next accumulation.
 // - clip_grad_norm(max_norm): scales the gradients so that their global L2 norm, over
@@ -45,8 +46,17 @@
 //   this rank's part and is not collective; write_index() the layout of the parts (rank 0 writes
 //   it). Any plan loads such parts: parallel/sharded/sharded_state.h rebuilds the whole state
 //   with the plan's optimizer_factory() and hands it to load_state_dict().
-// - module(): the whole model, to export and average (EMA): whole for data parallel, gathered
-//   by a sharded plan, a pipeline or tensor parallelism (communicating when it is not current).
+// - module(): the whole model, to export and evaluate: whole for data parallel, gathered by a
+//   sharded plan, a pipeline or tensor parallelism (communicating when it is not current).
+// - held_tensors(): the tensors of the model this rank holds and updates, named as in the model,
+//   in an order that stays the same: every parameter and buffer for data parallel and ZeRO-1/2,
+//   the parameters' shards and the buffers under --shard full, its stages' (or their shards)
+//   for a pipeline, its pieces and the unsplit layers for tensor parallelism. module() assembles
+//   the whole model from them. What an average of the weights (EMA) keeps, so that it stays
+//   where the parameters are. Not collective.
+// - held_changed(): the caller wrote into held_tensors() (EMA swaps its average in, assembles it
+//   through module() and swaps the weights back): the next module() assembles again instead of
+//   returning what it assembled before. Not collective.
 // - Evaluation: set_training(false) puts the model in evaluation mode without gathering it.
 //   eval_share() is this rank's share of the test set: {rank, count} for data::eval_indices.
 //   forward_eval(input) is the logits of this rank's test batch without gradients, defined on
@@ -80,6 +90,12 @@ namespace ddpx::parallel {
 using OptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor> params)>;
 
+// A tensor this rank holds of the model (Plan::held_tensors()), by its name in the model.
+struct HeldTensor {
+  std::string name;
+  torch::Tensor tensor;
+};
+
 // One micro-batch, as the caller hands it to forward_backward().
 struct MicroBatch {
   torch::Tensor input;   // on the device; the first stage's input
@@ -99,7 +115,7 @@ struct MicroBatch {
   // uninterrupted one does.
   int64_t step = -1;
   // The learning rate of the update this micro-batch's step makes (the scheduler's rate at that
-  // step); < 0: the rate the previous one set (or the optimizer's own).
+  // step); < 0: the rate the previous batch carried (or the optimizer's own).
   double learning_rate = -1;
 };
 
@@ -118,10 +134,8 @@ class Plan {
   virtual std::string describe() = 0;
 
   // `sync` false: accumulate locally, no communication (not the last micro-batch of a step).
-  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) {
-    if (batch.learning_rate >= 0) set_learning_rate(batch.learning_rate);
-    return run_forward_backward(batch, sync);
-  }
+  // The batch's learning rate reaches the optimizer first (see the contract above).
+  virtual MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) = 0;
 
   virtual torch::Tensor clip_grad_norm(double max_norm) = 0;  // returns the norm before
   virtual void step() = 0;
@@ -142,6 +156,8 @@ class Plan {
                                torch::serialize::InputArchive& optimizer) = 0;
 
   virtual torch::nn::AnyModule& module() = 0;
+  virtual std::vector<HeldTensor> held_tensors() = 0;
+  virtual void held_changed() {}
 
   struct Share {
     int rank = 0, count = 1;
@@ -161,11 +177,6 @@ class Plan {
   virtual void write_index(torch::serialize::OutputArchive& index) { no_parts(); }
   // The factory the optimizer was built with (it may be called again).
   virtual const OptimizerFactory& optimizer_factory() const = 0;
-
- protected:
-  // What forward_backward() runs, after the batch's learning rate was set.
-  virtual MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) = 0;
-  virtual void set_learning_rate(double lr) = 0;
 
  private:
   [[noreturn]] static void no_parts() {

@@ -97,8 +97,4 @@ double LrSchedule::lr_at(int64_t step) const {
   return 0.5 * base_lr_ * (1.0 + std::cos(M_PI * progress));
 }
 
-void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
-}
-
 }  // namespace ddpx::train

@@ -75,6 +75,4 @@ class LrSchedule {
   StepDecay step_;
 };
 
-void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
-
 }  // namespace ddpx::train

@@ -46,8 +46,12 @@ void RunCheckpoints::check_shared_save_dir() {
              o_.save_dir, ranks);
 }
 
-torch::nn::Module* RunCheckpoints::ema_module() const {
-  return state_.ema != nullptr && *state_.ema ? &(*state_.ema)->module() : nullptr;
+bool RunCheckpoints::has_ema() const { return state_.ema != nullptr && *state_.ema; }
+
+torch::nn::Module* RunCheckpoints::ema_module() {
+  if (!has_ema()) return nullptr;
+  (*state_.ema)->assemble(*state_.plan, *state_.ema_model.ptr());  // collective
+  return state_.ema_model.ptr().get();
 }
 
 TrainPosition RunCheckpoints::resume() {
@@ -63,14 +67,17 @@ TrainPosition RunCheckpoints::resume() {
   }
   DDPX_CHECK(std::filesystem::exists(path), ErrorKind::kUsage,
              "--resume {}: no such file or folder; give a checkpoint path or 'auto'", path);
-  TrainPosition p = load_checkpoint(path, *state_.plan, state_.meta, ema_module());
-  if (auto* ema = state_.ema; ema != nullptr && *ema) {
+  TrainPosition p = load_checkpoint(path, *state_.plan, state_.meta,
+                                    has_ema() ? state_.ema_model.ptr().get() : nullptr);
+  if (has_ema()) {
+    auto& ema = *state_.ema;
     if (p.ema_updates >= 0) {
-      (*ema)->set_updates(p.ema_updates);
+      // The whole average the file holds, cut into this rank's part as the plan cuts the model.
+      ema->load(*state_.plan, *state_.ema_model.ptr());
+      ema->set_updates(p.ema_updates);
     } else {
       // A checkpoint from a run without EMA: the average starts from the resumed weights.
-      *ema =
-          std::make_unique<ModelEma>(state_.ema_model, *state_.plan->module().ptr(), o_.ema_decay);
+      ema = std::make_unique<ModelEma>(held_tensors(*state_.plan), o_.ema_decay);
       log::info("--ema_decay: {} holds no EMA weights; the average starts from its weights", path);
     }
   }
@@ -93,7 +100,7 @@ TrainPosition RunCheckpoints::position(int64_t epochs_done, int64_t epoch_step,
     position.loss_scale = state_.scaler->current_scale();
     position.loss_scale_growth = state_.scaler->growth_tracker();
   }
-  if (auto* ema = ema_module(); ema != nullptr) position.ema_updates = (*state_.ema)->updates();
+  if (has_ema()) position.ema_updates = (*state_.ema)->updates();
   return position;
 }
 

@@ -54,7 +54,9 @@ class RunCheckpoints {
   bool writes_parts() const;
   void check_shared_save_dir();
   void write(const std::string& path, const TrainPosition& position);  // whole or sharded
-  torch::nn::Module* ema_module() const;
+  bool has_ema() const;
+  // The whole average, assembled for a checkpoint (collective); null without --ema_decay.
+  torch::nn::Module* ema_module();
 
   const TrainOptions& o_;
   dist::Context& context_;

@@ -59,6 +59,7 @@ class Run {
         r.test_loss = result.final_test_loss = test.loss;
         log_evaluation(task_, test);
         if (ema_) {
+          ema_->assemble(*plan_, *ema_model_.ptr());  // collective: the plan assembles it
           const EvalResult ema = evaluate(ema_model_);
           r.test_accuracy_ema = result.final_test_accuracy_ema = ema.accuracy;
           log_evaluation(task_, ema, " (EMA)");
@@ -124,9 +125,11 @@ class Run {
                                                        scaler_ != nullptr, {3, size, size});
     plan_ = std::move(chosen.plan);
     if (o_.ema_decay > 0) {
-      // A second instance of the architecture holds the average (evaluation mode only).
+      // The average of the tensors this rank holds; a second instance of the architecture
+      // receives it whole for evaluation and checkpoints (evaluation mode only).
       ema_model_ = models::create_model(o_.model, config);
-      ema_ = std::make_unique<ModelEma>(ema_model_, *plan_->module().ptr(), o_.ema_decay);
+      ema_model_.ptr()->eval();
+      ema_ = std::make_unique<ModelEma>(held_tensors(*plan_), o_.ema_decay);
     }
     schedule_ = make_schedule(o_, facts.learning_rate, updates);
     CheckpointMeta meta{o_.model, data_->splits.train.num_classes, models::name(o_.stem),
@@ -226,12 +229,13 @@ class Run {
   parallel::MicroBatchResult train_step(const data::Batch& batch, bool boundary) {
     parallel::MicroBatch mb = recipe_micro_batch(o_, device_, batch, *mixer_, scaler_.get());
     mb.step = global_step_;
-    // The step's rate goes with its last batch: the update may run inside that backward.
-    if (boundary) mb.learning_rate = schedule_->lr_at(global_step_);
+    // Every batch carries the rate of the step it belongs to (the update may run inside the
+    // last one's backward).
+    mb.learning_rate = schedule_->lr_at(global_step_);
     parallel::MicroBatchResult out = plan_->forward_backward(mb, /*sync=*/boundary);
     if (boundary) {
       RECORD_USER_SCOPE(kRangeOptimizer);
-      if (take_step() && ema_) ema_->update(*plan_->module().ptr());
+      if (take_step() && ema_) ema_->update(held_tensors(*plan_));  // no communication
       plan_->zero_grad();
       ++global_step_;
     }

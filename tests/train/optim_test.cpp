@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "optim/learning_rate.h"
 #include "support/support.h"
 #include "train/options.h"
 
@@ -85,10 +86,12 @@ TEST(OptionsTest, StepFlagsGoWithTheStepSchedule) {
   EXPECT_THROW(validate(o), Error);
 }
 
-TEST(OptimizerTest, SetLearningRateReachesEveryGroup) {
+TEST(OptimizerTest, ABatchsLearningRateReachesEveryGroupAndNoneKeepsTheRate) {
   torch::Tensor w = torch::zeros({2}, torch::requires_grad());
   auto opt = make_optimizer({w}, {Optimizer::kAdamw, 0.01, 0.05, 0.9});
-  set_learning_rate(*opt, 0.5);
+  optim::apply_learning_rate(*opt, 0.5);
+  EXPECT_DOUBLE_EQ(opt->param_groups()[0].options().get_lr(), 0.5);
+  optim::apply_learning_rate(*opt, -1);  // a batch that carries no rate
   EXPECT_DOUBLE_EQ(opt->param_groups()[0].options().get_lr(), 0.5);
 }
 

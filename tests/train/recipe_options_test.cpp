@@ -105,8 +105,7 @@ Net small_net() { return Net(); }
 TEST(EmaTest, AveragesWeightsAndBuffersWithTheWarmedUpDecay) {
   torch::manual_seed(0);
   auto model = small_net();
-  torch::nn::AnyModule shadow(small_net());
-  ModelEma ema(shadow, *model, 0.9);
+  ModelEma ema(module_tensors(*model), 0.9);
   EXPECT_DOUBLE_EQ(ema.decay_at(0), 0.1);  // (1 + 0) / (10 + 0)
   EXPECT_DOUBLE_EQ(ema.decay_at(1000), 0.9);
 
@@ -116,12 +115,14 @@ TEST(EmaTest, AveragesWeightsAndBuffersWithTheWarmedUpDecay) {
     model->parameters()[0].add_(1.0);
     model->buffers()[0].fill_(2.0);  // running_mean
   }
-  ema.update(*model);  // d = 0.1: ema = 0.1 * start + 0.9 * (start + 1)
-  auto averaged = ema.module().parameters()[0];
+  ema.update(module_tensors(*model));  // d = 0.1: ema = 0.1 * start + 0.9 * (start + 1)
+  // Parameters (fc.weight, fc.bias, bn.weight, bn.bias), then buffers (running_mean,
+  // running_var, num_batches_tracked).
+  auto averaged = ema.average()[0];
   EXPECT_TRUE(torch::allclose(averaged, start + 0.9));
-  EXPECT_TRUE(torch::allclose(ema.module().buffers()[0], torch::full({2}, 1.8)))
+  EXPECT_TRUE(torch::allclose(ema.average()[4], torch::full({2}, 1.8)))
       << "BatchNorm statistics are averaged too";
-  EXPECT_EQ(ema.module().buffers()[2].item<int64_t>(), model->buffers()[2].item<int64_t>())
+  EXPECT_EQ(ema.average()[6].item<int64_t>(), model->buffers()[2].item<int64_t>())
       << "integer buffers are copied";
   EXPECT_FALSE(averaged.requires_grad());
   EXPECT_EQ(ema.updates(), 1);
@@ -132,17 +133,19 @@ TEST(EmaTest, CheckpointKeepsTheAverageBesideTheWeights) {
   torch::manual_seed(0);
   auto model = small_net();
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-  torch::nn::AnyModule shadow(small_net());
-  ModelEma ema(shadow, *model, 0.99);
+  ModelEma ema(module_tensors(*model), 0.99);
   {
     torch::NoGradGuard no_grad;
     for (auto& p : model->parameters()) p.add_(0.5);
   }
-  ema.update(*model);
+  ema.update(module_tensors(*model));
   TrainPosition position{1, 10};
   position.ema_updates = ema.updates();
   const CheckpointMeta meta{"net", 2, "imagenet", 3};
-  save_checkpoint(dir.file("c.ddpx"), *model, optimizer, position, meta, &ema.module());
+  auto whole = small_net();  // the average whole, as a plan assembles it
+  for (size_t i = 0; i < ema.average().size(); ++i)
+    module_tensors(*whole)[i].set_data(ema.average()[i]);
+  save_checkpoint(dir.file("c.ddpx"), *model, optimizer, position, meta, whole.ptr().get());
 
   auto model2 = small_net();
   torch::optim::SGD optimizer2(model2->parameters(), torch::optim::SGDOptions(0.1));
@@ -150,8 +153,8 @@ TEST(EmaTest, CheckpointKeepsTheAverageBesideTheWeights) {
   TrainPosition loaded =
       load_checkpoint(dir.file("c.ddpx"), *model2, optimizer2, meta, shadow2.ptr().get());
   EXPECT_EQ(loaded.ema_updates, 1);
-  auto want = ema.module().parameters();
-  auto got = shadow2->parameters();
+  auto want = ema.average();
+  auto got = module_tensors(*shadow2);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(want[i].equal(got[i])) << "tensor " << i;
   EXPECT_FALSE(got[0].equal(model2->parameters()[0])) << "the average is not the weights";
 

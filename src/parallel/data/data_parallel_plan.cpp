@@ -8,8 +8,10 @@
 #include "core/error.h"
 #include "distributed/context.h"
 #include "optim/clip_grad.h"
+#include "optim/learning_rate.h"
 #include "parallel/data/powersgd.h"
 #include "parallel/data/sync_batch_norm.h"
+#include "parallel/held_tensors.h"
 
 namespace ddpx::parallel {
 
@@ -68,8 +70,9 @@ StepStrategy::Kind DataParallelPlan::step_kind() {
   return step_->kind();
 }
 
-MicroBatchResult DataParallelPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult DataParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
   wrap();
+  optim::apply_learning_rate(*optimizer_, batch.learning_rate);  // the step may run in backward
   MicroBatchResult r;
   auto forward = [&] {
     r.output = ddp_ ? ddp_->forward(batch.input) : model_.forward(batch.input);
@@ -108,11 +111,6 @@ std::vector<std::pair<std::string, double>> DataParallelPlan::epoch_metrics() {
            static_cast<double>(powersgd_traffic_->error_feedback_bytes)}};
 }
 
-void DataParallelPlan::set_learning_rate(double lr) {
-  wrap();
-  step_->set_learning_rate(lr);
-}
-
 torch::Tensor DataParallelPlan::clip_grad_norm(double max_norm) {
   // Every rank holds the whole averaged gradient: the global norm is the local one.
   return optim::clip_grad_norm(model_.ptr()->parameters(), max_norm);
@@ -126,6 +124,8 @@ void DataParallelPlan::step() {
 void DataParallelPlan::zero_grad() { optimizer_->zero_grad(); }
 
 std::vector<torch::Tensor> DataParallelPlan::parameters() { return model_.ptr()->parameters(); }
+
+std::vector<HeldTensor> DataParallelPlan::held_tensors() { return module_tensors(*model_.ptr()); }
 
 void DataParallelPlan::state_dict(torch::serialize::OutputArchive& model,
                                   torch::serialize::OutputArchive& optimizer) {

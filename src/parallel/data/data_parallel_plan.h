@@ -45,6 +45,7 @@ class DataParallelPlan : public Plan {
   ~DataParallelPlan() override;
 
   std::string describe() override;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -54,6 +55,7 @@ class DataParallelPlan : public Plan {
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override { return model_; }
+  std::vector<HeldTensor> held_tensors() override;  // the whole model's
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
   // With --comm_hook powersgd: powersgd_ratio (elements a compressed step does not send, as a
   // factor), powersgd_compressed_steps (so far) and powersgd_error_feedback_bytes.
@@ -62,10 +64,6 @@ class DataParallelPlan : public Plan {
   int sync_bn_layers() const { return sync_bn_layers_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   StepStrategy::Kind step_kind();
-
- protected:
-  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
 
  private:
   void wrap();  // DDP and the step, once (see above)

@@ -8,6 +8,8 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "optim/clip_grad.h"
+#include "optim/learning_rate.h"
+#include "parallel/held_tensors.h"
 
 namespace ddpx::parallel {
 
@@ -59,11 +61,12 @@ std::string DeterministicPlan::describe() {
 
 int DeterministicPlan::norm_layers() const { return atoms_->norm_layers(); }
 
-MicroBatchResult DeterministicPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult DeterministicPlan::forward_backward(const MicroBatch& batch, bool sync) {
   DDPX_CHECK(
       sync, ErrorKind::kInternal,
       "the deterministic plan takes no gradient accumulation (train/options.cpp refuses it)");
   broadcast_once();
+  optim::apply_learning_rate(*optimizer_, batch.learning_rate);
   MicroBatchResult result;
   const auto mine = atoms_->run(
       model_, batch, context_.rank(), [this] { optimizer_->zero_grad(); }, result);
@@ -76,9 +79,7 @@ MicroBatchResult DeterministicPlan::run_forward_backward(const MicroBatch& batch
   return result;
 }
 
-void DeterministicPlan::set_learning_rate(double lr) {
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-}
+std::vector<HeldTensor> DeterministicPlan::held_tensors() { return module_tensors(*model_.ptr()); }
 
 torch::Tensor DeterministicPlan::clip_grad_norm(double max_norm) {
   // Every rank holds the same whole gradient: the local norm is the global one, bit for bit.

@@ -59,6 +59,7 @@ class DeterministicPlan : public Plan {
   ~DeterministicPlan() override;
 
   std::string describe() override;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -68,13 +69,10 @@ class DeterministicPlan : public Plan {
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override { return model_; }
+  std::vector<HeldTensor> held_tensors() override;  // the whole model's
   const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
 
   int norm_layers() const;
-
- protected:
-  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
 
  private:
   void broadcast_once();  // rank 0's weights and buffers, at the first call after construction

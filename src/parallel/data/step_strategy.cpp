@@ -56,10 +56,6 @@ const char* StepStrategy::describe() const {
   return "the optimizer's own step";
 }
 
-void StepStrategy::set_learning_rate(double lr) {
-  for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
-}
-
 void StepStrategy::step(bool synced) {
   switch (kind_) {
     case Kind::kSplitInBackward:

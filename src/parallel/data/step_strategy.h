@@ -11,8 +11,8 @@
 //   kPlain            the optimizer's own step().
 // The split needs the shared-memory transport and SGD with dampening 0; the step inside backward
 // also needs nothing to read the averaged gradients between backward and the step (no clipping),
-// and the learning rate of the update set before backward (the plan sets it from the batch,
-// plan.h).
+// and the learning rate of the update in the optimizer before backward (the plan writes the
+// batch's there first, plan.h).
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -45,8 +45,6 @@ class StepStrategy {
   Kind kind() const { return kind_; }
   const char* describe() const;  // for the start-up line
 
-  // The learning rate of the coming update; call before the backward whose step follows.
-  void set_learning_rate(double lr);
   // The update after a backward. `synced` false: that backward ran under no_sync (bench's
   // compute-only steps): the split step after backward still runs then (every rank's model
   // uses the one shared copy), the one inside backward has nothing to do.

@@ -16,6 +16,7 @@
 #include "distributed/collectives.h"
 #include "distributed/context.h"
 #include "distributed/sub_group.h"
+#include "optim/learning_rate.h"
 #include "parallel/data/reducer.h"
 #include "parallel/pipeline/pipeline_links.h"
 #include "parallel/placement.h"
@@ -282,7 +283,8 @@ torch::Tensor PipelinePlan::run_stage(int stage, torch::Tensor x) {
   return x;
 }
 
-MicroBatchResult PipelinePlan::run_forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sync) {
+  if (optimizer_) optim::apply_learning_rate(*optimizer_, batch.learning_rate);
   Stopwatch total;
   stats_ = {};
   if (others_held_) free_others();

@@ -183,6 +183,7 @@ class PipelinePlan : public Plan {
   ~PipelinePlan() override;
 
   std::string describe() override;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -193,6 +194,9 @@ class PipelinePlan : public Plan {
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override;
+  // This rank's stages' parameters (their shards, sharded replicas) and buffers.
+  std::vector<HeldTensor> held_tensors() override;
+  void held_changed() override;  // every stage gathered and broadcast again by module()
   // The stages' modes; sharded replicas gather their stages for evaluation (collective).
   void set_training(bool on) override;
   // The replica's share; its ranks run the batch through their stages, the first gets the logits.
@@ -220,10 +224,6 @@ class PipelinePlan : public Plan {
   // How many pipeline ranks of a replica hold `param` (one of this rank's stages'): the tied
   // copies' count (each counts that share of the gradient norm), else 1.
   int copies(const torch::Tensor& param) const;
-
- protected:
-  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
 
  private:
   // Tags above every (micro-batch, stage, direction) one: the loss, the logits, the shapes.

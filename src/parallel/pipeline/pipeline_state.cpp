@@ -13,6 +13,7 @@
 
 #include "distributed/collectives.h"
 #include "distributed/context.h"
+#include "parallel/held_tensors.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/sharded/sharded_state.h"
@@ -70,6 +71,18 @@ Plan::Share PipelinePlan::eval_share(int /*rank*/, int /*world_size*/) {
 torch::nn::AnyModule& PipelinePlan::module() {
   if (!whole_) gather_whole();
   return model_;
+}
+
+std::vector<HeldTensor> PipelinePlan::held_tensors() {
+  auto& module = *model_.ptr();
+  std::vector<HeldTensor> held = named_as_in(module, params_, sharded() ? shards_ : params_);
+  for (auto& b : named_as_in(module, buffers_, buffers_)) held.push_back(std::move(b));
+  return held;
+}
+
+void PipelinePlan::held_changed() {
+  whole_ = false;
+  for (auto& unit : units_) unit.mark_stale();  // gathered from the shards again
 }
 
 void PipelinePlan::state_dict(torch::serialize::OutputArchive& model,

@@ -9,11 +9,6 @@
 
 namespace ddpx::parallel {
 
-void PipelinePlan::set_learning_rate(double lr) {
-  if (!optimizer_) return;
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-}
-
 torch::Tensor PipelinePlan::clip_grad_norm(double max_norm) {
   std::vector<optim::HeldGradient> grads;
   const auto& held = sharded() ? shards_ : params_;

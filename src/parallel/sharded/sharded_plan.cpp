@@ -15,7 +15,9 @@
 #include "distributed/context.h"
 #include "optim/clip_grad.h"
 #include "optim/fused_step.h"
+#include "optim/learning_rate.h"
 #include "parallel/data/sync_batch_norm.h"
+#include "parallel/held_tensors.h"
 #include "parallel/ready_hook.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/sharded/sharded_state.h"
@@ -229,7 +231,8 @@ void ShardedPlan::release_all(bool keep_root) {
   }
 }
 
-MicroBatchResult ShardedPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool sync) {
+  optim::apply_learning_rate(*optimizer_, batch.learning_rate);
   if (atoms_) return forward_backward_atoms(batch, sync);
   auto& module = *model_.ptr();
   if (options_.broadcast_buffers) {
@@ -289,8 +292,18 @@ void ShardedPlan::finish_backward() {
   in_flight_.clear();
 }
 
-void ShardedPlan::set_learning_rate(double lr) {
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+std::vector<HeldTensor> ShardedPlan::held_tensors() {
+  auto& module = *model_.ptr();
+  if (!gate_) return module_tensors(module);
+  std::vector<HeldTensor> held = named_as_in(module, module.parameters(), shards_);
+  for (const auto& b : module.named_buffers()) held.push_back({b.key(), b.value()});
+  return held;
+}
+
+void ShardedPlan::held_changed() {
+  if (!gate_) return;  // module() is the held tensors themselves
+  ParamGate::Pause pause;
+  release_all(/*keep_root=*/false);
 }
 
 torch::Tensor ShardedPlan::clip_grad_norm(double max_norm) {

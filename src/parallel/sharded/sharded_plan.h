@@ -83,6 +83,7 @@ class ShardedPlan : public Plan, private GateListener {
   ~ShardedPlan() override;
 
   std::string describe() override;
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -95,6 +96,10 @@ class ShardedPlan : public Plan, private GateListener {
   // summon_full_params) and stays whole, the gate quiet, until the next forward_backward() or
   // step(), so evaluation may run any number of batches on each rank without communicating.
   torch::nn::AnyModule& module() override;
+  // With `full` this rank's shards (in the model's parameter order) and the buffers; otherwise
+  // the whole model's, which every rank holds between steps.
+  std::vector<HeldTensor> held_tensors() override;
+  void held_changed() override;  // `full`: the gathered units released, module() gathers again
   // Sharded checkpoints (sharded_state.h): each rank writes its shards and its optimizer.
   bool saves_sharded() override { return true; }
   void write_part(torch::serialize::OutputArchive& part) override;
@@ -104,10 +109,6 @@ class ShardedPlan : public Plan, private GateListener {
   const std::vector<ShardUnit>& units() const { return units_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   int sync_bn_layers() const { return sync_bn_layers_; }
-
- protected:
-  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
 
  private:
   enum class Phase { kIdle, kForward, kBackward };

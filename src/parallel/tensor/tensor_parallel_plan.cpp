@@ -166,7 +166,7 @@ std::string TensorParallelPlan::describe() {
                      replicated);
 }
 
-MicroBatchResult TensorParallelPlan::run_forward_backward(const MicroBatch& batch, bool sync) {
+MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, bool sync) {
   if (whole_held_) free_whole();
   MicroBatchResult result;
   if (split_loss_) {
@@ -215,9 +215,6 @@ MicroBatchResult TensorParallelPlan::run_forward_backward(const MicroBatch& batc
   }
   return result;
 }
-
-// The rate reaches the inner plan with the batch (its forward_backward() sets it).
-void TensorParallelPlan::set_learning_rate(double) {}
 
 torch::Tensor TensorParallelPlan::clip_grad_norm(double max_norm) {
   if (sharded_ != nullptr || (pipeline_ != nullptr && !pipeline_->units().empty()))

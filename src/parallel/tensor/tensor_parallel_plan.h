@@ -102,6 +102,8 @@ class TensorParallelPlan : public Plan {
   ~TensorParallelPlan() override;
 
   std::string describe() override;
+  // The batch's learning rate reaches the inner plan with the batch.
+  MicroBatchResult forward_backward(const MicroBatch& batch, bool sync) override;
   torch::Tensor clip_grad_norm(double max_norm) override;
   void step() override;
   void zero_grad() override;
@@ -111,6 +113,9 @@ class TensorParallelPlan : public Plan {
   void load_state_dict(torch::serialize::InputArchive& model,
                        torch::serialize::InputArchive& optimizer) override;
   torch::nn::AnyModule& module() override;
+  // The inner plan's: this rank's pieces and unsplit layers (their shards, their stages').
+  std::vector<HeldTensor> held_tensors() override { return inner_->held_tensors(); }
+  void held_changed() override;  // the whole gathered from the pieces again by module()
   void set_training(bool on) override;
   // Evaluation on the pieces: the replica's share, its T ranks computing each batch together
   // (the split layers' collectives), the logits counted on tensor rank 0.
@@ -137,10 +142,6 @@ class TensorParallelPlan : public Plan {
   // pipeline "mesh (data x pipeline x tensor) 1 x 2 x 2: replica 0: stage 0 ranks 0 1, stage 1
   // ranks 2 3"
   std::string mesh_line() const;
-
- protected:
-  MicroBatchResult run_forward_backward(const MicroBatch& batch, bool sync) override;
-  void set_learning_rate(double lr) override;
 
  private:
   void refresh_whole();  // collective over the tensor group, when the pieces changed

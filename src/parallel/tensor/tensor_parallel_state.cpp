@@ -52,6 +52,11 @@ void TensorParallelPlan::refresh_whole() {
   stale_ = false;
 }
 
+void TensorParallelPlan::held_changed() {
+  inner_->held_changed();
+  stale_ = true;
+}
+
 torch::nn::AnyModule& TensorParallelPlan::module() {
   refresh_whole();
   return whole_;
