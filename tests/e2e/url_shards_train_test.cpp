@@ -24,7 +24,7 @@ using test::ddpx;
 using test::has;
 using test::run_command;
 
-std::string slurp(const std::string& path) {
+std::string served_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
   s << in.rdbuf();
@@ -43,20 +43,20 @@ struct ServedShards {
         run_command(ddpx("data pack " + photos.root() + " --out " + dir + " --shard_size 1"), 120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     for (const auto& e : fs::directory_iterator(dir))
-      files["/shards/" + e.path().filename().string()] = slurp(e.path().string());
+      files["/shards/" + e.path().filename().string()] = served_bytes(e.path().string());
   }
 };
 
-constexpr const char* kTrain =
+constexpr const char* kUrlTrain =
     "train --model resnet20 --val_split 0.25 --batch_size 4 --image_size 32 --optimizer adamw "
     "--learning_rate 0.004 --seed 1 --loader_workers 2 --threads 1 ";
 
-std::string pattern(const test::TinyHttpServer& server) {
+std::string shard_pattern(const test::TinyHttpServer& server) {
   return "'" + server.url() + "shards/train-{000000..000019}.tar'";
 }
 
 // Every line of the run's progress: the losses and accuracies.
-std::vector<double> curve(const std::string& output) {
+std::vector<double> url_curve(const std::string& output) {
   std::vector<double> out = test::numbers_after(output, "loss_train");
   for (double a : test::numbers_after(output, "Accuracy on test dataset")) out.push_back(a);
   return out;
@@ -65,20 +65,20 @@ std::vector<double> curve(const std::string& output) {
 TEST(UrlShardsTrainTest, TrainingFromUrlsSeesTheBatchesOfTheSameShardsOnDisk) {
   ServedShards shards;
   test::TinyHttpServer server(shards.files);
-  auto local = run_command(ddpx(std::string(kTrain) +
+  auto local = run_command(ddpx(std::string(kUrlTrain) +
                                 "--num_epochs 2 --dataset shards "
                                 "--data_dir " +
                                 shards.dir),
                            300);
   ASSERT_EQ(local.exit_code, 0) << local.output;
-  auto remote =
-      run_command(ddpx(std::string(kTrain) + "--num_epochs 2 --data_url " + pattern(server)), 300);
+  auto remote = run_command(
+      ddpx(std::string(kUrlTrain) + "--num_epochs 2 --data_url " + shard_pattern(server)), 300);
   ASSERT_EQ(remote.exit_code, 0) << remote.output;
   EXPECT_TRUE(has(remote.output, "dataset shards from " + server.url() +
                                      "shards (20 shards, 0.25 "
                                      "held out"))
       << remote.output;
-  const std::vector<double> a = curve(local.output), b = curve(remote.output);
+  const std::vector<double> a = url_curve(local.output), b = url_curve(remote.output);
   ASSERT_GE(a.size(), 3u) << local.output;
   EXPECT_EQ(a, b) << "local:\n" << local.output << "\nremote:\n" << remote.output;
   // Classes from classes.txt beside the shards, and every index fetched once.
@@ -90,8 +90,8 @@ TEST(UrlShardsTrainTest, TwoRanksReadDisjointShardsAndRunTheSameNumberOfSteps) {
   ServedShards shards;
   test::TinyHttpServer server(shards.files);
   test::TempDir logs;
-  auto r = run_command(ddpx("run 2 --log_dir " + logs.path() + " -- " + kTrain +
-                            "--num_epochs 1 --data_url " + pattern(server)),
+  auto r = run_command(ddpx("run 2 --log_dir " + logs.path() + " -- " + kUrlTrain +
+                            "--num_epochs 1 --data_url " + shard_pattern(server)),
                        600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output,
@@ -110,17 +110,17 @@ TEST(UrlShardsTrainTest, TwoRanksReadDisjointShardsAndRunTheSameNumberOfSteps) {
 }
 
 // The one line the run ends with, and how long it took.
-struct Failure {
+struct UrlFailure {
   test::CommandResult result;
   double seconds = 0;
 };
 
-Failure train_failing(const std::string& env, const std::string& url) {
+UrlFailure train_from_failing_url(const std::string& env, const std::string& url) {
   const auto start = std::chrono::steady_clock::now();
-  Failure f;
+  UrlFailure f;
   f.result = run_command(
       env + " " +
-          ddpx(std::string(kTrain) + "--num_epochs 1 --limit_train_batches 2 --data_url " + url),
+          ddpx(std::string(kUrlTrain) + "--num_epochs 1 --limit_train_batches 2 --data_url " + url),
       120);
   f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return f;
@@ -134,7 +134,7 @@ TEST(UrlShardsTrainTest, AMissingShardOrIndexOrARefusedPortEndsWithOneLineNaming
   test::TinyHttpServer server(files);
   const std::string base = server.url() + "shards/";
 
-  auto f = train_failing("", "'" + base + "train-{000000..000019}.tar'");
+  auto f = train_from_failing_url("", "'" + base + "train-{000000..000019}.tar'");
   EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
   EXPECT_TRUE(has(f.result.output, base +
                                        "train-000004.tar.idx: HTTP 404: no index beside the "
@@ -143,14 +143,14 @@ TEST(UrlShardsTrainTest, AMissingShardOrIndexOrARefusedPortEndsWithOneLineNaming
       << f.result.output;
 
   // The index is there but the shard is not: the batch that reads it names it.
-  f = train_failing("", base + "train-000009.tar " + base + "train-000010.tar");
+  f = train_from_failing_url("", base + "train-000009.tar " + base + "train-000010.tar");
   EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
   EXPECT_TRUE(has(f.result.output, base + "train-000009.tar: HTTP 404 from the server; check the "
                                           "URL (--data_url)"))
       << f.result.output;
 
   const std::string refused = fmt::format("http://127.0.0.1:{}/shards/", test::free_port());
-  f = train_failing("", "'" + refused + "train-{000000..000019}.tar'");
+  f = train_from_failing_url("", "'" + refused + "train-{000000..000019}.tar'");
   EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
   EXPECT_TRUE(has(f.result.output, refused + "train-000000.tar.idx: cannot connect"))
       << f.result.output;
@@ -162,7 +162,7 @@ TEST(UrlShardsTrainTest, AServerWithoutRangeRequestsIsRefusedBeforeItSendsAWhole
   ServedShards shards;
   test::TinyHttpServer server(shards.files);
   server.ignore_ranges();
-  auto f = train_failing("", pattern(server));
+  auto f = train_from_failing_url("", shard_pattern(server));
   EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
   EXPECT_TRUE(has(f.result.output,
                   ".tar: the server ignored the byte range (HTTP 200, not 206 "
@@ -179,7 +179,7 @@ TEST(UrlShardsTrainTest, AShardCutMidMemberOrAStalledServerEndsTheRunWithinTheSt
     for (const auto& [path, bytes] : shards.files)
       if (path.size() > 4 && path.compare(path.size() - 4, 4, ".tar") == 0) cut.insert(path);
     test::TinyHttpServer server(shards.files, cut);
-    auto f = train_failing("", fmt::format(url, server.url()));
+    auto f = train_from_failing_url("", fmt::format(url, server.url()));
     EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
     EXPECT_TRUE(has(f.result.output, ".tar: the connection ended before the body did"))
         << f.result.output;
@@ -188,7 +188,7 @@ TEST(UrlShardsTrainTest, AShardCutMidMemberOrAStalledServerEndsTheRunWithinTheSt
   {
     test::TinyHttpServer server(shards.files);
     for (int k = 0; k < 20; ++k) server.stall(fmt::format("/shards/train-{:06d}.tar", k));
-    auto f = train_failing("DDPX_HTTP_STALL_S=2", fmt::format(url, server.url()));
+    auto f = train_from_failing_url("DDPX_HTTP_STALL_S=2", fmt::format(url, server.url()));
     EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
     EXPECT_TRUE(has(f.result.output, ".tar: the transfer stalled (under 1 byte/s for 2 s"))
         << f.result.output;
