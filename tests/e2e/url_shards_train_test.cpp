@@ -143,7 +143,7 @@ TEST(UrlShardsTrainTest, AMissingShardOrIndexOrARefusedPortEndsWithOneLineNaming
       << f.result.output;
 
   // The index is there but the shard is not: the batch that reads it names it.
-  f = train_from_failing_url("", base + "train-000009.tar " + base + "train-000010.tar");
+  f = train_from_failing_url("", "'" + base + "train-000009.tar " + base + "train-000010.tar'");
   EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
   EXPECT_TRUE(has(f.result.output, base + "train-000009.tar: HTTP 404 from the server; check the "
                                           "URL (--data_url)"))
