@@ -6,7 +6,11 @@ and resized to ImageNet's typical sizes (about 500x375, landscape or portrait, +
 PIL (libjpeg-turbo) at quality 90 with 4:2:0 subsampling, as ImageNet's JPEGs mostly are.
 Nothing here is committed: the folder is made in a temporary directory on each run.
 
-Usage: photo_folder.py OUT [--images N] [--seed S]
+With --side S the sizes are about S x 3S/4 instead (small JPEGs for bench/loader_scale.sh), and
+with --distinct K only K crops are encoded, each written again under the following files' names
+(a 100k-image folder in a minute; the loader indexes and decodes each file all the same).
+
+Usage: photo_folder.py OUT [--images N] [--seed S] [--side S] [--distinct K]
 """
 import argparse
 import importlib.util
@@ -25,6 +29,8 @@ def main():
     p.add_argument("out")
     p.add_argument("--images", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--side", type=int, default=500, help="the long side, about")
+    p.add_argument("--distinct", type=int, default=0, help="crops encoded (0: every image)")
     a = p.parse_args()
     spec = importlib.util.find_spec("skimage")
     if spec is None:
@@ -37,17 +43,27 @@ def main():
             photos[cls] = im.convert("RGB")
         os.makedirs(os.path.join(a.out, cls), exist_ok=True)
     classes = sorted(photos)
+    encoded = []  # with --distinct: the bytes of the first K images
     for k in range(a.images):
         cls = classes[k % len(classes)]
+        path = os.path.join(a.out, cls, f"{cls}_{k:06d}.jpg")
+        if a.distinct and len(encoded) == a.distinct:
+            with open(path, "wb") as f:
+                f.write(encoded[k % a.distinct])
+            continue
         im = photos[cls]
         # A random window of 40-100% of the photo's side, then ImageNet's size.
         f = rng.uniform(0.4, 1.0)
         w, h = max(16, int(im.width * f)), max(16, int(im.height * f))
         x, y = rng.randint(0, im.width - w), rng.randint(0, im.height - h)
-        long_side, short_side = int(500 * rng.uniform(0.9, 1.1)), int(375 * rng.uniform(0.9, 1.1))
+        long_side = max(8, int(a.side * rng.uniform(0.9, 1.1)))
+        short_side = max(8, int(a.side * 3 / 4 * rng.uniform(0.9, 1.1)))
         size = (long_side, short_side) if rng.random() < 0.75 else (short_side, long_side)
         out = im.crop((x, y, x + w, y + h)).resize(size, Image.BICUBIC)
-        out.save(os.path.join(a.out, cls, f"{cls}_{k:06d}.jpg"), quality=90, subsampling=2)
+        out.save(path, quality=90, subsampling=2)
+        if a.distinct:
+            with open(path, "rb") as f:
+                encoded.append(f.read())
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "cli/choices.h"
+#include "core/error.h"
 #include "models/zoo/registry.h"
 #include "train/options.h"
 
@@ -12,6 +13,7 @@ data::DatasetSpec ModelDataOptions::dataset_spec() const {
   data::DatasetSpec spec;
   spec.dataset = dataset;
   spec.data_dir = data_dir;
+  spec.data_url = data_url;
   spec.val_dir = val_dir;
   spec.val_split = val_split;
   spec.synthetic_height = spec.synthetic_width = synthetic_image;
@@ -40,6 +42,19 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
   cmd->add_option("--data_dir", o.data_dir,
                   "dataset folder (default: the dataset's own; "
                   "fashion-mnist: Debian's dataset-fashion-mnist)");
+  cmd->add_option("--data_url", o.data_url,
+                  "tar shards on an HTTP(S) server, in place of --data_dir (implies --dataset "
+                  "shards): 'http://host/shards/train-{000000..000099}.tar' (quoted: the shell "
+                  "expands braces) or several URLs; each needs its .idx beside it")
+      ->each([cmd, &o](const std::string&) {
+        // Options are processed in the order they were added: --dataset's value is known here.
+        DDPX_CHECK(cmd->count("--dataset") == 0 || o.dataset == data::DatasetId::kShards,
+                   ErrorKind::kUsage,
+                   "--data_url reads tar shards, but --dataset is {}: leave --dataset out (or "
+                   "give --dataset shards), or train from --data_dir",
+                   data::name(o.dataset));
+        o.dataset = data::DatasetId::kShards;
+      });
   cmd->add_option(
       "--val_dir", o.val_dir,
       "imagefolder, imagenet: the validation folder (imagenet's default: DATA_DIR/val); "

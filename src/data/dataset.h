@@ -93,6 +93,8 @@ inline const char* name(BadImages b) { return name_of(kBadImagesNames, b); }
 struct DatasetSpec {
   DatasetId dataset = DatasetId::kFashionMnist;
   std::string data_dir;
+  // shards only: URLs of tar shards on an HTTP server, read in place of data_dir's (`--data_url`)
+  std::string data_url;
   // synthetic only
   int64_t synthetic_train_size = 2048;
   int64_t synthetic_test_size = 512;

@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/http_range.h"
 #include "data/transforms.h"
 #include "data/val_split.h"
 #include "io/tar_shard.h"
@@ -96,6 +97,7 @@ std::vector<size_t> all(size_t n) {
 
 std::string ImageFiles::read(int64_t i) const {
   if (!sharded()) return read_file(paths[i]);
+  if (is_url(paths[i])) return http_read_range(paths[i], offsets[i], records[i].bytes);
   return io::read_tar_member(paths[i], offsets[i], records[i].bytes);
 }
 

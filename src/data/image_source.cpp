@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/http_range.h"
 #include "data/image_dataset.h"
 #include "data/image_transforms.h"
 #include "io/image.h"
@@ -54,6 +55,10 @@ Batch ImageSource::gather(const int64_t* indices, int64_t count, int64_t epoch,
         break;
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kData && e.kind() != ErrorKind::kIo) throw;
+        // A shard server's failure (data/http_range.h names the URL itself, where a bad image
+        // is URL:MEMBER) is no image's fault: skipping would try every other sample in turn.
+        const std::string& path = dataset_.files->paths[used[i]];
+        if (is_url(path) && std::string(e.what()).rfind(path + ": ", 0) == 0) throw;
         DDPX_CHECK(bad_images_ == BadImages::kSkip, e.kind(),
                    "{} (or pass --bad_images skip to leave such files out)", e.what());
         bool first = false;

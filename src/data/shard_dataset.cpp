@@ -8,10 +8,13 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "core/error.h"
+#include "data/http_range.h"
 #include "data/image_dataset.h"
 #include "data/image_folder.h"
+#include "data/shard_urls.h"
 #include "data/transforms.h"
 #include "data/val_split.h"
 #include "io/tar_index.h"
@@ -63,11 +66,9 @@ struct Samples {
   std::vector<int64_t> labels;
 };
 
-// Appends shard `number`'s samples.
-void add_shard(const std::string& path, int32_t number, Samples& out) {
-  // `ddpx data pack`'s index when it is current, else the tar's own headers.
-  std::optional<std::vector<io::TarMember>> indexed = io::read_tar_index(path);
-  const std::vector<io::TarMember> members = indexed ? std::move(*indexed) : io::list_tar(path);
+// Appends the samples of shard `number` at `path` (a file or a URL), whose members are these.
+void add_members(const std::string& path, int32_t number, const std::vector<io::TarMember>& members,
+                 Samples& out) {
   size_t i = 0;
   while (i < members.size()) {
     std::string extension;
@@ -98,9 +99,38 @@ void add_shard(const std::string& path, int32_t number, Samples& out) {
   }
 }
 
+// Appends shard `number`'s samples.
+void add_shard(const std::string& path, int32_t number, Samples& out) {
+  // `ddpx data pack`'s index when it is current, else the tar's own headers.
+  std::optional<std::vector<io::TarMember>> indexed = io::read_tar_index(path);
+  add_members(path, number, indexed ? std::move(*indexed) : io::list_tar(path), out);
+}
+
 Samples list_shards(const std::vector<std::string>& shards) {
   Samples s;
   for (size_t k = 0; k < shards.size(); ++k) add_shard(shards[k], static_cast<int32_t>(k), s);
+  return s;
+}
+
+// The same for shards on an HTTP server: their members from the index beside each (the tar
+// itself is never walked over the network), which must be there.
+Samples list_shard_urls(const std::vector<std::string>& urls) {
+  Samples s;
+  for (size_t k = 0; k < urls.size(); ++k) {
+    const std::string index_url = io::tar_index_path(urls[k]);
+    const std::optional<std::string> text = http_get(index_url, /*missing_ok=*/true);
+    DDPX_CHECK(text, ErrorKind::kData,
+               "{}: HTTP 404: no index beside the shard {}; a shard read from a URL needs the "
+               "SHARD.tar.idx that `ddpx data pack` writes beside it (the sample counts that "
+               "give every rank the same number of batches): serve it there too",
+               index_url, urls[k]);
+    std::optional<std::vector<io::TarMember>> members = io::parse_tar_index(*text, -1);
+    DDPX_CHECK(members, ErrorKind::kData,
+               "{}: not a whole ddpx tar index; write the shards again (`ddpx data pack`) and "
+               "serve each with its .idx",
+               index_url);
+    add_members(urls[k], static_cast<int32_t>(k), *members, s);
+  }
   return s;
 }
 
@@ -134,11 +164,22 @@ std::vector<size_t> all(size_t n) {
 }
 
 // classes.txt's names, or "0".."max label" without it; every label checked against them.
+// Beside shards on a server, `dir` is a URL.
 std::vector<std::string> class_names(const std::string& dir, const Samples& train,
                                      const Samples* val) {
   std::vector<std::string> classes;
   const std::string file = dir + "/" + kShardClassesFile;
-  std::ifstream in(file);
+  std::istringstream served;
+  std::ifstream local;
+  if (is_url(dir)) {
+    if (auto text = http_get(file, /*missing_ok=*/true))
+      served.str(*text);
+    else
+      served.setstate(std::ios::failbit);
+  } else {
+    local.open(file);
+  }
+  std::istream& in = is_url(dir) ? static_cast<std::istream&>(served) : local;
   if (in) {
     for (std::string line; std::getline(in, line);)
       if (!line.empty()) classes.push_back(line);
@@ -181,7 +222,43 @@ std::vector<std::string> find_shards(const std::string& dir, const std::string& 
   return out;
 }
 
+namespace shard_detail {
+
+// Both splits from the listed training shards (at `where`: their folder, or their URLs' folder,
+// where classes.txt is) and, when there are any, the validation shards.
+DatasetSplits make_splits(const DatasetSpec& spec, const std::string& where, const Samples& train,
+                          size_t train_shards, const Samples* val, size_t val_shards) {
+  DatasetSplits splits;
+  splits.mean.assign(kImagenetMean, kImagenetMean + 3);
+  splits.std.assign(kImagenetStd, kImagenetStd + 3);
+  const size_t n = train.labels.size();
+  DDPX_CHECK(n > 0, ErrorKind::kData, "{}: its {} shard(s) hold no sample", where, train_shards);
+  if (val) {
+    const auto classes = class_names(where, train, val);
+    splits.train = make_split(train, all(n), classes, where);
+    splits.test = make_split(*val, all(val->labels.size()), classes, where);
+    splits.source = fmt::format("{} ({} training shards, {} validation shards)", where,
+                                train_shards, val_shards);
+    return splits;
+  }
+  DDPX_CHECK(spec.val_split > 0 && spec.val_split < 1, ErrorKind::kUsage,
+             "--val_split {}: expected a fraction in (0, 1) of the samples in {} held out for "
+             "validation, or val-*.tar shards there, or --val_dir DIR",
+             spec.val_split, where);
+  DDPX_CHECK(n >= 2, ErrorKind::kData, "{}: {} sample; --val_split needs at least 2", where, n);
+  const auto classes = class_names(where, train, nullptr);
+  const HeldOut held = hold_out(n, spec.val_split);
+  splits.train = make_split(train, held.train, classes, where);
+  splits.test = make_split(train, held.val, classes, where);
+  splits.source = fmt::format("{} ({} shards, {:g} held out for validation)", where, train_shards,
+                              spec.val_split);
+  return splits;
+}
+
+}  // namespace shard_detail
+
 DatasetSplits load_shard_dataset(const DatasetSpec& spec, const std::string& given_dir) {
+  if (!spec.data_url.empty()) return load_shard_urls(spec);
   std::string dir = given_dir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::vector<std::string> train_shards = find_shards(dir, "train");
@@ -195,35 +272,24 @@ DatasetSplits load_shard_dataset(const DatasetSpec& spec, const std::string& giv
   DDPX_CHECK(spec.val_dir.empty() || !val_shards.empty(), ErrorKind::kData,
              "--val_dir {}: no tar shard in it (val-000000.tar, ...)", spec.val_dir);
   const shard_detail::Samples train = shard_detail::list_shards(train_shards);
-  DatasetSplits splits;
-  splits.mean.assign(kImagenetMean, kImagenetMean + 3);
-  splits.std.assign(kImagenetStd, kImagenetStd + 3);
-  const size_t n = train.labels.size();
-  DDPX_CHECK(n > 0, ErrorKind::kData, "{}: its {} shard(s) hold no sample", dir,
-             train_shards.size());
-  if (!val_shards.empty()) {
-    const shard_detail::Samples val = shard_detail::list_shards(val_shards);
-    const auto classes = shard_detail::class_names(dir, train, &val);
-    splits.train = shard_detail::make_split(train, shard_detail::all(n), classes, dir);
-    splits.test = shard_detail::make_split(val, shard_detail::all(val.labels.size()), classes, dir);
-    splits.source = fmt::format("{} ({} training shards, {} validation shards)", dir,
-                                train_shards.size(), val_shards.size());
-    return splits;
-  }
-  DDPX_CHECK(spec.val_split > 0 && spec.val_split < 1, ErrorKind::kUsage,
-             "--val_split {}: expected a fraction in (0, 1) of the samples in {} held out for "
-             "validation, or val-*.tar shards there, or --val_dir DIR",
-             spec.val_split, dir);
-  DDPX_CHECK(n >= 2, ErrorKind::kData, "{}: {} sample; --val_split needs at least 2", dir, n);
-  const auto classes = shard_detail::class_names(dir, train, nullptr);
-  const HeldOut held = hold_out(n, spec.val_split);
-  const std::vector<size_t>& train_picks = held.train;
-  const std::vector<size_t>& val_picks = held.val;
-  splits.train = shard_detail::make_split(train, train_picks, classes, dir);
-  splits.test = shard_detail::make_split(train, val_picks, classes, dir);
-  splits.source = fmt::format("{} ({} shards, {:g} held out for validation)", dir,
-                              train_shards.size(), spec.val_split);
-  return splits;
+  if (val_shards.empty())
+    return shard_detail::make_splits(spec, dir, train, train_shards.size(), nullptr, 0);
+  const shard_detail::Samples val = shard_detail::list_shards(val_shards);
+  return shard_detail::make_splits(spec, dir, train, train_shards.size(), &val, val_shards.size());
+}
+
+DatasetSplits load_shard_urls(const DatasetSpec& spec) {
+  const std::vector<std::string> urls = expand_shard_urls(spec.data_url);
+  const shard_detail::Samples train = shard_detail::list_shard_urls(urls);
+  const std::string where = url_folder(urls.front());
+  if (spec.val_dir.empty())
+    return shard_detail::make_splits(spec, where, train, urls.size(), nullptr, 0);
+  std::vector<std::string> val_shards = find_shards(spec.val_dir, "val");
+  if (val_shards.empty()) val_shards = find_shards(spec.val_dir, "train");
+  DDPX_CHECK(!val_shards.empty(), ErrorKind::kData,
+             "--val_dir {}: no tar shard in it (val-000000.tar, ...)", spec.val_dir);
+  const shard_detail::Samples val = shard_detail::list_shards(val_shards);
+  return shard_detail::make_splits(spec, where, train, urls.size(), &val, val_shards.size());
 }
 
 }  // namespace ddpx::data

@@ -79,7 +79,7 @@ std::optional<std::vector<TarMember>> parse_tar_index(std::string_view view, int
   int version = 0;
   int64_t bytes = -1, count = -1;
   if (!(in >> magic >> version >> bytes >> count) || magic != kMagic || version != kVersion ||
-      bytes != tar_bytes || count < 0)
+      bytes < 0 || (tar_bytes >= 0 && bytes != tar_bytes) || count < 0)
     return std::nullopt;
   std::getline(in, line);  // the header's end
   std::vector<TarMember> members;

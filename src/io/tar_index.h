@@ -26,8 +26,9 @@ void write_tar_index(const std::string& tar, const std::vector<TarMember>& membe
 // index: the tar is listed instead).
 std::optional<std::vector<TarMember>> read_tar_index(const std::string& tar);
 
-// An index's text for a tar of `tar_bytes` bytes: its members, or nullopt when it is not a whole
-// index of such a tar (every member's data lies inside it). The fuzz entry point.
+// An index's text for a tar of `tar_bytes` bytes (negative: the size the index records, for a
+// tar not at hand, such as a shard on an HTTP server): its members, or nullopt when it is not a
+// whole index of such a tar (every member's data lies inside it). The fuzz entry point.
 std::optional<std::vector<TarMember>> parse_tar_index(std::string_view text, int64_t tar_bytes);
 
 }  // namespace ddpx::io

@@ -15,6 +15,7 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   data::DatasetSpec spec;
   spec.dataset = o.dataset;
   spec.data_dir = o.data_dir;
+  spec.data_url = o.data_url;
   spec.val_dir = o.val_dir;
   spec.val_split = o.val_split;
   spec.bad_images = o.bad_images;

@@ -38,20 +38,21 @@ using test::run_command;
 using test::shell_quote;
 
 enum class Fixture {
-  kFolder,       // an empty folder, the command's working directory
-  kMyTrainer,    // ./my_trainer: prints its rank, the world size and its arguments
-  kCheckpoint,   // C: a ResNet-18 checkpoint one step in
-  kPretrained,   // resnet18.pth: torchvision's ResNet-18 saved by torch.save(state_dict())
-  kRunningJob,   // JOB, 5b3d9c: a `ddpx run` of `ddpx train --save_dir` on this host
-  kCifar10,      // ./data/cifar10: CIFAR-10's python version, written by pickle
-  kMnistMirror,  // http://127.0.0.1:8000/ serving a small MNIST, its MD5SUMS in the folder
-  kSeedFolder,   // the seed's working folder: CIFAR-100 in ./data (e2e/seed_fixture.h)
-  kService,      // a `ddpx serve` on 127.0.0.1 and alice's token in DDPX_TOKEN
-  kText,         // ./data/tinyshakespeare/input.txt (Debian's GPL text standing in) and
-                 // ./data/gpt2-vocab/r50k_base.tiktoken (scripts/test-vocab's GPT-2 rank file)
-  kPhotos,       // ./photos: an image folder of real photographs (make_image_fixture.py)
-  kPhotoShards,  // ./photos and ./shards, the photos packed by `ddpx data pack`
-  kElsewhere,    // cannot run on this machine: `why` says where it is checked
+  kFolder,        // an empty folder, the command's working directory
+  kMyTrainer,     // ./my_trainer: prints its rank, the world size and its arguments
+  kCheckpoint,    // C: a ResNet-18 checkpoint one step in
+  kPretrained,    // resnet18.pth: torchvision's ResNet-18 saved by torch.save(state_dict())
+  kRunningJob,    // JOB, 5b3d9c: a `ddpx run` of `ddpx train --save_dir` on this host
+  kCifar10,       // ./data/cifar10: CIFAR-10's python version, written by pickle
+  kMnistMirror,   // http://127.0.0.1:8000/ serving a small MNIST, its MD5SUMS in the folder
+  kSeedFolder,    // the seed's working folder: CIFAR-100 in ./data (e2e/seed_fixture.h)
+  kService,       // a `ddpx serve` on 127.0.0.1 and alice's token in DDPX_TOKEN
+  kText,          // ./data/tinyshakespeare/input.txt (Debian's GPL text standing in) and
+                  // ./data/gpt2-vocab/r50k_base.tiktoken (scripts/test-vocab's GPT-2 rank file)
+  kPhotos,        // ./photos: an image folder of real photographs (make_image_fixture.py)
+  kPhotoShards,   // ./photos and ./shards, the photos packed by `ddpx data pack`
+  kServedShards,  // kPhotoShards, and http://127.0.0.1:8000/shards/ serving ./shards
+  kElsewhere,     // cannot run on this machine: `why` says where it is checked
 };
 
 struct Rule {
@@ -85,6 +86,8 @@ const std::vector<Rule>& rules() {
       {R"(^ddpx data tokenize )", Fixture::kText, "/val.bin", ""},
       {R"(--data_dir photos)", Fixture::kPhotos, "Training took", ""},
       {R"(--data_dir shards)", Fixture::kPhotoShards, "Training took", ""},
+      {R"(--data_url http://127\.0\.0\.1:8000/shards/)", Fixture::kServedShards, "Training took",
+       ""},
       {R"(^ddpx data pack photos )", Fixture::kPhotos, "packed 24 images of 4 classes", ""},
       {R"(^ddpx data info photos)", Fixture::kPhotos, "formats: ", ""},
       {R"(--data_dir /data/imagenet)", Fixture::kElsewhere, "",
@@ -340,16 +343,26 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
           test::write_bytes(folder + "/data/bert-base-uncased/vocab.txt", vocab);
         }
       case Fixture::kPhotos:
-      case Fixture::kPhotoShards: {
+      case Fixture::kPhotoShards:
+      case Fixture::kServedShards: {
         test::make_image_fixture(folder, "--only folder --per_class 6");
         fs::rename(folder + "/folder", folder + "/photos");
         env = test::kSeedLimits;
-        if (rule.fixture != Fixture::kPhotoShards) break;
+        if (rule.fixture != Fixture::kPhotoShards && rule.fixture != Fixture::kServedShards) break;
         auto packed =
             run_command(test::ddpx_command("data pack " + shell_quote(folder + "/photos") +
                                            " --out " + shell_quote(folder + "/shards")),
                         120);
         EXPECT_EQ(packed.exit_code, 0) << packed.output;
+        if (rule.fixture == Fixture::kPhotoShards) break;
+        std::map<std::string, std::string> files;
+        for (const auto& e : fs::directory_iterator(folder + "/shards"))
+          files["/shards/" + e.path().filename().string()] = slurp(e.path().string());
+        // Port 8000 as printed; another when something else holds it.
+        mirror = std::make_unique<test::TinyHttpServer>(files, std::set<std::string>{}, false,
+                                                        port_is_free(8000) ? 8000 : 0);
+        text = std::regex_replace(text, std::regex("127\\.0\\.0\\.1:8000"),
+                                  "127.0.0.1:" + std::to_string(mirror->port()));
         break;
       }
       case Fixture::kFolder:

@@ -150,6 +150,7 @@ bool trains_here(const std::string& text) {
       text.find("--nnodes") != std::string::npos || text.find("--dry_run") != std::string::npos ||
       text.find("--dataset imagefolder") != std::string::npos ||    // on docs_fixtures' photos
       text.find("--dataset shards") != std::string::npos ||         // and their shards
+      text.find("--data_url") != std::string::npos ||               // served on 127.0.0.1
       text.find("--data_dir /data/imagenet") != std::string::npos;  // ImageNet itself: nowhere
   return trains && !elsewhere;
 }

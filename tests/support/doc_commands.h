@@ -42,7 +42,8 @@ std::string filled(std::string text);
 
 // A training command that DocsCommandsTest.EveryTrainingCommand... runs as printed (a
 // `ddpx train` or `ddpx run N -- train` that does not need several nodes, more of the user's
-// flags, --help, --dry_run, a folder of photos or ImageNet: those are docs_fixtures_test.cpp's).
+// flags, --help, --dry_run, a folder of photos, its shards (on disk or served: --data_url) or
+// ImageNet: those are docs_fixtures_test.cpp's).
 bool trains_here(const std::string& text);
 // The same, for a command this host runs as printed (runs_on_this_host).
 bool trains_here(const DocCommand& c);
