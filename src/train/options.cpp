@@ -251,15 +251,7 @@ void validate(const TrainOptions& o) {
   validate_pipeline(o);
   validate_tensor_parallel(o);
   validate_deterministic(o);
-  const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
-  // (A pipeline keeps its stages whole through a step: its blocks may recompute.)
-  DDPX_CHECK(
-      checkpointing.every == 0 || o.shard != parallel::ShardMode::kFull || o.pipeline_parallel > 1,
-      usage,
-      "--activation_checkpointing {} with --shard full: recomputing a block inside "
-      "backward would gather its released parameters again; use --shard gradients, or "
-      "drop --activation_checkpointing",
-      o.activation_checkpointing);
+  models::parse_activation_checkpointing(o.activation_checkpointing);  // refuses bad values
   DDPX_CHECK(o.resume.empty() || o.resume != "auto" || !o.save_dir.empty(), usage,
              "--resume auto needs --save_dir to know where to look for checkpoints");
 }
