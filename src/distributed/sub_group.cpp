@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "distributed/c10d/traced_backend.h"
 #include "distributed/factories.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/shm_backend.h"
 
 namespace ddpx::dist {
 
