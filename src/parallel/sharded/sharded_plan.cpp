@@ -146,7 +146,7 @@ std::string ShardedPlan::describe() {
                                      atoms_->norm_layers())
                        : std::string())
              : std::string();
-  // Where the ranks' published memory is, as the transport names it ("shared memory").
+  // Where the ranks' published memory is, as the transport names it.
   const std::string where = context_.peer_memory() ? context_.peer_memory()->where() : "";
   return fmt::format(
       "optimizer step: {}, on this rank's shards | plan: sharded "
