@@ -10,7 +10,7 @@
 #include "core/timer.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/shm_backend.h"
 
 namespace ddpx::bench {
 

@@ -18,7 +18,7 @@
 #include "core/proc_memory.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
-#include "distributed/shm/shm_arena.h"
+#include "distributed/peer_memory.h"
 #include "distributed/threads.h"
 #include "models/zoo/registry.h"
 #include "parallel/data/data_parallel_plan.h"
@@ -139,9 +139,10 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   const double baseline = proc_status_mib("VmHWM");
   parallel::CpuTensorBytes tensor_bytes;  // what `ddpx plan` predicts: tensors, not the process
   const int64_t tensor_baseline = tensor_bytes.current();
-  // Tensors in the shared-memory transport's arenas (gradient buckets, a sharded plan's shards
-  // and collective buffers) are not the allocator's: counted with it.
-  dist::ShmArena::count_with(&parallel::CpuTensorBytes::count_outside);
+  // Tensors in the memory a group's ranks publish to each other (the shared-memory transport's
+  // arenas: gradient buckets, a sharded plan's shards and collective buffers) are not the
+  // allocator's: counted with it.
+  dist::count_published_with(&parallel::CpuTensorBytes::count_outside);
   torch::manual_seed(1);
   torch::nn::AnyModule model = models::create_model(o.model, config);
   model.ptr()->train();

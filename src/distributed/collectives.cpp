@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "distributed/c10d/traced_backend.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/peer_memory.h"
 
 namespace ddpx::dist {
 
@@ -100,10 +100,11 @@ std::vector<torch::Tensor> all_gather(c10d::ProcessGroup& group, const torch::Te
   return outputs[0];
 }
 
-c10::intrusive_ptr<c10d::Work> submit_shm(c10d::ProcessGroup& group, ShmBackend& shm,
-                                          const char* name, const std::vector<at::Tensor>& tensors,
-                                          std::function<void(ShmAllreduce&)> op) {
-  auto start = [&] { return shm.submit(std::move(op)); };
+c10::intrusive_ptr<c10d::Work> submit_steps(c10d::ProcessGroup& group, PeerMemory& memory,
+                                            const char* name,
+                                            const std::vector<at::Tensor>& tensors,
+                                            std::function<void(PeerSteps&)> op) {
+  auto start = [&] { return memory.submit(std::move(op)); };
   auto* traced = dynamic_cast<TracedBackend*>(group.getBackend(c10::DeviceType::CPU).get());
   return traced == nullptr ? start() : traced->record(name, tensors, start);
 }

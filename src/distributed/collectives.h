@@ -16,8 +16,8 @@ class CollectiveTrace;
 
 namespace ddpx::dist {
 
-class ShmAllreduce;
-class ShmBackend;
+class PeerMemory;
+class PeerSteps;
 
 // Waits for `work`; a failure becomes ddpx::Error(kDist) that says which collective (`what`)
 // and, for a traced group's work, the verdict of explain_failure().
@@ -40,12 +40,14 @@ void broadcast_coalesced(c10d::ProcessGroup& group, const std::vector<torch::Ten
 // Every rank's copy of a same-shaped int64 tensor, in rank order.
 std::vector<torch::Tensor> all_gather(c10d::ProcessGroup& group, const torch::Tensor& tensor);
 
-// `op` on the shared-memory transport's thread (ShmBackend::submit), recorded in `group`'s
-// collective record, when it keeps one, as `name` with `tensors`' signature (a meta tensor
-// will do): the collectives that ddpx runs there outside c10d's calls (the sharded SGD
-// step's reduce-and-apply, a sharded unit's gather-and-apply) count as the ones they stand for.
-c10::intrusive_ptr<c10d::Work> submit_shm(c10d::ProcessGroup& group, ShmBackend& shm,
-                                          const char* name, const std::vector<at::Tensor>& tensors,
-                                          std::function<void(ShmAllreduce&)> op);
+// `op` on the transport's thread (PeerMemory::submit; `memory` is `group`'s), recorded in
+// `group`'s collective record, when it keeps one, as `name` with `tensors`' signature (a meta
+// tensor will do): the collective steps that run there outside c10d's calls (the sharded SGD
+// step's reduce-and-apply, a sharded unit's gather-and-apply) count as the collectives they
+// stand for.
+c10::intrusive_ptr<c10d::Work> submit_steps(c10d::ProcessGroup& group, PeerMemory& memory,
+                                            const char* name,
+                                            const std::vector<at::Tensor>& tensors,
+                                            std::function<void(PeerSteps&)> op);
 
 }  // namespace ddpx::dist

@@ -15,7 +15,7 @@
 #include "distributed/factories.h"
 #include "distributed/net.h"
 #include "distributed/rendezvous.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/shm_backend.h"
 #include "distributed/trace_exchange.h"
 #include "trace/collective_trace.h"
 
@@ -88,6 +88,10 @@ Context::~Context() {
   }
   group_.reset();
   store_.reset();
+}
+
+PeerMemory* Context::peer_memory() const {
+  return built_.shm != nullptr && built_.shm->arena() != nullptr ? built_.shm : nullptr;
 }
 
 BucketPolicy Context::bucket_policy() const {

@@ -1,9 +1,10 @@
 // A joined job: the rendezvous store and the process group, what init() built (the shared-memory
-// transport, if any, and the collective record), plus the few collectives the trainer needs on
-// plain values. Created once per process by init(). With world size 1 there is no store and no
-// process group, and every collective is the identity, unless the group is forced
-// (InitOptions::force_group, DDPX_FORCE_GROUP=1): then a world of one builds its group as a
-// larger world does, and DDP its reducer, so that one GPU runs every NCCL path of DDP.
+// transport, if any, and the collective record), what the group's transport offers beyond
+// collectives (peer_memory()), plus the few collectives the trainer needs on plain values. Created
+// once per process by init(). With world size 1 there is no store and no process group, and every
+// collective is the identity, unless the group is forced (InitOptions::force_group,
+// DDPX_FORCE_GROUP=1): then a world of one builds its group as a larger world does, and DDP its
+// reducer, so that one GPU runs every NCCL path of DDP.
 #pragma once
 
 #include <torch/types.h>
@@ -27,6 +28,7 @@ class CollectiveTrace;
 
 namespace ddpx::dist {
 
+class PeerMemory;
 class ShmBackend;
 struct BucketPolicy;
 
@@ -68,9 +70,13 @@ class Context {
   const std::string& backend() const { return built_.backend; }
   // The device this rank trains on, already made current.
   const torch::Device& device() const { return built_.device; }
-  // The shared-memory transport of CPU tensors (null: Gloo, another host, or one process). It
-  // lives as long as process_group().
+  // The shared-memory transport of CPU tensors (null: Gloo, another host, or one process), for
+  // distributed/ and the transport's benchmarks. It lives as long as process_group().
   ShmBackend* shm() const { return built_.shm; }
+  // Memory the group's ranks publish to each other and the collective steps over it (see
+  // peer_memory.h), or null where the transport offers none (NCCL, Gloo, several hosts, one
+  // process, DDPX_SHM_ARENA=0): then the plain collectives. It lives as long as process_group().
+  PeerMemory* peer_memory() const;
   // This rank's collective record (null with DDPX_TRACE=0 or one process).
   const std::shared_ptr<trace::CollectiveTrace>& trace() const { return built_.trace; }
   // Where DDP should put its gradient buckets and whether the group averages them itself.

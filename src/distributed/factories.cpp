@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "distributed/net.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/shm_backend.h"
 
 namespace ddpx::dist {
 namespace {

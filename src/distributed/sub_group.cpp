@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "distributed/c10d/traced_backend.h"
 #include "distributed/factories.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/shm_backend.h"
 
 namespace ddpx::dist {
 
@@ -50,7 +50,7 @@ std::shared_ptr<Context> split_group(const Context& parent,
   if (recorded) built.trace = parent.trace();
   c10::intrusive_ptr<c10d::Backend> cpu =
       make_gloo_backend(store, rank, world.world_size, timeout, built.gloo_host);
-  if (parent.shm() && options.shared_memory) {
+  if (parent.shm() && options.peer_memory) {
     if (auto shm = make_shm_backend(store, cpu, rank, world.world_size, timeout)) {
       built.shm = shm.get();
       cpu = std::move(shm);

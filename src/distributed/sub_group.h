@@ -17,9 +17,10 @@
 namespace ddpx::dist {
 
 struct SplitOptions {
-  // false: Gloo alone for CPU tensors even where the job's group has the shared-memory
-  // transport (a group for point-to-point transfers, which that transport hands to Gloo anyway).
-  bool shared_memory = true;
+  // false: Gloo alone for CPU tensors even where the job's group has a transport with peer
+  // memory, the shared-memory one (a group for point-to-point transfers, which that transport
+  // hands to Gloo anyway); the group's Context::peer_memory() is then null.
+  bool peer_memory = true;
   // In the job's collective record (the parent's), with its watch over NCCL's work: a hang or a
   // failure in the group ends the job with the record's verdict (docs/distributed.md, "Faults").
   bool recorded = false;

@@ -24,7 +24,7 @@
 //   sharded plan). With `sync` false (all but the last micro-batch of an accumulation) they
 //   are this rank's local sum only, and nothing is communicated.
 // - Where the update runs: in step(), unless the plan moved it into backward (the data-parallel
-//   plan does with SGD on shared memory, told at construction that nothing reads the gradients
+//   plan does with SGD on peer memory, told at construction that nothing reads the gradients
 //   between backward and step: no loss scaling, no clipping); describe() then says "inside
 //   backward" and step() only checks that backward made the update.
 // - The learning rate travels with the batch: MicroBatch::learning_rate (when >= 0) is the rate

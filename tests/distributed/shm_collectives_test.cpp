@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "distributed/collectives.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/shm_backend.h"
 #include "ranks.h"
 #include "shm_ranks.h"
 #include "trace/collective_trace.h"

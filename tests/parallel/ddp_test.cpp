@@ -7,8 +7,8 @@
 #include <torch/optim/sgd.h>
 
 #include "core/error.h"
+#include "distributed/peer_memory.h"
 #include "distributed/ranks.h"
-#include "distributed/shm/shm_backend.h"
 #include "trace/collective_trace.h"
 
 namespace ddpx::dist {
@@ -88,12 +88,10 @@ uint64_t newest_collective(const Context& context) {
 
 // Whether every gradient lies in this rank's share of the group's shared segment.
 bool grads_in_shared_memory(torch::nn::Module& m, const Context& context) {
-  auto* shm = context.shm();
-  if (shm == nullptr || !shm->arena()) return false;
+  auto* memory = context.peer_memory();
+  if (memory == nullptr) return false;
   for (auto& p : m.parameters()) {
-    const auto& g = p.grad();
-    if (!g.defined() || !shm->arena()->locate(g.data_ptr(), g.numel() * g.element_size()))
-      return false;
+    if (!p.grad().defined() || !memory->offset_of(p.grad())) return false;
   }
   return true;
 }

@@ -9,8 +9,8 @@
 #include <torch/nn/modules/linear.h>
 
 #include "core/error.h"
+#include "distributed/peer_memory.h"
 #include "distributed/ranks.h"
-#include "distributed/shm/shm_backend.h"
 #include "optim/sgd_kernel.h"
 #include "parallel/data/ddp.h"
 
@@ -65,7 +65,7 @@ std::vector<Outcome> train_split(Mode mode) {
                           torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
     std::unique_ptr<parallel::ShardedSgd> shard;
     if (sharded) {
-      shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.shm());
+      shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.peer_memory());
       if (!shard) throw std::runtime_error("ShardedSgd::create declined");
       out[rank].owners = shard->owners();
       if (mode == Mode::kInBackward && !shard->step_in_backward(ddp))
@@ -81,7 +81,7 @@ std::vector<Outcome> train_split(Mode mode) {
         sgd.step();
       }
     }
-    auto* shm = context.shm();
+    auto* memory = context.peer_memory();
     const auto params = models[rank]->parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
@@ -89,9 +89,9 @@ std::vector<Outcome> train_split(Mode mode) {
       auto& state =
           static_cast<torch::optim::SGDParamState&>(*sgd.state().at(optim::sgd_state_key(p)));
       out[rank].momenta.push_back(state.momentum_buffer().clone());
-      // Each parameter lives once, in its owner's arena, and is used from there by every rank.
-      const bool here =
-          shm != nullptr && shm->arena()->locate(p.data_ptr(), p.numel() * p.element_size());
+      // Each parameter lives once, in its owner's published memory, and is used from there by
+      // every rank.
+      const bool here = memory != nullptr && memory->offset_of(p).has_value();
       out[rank].in_shared_memory &= !sharded || here == (out[rank].owners.at(i) == rank);
     }
   });
@@ -148,7 +148,7 @@ TEST(ShardedSgdTest, StepInBackwardRefusesAStepAfterABackwardThatDidNotSynchroni
     auto model = make_split_model();
     parallel::DistributedDataParallel ddp(torch::nn::AnyModule(model), context);
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    auto shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.shm());
+    auto shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.peer_memory());
     ASSERT_NE(shard, nullptr);
     ASSERT_TRUE(shard->step_in_backward(ddp));
     {
@@ -167,14 +167,14 @@ TEST(ShardedSgdTest, DeclinesWhatItCannotDoExactlyOnEveryRank) {
     auto model = make_split_model();
     torch::optim::SGD damped(model->parameters(),
                              torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1));
-    declined[rank] +=
-        parallel::ShardedSgd::create(damped, context.process_group(), context.shm()) == nullptr;
+    declined[rank] += parallel::ShardedSgd::create(damped, context.process_group(),
+                                                   context.peer_memory()) == nullptr;
     // One rank's optimizer qualifies, the other's does not: neither shards.
     torch::optim::SGD half(
         model->parameters(),
         torch::optim::SGDOptions(0.1).momentum(0.9).dampening(rank == 0 ? 0 : 0.5));
-    declined[rank] +=
-        parallel::ShardedSgd::create(half, context.process_group(), context.shm()) == nullptr;
+    declined[rank] += parallel::ShardedSgd::create(half, context.process_group(),
+                                                   context.peer_memory()) == nullptr;
   });
   EXPECT_ALL_RANKS_OK(errors);
   EXPECT_EQ(declined, (std::vector<int>{2, 2}));
@@ -185,7 +185,7 @@ TEST(ShardedSgdTest, AMomentumBufferReplacedAfterSetUpIsRefused) {
   auto errors = run_ranks(2, [&](int rank, Context& context) {
     auto model = make_split_model();
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    auto shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.shm());
+    auto shard = parallel::ShardedSgd::create(sgd, context.process_group(), context.peer_memory());
     ASSERT_NE(shard, nullptr);
     torch::Tensor p = model->parameters()[0];
     auto& state =

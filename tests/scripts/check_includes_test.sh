@@ -2,8 +2,8 @@
 # scripts/check-includes catches each kind of breach of the include rule, naming the file, the
 # line and the edge: an upward include, bench reaching into train's parts, torch in a torch-free
 # folder, a library linking a folder above it, a folder missing from the rule, and the same rule
-# between the subfolders of distributed/ and parallel/ (SUBGRAPH). Each case runs
-# on a fresh copy of src/.
+# between the subfolders of distributed/ and parallel/ (SUBGRAPH), and a transport's private
+# subfolder reached from outside distributed/ (PRIVATE). Each case runs on a fresh copy of src/.
 # Usage: tests/scripts/check_includes_test.sh PYTHON
 set -euo pipefail
 python="${1:-python3}"
@@ -71,6 +71,22 @@ expect "a folder outside the rule" 1 "^src/newthing/: a folder missing"
 fresh
 n=$(append distributed/c10d/traced_backend.cpp '#include "distributed/collectives.h"')
 expect "a subfolder upward" 1 "^src/distributed/c10d/traced_backend.cpp:$n: distributed/c10d -> distributed is an upward"
+
+fresh
+n=$(append distributed/shm/shm_arena.h '#include "distributed/c10d/forwarding_backend.h"')
+expect "the two transports' folders sideways" 1 "^src/distributed/shm/shm_arena.h:$n: distributed/shm -> distributed/c10d is an upward or sideways"
+
+fresh
+n=$(append distributed/c10d/forwarding_backend.h '#include "distributed/shm/shm_arena.h"')
+expect "the other way too" 1 "^src/distributed/c10d/forwarding_backend.h:$n: distributed/c10d -> distributed/shm is an upward or sideways"
+
+fresh
+n=$(append parallel/sharded/shard_unit.cpp '#include "distributed/shm/shm_allreduce.h"')
+expect "a strategy naming the transport" 1 "^src/parallel/sharded/shard_unit.cpp:$n: parallel -> distributed/shm reaches into a private part of distributed"
+
+fresh
+n=$(append parallel/data/sharded_sgd.cpp '#include "distributed/shm_backend.h"')
+expect "a strategy naming the transport's backend" 1 "^src/parallel/data/sharded_sgd.cpp:$n: parallel -> distributed/shm_backend.h reaches into a private part of distributed"
 
 fresh
 n=$(append parallel/sharded/shard_unit.h '#include "parallel/pipeline/pipeline_plan.h"')

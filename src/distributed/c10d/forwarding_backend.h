@@ -1,6 +1,7 @@
 // A c10d Backend that hands every call to the backend it wraps: the one base for ddpx's
-// wrappers (TracedBackend records each collective, ShmBackend takes over the CPU all-reduce and
-// broadcast on one host), so that each overrides only what it changes.
+// wrappers (TracedBackend records each collective; a transport's backend takes over the calls it
+// runs itself, the shared-memory one's the CPU collectives on one host), so that each overrides
+// only what it changes.
 //
 // Contract: the same as the wrapped backend's, call for call (asynchronous Works, its ordering,
 // its threads, its errors). The wrapper owns a reference to the inner backend; the inner backend

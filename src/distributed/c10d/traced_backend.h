@@ -1,11 +1,11 @@
 // A c10d Backend that records every collective in this rank's CollectiveTrace and hands it to
-// the backend it wraps (Gloo, NCCL/RCCL, or ShmBackend). The returned Work is a thin wrapper that
-// marks the record done (or failed) when the collective has run: when wait() returns (or throws)
-// for a Work that completes in wait() (Gloo, shared memory); for one whose wait() returns while
-// it still runs (NCCL: wait() only orders the current CUDA stream after it), when the Work
-// reports completion to the CompletionWatch (completion_watch.h). So a hung NCCL collective
-// stays "pending" in the record, and ddpx's watch ends the job with the verdict when it is still
-// pending `timeout` after it started, or fails: the one-line error, the table (unless the
+// the backend it wraps (Gloo, NCCL/RCCL, or the shared-memory transport's). The returned Work is a
+// thin wrapper that marks the record done (or failed) when the collective has run: when wait()
+// returns (or throws) for a Work that completes in wait() (Gloo, shared memory); for one whose
+// wait() returns while it still runs (NCCL: wait() only orders the current CUDA stream after it),
+// when the Work reports completion to the CompletionWatch (completion_watch.h). So a hung NCCL
+// collective stays "pending" in the record, and ddpx's watch ends the job with the verdict when it
+// is still pending `timeout` after it started, or fails: the one-line error, the table (unless the
 // launcher prints it), the communicator aborted, exit code 1. ddpx wraps every backend of a
 // job's group with one, so a stalled rank shows up in the hang table whichever device the
 // collective ran on.
@@ -49,10 +49,10 @@ class TracedBackend : public ForwardingBackend {
 
   const std::shared_ptr<trace::CollectiveTrace>& trace() const { return trace_; }
 
-  // Records a collective that the wrapped backend runs outside c10d's calls (ShmBackend::submit:
-  // the sharded SGD step's reduce-and-apply in backward, its barriers) as `op` with `tensors`'
-  // signature; `start` issues it. Without this a rank stopped in such a step left no trace of
-  // it, and the hang verdict had nothing to compare.
+  // Records a collective that the wrapped backend runs outside c10d's calls (a transport's
+  // collective steps, PeerMemory::submit: the sharded SGD step's reduce-and-apply in backward,
+  // its barriers) as `op` with `tensors`' signature; `start` issues it. Without this a rank stopped
+  // in such a step left no trace of it, and the hang verdict had nothing to compare.
   c10::intrusive_ptr<c10d::Work> record(
       const char* op, const std::vector<at::Tensor>& tensors,
       const std::function<c10::intrusive_ptr<c10d::Work>()>& start);

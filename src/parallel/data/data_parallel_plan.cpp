@@ -49,7 +49,7 @@ void DataParallelPlan::wrap() {
     ddp_ = std::make_unique<DistributedDataParallel>(model_, context_, options_.ddp);
   }
   // After DDP and any load (a load replaces the parameters and momentum buffers the split step
-  // moves into shared memory).
+  // moves into peer memory).
   step_ = std::make_unique<StepStrategy>(*optimizer_, context_, ddp_.get(), options_.step);
 }
 

@@ -1,8 +1,8 @@
 // The data-parallel plan (plan.h): every rank holds the whole model and the whole optimizer state;
 // DistributedDataParallel averages the gradients in buckets during backward (over the context's
 // transport, through the chosen comm hook), SyncBatchNorm optionally shares the BatchNorm
-// statistics, and the optimizer step is chosen once (step_strategy.h). With SGD on the
-// shared-memory transport the update runs inside backward, bucket by bucket (sharded_sgd.h):
+// statistics, and the optimizer step is chosen once (step_strategy.h). With SGD where the group
+// has peer memory (one host) the update runs inside backward, bucket by bucket (sharded_sgd.h):
 // describe() then says "inside backward" and step() only checks that it happened. A world of one
 // is the same plan without the DDP wrap (nothing is communicated).
 //

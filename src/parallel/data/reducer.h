@@ -3,10 +3,11 @@
 // bucket one flat contiguous buffer whose slices *are* the parameters' .grad tensors. A post
 // hook on every parameter's gradient accumulator counts the bucket down; a full bucket is
 // all-reduced asynchronously, in bucket order on every rank (collectives must match across
-// ranks), and averaged: by the group in the pass that sums where it can (ReduceOp::AVG; on one
-// host the buffer also lives in the shared-memory transport's arena, DdpOptions::buckets, and
-// is reduced there without a copy), else by dividing before a sum. An autograd-engine callback
-// queued by the first hook of a backward waits for all buckets before backward() returns.
+// ranks), and averaged: by the group in the pass that sums where it can (ReduceOp::AVG; where
+// the group's transport offers it, the buffer also lives in memory the ranks publish to each
+// other, DdpOptions::buckets, and is reduced there without a copy), else by dividing before a
+// sum. An autograd-engine callback queued by the first hook of a backward waits for all buckets
+// before backward() returns.
 //
 // A caller that runs several backwards per synchronization (a pipeline stage: one a micro-batch)
 // arms the hooks for its last backward only and finishes the synchronization itself

@@ -7,7 +7,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "distributed/collectives.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/peer_memory.h"
 #include "optim/sgd_kernel.h"
 #include "parallel/data/ddp.h"
 
@@ -40,12 +40,12 @@ std::vector<int> balanced_owners(const std::vector<torch::Tensor>& params, int w
 
 std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
                                                std::shared_ptr<c10d::ProcessGroup> group,
-                                               dist::ShmBackend* shm) {
+                                               dist::PeerMemory* memory) {
   if (!group || group->getSize() < 2 || env::get_or("DDPX_SHARDED_STEP", "1") == "0")
     return nullptr;
   // The same answer on every rank (one kind of group, one segment): no collective yet, so an
   // NCCL or multi-node group is never asked for one on CPU tensors.
-  if (shm == nullptr || shm->arena() == nullptr) return nullptr;
+  if (memory == nullptr) return nullptr;
   // 1. Does it apply here? Every rank finds out, then they agree (one rank may lack room).
   bool ok = true;
   std::vector<torch::Tensor> params;
@@ -64,7 +64,7 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
       group_of.push_back(&param_group - sgd.param_groups().data());
     }
   }
-  // 2. Each parameter and its momentum buffer get one copy, in their owner's arena, that every
+  // 2. Each parameter and its momentum buffer get one copy, in their owner's memory, that every
   //    rank's model and optimizer use: the owner's step writes it once for all ranks.
   const int rank = group->getRank();
   const std::vector<int> owners = balanced_owners(params, group->getSize());
@@ -73,9 +73,10 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     held[i].owner = owners[i];
     held[i].group = group_of[i];
     if (owners[i] != rank) continue;
-    held[i].param = shm->arena()->allocate(params[i].numel(), params[i].scalar_type(), true);
+    held[i].param = memory->allocate(params[i].numel(), params[i].scalar_type(), /*kept=*/true);
     if (with_momentum[i])
-      held[i].momentum = shm->arena()->allocate(params[i].numel(), params[i].scalar_type(), true);
+      held[i].momentum =
+          memory->allocate(params[i].numel(), params[i].scalar_type(), /*kept=*/true);
     ok = held[i].param.defined() && (!with_momentum[i] || held[i].momentum.defined());
   }
   torch::Tensor votes = torch::tensor({int64_t{ok}});
@@ -89,10 +90,10 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
   auto& state = sgd.state();
   std::vector<int64_t> mine;
   auto offset_of = [&](const torch::Tensor& t) {
-    auto at = shm->arena()->locate(t.data_ptr(), t.numel() * t.element_size());
+    auto at = memory->offset_of(t);
     DDPX_CHECK(at.has_value(), ErrorKind::kInternal,
-               "a sharded-optimizer tensor is not in the arena");
-    return static_cast<int64_t>(*at);
+               "a sharded-optimizer tensor is not in the group's peer memory");
+    return *at;
   };
   for (size_t i = 0; i < params.size(); ++i) {
     if (owners[i] != rank) {
@@ -117,9 +118,9 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
                "rank {} did not publish parameter #{} it owns", owners[i], i);
     const auto dtype = params[i].scalar_type();
     if (owners[i] != rank) {
-      held[i].param = shm->peer_tensor(owners[i], at[0], params[i].numel(), dtype);
+      held[i].param = memory->peer_view(owners[i], at[0], params[i].numel(), dtype);
       if (at[1] >= 0)
-        held[i].momentum = shm->peer_tensor(owners[i], at[1], params[i].numel(), dtype);
+        held[i].momentum = memory->peer_view(owners[i], at[1], params[i].numel(), dtype);
     }
     params[i].set_data(held[i].param.view(params[i].sizes()));
     held[i].param = params[i];
@@ -135,12 +136,13 @@ std::unique_ptr<ShardedSgd> ShardedSgd::create(torch::optim::SGD& sgd,
     }
     held[i].momentum = buffer;
   }
-  return std::unique_ptr<ShardedSgd>(new ShardedSgd(sgd, std::move(group), *shm, std::move(held)));
+  return std::unique_ptr<ShardedSgd>(
+      new ShardedSgd(sgd, std::move(group), *memory, std::move(held)));
 }
 
 ShardedSgd::ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
-                       dist::ShmBackend& shm, std::vector<Held> held)
-    : sgd_(sgd), group_(std::move(group)), shm_(shm), held_(std::move(held)) {
+                       dist::PeerMemory& memory, std::vector<Held> held)
+    : sgd_(sgd), group_(std::move(group)), memory_(memory), held_(std::move(held)) {
   for (const auto& h : held_) {
     owners_.push_back(h.owner);
     data_.push_back(h.param.data_ptr());
@@ -183,14 +185,14 @@ bool ShardedSgd::step_in_backward(DistributedDataParallel& ddp) {
       pieces.push_back(Piece{index_of.at(bucket.params[k].unsafeGetTensorImpl()), bucket.offsets[k],
                              bucket.params[k].numel()});
     ++buckets_applied_;
-    return submit("allreduce_sgd", bucket.buffer,
-                  [this, buffer = bucket.buffer,
-                   pieces = std::move(pieces)](dist::ShmAllreduce& shm) mutable {
-                    shm.allreduce_apply(buffer, [&](int64_t lo, int64_t n,
-                                                    const std::vector<const void*>& sources) {
-                      apply(pieces, lo, n, sources);
-                    });
-                  });
+    return submit(
+        "allreduce_sgd", bucket.buffer,
+        [this, buffer = bucket.buffer, pieces = std::move(pieces)](dist::PeerSteps& steps) mutable {
+          steps.reduce_apply(buffer,
+                             [&](int64_t lo, int64_t n, const std::vector<const void*>& sources) {
+                               apply(pieces, lo, n, sources);
+                             });
+        });
   });
   in_backward_ = true;
   return true;
@@ -230,19 +232,19 @@ void ShardedSgd::step() {
     return;
   }
   dist::wait_work(
-      submit("sgd_step", {}, [this](dist::ShmAllreduce& shm) { step_on_comm_thread(shm); }),
+      submit("sgd_step", {}, [this](dist::PeerSteps& steps) { step_on_comm_thread(steps); }),
       "sharded optimizer step");
 }
 
 c10::intrusive_ptr<c10d::Work> ShardedSgd::submit(const char* name, const torch::Tensor& tensor,
-                                                  std::function<void(dist::ShmAllreduce&)> op) {
+                                                  std::function<void(dist::PeerSteps&)> op) {
   std::vector<at::Tensor> tensors;
   if (tensor.defined()) tensors.push_back(tensor);
-  return dist::submit_shm(*group_, shm_, name, tensors, std::move(op));
+  return dist::submit_steps(*group_, memory_, name, tensors, std::move(op));
 }
 
-void ShardedSgd::step_on_comm_thread(dist::ShmAllreduce& shm) {
-  shm.barrier();  // every rank is done with this step's forward and backward
+void ShardedSgd::step_on_comm_thread(dist::PeerSteps& steps) {
+  steps.barrier();  // every rank is done with this step's forward and backward
   // The parameters this rank owns, in one pass each (sgd_kernel.h: libtorch's SGD, bit for
   // bit), in place in the one copy every rank uses. An error still reaches the second barrier,
   // so the peers fail with it instead of waiting out the timeout.
@@ -252,7 +254,7 @@ void ShardedSgd::step_on_comm_thread(dist::ShmAllreduce& shm) {
   } catch (...) {
     error = std::current_exception();
   }
-  shm.barrier();  // every update is done before anyone's next forward
+  steps.barrier();  // every update is done before anyone's next forward
   if (error) std::rethrow_exception(error);
 }
 

@@ -1,6 +1,7 @@
-// Splits an SGD step across the ranks of one host. Every parameter and its momentum buffer
-// live once, in shared memory (the arena of the rank that owns them: a split balanced by size,
-// the same on every rank), and every rank's model and optimizer use that one copy. Each rank
+// Splits an SGD step across the ranks of a group whose transport lets ranks share memory
+// (dist::PeerMemory: ranks on one host). Every parameter and its momentum buffer live once, in
+// the memory published by the rank that owns them (a split balanced by size, the same on every
+// rank), and every rank's model and optimizer use that one copy. Each rank
 // updates only what it owns, in one fused pass (sgd_kernel.h, libtorch's SGD bit for bit),
 // between two barriers. So every rank ends the step with the parameters and optimizer state of
 // an unsharded step, bit for bit, for half of the optimizer's work and memory traffic per rank
@@ -8,8 +9,8 @@
 // ZeRO-1's savings, with the state whole on every rank, so checkpoints, --resume and anything
 // reading .grad or the momentum see nothing different.
 //
-// Those pages stay in /dev/shm until the job ends (a peer may still read them after this rank
-// lets go); they are not freed with the optimizer.
+// That memory stays until the group is gone (a peer may still read it after this rank lets go);
+// it is not freed with the optimizer.
 //
 // Use: create it after the checkpoint (if any) is loaded and the model is wrapped in
 // DistributedDataParallel, then call step() where optimizer.step() was called; the other
@@ -17,7 +18,7 @@
 // optimizer's own step() afterwards: every rank would update the shared copy.
 //
 // Contract: create() and step() are collective. create() returns null on every rank when it
-// does not apply: no shared-memory transport (Context::shm()), no room in /dev/shm, an optimizer
+// does not apply: no peer memory (Context::peer_memory()), no room in it, an optimizer
 // that is not torch::optim::SGD, dampening other than 0, parameters that are not float32/64, or
 // DDPX_SHARDED_STEP=0 in the environment.
 // step() throws ddpx::Error(kUsage) when a parameter or momentum buffer was replaced since
@@ -41,8 +42,8 @@ class Work;
 }  // namespace c10d
 
 namespace ddpx::dist {
-class ShmBackend;
-class ShmAllreduce;
+class PeerMemory;
+class PeerSteps;
 }  // namespace ddpx::dist
 
 namespace ddpx::parallel {
@@ -51,14 +52,14 @@ class DistributedDataParallel;
 
 class ShardedSgd {
  public:
-  // `shm` is the group's shared-memory transport (Context::shm()), or null.
+  // `memory` is the group's peer memory (Context::peer_memory()), or null.
   static std::unique_ptr<ShardedSgd> create(torch::optim::SGD& sgd,
                                             std::shared_ptr<c10d::ProcessGroup> group,
-                                            dist::ShmBackend* shm);
+                                            dist::PeerMemory* memory);
   void step();
 
   // Moves the step into backward: from the next synchronised backward through `ddp` on, each
-  // full gradient bucket is averaged and stepped in one pass (ShmAllreduce::allreduce_apply,
+  // full gradient bucket is averaged and stepped in one pass (PeerSteps::reduce_apply,
   // sgd_update_mean), rank r taking part r of every bucket, while backward goes on with the
   // rest of the model. When backward() returns, the parameters and momentum are those of
   // averaging and then stepping, bit for bit with two ranks, and step() only checks that that
@@ -78,13 +79,13 @@ class ShardedSgd {
 
  private:
   struct Held {
-    torch::Tensor param;     // the optimizer's parameter, its data now in its owner's arena
+    torch::Tensor param;     // the optimizer's parameter, its data now in its owner's memory
     torch::Tensor momentum;  // its momentum buffer there too, or undefined (momentum 0)
     int owner = 0;
     size_t group = 0;  // its parameter group in the optimizer
   };
   ShardedSgd(torch::optim::SGD& sgd, std::shared_ptr<c10d::ProcessGroup> group,
-             dist::ShmBackend& shm, std::vector<Held> held);
+             dist::PeerMemory& memory, std::vector<Held> held);
   struct Piece {         // one parameter's slice of a gradient bucket
     size_t held = 0;     // index into held_
     int64_t offset = 0;  // where its gradient starts in the bucket (elements)
@@ -94,17 +95,17 @@ class ShardedSgd {
   // Elements [lo, lo + n) of a bucket laid out as `pieces`: averaged gradient -> step.
   void apply(const std::vector<Piece>& pieces, int64_t lo, int64_t n,
              const std::vector<const void*>& sources);
-  void step_on_comm_thread(dist::ShmAllreduce& shm);
+  void step_on_comm_thread(dist::PeerSteps& steps);
   // `op` on the transport's thread, recorded in the collective record as `name` with `tensor`'s
   // signature (undefined: none) when the group has one, as its other collectives are.
   c10::intrusive_ptr<c10d::Work> submit(const char* name, const torch::Tensor& tensor,
-                                        std::function<void(dist::ShmAllreduce&)> op);
+                                        std::function<void(dist::PeerSteps&)> op);
   void step_owned();  // the parameters this rank owns (the step after backward)
   optim::SgdHyper hyper(const Held& h) const;  // its group's settings now (the lr may have changed)
 
   torch::optim::SGD& sgd_;
-  std::shared_ptr<c10d::ProcessGroup> group_;  // keeps `shm_` alive
-  dist::ShmBackend& shm_;
+  std::shared_ptr<c10d::ProcessGroup> group_;  // keeps `memory_` alive
+  dist::PeerMemory& memory_;
   std::vector<Held> held_;
   std::vector<int> owners_;
   std::vector<const void*> data_;  // where each param and momentum buffer was put

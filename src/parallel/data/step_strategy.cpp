@@ -16,7 +16,7 @@ StepStrategy::StepStrategy(torch::optim::Optimizer& optimizer, const dist::Conte
     : optimizer_(optimizer) {
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
   if (sgd != nullptr && ddp != nullptr && ddp->distributed() && options.split) {
-    sharded_ = ShardedSgd::create(*sgd, context.process_group(), context.shm());
+    sharded_ = ShardedSgd::create(*sgd, context.process_group(), context.peer_memory());
   }
   if (sharded_) {
     kind_ = options.inside_backward && sharded_->step_in_backward(*ddp) ? Kind::kSplitInBackward

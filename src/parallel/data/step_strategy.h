@@ -9,7 +9,7 @@
 //                     per group (GPU parameters: the split step is for CPU hosts);
 //   kFusedAdamw       AdamW as ATen's fused kernel (optim/fused_adamw.h), CPU or GPU;
 //   kPlain            the optimizer's own step().
-// The split needs the shared-memory transport and SGD with dampening 0; the step inside backward
+// The split needs peer memory (dist::PeerMemory) and SGD with dampening 0; the step inside backward
 // also needs nothing to read the averaged gradients between backward and the step (no clipping),
 // and the learning rate of the update in the optimizer before backward (the plan writes the
 // batch's there first, plan.h).

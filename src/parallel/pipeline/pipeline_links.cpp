@@ -50,7 +50,7 @@ PipelineLinks::PipelineLinks(const dist::Context& context, const Mesh& mesh, boo
         if (at != e && at != next) groups.push_back({r});
       }
       dist::SplitOptions split;
-      split.shared_memory = false;  // the transport hands point-to-point transfers to Gloo
+      split.peer_memory = false;  // point-to-point transfers go to Gloo whatever the transport
       split.recorded = true;
       auto group = dist::split_group(
           context, groups,

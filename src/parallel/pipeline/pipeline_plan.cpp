@@ -15,6 +15,7 @@
 #include "core/timer.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
+#include "distributed/peer_memory.h"
 #include "distributed/sub_group.h"
 #include "optim/learning_rate.h"
 #include "parallel/data/reducer.h"
@@ -217,7 +218,9 @@ std::string PipelinePlan::describe() {
     shard = sharded()
                 ? fmt::format("; each stage sharded over its {} replicas (--shard {}, {}){}",
                               replica_count_, name(options_.shard), zero_stage(options_.shard),
-                              gathers_in_place_ ? ", all-gathered straight from shared memory" : "")
+                              gathers_in_place_ ? fmt::format(", all-gathered straight from {}",
+                                                              replicas_->peer_memory()->where())
+                                                : "")
                 : fmt::format("; --shard {}: one replica a stage, nothing to split",
                               name(options_.shard));
   } else if (!reducers_.empty()) {

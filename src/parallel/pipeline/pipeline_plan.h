@@ -302,7 +302,7 @@ class PipelinePlan : public Plan {
   bool covers_model_ = false;  // every parameter and buffer of model_ is in a layer
   bool whole_ = true;          // every rank's copy of every stage is current
   bool others_held_ = true;    // the other stages' tensors have memory (current or not)
-  bool gathers_in_place_ = false;  // sharded replicas: from shared memory into the parameters
+  bool gathers_in_place_ = false;  // sharded replicas: from peer memory into the parameters
 };
 
 }  // namespace ddpx::parallel

@@ -21,12 +21,13 @@ namespace ddpx::parallel {
 
 void PipelinePlan::build_units() {
   own_storages(params_);
-  // As the sharded plan's units: on one host the shards (ZeRO-1/2: the parameters too) lie in
-  // the replicas' shared memory, and gathers copy straight from the peers' shards into the
-  // parameters. No pool of collective buffers: a stage reduces once a step, not once a unit
-  // during backward, and `ddpx plan`'s mesh rows count no pool.
+  // As the sharded plan's units: where the replicas' group has peer memory (one host), the
+  // shards (ZeRO-1/2: the parameters too) lie there, and gathers copy straight from the peers'
+  // shards into the parameters. No pool of collective buffers: a stage reduces once a step, not
+  // once a unit during backward, and `ddpx plan`'s mesh rows count no pool.
   const dist::BucketPolicy policy = replicas_->bucket_policy();
-  const bool resident = keeps_resident(options_.shard, options_.gather_dtype, replicas_->shm());
+  const bool resident =
+      keeps_resident(options_.shard, options_.gather_dtype, replicas_->peer_memory());
   std::map<const c10::TensorImpl*, std::string> names;
   for (const auto& p : model_.ptr()->named_parameters(/*recurse=*/true))
     names[p.value().unsafeGetTensorImpl()] = p.key();
@@ -58,7 +59,7 @@ void PipelinePlan::build_units() {
       shards_[unit_order_[u][i]] = units_[u].shards()[i];
   }
   gathers_in_place_ = gather_in_place_if_shared(units_, *replicas_->process_group(), replica_count_,
-                                                replicas_->shm());
+                                                replicas_->peer_memory());
   if (options_.shard == ShardMode::kFull) {
     for (auto& unit : units_) unit.release();
   }

@@ -31,9 +31,9 @@ class CpuTensorBytes {
   // freed: a rank's own bytes when ranks are threads of one process (thread_ranks.h). -1: none.
   static void tag_thread(int tag);
 
-  // Bytes of tensors that are not the CPU allocator's (the shared-memory transport's arena,
-  // dist::ShmArena::count_with): added to the count now, negative when they are given back,
-  // as if they had been allocated here (no tag).
+  // Bytes of tensors that are not the CPU allocator's (the memory a group's ranks publish to
+  // each other, dist::count_published_with): added to the count now, negative when they are
+  // given back, as if they had been allocated here (no tag).
   static void count_outside(int64_t bytes);
   int64_t tag_current(int tag) const;
   int64_t tag_peak(int tag) const;

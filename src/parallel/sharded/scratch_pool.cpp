@@ -7,7 +7,7 @@ namespace ddpx::parallel {
 
 torch::Tensor ScratchPool::make(int64_t nbytes) const {
   if (allocate_) {
-    // The arena hands out float32 tensors that it reduces in place; viewed as bytes here.
+    // Peer memory hands out float32 tensors that the group reduces in place; viewed as bytes.
     auto t = allocate_((nbytes + 3) / 4, c10::kFloat);
     if (t.defined()) return t.view(torch::kByte).narrow(0, 0, nbytes);
   }

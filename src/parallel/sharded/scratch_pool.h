@@ -2,9 +2,9 @@
 // and reduce-scatter input (the whole unit, world_size shards) are taken from here and given
 // back when the collective is done, instead of being allocated per call. A fresh multi-MiB
 // allocation is fresh pages, each faulted in and zeroed by the kernel: on a CPU that costs as
-// much as the copy itself. And where the process group has the shared-memory transport, the
-// buffers lie in the rank's arena (dist::BucketPolicy::allocate), so a reduce-scatter reads its
-// peers' inputs in place, without staging them through the transport's slots.
+// much as the copy itself. And where the process group has peer memory, the buffers lie in
+// the memory this rank publishes (dist::BucketPolicy::allocate), so a reduce-scatter reads its
+// peers' inputs in place, without staging them through the transport's own buffers.
 //
 // The pool holds at most as many buffers as were ever in use at once (two reduce-scatters and
 // two all-gathers in flight: a few times the largest unit), each the size of the largest

@@ -8,8 +8,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "distributed/collectives.h"
-#include "distributed/shm/shm_allreduce.h"
-#include "distributed/shm/shm_backend.h"
+#include "distributed/peer_memory.h"
 #include "parallel/data/atoms.h"
 #include "parallel/storage.h"
 
@@ -164,11 +163,8 @@ torch::Tensor ShardUnit::local_flat(c10::ScalarType dtype) const {
   return flat;
 }
 
-bool ShardUnit::shards_in(const dist::ShmBackend& shm) const {
-  const auto& arena = shm.arena();
-  const auto& t = published();
-  return arena != nullptr && t.device().is_cpu() &&
-         arena->locate(t.data_ptr(), t.numel() * t.element_size()).has_value();
+bool ShardUnit::shards_in(const dist::PeerMemory& memory) const {
+  return memory.offset_of(published()).has_value();
 }
 
 void ShardUnit::start_gather_in_place(c10d::ProcessGroup& group) {
@@ -199,10 +195,10 @@ void ShardUnit::start_gather_in_place(c10d::ProcessGroup& group) {
   }
   pending_full_ = true;
   const auto logical = torch::empty({world_ * total_}, grad_flat_.options().device(torch::kMeta));
-  gather_work_ = dist::submit_shm(
+  gather_work_ = dist::submit_steps(
       group, *in_place_, "allgather_into_tensor", {logical},
-      [published = published(), copies = std::move(copies)](dist::ShmAllreduce& shm) {
-        shm.gather_apply(published, [&](const std::vector<const void*>& sources) {
+      [published = published(), copies = std::move(copies)](dist::PeerSteps& steps) {
+        steps.gather_apply(published, [&](const std::vector<const void*>& sources) {
           for (const auto& c : copies)
             std::memcpy(c.to, static_cast<const char*>(sources[c.rank]) + c.from, c.bytes);
         });
@@ -332,21 +328,21 @@ std::vector<torch::Tensor> ShardUnit::gather_full(c10d::ProcessGroup& group,
   return full;
 }
 
-bool keeps_resident(ShardMode mode, c10::ScalarType gather_dtype, const dist::ShmBackend* shm) {
+bool keeps_resident(ShardMode mode, c10::ScalarType gather_dtype, const dist::PeerMemory* memory) {
   return mode != ShardMode::kNone && mode != ShardMode::kFull &&
-         gather_dtype == c10::ScalarType::Undefined && shm != nullptr &&
+         gather_dtype == c10::ScalarType::Undefined && memory != nullptr &&
          env::get_or("DDPX_GATHER_IN_PLACE", "1") != "0";
 }
 
 bool gather_in_place_if_shared(std::vector<ShardUnit>& units, c10d::ProcessGroup& group,
-                               int world_size, dist::ShmBackend* shm) {
-  if (shm == nullptr || env::get_or("DDPX_GATHER_IN_PLACE", "1") == "0") return false;
+                               int world_size, dist::PeerMemory* memory) {
+  if (memory == nullptr || env::get_or("DDPX_GATHER_IN_PLACE", "1") == "0") return false;
   bool here = !units.empty();
-  for (const auto& unit : units) here = here && unit.shards_in(*shm);
+  for (const auto& unit : units) here = here && unit.shards_in(*memory);
   torch::Tensor votes = torch::tensor({int64_t{here}});
-  dist::all_reduce_sum(group, votes, "sharded units in shared memory");
+  dist::all_reduce_sum(group, votes, "sharded units in peer memory");
   if (votes.item<int64_t>() != world_size) return false;
-  for (auto& unit : units) unit.gather_in_place(shm);
+  for (auto& unit : units) unit.gather_in_place(memory);
   return true;
 }
 

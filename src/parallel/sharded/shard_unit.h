@@ -4,12 +4,12 @@
 //
 // The unit owns this rank's shards of its parameters, laid one after another in one flat
 // buffer (shard_layout.h), and the flat buffer of their averaged gradients. A resident unit
-// (ZeRO-1/2 on one host, see the constructor) has no flat buffer: its parameters lie padded,
-// one after another, in one buffer in shared memory, and each shard is this rank's rows of its
-// parameter there, so a step updates the parameters' own rows and a gather copies only the
-// peers' rows. The shards are the
-// tensors the optimizer steps (leaves, requires_grad, each of shape (rows_per_rank, rest...));
-// their .grad() are slices of the gradient buffer after a synchronized backward.
+// (ZeRO-1/2 where the group has peer memory, see the constructor) has no flat buffer: its
+// parameters lie padded, one after another, in one buffer the ranks publish to each other, and
+// each shard is this rank's rows of its parameter there, so a step updates the parameters' own rows
+// and a gather copies only the peers' rows. The shards are the tensors the optimizer steps (leaves,
+// requires_grad, each of shape (rows_per_rank, rest...)); their .grad() are slices of the gradient
+// buffer after a synchronized backward.
 //
 // The model's own parameter tensors stay registered in the model, with their shapes, names and
 // autograd identity; only their memory comes and goes. release() frees a parameter's storage
@@ -35,7 +35,7 @@
 #include "parallel/sharded/shard_mode.h"
 
 namespace ddpx::dist {
-class ShmBackend;
+class PeerMemory;
 }
 
 namespace ddpx::parallel {
@@ -44,12 +44,12 @@ class ShardUnit {
  public:
   // `params`: the model's parameters of this unit (contiguous, storage of their own; the plan
   // makes them so), `names` their names in the model. `place`, if given, allocates the flat
-  // shard buffer (CPU only): the shared-memory transport's arena, from which peers' all-gathers
-  // read it in place. `scratch`, if given, lends the collectives' buffers (it must outlive
-  // the unit). `resident`, with `place`: lay the parameters themselves there, padded (each a
-  // view of that buffer from then on, set_data), the shards being this rank's rows of them;
-  // only for units never released (ZeRO-1/2) whose gathers stay in full precision. Where
-  // `place` has no room, the unit is laid out as without it.
+  // shard buffer (CPU only): the group's peer memory (dist::PeerMemory), from which peers'
+  // all-gathers read it in place. `scratch`, if given, lends the collectives' buffers (it must
+  // outlive the unit). `resident`, with `place`: lay the parameters themselves there, padded (each
+  // a view of that buffer from then on, set_data), the shards being this rank's rows of them; only
+  // for units never released (ZeRO-1/2) whose gathers stay in full precision. Where `place` has no
+  // room, the unit is laid out as without it.
   ShardUnit(std::string name, std::vector<torch::Tensor> params, std::vector<std::string> names,
             int rank, int world_size, const ScratchPool::Allocate& place = {},
             ScratchPool* scratch = nullptr, bool resident = false);
@@ -89,14 +89,14 @@ class ShardUnit {
   c10::ScalarType gather_dtype() const { return gather_dtype_; }
 
   // Whether this rank's flat shard buffer (a resident unit: its parameters' buffer) lies in
-  // `shm`'s arena (see the constructor's `place`).
-  bool shards_in(const dist::ShmBackend& shm) const;
-  // From now on, full-precision gathers go through `shm` as gather-and-apply
-  // (dist::ShmAllreduce::gather_apply): each rank copies every rank's shards from shared memory
+  // `memory` (see the constructor's `place`).
+  bool shards_in(const dist::PeerMemory& memory) const;
+  // From now on, full-precision gathers go through `memory` as gather-and-apply
+  // (dist::PeerSteps::gather_apply): each rank copies every rank's shards from where they lie
   // straight into its parameters, with no gathered buffer in between, recorded as the
   // all-gather it stands for. Every rank must call it alike (the plan decides collectively),
-  // and only when shards_in(shm) holds on every rank.
-  void gather_in_place(dist::ShmBackend* shm) { in_place_ = shm; }
+  // and only when shards_in(memory) holds on every rank.
+  void gather_in_place(dist::PeerMemory* memory) { in_place_ = memory; }
 
   // Frees the parameters' storage (nothing is communicated).
   void release();
@@ -150,7 +150,7 @@ class ShardUnit {
   std::vector<int64_t> offsets_;  // each parameter's start in the flat buffers
   std::vector<size_t> nbytes_;    // each parameter's storage size when gathered
   torch::Tensor flat_;            // this rank's shards, one after another (not resident)
-  torch::Tensor storage_;         // resident: every parameter's padded rows, in shared memory
+  torch::Tensor storage_;         // resident: every parameter's padded rows, in peer memory
   bool resident_ = false;
   int64_t total_ = 0;        // elements of one rank's shards, padding included
   c10::ScalarType dtype_;    // the parameters' (and shards') dtype
@@ -162,7 +162,7 @@ class ShardUnit {
   bool pending_full_ = true;      // the gather under way is in full precision
   bool reduce_averaged_ = false;  // the reduce under way averages (no division afterwards)
   ScratchPool* scratch_ = nullptr;
-  dist::ShmBackend* in_place_ = nullptr;  // gather_in_place()
+  dist::PeerMemory* in_place_ = nullptr;  // gather_in_place()
 
   torch::Tensor gather_buffer_, gather_input_, reduce_input_;
   c10::intrusive_ptr<c10d::Work> gather_work_, reduce_work_;
@@ -170,15 +170,14 @@ class ShardUnit {
 
 // Whether the units of a plan under `mode` that gathers in `gather_dtype` (Undefined: the
 // shards' own) keep their parameters resident (the constructor's `resident`): ZeRO-1/2 in full
-// precision where the group has the shared-memory transport `shm`, unless
-// DDPX_GATHER_IN_PLACE=0.
-bool keeps_resident(ShardMode mode, c10::ScalarType gather_dtype, const dist::ShmBackend* shm);
+// precision where the group has peer memory `memory`, unless DDPX_GATHER_IN_PLACE=0.
+bool keeps_resident(ShardMode mode, c10::ScalarType gather_dtype, const dist::PeerMemory* memory);
 
-// Where every rank's `units` lie in `shm`'s arena (shards_in), has them gather in place from
-// then on (gather_in_place) and returns true. One rank may have lacked room: the ranks agree
-// first, so every rank returns alike. Collective over `group` (of `world_size` ranks) unless
-// `shm` is null or DDPX_GATHER_IN_PLACE=0 (then false on every rank).
+// Where every rank's `units` lie in `memory` (shards_in), has them gather in place from then
+// on (gather_in_place) and returns true. One rank may have lacked room: the ranks agree first,
+// so every rank returns alike. Collective over `group` (of `world_size` ranks) unless `memory`
+// is null or DDPX_GATHER_IN_PLACE=0 (then false on every rank).
 bool gather_in_place_if_shared(std::vector<ShardUnit>& units, c10d::ProcessGroup& group,
-                               int world_size, dist::ShmBackend* shm);
+                               int world_size, dist::PeerMemory* memory);
 
 }  // namespace ddpx::parallel

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "distributed/collectives.h"
 #include "distributed/context.h"
+#include "distributed/peer_memory.h"
 #include "optim/clip_grad.h"
 #include "optim/fused_step.h"
 #include "optim/learning_rate.h"
@@ -60,10 +61,12 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     dist::broadcast_coalesced(*group_, state, /*root=*/0);
   }
 
-  // ZeRO-1/2 on one host in full precision: each unit's parameters lie in shared memory, the
-  // shards their own rows (ShardUnit's `resident`), so a gather copies only the peers' rows.
-  const bool resident = options_.deterministic_atom == 0 &&
-                        keeps_resident(options_.mode, options_.gather_dtype, context_.shm());
+  // ZeRO-1/2 in full precision where the group has peer memory (ranks on one host): each unit's
+  // parameters lie there, the shards their own rows (ShardUnit's `resident`), so a gather
+  // copies only the peers' rows.
+  const bool resident =
+      options_.deterministic_atom == 0 &&
+      keeps_resident(options_.mode, options_.gather_dtype, context_.peer_memory());
   std::map<std::string, size_t> index_of;
   for (size_t k = 0; k < named.size(); ++k) index_of[named[k].key()] = k;
   shards_.resize(named.size());
@@ -79,10 +82,10 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     model_order_.push_back(order);
     for (size_t i = 0; i < order.size(); ++i) shards_[order[i]] = units_.back().shards()[i];
   }
-  // Full-precision gathers copy every rank's shards straight from shared memory into the
-  // parameters where every rank's lie there.
+  // Full-precision gathers copy every rank's shards straight from the peer memory they lie in
+  // into the parameters where every rank's lie there.
   gathers_in_place_ =
-      gather_in_place_if_shared(units_, *group_, context_.world_size(), context_.shm());
+      gather_in_place_if_shared(units_, *group_, context_.world_size(), context_.peer_memory());
   optimizer_ = make_optimizer(shards_);
   if (options_.deterministic_atom > 0) {
     std::vector<torch::Tensor> trained;
@@ -145,6 +148,8 @@ std::string ShardedPlan::describe() {
                                      atoms_->norm_layers())
                        : std::string())
              : std::string();
+  // Where the ranks' published memory is, as the transport names it.
+  const std::string where = context_.peer_memory() ? context_.peer_memory()->where() : "";
   return fmt::format(
       "optimizer step: {}, on this rank's shards | plan: sharded "
       "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{}){}{}",
@@ -154,10 +159,12 @@ std::string ShardedPlan::describe() {
           : "the optimizer's own",
       context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size(),
       low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "", atoms,
-      gathers_in_place_ ? "; all-gathers straight from shared memory into the parameters" : "",
+      gathers_in_place_ ? fmt::format("; all-gathers straight from {} into the parameters", where)
+                        : "",
       !units_.empty() && units_[0].resident()
-          ? " (the parameters in shared memory, each rank's shards their own rows: all-gathers "
-            "copy only the peers' rows)"
+          ? fmt::format(" (the parameters in {}, each rank's shards their own rows: all-gathers "
+                        "copy only the peers' rows)",
+                        where)
           : "");
 }
 

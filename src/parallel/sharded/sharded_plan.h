@@ -129,7 +129,7 @@ class ShardedPlan : public Plan, private GateListener {
   int sync_bn_layers_ = 0;
   dist::BucketPolicy policy_;      // where the shards and buffers live; whether the group averages
   ScratchPool scratch_;            // the units' collective buffers (outlives them)
-  bool gathers_in_place_ = false;  // from shared memory straight into the parameters
+  bool gathers_in_place_ = false;  // from peer memory straight into the parameters
 
   std::vector<ShardUnit> units_;
   std::vector<std::vector<size_t>> model_order_;  // units_[u].params()[i] is model param [u][i]

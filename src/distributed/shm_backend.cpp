@@ -1,7 +1,28 @@
 // The shared-memory CPU backend (see shm_backend.h).
-#include "distributed/shm/shm_backend.h"
+#include "distributed/shm_backend.h"
 
 namespace ddpx::dist {
+namespace {
+
+// A strategy's collective steps (PeerSteps) as the transport's calls.
+class ShmSteps final : public PeerSteps {
+ public:
+  explicit ShmSteps(ShmAllreduce& shm) : shm_(shm) {}
+  void reduce_apply(torch::Tensor& tensor, const ApplyFn& apply) override {
+    shm_.allreduce_apply(tensor, apply);
+  }
+  void gather_apply(const torch::Tensor& tensor, const ReadFn& read) override {
+    shm_.gather_apply(tensor, read);
+  }
+  void barrier() override { shm_.barrier(); }
+
+ private:
+  ShmAllreduce& shm_;
+};
+
+}  // namespace
+
+void count_published_with(void (*counter)(int64_t bytes)) { ShmArena::count_with(counter); }
 
 class ShmBackend::ShmWork : public c10d::Work {
  public:
@@ -64,8 +85,29 @@ torch::Tensor ShmBackend::allocate_bucket(int64_t numel, c10::ScalarType dtype) 
   return arena()->allocate(numel, dtype);
 }
 
-c10::intrusive_ptr<c10d::Work> ShmBackend::submit(std::function<void(ShmAllreduce&)> op) {
-  return enqueue(c10::make_intrusive<ShmWork>(getRank(), c10d::OpType::UNKNOWN, std::move(op)));
+torch::Tensor ShmBackend::allocate(int64_t numel, c10::ScalarType dtype, bool kept) {
+  if (!arena()) return {};
+  return arena()->allocate(numel, dtype, kept);
+}
+
+std::optional<int64_t> ShmBackend::offset_of(const torch::Tensor& tensor) const {
+  if (!arena() || !tensor.defined() || !tensor.device().is_cpu()) return std::nullopt;
+  auto at = arena()->locate(tensor.data_ptr(), tensor.numel() * tensor.element_size());
+  if (!at) return std::nullopt;
+  return static_cast<int64_t>(*at);
+}
+
+torch::Tensor ShmBackend::peer_view(int rank, int64_t offset, int64_t numel,
+                                    c10::ScalarType dtype) const {
+  return shm_->peer_tensor(rank, static_cast<size_t>(offset), numel, dtype);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmBackend::submit(std::function<void(PeerSteps&)> op) {
+  return enqueue(c10::make_intrusive<ShmWork>(getRank(), c10d::OpType::UNKNOWN,
+                                              [op = std::move(op)](ShmAllreduce& shm) {
+                                                ShmSteps steps(shm);
+                                                op(steps);
+                                              }));
 }
 
 c10::intrusive_ptr<c10d::Work> ShmBackend::allreduce(std::vector<at::Tensor>& tensors,
