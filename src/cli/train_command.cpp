@@ -70,6 +70,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--learning_rate,--lr", o->learning_rate, "peak learning rate");
   cmd->add_option("--weight_decay", o->weight_decay, "weight decay");
   cmd->add_option("--momentum", o->momentum, "SGD momentum");
+  cmd->add_option("--adam_beta1", o->adam_beta1, "adam, adamw, lamb: beta1 (Hugging Face's name)");
+  cmd->add_option("--adam_beta2", o->adam_beta2,
+                  "adam, adamw, lamb: beta2 (nanoGPT's small models: 0.99)");
   add_choice(cmd, "--lr_schedule", o->lr_schedule, train::kScheduleNames,
              "constant | step | cosine (per step)");
   cmd->add_option("--lr_step_epochs", o->lr_step_epochs,
@@ -77,6 +80,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "training)");
   cmd->add_option("--lr_gamma", o->lr_gamma, "--lr_schedule step: the factor at each step");
   cmd->add_option("--warmup_epochs", o->warmup_epochs, "linear warmup length in epochs");
+  cmd->add_option("--warmup_steps", o->warmup_steps,
+                  "linear warmup length in optimizer steps (instead of --warmup_epochs)");
+  cmd->add_option("--min_lr", o->min_lr,
+                  "--lr_schedule cosine: the learning rate it decays to (nanoGPT's min_lr)");
   cmd->add_option("--batch_size", o->batch_size, "batch size per process (as in the seed)");
   cmd->add_flag("--batch_size_scaled", o->batch_size_scaled,
                 "keep the global batch at --batch_size: each rank gets batch_size/world");

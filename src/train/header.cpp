@@ -86,15 +86,22 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
   if (!f.env_limits.empty()) lines.push_back(f.env_limits);
   const bool with_momentum = o.optimizer == Optimizer::kSgd || o.optimizer == Optimizer::kLars;
   lines.push_back(fmt::format(
-      "optimizer {} lr {} momentum {} weight_decay {} | schedule {} warmup {} epochs | "
+      "optimizer {} lr {} momentum {} weight_decay {}{} | schedule {}{} warmup {} | "
       "normalize {} | threads {} | loader workers {}",
       name(o.optimizer), f.learning_rate, with_momentum ? o.momentum : 0.0, o.weight_decay,
+      // Adam's betas when they are not torch.optim's, the cosine's floor when it has one.
+      !with_momentum && (o.adam_beta1 != 0.9 || o.adam_beta2 != 0.999)
+          ? fmt::format(" betas ({:g}, {:g})", o.adam_beta1, o.adam_beta2)
+          : std::string(),
       o.lr_schedule == Schedule::kStep
           ? fmt::format("step (x{:g} {})", o.lr_gamma,
                         o.lr_step_epochs > 0 ? fmt::format("every {:g} epochs", o.lr_step_epochs)
                                              : std::string("at 1/2 and 3/4 of training"))
           : std::string(name(o.lr_schedule)),
-      o.warmup_epochs, data::name(o.normalize), f.threads, f.loader_workers));
+      o.min_lr > 0 ? fmt::format(" to {:g}", o.min_lr) : std::string(),
+      o.warmup_steps > 0 ? fmt::format("{} steps", o.warmup_steps)
+                         : fmt::format("{} epochs", o.warmup_epochs),
+      data::name(o.normalize), f.threads, f.loader_workers));
   lines.push_back(fmt::format(
       "world size {} ({}) | batch size {} per {}, global batch {}, test batch {} | "
       "accumulation steps {} | learning rate {}{}",

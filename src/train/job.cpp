@@ -52,12 +52,14 @@ std::unique_ptr<LrSchedule> make_schedule(const TrainOptions& o, double learning
                                           int64_t updates_per_epoch) {
   return std::make_unique<LrSchedule>(
       o.lr_schedule, learning_rate, updates_per_epoch * o.num_epochs,
-      static_cast<int64_t>(std::llround(o.warmup_epochs * updates_per_epoch)),
+      o.warmup_steps > 0 ? o.warmup_steps
+                         : static_cast<int64_t>(std::llround(o.warmup_epochs * updates_per_epoch)),
       StepDecay{o.lr_step_epochs > 0
                     ? std::max<int64_t>(1, static_cast<int64_t>(
                                                std::llround(o.lr_step_epochs * updates_per_epoch)))
                     : 0,
-                o.lr_gamma});
+                o.lr_gamma},
+      o.min_lr);
 }
 
 void fail_out_of_memory(const TrainOptions& o, int rank, const torch::Device& device,

@@ -21,15 +21,19 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
                                                    .weight_decay(c.weight_decay));
   }
   if (c.name == Optimizer::kAdam) {
-    return std::make_unique<torch::optim::Adam>(
-        std::move(parameters),
-        torch::optim::AdamOptions(c.learning_rate).weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::Adam>(std::move(parameters),
+                                                torch::optim::AdamOptions(c.learning_rate)
+                                                    .weight_decay(c.weight_decay)
+                                                    .betas(std::make_tuple(c.beta1, c.beta2)));
   }
   if (c.name == Optimizer::kAdamw) {
+    auto options = [&](double decay) {
+      return torch::optim::AdamWOptions(c.learning_rate)
+          .weight_decay(decay)
+          .betas(std::make_tuple(c.beta1, c.beta2));
+    };
     if (!c.decay_matrices_only) {
-      return std::make_unique<torch::optim::AdamW>(
-          std::move(parameters),
-          torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
+      return std::make_unique<torch::optim::AdamW>(std::move(parameters), options(c.weight_decay));
     }
     // Decoupled weight decay on the matrices only (weights of Linear, Embedding), not on biases
     // and norms' scales. A sharded plan's shards keep their parameter's rank
@@ -37,14 +41,12 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
     std::vector<torch::Tensor> matrices, vectors;
     for (auto& p : parameters) (p.dim() >= 2 ? matrices : vectors).push_back(p);
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    auto options = [&](double decay) {
-      return std::make_unique<torch::optim::AdamWOptions>(
-          torch::optim::AdamWOptions(c.learning_rate).weight_decay(decay));
+    auto group_options = [&](double decay) {
+      return std::make_unique<torch::optim::AdamWOptions>(options(decay));
     };
-    if (!matrices.empty()) groups.emplace_back(std::move(matrices), options(c.weight_decay));
-    if (!vectors.empty()) groups.emplace_back(std::move(vectors), options(0.0));
-    return std::make_unique<torch::optim::AdamW>(std::move(groups),
-                                                 torch::optim::AdamWOptions(c.learning_rate));
+    if (!matrices.empty()) groups.emplace_back(std::move(matrices), group_options(c.weight_decay));
+    if (!vectors.empty()) groups.emplace_back(std::move(vectors), group_options(0.0));
+    return std::make_unique<torch::optim::AdamW>(std::move(groups), options(c.weight_decay));
   }
   if (c.name == Optimizer::kLars) {
     return std::make_unique<optim::Lars>(
@@ -52,8 +54,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tenso
         optim::LarsOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
   }
   if (c.name == Optimizer::kLamb) {
-    return std::make_unique<optim::Lamb>(
-        std::move(parameters), optim::LambOptions(c.learning_rate).weight_decay(c.weight_decay));
+    return std::make_unique<optim::Lamb>(std::move(parameters),
+                                         optim::LambOptions(c.learning_rate)
+                                             .weight_decay(c.weight_decay)
+                                             .betas(std::make_tuple(c.beta1, c.beta2)));
   }
   fail(ErrorKind::kInternal, "optimizer {} has no factory", static_cast<int>(c.name));
 }
@@ -73,12 +77,13 @@ double scaled_learning_rate(double base_lr, LrScale scale, int64_t global_batch,
 }
 
 LrSchedule::LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps,
-                       StepDecay step)
+                       StepDecay step, double min_lr)
     : kind_(kind),
       base_lr_(base_lr),
       total_steps_(std::max<int64_t>(total_steps, 1)),
       warmup_steps_(std::max<int64_t>(warmup_steps, 0)),
-      step_(step) {}
+      step_(step),
+      min_lr_(min_lr) {}
 
 double LrSchedule::lr_at(int64_t step) const {
   if (step < warmup_steps_) return base_lr_ * static_cast<double>(step + 1) / warmup_steps_;
@@ -94,7 +99,7 @@ double LrSchedule::lr_at(int64_t step) const {
     return base_lr_;
   }
   // cosine
-  return 0.5 * base_lr_ * (1.0 + std::cos(M_PI * progress));
+  return min_lr_ + 0.5 * (base_lr_ - min_lr_) * (1.0 + std::cos(M_PI * progress));
 }
 
 }  // namespace ddpx::train

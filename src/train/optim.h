@@ -31,6 +31,8 @@ struct OptimizerConfig {
   // adamw: decay the matrices only (not biases and norms' scales), as GPT-2's, nanoGPT's and
   // llm.c's AdamW do; the language models' setting. Off, torch.optim.AdamW's (every parameter).
   bool decay_matrices_only = false;
+  double beta1 = 0.9;  // adam, adamw, lamb
+  double beta2 = 0.999;
 };
 
 // How the learning rate follows the global batch (Goyal et al. 2017's linear rule; the square
@@ -63,8 +65,9 @@ struct StepDecay {
 // Linear warmup from ~0 to base_lr over warmup_steps, then the schedule.
 class LrSchedule {
  public:
+  // Cosine decays from base_lr to min_lr (nanoGPT's, torchtitan's lr_min); the others ignore it.
   LrSchedule(Schedule kind, double base_lr, int64_t total_steps, int64_t warmup_steps,
-             StepDecay step = {});
+             StepDecay step = {}, double min_lr = 0.0);
   double lr_at(int64_t step) const;
 
  private:
@@ -73,6 +76,7 @@ class LrSchedule {
   int64_t total_steps_;
   int64_t warmup_steps_;
   StepDecay step_;
+  double min_lr_;
 };
 
 }  // namespace ddpx::train

@@ -170,6 +170,22 @@ void validate(const TrainOptions& o) {
              "--image_size must be a size in pixels, model (the model's input size) or 0 (the "
              "dataset's size)");
   DDPX_CHECK(o.warmup_epochs >= 0, usage, "--warmup_epochs must be >= 0");
+  DDPX_CHECK(o.warmup_steps >= 0, usage, "--warmup_steps must be >= 0 optimizer steps, got {}",
+             o.warmup_steps);
+  DDPX_CHECK(o.warmup_steps == 0 || o.warmup_epochs == 0, usage,
+             "--warmup_steps {} and --warmup_epochs {} both set the warmup; give one",
+             o.warmup_steps, o.warmup_epochs);
+  DDPX_CHECK(o.adam_beta1 >= 0 && o.adam_beta1 < 1 && o.adam_beta2 >= 0 && o.adam_beta2 < 1, usage,
+             "--adam_beta1 {} --adam_beta2 {}: each must be in [0, 1) (0.9 and 0.999: "
+             "torch.optim's)",
+             o.adam_beta1, o.adam_beta2);
+  DDPX_CHECK(o.min_lr >= 0 && o.min_lr <= o.learning_rate, usage,
+             "--min_lr {}: expected a rate in [0, --learning_rate {}] for the cosine decay to "
+             "end at",
+             o.min_lr, o.learning_rate);
+  DDPX_CHECK(o.min_lr == 0 || o.lr_schedule == Schedule::kCosine, usage,
+             "--min_lr goes with --lr_schedule cosine (it is {}); drop --min_lr",
+             name(o.lr_schedule));
   DDPX_CHECK(o.lr_step_epochs >= 0, usage,
              "--lr_step_epochs {}: expected >= 0 epochs between decays (0: at 1/2 and 3/4 of "
              "training)",

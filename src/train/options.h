@@ -65,10 +65,14 @@ struct TrainOptions {
   double learning_rate = 0.05;  // at --base_batch_size when --lr_scale is not none
   double weight_decay = 5e-4;
   double momentum = 0.9;
+  double adam_beta1 = 0.9;    // adam, adamw, lamb: the first moment's decay
+  double adam_beta2 = 0.999;  // and the second's (nanoGPT's small models take 0.99)
   Schedule lr_schedule = Schedule::kCosine;
   double lr_step_epochs = 0.0;  // step: x lr_gamma every this many epochs (0: at 1/2 and 3/4)
   double lr_gamma = 0.1;        // step: the factor
   double warmup_epochs = 0.0;
+  int64_t warmup_steps = 0;  // in optimizer steps, as nanoGPT, llm.c and torchtitan count it
+  double min_lr = 0.0;  // cosine: where the decay ends (nanoGPT's min_lr; absolute, not scaled)
   int64_t batch_size = 128;        // per process, as in the seed
   int64_t eval_batch_size = 512;   // per process, for the test set (no gradients: larger is fine)
   bool batch_size_scaled = false;  // keep the global batch at batch_size: batch/world per rank

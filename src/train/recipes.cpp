@@ -106,7 +106,8 @@ const std::vector<Recipe>& recipes() {
       {"shakespeare-char",
        "nanoGPT's train_shakespeare_char in its CPU size: gpt-nano (4 layers, 4 heads, 128 wide, "
        "context 64) on Shakespeare's characters, 2000 steps of 12 x 64 tokens (2 epochs of "
-       "1000), AdamW 1e-3, 100 steps of warmup then cosine, clip 1; tokenize first: `ddpx data "
+       "1000), AdamW 1e-3 with beta2 0.99, 100 steps of warmup then cosine to 1e-4, clip 1; "
+       "tokenize first: `ddpx data "
        "tokenize data/tinyshakespeare/input.txt --tokenizer char --out data/shakespeare-char`",
        {{"--model", "gpt-nano"},
         {"--dataset", "tokens"},
@@ -118,10 +119,39 @@ const std::vector<Recipe>& recipes() {
         {"--optimizer", "adamw"},
         {"--learning_rate", "1e-3"},
         {"--weight_decay", "0.1"},
+        {"--adam_beta2", "0.99"},
         {"--warmup_epochs", "0.1"},
+        {"--min_lr", "1e-4"},
         {"--clip_grad_norm", "1"}},
        1,
-       "not yet measured"},
+       "val loss 1.8973 after 2000 steps (nanoGPT's CPU run: about 1.88), one process on a 2-core "
+       "Intel Xeon VM, 2026-12-06"},
+      {"gpt2-124m",
+       "llm.c's GPT-2 124M reproduction (train_gpt2.cu's command in its README): gpt2 on "
+       "1024-token windows of GPT-2 tokens, 524,288 tokens a step (64 windows x 8 micro-batches "
+       "on one GPU; on N GPUs --accumulation_steps 8/N), AdamW 6e-4 with betas (0.9, 0.95) and "
+       "weight decay 0.1 on the matrices, 700 steps of warmup then cosine to 0, clip 1, bf16 "
+       "where the hardware has it, one pass over the tokens (llm.c: FineWeb's 10B, 18,865 "
+       "steps); tokenize first: `ddpx data tokenize CORPUS.txt --tokenizer gpt2 --vocab "
+       "gpt2.tiktoken --out data/gpt2-tokens`",
+       {{"--model", "gpt2"},
+        {"--dataset", "tokens"},
+        {"--data_dir", "data/gpt2-tokens"},
+        {"--seq_len", "1024"},
+        {"--batch_size", "64"},
+        {"--accumulation_steps", "8"},
+        {"--num_epochs", "1"},
+        {"--optimizer", "adamw"},
+        {"--learning_rate", "6e-4"},
+        {"--adam_beta2", "0.95"},
+        {"--weight_decay", "0.1"},
+        {"--lr_schedule", "cosine"},
+        {"--warmup_steps", "700"},
+        {"--clip_grad_norm", "1"},
+        {"--amp", "auto"}},
+       1,
+       "not yet run: needs a GPU (llm.c reaches a FineWeb val loss of about 3.28 with these "
+       "settings on 10B tokens); its first steps on gpt-nano are checked (docs/recipes.md)"},
       {"bert-megatron",
        "Megatron-LM's BERT pretraining, the guide's second case study, in the shape of Megatron's "
        "examples/bert: bert-large (24 layers, 16 heads, 1024 wide) with masked-LM on 512-token "

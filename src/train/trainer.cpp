@@ -108,8 +108,13 @@ class Run {
     facts.global_batch = batch_size_ * data_size * o_.accumulation_steps;
     facts.learning_rate =
         scaled_learning_rate(o_.learning_rate, o_.lr_scale, facts.global_batch, o_.base_batch_size);
-    OptimizerConfig oc{o_.optimizer, facts.learning_rate, o_.weight_decay, o_.momentum,
-                       /*decay_matrices_only=*/task_.next_token};
+    OptimizerConfig oc{o_.optimizer,
+                       facts.learning_rate,
+                       o_.weight_decay,
+                       o_.momentum,
+                       /*decay_matrices_only=*/task_.next_token,
+                       o_.adam_beta1,
+                       o_.adam_beta2};
     // By value: a plan may keep the factory (a sharded plan builds whole optimizers to save).
     auto optimizer = [oc](std::vector<torch::Tensor> params) {
       return make_optimizer(std::move(params), oc);
