@@ -390,7 +390,11 @@ void ShardedPlan::write_part(torch::serialize::OutputArchive& part) {
 }
 
 void ShardedPlan::write_index(torch::serialize::OutputArchive& index) {
-  write_part_index(*model_.ptr(), model_order_, context_.world_size(), options_.mode, index);
+  // The index's order is the optimizer's: built over shards_, the model's order, which is not
+  // the units' where a unit gathers parameters from apart (a GPT's embedding and head).
+  std::vector<size_t> optimizer_order(shards_.size());
+  for (size_t k = 0; k < optimizer_order.size(); ++k) optimizer_order[k] = k;
+  write_part_index(*model_.ptr(), {optimizer_order}, context_.world_size(), options_.mode, index);
 }
 
 }  // namespace ddpx::parallel
