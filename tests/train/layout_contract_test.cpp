@@ -4,8 +4,9 @@
 // layout runs 4 steps of SGD with momentum and weight decay, each clipped by the whole model's
 // gradient norm; checked: each step's loss (the mean over the data-parallel replicas) and
 // gradient norm, the final parameters through module(), and the whole state_dict() (model and
-// optimizer) resumed by one process, whose next 2 steps continue the one-process curve (a
-// checkpoint taken under any layout continues under another). Layouts: data parallel alone and
+// optimizer) resumed twice, under the next layout of the list (load_state_dict(), as --resume
+// does) and by one process, each continuing the one-process curve for 2 steps (a checkpoint
+// taken under any layout continues under another). Layouts: data parallel alone and
 // with each ZeRO stage; pipelines (1F1B, GPipe, interleaved, 4 stages) over data-parallel
 // replicas, whole or sharded; tensor parallelism over replicas, with sequence parallelism; the
 // three together; each family with and without ZeRO-3 and activation checkpointing. Each rank is
@@ -22,6 +23,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <array>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -169,30 +171,70 @@ TrainOptions options_of(const Layout& l) {
   return o;
 }
 
-class LayoutContractTest : public ::testing::TestWithParam<Layout> {};
+// Every layout, in an order where each resumes its predecessor's state (the last the first's).
+constexpr auto kFull = ShardMode::kFull;
+constexpr auto kInterleaved = PipelineSchedule::kInterleaved;
+constexpr auto kGpipe = PipelineSchedule::kGpipe;
 
-TEST_P(LayoutContractTest, TrainsAsOneProcessAndItsStateDictResumesInOne) {
-  const Layout layout = GetParam();
+const std::array kLayouts{
+    // Data parallel alone, then each ZeRO stage, with and without recomputed blocks.
+    Layout{"dp8"}, Layout{"dp8_ac", 1, 1, ShardMode::kNone, "blocks"},
+    Layout{"dp8_zero1", 1, 1, ShardMode::kOptimizer},
+    Layout{"dp8_zero2", 1, 1, ShardMode::kGradients}, Layout{"dp8_zero3", 1, 1, kFull},
+    Layout{"dp8_zero3_ac", 1, 1, kFull, "blocks"},
+    // Pipelines over data-parallel replicas.
+    Layout{"dp4_pp2", 2}, Layout{"dp4_pp2_gpipe_ac", 2, 1, ShardMode::kNone, "blocks", kGpipe},
+    Layout{"dp4_pp2_interleaved", 2, 1, ShardMode::kNone, "none", kInterleaved, 2},
+    Layout{"dp4_pp2_zero3_ac", 2, 1, kFull, "blocks"}, Layout{"dp2_pp4", 4},
+    // Tensor parallelism over data-parallel replicas.
+    Layout{"dp4_tp2", 1, 2},
+    Layout{"dp4_tp2_sp_ac", 1, 2, ShardMode::kNone, "blocks", PipelineSchedule::k1F1B, 0, true},
+    Layout{"dp4_tp2_zero3", 1, 2, kFull},
+    // The three together.
+    Layout{"dp2_pp2_tp2", 2, 2},
+    Layout{"dp2_pp2_tp2_sp_zero3_ac", 2, 2, kFull, "blocks", PipelineSchedule::k1F1B, 0, true},
+    Layout{"pp4_tp2", 4, 2}};
+
+// A layout's run: each step's loss (the mean over the replicas) and, from rank 0, the whole
+// state_dict() it ends with.
+struct LayoutRun {
+  std::vector<double> losses;
+  std::string model_bytes, optimizer_bytes;
+};
+
+// Trains `layout` on 8 ranks over global steps [first, first + steps), from the state `from`
+// (a run's state_dict(), loaded through load_state_dict() as --resume does) or from the seed's
+// model; checks each step's gradient norm and the final parameters (module()) against one
+// process.
+LayoutRun train_layout(const Layout& layout, int first, int steps, const LayoutRun* from,
+                       const Parameters& want_after) {
   const Reference& want = reference();
   const TrainOptions o = options_of(layout);
   const parallel::Mesh mesh = mesh_of(o, kWorld);
   const int replicas = mesh.data_size();
-  ASSERT_EQ(kBatch % replicas, 0);
+  EXPECT_EQ(kBatch % replicas, 0);
   const int64_t per_replica = kBatch / replicas;
 
   std::vector<models::Gpt> gpts;
   for (int r = 0; r < kWorld; ++r) gpts.push_back(make_gpt());
   std::mutex mutex;
   std::map<std::pair<int, int>, double> losses;  // (step, data rank): the replica's loss
-  std::string model_bytes, optimizer_bytes;
+  LayoutRun run;
   auto errors = run_ranks(kWorld, [&](int rank, dist::Context& context) {
     TrainOptions mine = o;
     mine.batch_size = per_replica;
     ChosenPlan chosen = choose_plan(mine, context, mesh, torch::nn::AnyModule(gpts[rank]), make_sgd,
                                     /*loss_scaling=*/false, {kTokens}, torch::kLong);
     parallel::Plan& plan = *chosen.plan;
+    if (from != nullptr) {
+      std::istringstream m(from->model_bytes), op(from->optimizer_bytes);
+      torch::serialize::InputArchive model, optimizer;
+      model.load_from(m);
+      optimizer.load_from(op);
+      plan.load_state_dict(model, optimizer);
+    }
     const int data_rank = mesh.data_rank(rank);
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = first; s < first + steps; ++s) {
       parallel::MicroBatch mb;
       mb.input = batches().x[s].narrow(0, data_rank * per_replica, per_replica);
       mb.target = batches().y[s].narrow(0, data_rank * per_replica, per_replica);
@@ -210,7 +252,7 @@ TEST_P(LayoutContractTest, TrainsAsOneProcessAndItsStateDictResumesInOne) {
         losses[{s, data_rank}] = out.loss.item<double>();
       }
     }
-    expect_parameters(parameters_of(*plan.module().ptr()), want.after_layout,
+    expect_parameters(parameters_of(*plan.module().ptr()), want_after,
                       fmt::format("{}: rank {}'s module()", layout.name, rank));
     torch::serialize::OutputArchive model, optimizer;
     plan.state_dict(model, optimizer);
@@ -218,30 +260,42 @@ TEST_P(LayoutContractTest, TrainsAsOneProcessAndItsStateDictResumesInOne) {
       std::ostringstream m, op;
       model.save_to(m);
       optimizer.save_to(op);
-      model_bytes = m.str();
-      optimizer_bytes = op.str();
+      run.model_bytes = m.str();
+      run.optimizer_bytes = op.str();
     }
   });
   EXPECT_ALL_RANKS_OK(errors);
-
   // Each step's loss: every replica reported one, and their mean is one process's.
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = first; s < first + steps; ++s) {
     double sum = 0;
     for (int d = 0; d < replicas; ++d) {
-      ASSERT_TRUE(losses.count({s, d})) << layout.name << ": no loss of replica " << d;
-      sum += losses.at({s, d});
+      EXPECT_TRUE(losses.count({s, d})) << layout.name << ": no loss of replica " << d;
+      if (losses.count({s, d})) sum += losses.at({s, d});
     }
+    run.losses.push_back(sum / replicas);
     EXPECT_NEAR(sum / replicas, want.losses[s], kTolerance * want.losses[s])
         << layout.name << ": step " << s;
   }
+  return run;
+}
 
-  // The state_dict is the unsplit GPT's and its optimizer's: one process resumes it and its
-  // next steps are the one-process run's.
-  ASSERT_FALSE(model_bytes.empty());
+class LayoutContractTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LayoutContractTest, TrainsAsOneProcessAndResumesUnderTheNextLayoutAndInOne) {
+  const Layout& layout = kLayouts[GetParam()];
+  const Layout& next = kLayouts[(GetParam() + 1) % kLayouts.size()];
+  const Reference& want = reference();
+  const LayoutRun run = train_layout(layout, 0, kSteps, nullptr, want.after_layout);
+  ASSERT_FALSE(run.model_bytes.empty()) << layout.name;
+
+  // Its state_dict() resumed under the next layout of the list: the curve goes on.
+  train_layout(next, kSteps, kResumeSteps, &run, want.after_resume);
+
+  // And in one process: the state is the unsplit GPT's and its optimizer's.
   auto one = make_gpt();
   auto optimizer = make_sgd(one->parameters());
   {
-    std::istringstream m(model_bytes), op(optimizer_bytes);
+    std::istringstream m(run.model_bytes), op(run.optimizer_bytes);
     torch::serialize::InputArchive model_archive, optimizer_archive;
     model_archive.load_from(m);
     optimizer_archive.load_from(op);
@@ -258,31 +312,8 @@ TEST_P(LayoutContractTest, TrainsAsOneProcessAndItsStateDictResumesInOne) {
                     std::string(layout.name) + " resumed in one process");
 }
 
-constexpr auto kFull = ShardMode::kFull;
-constexpr auto kInterleaved = PipelineSchedule::kInterleaved;
-constexpr auto kGpipe = PipelineSchedule::kGpipe;
-
-INSTANTIATE_TEST_SUITE_P(
-    EightRanks, LayoutContractTest,
-    ::testing::Values(
-        // Data parallel alone, then each ZeRO stage, with and without recomputed blocks.
-        Layout{"dp8"}, Layout{"dp8_ac", 1, 1, ShardMode::kNone, "blocks"},
-        Layout{"dp8_zero1", 1, 1, ShardMode::kOptimizer},
-        Layout{"dp8_zero2", 1, 1, ShardMode::kGradients}, Layout{"dp8_zero3", 1, 1, kFull},
-        Layout{"dp8_zero3_ac", 1, 1, kFull, "blocks"},
-        // Pipelines over data-parallel replicas.
-        Layout{"dp4_pp2", 2}, Layout{"dp4_pp2_gpipe_ac", 2, 1, ShardMode::kNone, "blocks", kGpipe},
-        Layout{"dp4_pp2_interleaved", 2, 1, ShardMode::kNone, "none", kInterleaved, 2},
-        Layout{"dp4_pp2_zero3_ac", 2, 1, kFull, "blocks"}, Layout{"dp2_pp4", 4},
-        // Tensor parallelism over data-parallel replicas.
-        Layout{"dp4_tp2", 1, 2},
-        Layout{"dp4_tp2_sp_ac", 1, 2, ShardMode::kNone, "blocks", PipelineSchedule::k1F1B, 0, true},
-        Layout{"dp4_tp2_zero3", 1, 2, kFull},
-        // The three together.
-        Layout{"dp2_pp2_tp2", 2, 2},
-        Layout{"dp2_pp2_tp2_sp_zero3_ac", 2, 2, kFull, "blocks", PipelineSchedule::k1F1B, 0, true},
-        Layout{"pp4_tp2", 4, 2}),
-    [](const auto& info) { return std::string(info.param.name); });
-
+INSTANTIATE_TEST_SUITE_P(EightRanks, LayoutContractTest,
+                         ::testing::Range(0, static_cast<int>(kLayouts.size())),
+                         [](const auto& info) { return std::string(kLayouts[info.param].name); });
 }  // namespace
 }  // namespace ddpx::train::layout_contract

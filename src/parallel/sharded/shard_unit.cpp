@@ -117,7 +117,11 @@ void ShardUnit::restore_storage() {
     auto& p = params_[i];
     if (p.storage().unsafeGetStorageImpl() == aliases_[i].storage().unsafeGetStorageImpl())
       continue;
-    if (!resident_) materialize(i);
+    // The unit's own storage (the alias's), not the one `p` was given: a loaded archive's
+    // parameters may share one storage, which holds more than this parameter's bytes and whose
+    // other parameters are still to be copied (a ZeRO-1/2 state_dict, whose parameters are rows
+    // of one buffer).
+    if (!resident_) materialize_storage(aliases_[i], nbytes_[i]);
     aliases_[i].copy_(p.detach());
     p.set_data(aliases_[i]);
   }
