@@ -16,6 +16,7 @@
 #include <regex>
 
 #include "e2e/refused_job.h"
+#include "e2e/token_fixture.h"
 #include "models/zoo/registry.h"
 #include "support/support.h"
 #include "train/checkpoint.h"
@@ -293,6 +294,59 @@ TEST(PipelineTrainTest, AKilledStageEndsTheJobNamingIt) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex("rank 1 .*(killed|signal|SIGKILL)")))
       << r.output;
   EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "'", 10).output, "") << "no orphans";
+}
+
+// A worker killed under data x pipeline x tensor parallelism with ZeRO-3 (DP2 x PP2 x TP2, a GPT
+// on real text, a checkpoint each one-step epoch): the job ends within seconds naming it, no
+// worker is left behind, and `--resume auto` on the same 8 ranks continues from the newest
+// checkpoint and finishes.
+TEST(PipelineTrainTest, AKilledRankOfAThreeDimensionalMeshEndsTheJobAndItResumes) {
+  test::TempDir dir;
+  test::write_char_tokens(dir.path());
+  const std::string marker = "--seed 4345" + std::to_string(test::free_port());
+  const std::string save = dir.file("save");
+  auto command = [&](int epochs, const std::string& extra) {
+    return ddpx("run 8 --grace_s 2 --log_dir " + dir.file("logs") +
+                " -- train --model gpt-nano --dataset tokens --data_dir " + dir.path() +
+                " --seq_len 32 --vocab_size 77 --batch_size 8 --optimizer adamw --num_epochs " +
+                std::to_string(epochs) +
+                " --limit_train_batches 1 --limit_test_batches 1 --log_every 1000 --threads 1 "
+                "--pipeline_parallel 2 --tensor_parallel 2 --shard full --no_progress "
+                "--save_dir " +
+                save + " " + extra + " " + marker);
+  };
+  const std::string pattern = "[-]" + marker.substr(1);
+  // Rank 5 (replica 1's first stage, tensor rank 1) is killed once two epochs are saved.
+  const std::string killer = "( for i in $(seq 1 900); do if [ -e " +
+                             train::checkpoint_path(save, 2) +
+                             " ]; then sleep 0.5; for p in $(pgrep -f -- '" + pattern +
+                             "'); do if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx "
+                             "RANK=5; then kill -KILL $p; date +%s%N > " +
+                             dir.file("killed_at") + "; exit 0; fi; done; fi; sleep 0.2; done ) & ";
+  auto killed = run_command(killer + command(100000, ""), 300);
+  const auto ended = std::chrono::system_clock::now();
+  EXPECT_FALSE(killed.timed_out) << killed.output;
+  std::ifstream killed_at(dir.file("killed_at"));
+  int64_t killed_ns = 0;
+  ASSERT_TRUE(killed_at >> killed_ns) << "rank 5 was never killed: " << killed.output;
+  const double seconds =
+      (std::chrono::duration_cast<std::chrono::nanoseconds>(ended.time_since_epoch()).count() -
+       killed_ns) /
+      1e9;
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  EXPECT_TRUE(std::regex_search(killed.output, std::regex("rank 5 .*(killed|signal|SIGKILL)")))
+      << killed.output;
+  EXPECT_EQ(run_command("pgrep -f -- '" + pattern + "'", 10).output, "") << "no orphans";
+  int64_t saved = 0;  // the newest checkpoint's epochs
+  while (std::filesystem::exists(train::checkpoint_path(save, saved + 1))) ++saved;
+  ASSERT_GE(saved, 2) << killed.output;
+  EXPECT_LT(seconds, 30) << "the job ended " << seconds << " s after the kill: " << killed.output;
+
+  auto resumed = run_command(command(static_cast<int>(saved) + 1, "--resume auto"), 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("after " + std::to_string(saved) + " epochs"), std::string::npos)
+      << resumed.output;
+  EXPECT_TRUE(std::filesystem::exists(train::checkpoint_path(save, saved + 1))) << resumed.output;
 }
 
 // How many events named `name` the traces of `--profile DIR` hold, every rank's together.
