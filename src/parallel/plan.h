@@ -122,8 +122,10 @@ struct MicroBatch {
 // What forward_backward() leaves for the metrics, on the device; undefined on ranks that hold
 // no loss.
 struct MicroBatchResult {
-  torch::Tensor loss;    // the micro-batch's mean loss, unscaled
-  torch::Tensor output;  // the model's output (logits)
+  torch::Tensor loss;  // the micro-batch's mean loss, unscaled
+  // What the metrics read: the model's output (logits), or the predicted class or token ids
+  // (int64) where logits would cost a transfer (a pipeline's, a vocabulary-parallel plan's).
+  torch::Tensor output;
 };
 
 class Plan {

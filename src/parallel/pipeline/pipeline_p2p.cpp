@@ -147,25 +147,31 @@ void PipelinePlan::send(const torch::Tensor& t, int to_stage, bool forward) {
   sends_.emplace_back(links_->send(buffer, to_stage % options_.stages, forward), buffer[0]);
 }
 
-torch::Tensor PipelinePlan::logits_to_first_rank(const torch::Tensor& logits, int64_t rows,
-                                                 const torch::Device& device) {
+torch::Tensor PipelinePlan::output_to_first_rank(const torch::Tensor& output, int64_t rows,
+                                                 const torch::Device& device, bool predictions) {
   const int stages = static_cast<int>(table_.size()), me = context_.rank();
   const int last_rank = rank_of(stages - 1), first_rank = rank_of(0);
-  if (last_rank == first_rank) return me == first_rank ? logits : torch::Tensor();
+  const char* what = predictions ? "predictions" : "logits";
   if (me == last_rank) {
-    std::vector<torch::Tensor> out{logits.to(torch::kCPU).contiguous()};
+    torch::Tensor out = output;
+    if (predictions) out = options_.predict ? options_.predict(output) : output.argmax(-1);
+    if (last_rank == first_rank) return out;
+    std::vector<torch::Tensor> sent{out.to(torch::kCPU).contiguous()};
     Stopwatch watch;  // until the first rank takes them, as a receive waits
-    dist::wait_work(group_->send(out, first_rank, kResultTag + 1), "sending the pipeline's logits");
+    dist::wait_work(group_->send(sent, first_rank, kResultTag + 1),
+                    fmt::format("sending the pipeline's {}", what));
     stats_.wait_seconds += watch.seconds();
     return {};
   }
   if (me != first_rank) return {};
   const Boundary& last = boundaries_.back();
   std::vector<int64_t> shape{rows};
-  shape.insert(shape.end(), last.shape.begin(), last.shape.end());
-  std::vector<torch::Tensor> in{torch::empty(shape, torch::TensorOptions().dtype(last.dtype))};
+  shape.insert(shape.end(), last.shape.begin(), last.shape.end() - (predictions ? 1 : 0));
+  const auto dtype = predictions ? torch::kLong : last.dtype;
+  std::vector<torch::Tensor> in{torch::empty(shape, torch::TensorOptions().dtype(dtype))};
   Stopwatch watch;
-  dist::wait_work(group_->recv(in, last_rank, kResultTag + 1), "receiving the pipeline's logits");
+  dist::wait_work(group_->recv(in, last_rank, kResultTag + 1),
+                  fmt::format("receiving the pipeline's {}", what));
   stats_.wait_seconds += watch.seconds();
   return in[0].to(device);
 }
@@ -197,8 +203,8 @@ torch::Tensor PipelinePlan::forward_eval(const torch::Tensor& input) {
     }
   }
   device_waits_.clear();  // evaluation has no bubble to report
-  return logits_to_first_rank(me == rank_of(stages - 1) ? x : torch::Tensor(), rows,
-                              input.device());
+  return output_to_first_rank(me == rank_of(stages - 1) ? x : torch::Tensor(), rows, input.device(),
+                              /*predictions=*/false);
 }
 
 void PipelinePlan::finish_sends() {

@@ -427,8 +427,9 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
     stats_.wait_seconds += watch.seconds();
     result.loss = loss[0].reshape({}).to(device);
   }
-  result.output = logits_to_first_rank(
-      context_.rank() == last_rank ? torch::cat(outputs) : torch::Tensor(), rows, device);
+  result.output = output_to_first_rank(
+      context_.rank() == last_rank ? torch::cat(outputs) : torch::Tensor(), rows, device,
+      /*predictions=*/true);
   // The replicas' averages, last: their buckets ran on while the loss and logits moved.
   if (sync) finish_replica_sync();
   if (sync && !sharded()) sum_tied_gradients();  // the copies' averaged gradients

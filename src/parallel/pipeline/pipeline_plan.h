@@ -67,6 +67,7 @@
 #include <c10/core/Event.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -132,6 +133,10 @@ struct PipelineOptions {
   // at a time. Unset: the stages stay where the model is.
   std::optional<torch::Device> device;
   bool channels_last = false;
+  // Training's predictions from the last stage's output, computed there, so that only they
+  // travel to the first stage (MicroBatchResult::output): null, the argmax over the last
+  // dimension; a vocabulary-parallel plan's (collective over the last stage's tensor group).
+  std::function<torch::Tensor(const torch::Tensor& output)> predict;
 };
 
 // One row of the stage table the plan prints at start.
@@ -243,10 +248,12 @@ class PipelinePlan : public Plan {
   torch::Tensor receive(int from_stage, int to_stage, int microbatch, bool forward,
                         const Boundary& boundary, int64_t rows, const torch::Device& device);
   void send(const torch::Tensor& t, int to_stage, bool forward);
-  // The last stage's logits (rows of the batch) on the replica's first rank; undefined on the
-  // others. Collective between those two ranks.
-  torch::Tensor logits_to_first_rank(const torch::Tensor& logits, int64_t rows,
-                                     const torch::Device& device);
+  // The last stage's output (rows of the batch) on the replica's first rank; undefined on the
+  // others. Collective between those two ranks. `predictions`: the output's argmax over its
+  // last dimension (class or token ids, int64) rather than the logits: what training's metrics
+  // read, without moving a language model's B x T x V logits each step.
+  torch::Tensor output_to_first_rank(const torch::Tensor& output, int64_t rows,
+                                     const torch::Device& device, bool predictions);
   void finish_sends();
   // The time this rank's GPU stream sat waiting on NCCL receives since the last call (it waits
   // for their events: call after the step's last receive); 0 off the GPU.

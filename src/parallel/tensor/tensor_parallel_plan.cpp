@@ -94,6 +94,9 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
         mesh_.slice(MeshDim::kTensor, mesh_.coordinate(MeshDim::kTensor, context.rank()));
     pipeline.model_name = options_.model_name;
     pipeline.shard = options_.shard;  // the replicas of each stage's pieces shard them
+    // The last stage's tensor ranks find the predictions from their slices of the logits, and
+    // only those ids travel to the first stage.
+    if (split_predict_) pipeline.predict = split_predict_;
     auto plan = std::make_unique<PipelinePlan>(split_, std::move(split.layers), *replicas_,
                                                make_optimizer_, pipeline);
     DDPX_CHECK(plan->optimizer() != nullptr, ErrorKind::kInternal,
@@ -176,7 +179,9 @@ MicroBatchResult TensorParallelPlan::forward_backward(const MicroBatch& batch, b
       return split_loss_(output, labels, options_.label_smoothing);
     };
     result = inner_->forward_backward(local, sync);
-    if (result.output.defined()) result.output = split_predict_(result.output);
+    // A pipeline's are the predictions already (PipelineOptions::predict, on its last stage).
+    if (result.output.defined() && pipeline_ == nullptr)
+      result.output = split_predict_(result.output);
   } else {
     result = inner_->forward_backward(batch, sync);
   }
