@@ -185,13 +185,19 @@ void ShardedPlan::on_use(const std::vector<int>& used) {
       order_.push_back(u);
     }
   }
-  // Prefetch: the unit after the last one used, in forward order (before it, in backward).
+  // Prefetch: the unit after the last one used, in forward order (before it, in backward). In
+  // forward only from the farthest unit reached yet: a unit used again later in the forward (the
+  // root's tied embedding, for a GPT's head) is not where the forward goes next, and a unit
+  // gathered then would be released unused.
   int next = -1;
   const int last = used.back();
-  if (options_.prefetch && order_known_ && position_[last] >= 0) {
-    const int at = position_[last] + (phase_ == Phase::kBackward ? -1 : 1);
+  const bool forward = phase_ == Phase::kForward;
+  if (options_.prefetch && order_known_ && position_[last] >= 0 &&
+      (!forward || position_[last] >= forward_reach_)) {
+    const int at = position_[last] + (forward ? 1 : -1);
     if (at >= 0 && at < static_cast<int>(order_.size())) next = order_[at];
   }
+  if (forward) forward_reach_ = std::max(forward_reach_, position_[last]);
   // Release every other unit (the root stays through the step, as FSDP2 keeps its root).
   for (int v = 0; v < static_cast<int>(units_.size()); ++v) {
     if (v == next || units_[v].params().empty()) continue;
@@ -262,6 +268,7 @@ MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool syn
   armed_ = sync;
   remaining_ = expected_;
   phase_ = Phase::kForward;
+  forward_reach_ = -1;
   try {
     batch.in_forward_context ? batch.in_forward_context(forward) : forward();
     if (gate_) {

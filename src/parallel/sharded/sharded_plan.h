@@ -151,6 +151,7 @@ class ShardedPlan : public Plan, private GateListener {
   std::vector<int> order_;  // units in the order the first forward used them
   bool order_known_ = false;
   std::vector<int> position_;  // unit -> index in order_, -1 if never used in forward
+  int forward_reach_ = -1;     // this forward's farthest position in order_ yet
 };
 
 }  // namespace ddpx::parallel
