@@ -31,6 +31,7 @@
 #include "distributed/context.h"
 #include "distributed/ranks.h"
 #include "models/gpt.h"
+#include "trace/collective_trace.h"
 #include "train/plan_choice.h"
 
 // Its own namespace: the test binary compiles its files together (a unity build).
@@ -199,6 +200,7 @@ const std::array kLayouts{
 // state_dict() it ends with.
 struct LayoutRun {
   std::vector<double> losses;
+  std::map<std::string, int64_t> last_step_bytes;  // rank 0's collectives in its last step, by op
   std::string model_bytes, optimizer_bytes;
 };
 
@@ -235,6 +237,10 @@ LayoutRun train_layout(const Layout& layout, int first, int steps, const LayoutR
     }
     const int data_rank = mesh.data_rank(rank);
     for (int s = first; s < first + steps; ++s) {
+      const auto trace = context.trace();
+      const uint64_t before = trace != nullptr && !trace->snapshot().entries.empty()
+                                  ? trace->snapshot().entries.back().seq
+                                  : 0;
       parallel::MicroBatch mb;
       mb.input = batches().x[s].narrow(0, data_rank * per_replica, per_replica);
       mb.target = batches().y[s].narrow(0, data_rank * per_replica, per_replica);
@@ -247,6 +253,10 @@ LayoutRun train_layout(const Layout& layout, int first, int steps, const LayoutR
           << layout.name << ": rank " << rank << " step " << s;
       plan.step();
       plan.zero_grad();
+      if (rank == 0 && s + 1 == first + steps && trace != nullptr) {
+        for (const auto& e : trace->snapshot().entries)
+          if (e.seq > before) run.last_step_bytes[e.sig.op] += e.sig.bytes();
+      }
       if (out.loss.defined()) {
         std::lock_guard<std::mutex> lock(mutex);
         losses[{s, data_rank}] = out.loss.item<double>();
@@ -279,6 +289,43 @@ LayoutRun train_layout(const Layout& layout, int first, int steps, const LayoutR
   return run;
 }
 
+// What rank 0 sends in a step through the job's group, as the collective record counts it,
+// against docs/distributed.md's "Communication and memory per step" (4 bytes a parameter): DDP
+// all-reduces 4Ψ; ZeRO-1/2 reduce-scatter 4Ψ and all-gather 4Ψ; ZeRO-3 reduce-scatters 4Ψ and
+// gathers every block in forward and again in backward, the root (embeddings, final norm) once;
+// a pipeline's first stage sends each micro-batch's activations (b x T x D) and receives their
+// gradients, the loss and the predictions (8 bytes a token); the sharded and pipeline plans'
+// gradient norm is one all-reduced double. The replica and tensor groups' collectives are not
+// in this record (their groups are not the job's): a layout with tensor parallelism is not
+// counted here, nor an interleaved pipeline's several boundaries a rank.
+void expect_step_bytes(const Layout& layout, const std::map<std::string, int64_t>& got) {
+  if (layout.tensor > 1 || layout.schedule == kInterleaved) return;
+  auto gpt = make_gpt();
+  int64_t psi = 0, blocks = 0;
+  for (const auto& p : gpt->named_parameters()) {
+    psi += p.value().numel();
+    if (p.key().rfind("transformer.h.", 0) == 0) blocks += p.value().numel();
+  }
+  std::map<std::string, int64_t> want;
+  if (layout.pipeline > 1) {
+    const int64_t per_replica = kBatch / (kWorld / layout.pipeline);
+    const int64_t activations = per_replica * kTokens * gpt->options().n_embd * 4;
+    want = {{"send", activations},
+            {"recv", activations + 4 + per_replica * kTokens * 8},
+            {"allreduce", 8}};
+  } else if (layout.shard == ShardMode::kNone) {
+    want = {{"allreduce", 4 * psi}};
+  } else if (layout.shard == ShardMode::kFull) {
+    want = {{"reduce_scatter_tensor", 4 * psi},
+            {"allgather_into_tensor", 4 * (psi - blocks) + 2 * 4 * blocks},
+            {"allreduce", 8}};
+  } else {
+    want = {
+        {"reduce_scatter_tensor", 4 * psi}, {"allgather_into_tensor", 4 * psi}, {"allreduce", 8}};
+  }
+  EXPECT_EQ(got, want) << layout.name << ": rank 0's bytes in its last step, by collective";
+}
+
 class LayoutContractTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(LayoutContractTest, TrainsAsOneProcessAndResumesUnderTheNextLayoutAndInOne) {
@@ -286,6 +333,7 @@ TEST_P(LayoutContractTest, TrainsAsOneProcessAndResumesUnderTheNextLayoutAndInOn
   const Layout& next = kLayouts[(GetParam() + 1) % kLayouts.size()];
   const Reference& want = reference();
   const LayoutRun run = train_layout(layout, 0, kSteps, nullptr, want.after_layout);
+  expect_step_bytes(layout, run.last_step_bytes);
   ASSERT_FALSE(run.model_bytes.empty()) << layout.name;
 
   // Its state_dict() resumed under the next layout of the list: the curve goes on.
