@@ -157,6 +157,13 @@ BertImpl::BertImpl(const BertOptions& o) : options_(o) {
 }
 
 torch::Tensor BertImpl::forward(torch::Tensor ids) {
+  torch::Tensor x = embed(std::move(ids));
+  for (size_t i = 0; i < bert->encoder->layer->size(); ++i)
+    x = bert->encoder->layer->ptr<BertLayerImpl>(i)->forward(x);
+  return head(x);
+}
+
+torch::Tensor BertImpl::embed(torch::Tensor ids) {
   DDPX_CHECK(ids.dim() == 2 && !ids.is_floating_point(), ErrorKind::kUsage,
              "BERT expects (batch, tokens) integer token ids, got {} of shape {}",
              c10::toString(ids.scalar_type()), fmt::join(ids.sizes(), "x"));
@@ -164,13 +171,13 @@ torch::Tensor BertImpl::forward(torch::Tensor ids) {
              "a sequence of {} tokens is longer than the model's {} positions; use --seq_len {} "
              "or less",
              ids.size(1), options_.max_position_embeddings, options_.max_position_embeddings);
-  ids = ids.to(torch::kLong);
-  torch::Tensor x = bert->embeddings(ids);
-  for (size_t i = 0; i < bert->encoder->layer->size(); ++i)
-    x = bert->encoder->layer->ptr<BertLayerImpl>(i)->forward(x);
-  x = cls->predictions->transform(x);
+  return bert->embeddings(ids.to(torch::kLong));
+}
+
+torch::Tensor BertImpl::head(const torch::Tensor& x) {
   // The decoder, tied to the word embedding: logits (B, T, vocab).
-  return torch::nn::functional::linear(x, bert->embeddings->word_embeddings->weight,
+  return torch::nn::functional::linear(cls->predictions->transform(x),
+                                       bert->embeddings->word_embeddings->weight,
                                        cls->predictions->bias);
 }
 

@@ -155,6 +155,11 @@ class BertImpl : public torch::nn::Module {
   // ids: (B, T) integer token ids, T <= max_position_embeddings -> MLM logits (B, T, vocab).
   torch::Tensor forward(torch::Tensor ids);
   const BertOptions& options() const { return options_; }
+  // forward() in the pieces a pipeline cuts between (layer_sequence.h): the embeddings of ids
+  // (B, T) -> (B, T, H); then each layer of bert->encoder->layer; then head(): the MLM head's
+  // transform and the decoder tied to the word embedding, (B, T, H) -> logits (B, T, vocab).
+  torch::Tensor embed(torch::Tensor ids);
+  torch::Tensor head(const torch::Tensor& x);
 
   BertBody bert{nullptr};
   BertCls cls{nullptr};

@@ -45,7 +45,8 @@ torch::nn::AnyModule with_activation_checkpointing(const torch::nn::AnyModule& m
   auto layers = layer_sequence(model);
   DDPX_CHECK(layers.has_value(), ErrorKind::kUsage,
              "--activation_checkpointing {}: {} is not a sequence of blocks ddpx can recompute; "
-             "the zoo's ResNets, VGG, ViT, MLP, MobileNets, EfficientNet and DenseNet are",
+             "the zoo's ResNets, VGG, ViT, MLP, MobileNets, EfficientNet, DenseNet, GPTs and BERT "
+             "are",
              name(policy), model_name);
   return torch::nn::AnyModule(CheckpointedModel(model, std::move(*layers), policy));
 }

@@ -1,6 +1,7 @@
 // Each family's forward() written as layers (see layer_sequence.h).
 #include "models/layer_sequence.h"
 
+#include "models/bert.h"
 #include "models/cifar_resnet.h"
 #include "models/densenet.h"
 #include "models/efficientnet.h"
@@ -118,6 +119,27 @@ std::vector<Layer> gpt_layers(const std::shared_ptr<GptImpl>& m) {
   return layers;
 }
 
+// The embeddings, each encoder layer, then the MLM head (transform, decoder). The decoder's weight
+// is the word embedding's (one Parameter): it is listed in both the first and the last layer, the
+// decoder's bias in the last only.
+std::vector<Layer> bert_layers(const std::shared_ptr<BertImpl>& m) {
+  const BertEmbeddings& e = m->bert->embeddings;
+  const torch::nn::ModuleList& encoder = m->bert->encoder->layer;
+  std::vector<Layer> layers;
+  layers.push_back(
+      make_layer("embed", [m](const torch::Tensor& x) { return m->embed(x); }, {e.ptr()}));
+  for (size_t i = 0; i < encoder->size(); ++i) {
+    auto layer = encoder->ptr<BertLayerImpl>(i);
+    layers.push_back(make_layer("bert.encoder.layer." + std::to_string(i),
+                                [layer](const torch::Tensor& x) { return layer->forward(x); },
+                                {layer}));
+  }
+  layers.push_back(make_layer("head", [m](const torch::Tensor& x) { return m->head(x); },
+                              {m->cls->predictions->transform.ptr()},
+                              {e->word_embeddings->weight, m->cls->predictions->bias}));
+  return layers;
+}
+
 // features, then pooling and the classifier: VGG, MobileNet v2/v3, EfficientNet, DenseNet.
 template <typename Impl>
 std::vector<Layer> features_layers(const std::shared_ptr<Impl>& m, Forward head,
@@ -137,6 +159,7 @@ std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& mod
   if (auto m = std::dynamic_pointer_cast<VisionTransformerImpl>(module)) return vit_layers(m);
   if (auto m = std::dynamic_pointer_cast<MlpImpl>(module)) return mlp_layers(m);
   if (auto m = std::dynamic_pointer_cast<GptImpl>(module)) return gpt_layers(m);
+  if (auto m = std::dynamic_pointer_cast<BertImpl>(module)) return bert_layers(m);
   if (auto m = std::dynamic_pointer_cast<VggImpl>(module)) {
     std::vector<Layer> layers;
     add_children(layers, "features", m->features);

@@ -1,14 +1,15 @@
 // A model as a sequence of layers whose composition is its forward(): what a pipeline splits
 // into stages (parallel/pipeline/). Each layer names the parameters and buffers it uses, each
 // parameter in exactly one layer, so a stage knows what it trains and what it sends; except a
-// tied one (GPT's token embedding, which is also its output layer), listed in each layer that
-// uses it: a pipeline keeps a copy on each rank whose stages use it and sums their gradients
-// (pipeline_plan.h).
+// tied one (GPT's token embedding, which is also its output layer; BERT's word embedding, also its
+// MLM decoder), listed in each layer that uses it: a pipeline keeps a copy on each rank whose
+// stages use it and sums their gradients (pipeline_plan.h).
 //
 // Sequential-shaped models are the zoo's ResNets (ResNeXt, Wide ResNet, He et al.'s CIFAR
 // ResNets), VGG, ViT, the MLP, MobileNet v2/v3, EfficientNet and DenseNet: a stem, their blocks
-// one a layer, a head; and the GPT family: the embeddings, the blocks, the final LayerNorm with
-// the tied head. A user's torch::nn::Sequential is one layer a child.
+// one a layer, a head; the GPT family: the embeddings, the blocks, the final LayerNorm with the
+// tied head; and BERT: the embeddings, the encoder layers, the MLM head with the tied decoder. A
+// user's torch::nn::Sequential is one layer a child.
 #pragma once
 
 #include <torch/nn/modules/container/any.h>

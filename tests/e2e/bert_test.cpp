@@ -8,8 +8,9 @@
 // Split over two tensor-parallel ranks (heads, MLP and the vocabulary, padded to a multiple of
 // 128 x 2 and said so), with and without --sequence_parallel: every epoch's masked-LM loss and
 // val loss, and the final weights exported from the checkpoint (BertForMaskedLM's keys, the
-// unpadded vocabulary), held to one process on the same global batch. Tolerance: 1e-4 on the
-// printed losses (as two DDP ranks'), 2e-4 absolute on every weight after 10 AdamW steps at lr
+// unpadded vocabulary), held to one process on the same global batch; and a pipeline of two
+// tensor-parallel stages on 4 ranks, whose checkpoint resumes in one process. Tolerance: 1e-4 on
+// the printed losses (as two DDP ranks'), 2e-4 absolute on every weight after 10 AdamW steps at lr
 // 1e-3 (float32 sums in another order, which AdamW's normalised steps carry to about lr where a
 // gradient is rounding noise; a mis-cut piece differs by the weights' own size, 2e-2).
 #include <gtest/gtest.h>
@@ -177,6 +178,44 @@ TEST_F(BertTest, TensorParallelTwoRanksWithAndWithoutSequenceParallelTrainLikeOn
       "  print(run, 'vocabulary', v, 'keys', len(got), 'largest difference', d)\n"
       "  assert d < 2e-4, (run, d)\n");
   EXPECT_EQ(compared.exit_code, 0) << compared.output;
+}
+
+// `ddpx run 4` on the 3-D mesh: bert-nano's embeddings on the first stage, its layers cut into 2
+// stages, the MLM head with the tied decoder on the last, each stage split over 2 tensor ranks.
+// Every epoch's masked-LM loss and val loss held to one process's (1e-4), and its checkpoint after
+// epoch 1 resumed by one process: epoch 2's loss is the single process's.
+TEST_F(BertTest, PipelineOfTensorParallelStagesTrainsLikeOneProcessAndResumesInOne) {
+  auto one = run_command(ddpx(train("--num_epochs 2")), 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto want = numbers_after(one.output, "mlm_loss_train");
+  const auto want_val = numbers_after(one.output, "Loss on val dataset");
+  ASSERT_EQ(want.size(), 2u) << one.output;
+  ASSERT_EQ(want_val.size(), 2u) << one.output;
+  auto mesh = run_command(
+      ddpx("run 4 --log_dir " + dir_.file("log_pp2tp2") + " -- " +
+           train("--num_epochs 2 --pipeline_parallel 2 --tensor_parallel 2 --save_dir " +
+                 dir_.file("pp2tp2"))),
+      300);
+  ASSERT_EQ(mesh.exit_code, 0) << mesh.output;
+  EXPECT_TRUE(test::has(mesh.output,
+                        "mesh (data x pipeline x tensor) 1 x 2 x 2: replica 0: stage 0 ranks 0 1, "
+                        "stage 1 ranks 2 3"))
+      << mesh.output;
+  const auto got = numbers_after(mesh.output, "mlm_loss_train");
+  const auto got_val = numbers_after(mesh.output, "Loss on val dataset");
+  ASSERT_EQ(got.size(), 2u) << mesh.output;
+  ASSERT_EQ(got_val.size(), 2u) << mesh.output;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-4) << "epoch " << i;
+    EXPECT_NEAR(got_val[i], want_val[i], 1e-4) << "epoch " << i;
+  }
+  auto resumed = run_command(
+      ddpx(train("--num_epochs 2 --resume " + dir_.file("pp2tp2") + "/checkpoint_epoch0001.ddpx")),
+      300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto after = numbers_after(resumed.output, "mlm_loss_train");
+  ASSERT_EQ(after.size(), 1u) << resumed.output;
+  EXPECT_NEAR(after[0], want[1], 1e-4) << "the resumed epoch 2";
 }
 
 TEST_F(BertTest, ExportLoadsInTransformersAndComesBackAsPretrained) {

@@ -35,9 +35,8 @@ std::vector<models::Layer> layers_of(const torch::nn::AnyModule& model, const st
   auto layers = models::layer_sequence(model);
   DDPX_CHECK(layers.has_value(), ErrorKind::kUsage,
              "--pipeline_parallel: {} is not a sequence of layers a pipeline can cut; the zoo's "
-             "ResNets, VGG, ViT, MLP, MobileNets, EfficientNet, DenseNet and GPTs are (ddpx "
-             "models), "
-             "or pass a torch::nn::Sequential from C++",
+             "ResNets, VGG, ViT, MLP, MobileNets, EfficientNet, DenseNet, GPTs and BERT are "
+             "(ddpx models), or pass a torch::nn::Sequential from C++",
              name);
   return std::move(*layers);
 }

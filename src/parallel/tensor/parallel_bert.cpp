@@ -16,6 +16,7 @@
 #include "parallel/tensor/parallel_linear.h"
 #include "parallel/tensor/region_generator.h"
 #include "parallel/tensor/regions.h"
+#include "parallel/tensor/split_layers.h"
 #include "parallel/tensor/vocab_parallel.h"
 
 namespace ddpx::parallel::tensor {
@@ -82,6 +83,15 @@ class ParallelBertLayerImpl : public nn::Module {
     return output_norm(output_dropout(plus_bias(y, output_dense->bias)) + a);
   }
 
+  // forward() recomputed in backward, the attention dropout's masks replayed
+  // (region_generator.h).
+  torch::Tensor forward_checkpointed(const torch::Tensor& x, int64_t tokens) {
+    auto self = std::dynamic_pointer_cast<ParallelBertLayerImpl>(shared_from_this());
+    return checkpoint_replaying(
+        [self, tokens](const torch::Tensor& input) { return self->forward(input, tokens); }, x,
+        generator_);
+  }
+
   ColumnParallelLinear query{nullptr}, key{nullptr}, value{nullptr}, intermediate_dense{nullptr};
   RowParallelLinear attention_dense{nullptr}, output_dense{nullptr};
   nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
@@ -114,8 +124,13 @@ TORCH_MODULE(ParallelBertLayer);
 class ParallelBertImpl : public nn::Module {
  public:
   ParallelBertImpl(const models::Bert& whole, const ShardSpec& vocab_spec, int64_t start,
-                   dist::Context& group, bool sequence_parallel)
-      : whole_(whole), start_(start), group_(group), sequence_parallel_(sequence_parallel) {
+                   dist::Context& group, bool sequence_parallel,
+                   const models::ActivationCheckpointing& checkpointing)
+      : whole_(whole),
+        start_(start),
+        group_(group),
+        sequence_parallel_(sequence_parallel),
+        checkpointing_(checkpointing) {
     auto bert = names(*this, "bert");
     auto embeddings = names(*bert, "embeddings");
     const auto& e = whole->bert->embeddings;
@@ -143,6 +158,15 @@ class ParallelBertImpl : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor ids) {
+    const int64_t t = ids.dim() == 2 ? ids.size(1) : 0;
+    torch::Tensor x = embed(std::move(ids));
+    const int64_t tokens = sequence_parallel_ ? t : 0;
+    for (size_t i = 0; i < layer->size(); ++i) x = layer_forward(i, x, tokens);
+    return head(x, tokens);
+  }
+
+  // ids (B, T) -> (B, T, H) whole, or (sequence parallel) this rank's (B, T/T', H) share.
+  torch::Tensor embed(torch::Tensor ids) {
     DDPX_CHECK(ids.dim() == 2 && !ids.is_floating_point(), ErrorKind::kUsage,
                "BERT expects (batch, tokens) integer token ids, got {} of shape {}",
                c10::toString(ids.scalar_type()), fmt::join(ids.sizes(), "x"));
@@ -164,15 +188,50 @@ class ParallelBertImpl : public nn::Module {
                       e->token_type_embeddings->weight[0];
     x = e->dropout(e->LayerNorm(x));
     // Sequence parallel: from here to the decoder each rank holds its 1/T of the tokens.
-    const int64_t tokens = sequence_parallel_ ? t : 0;
-    if (sequence_parallel_) x = split_tokens(x, group_);
-    for (size_t i = 0; i < layer->size(); ++i)
-      x = layer->ptr<ParallelBertLayerImpl>(i)->forward(x, tokens);
-    x = whole_->cls->predictions->transform(x);
-    // The decoder, tied to this rank's rows of the word embedding: its slice of the logits.
+    return sequence_parallel_ ? split_tokens(x, group_) : x;
+  }
+
+  // Encoder layer i: layer i + 1 of the unsplit BERT's sequence (the embeddings, the encoder
+  // layers, the head), as models::with_activation_checkpointing counts them. `tokens` > 0: x is
+  // this rank's share of a sequence of that many.
+  torch::Tensor layer_forward(size_t i, const torch::Tensor& x, int64_t tokens) {
+    auto l = layer->ptr<ParallelBertLayerImpl>(i);
+    return models::checkpoints_layer(checkpointing_, i + 1, layer->size() + 2)
+               ? l->forward_checkpointed(x, tokens)
+               : l->forward(x, tokens);
+  }
+
+  // The MLM head's transform and the decoder tied to this rank's rows of the word embedding: its
+  // slice of the logits (B, T, V'/T) (the tokens gathered first, sequence parallel).
+  torch::Tensor head(const torch::Tensor& h, int64_t tokens) {
+    torch::Tensor x = whole_->cls->predictions->transform(h);
     const torch::Tensor& w = word_embeddings->weight;
-    if (sequence_parallel_) return gather_tokens_linear(x, t, w, decoder_bias, group_);
+    if (tokens > 0) return gather_tokens_linear(x, tokens, w, decoder_bias, group_);
     return nn::functional::linear(copy_to_region(x, group_), w, decoder_bias);
+  }
+
+  // The split BERT as a pipeline cuts it (split_layers.h): the embeddings, each encoder layer,
+  // the MLM head with the tied decoder and this rank's columns of its bias.
+  std::vector<models::Layer> layers() {
+    auto self = std::dynamic_pointer_cast<ParallelBertImpl>(shared_from_this());
+    const models::BertEmbeddings& e = whole_->bert->embeddings;
+    SplitLanguageModel m;
+    m.embed = [self](const torch::Tensor& ids) { return self->embed(ids); };
+    m.block = [self](size_t i, const torch::Tensor& x, int64_t tokens) {
+      return self->layer_forward(i, x, tokens);
+    };
+    m.head = [self](const torch::Tensor& x, int64_t tokens) { return self->head(x, tokens); };
+    m.embed_modules = {e->position_embeddings.ptr(), e->token_type_embeddings.ptr(),
+                       e->LayerNorm.ptr(), e->dropout.ptr()};
+    for (size_t i = 0; i < layer->size(); ++i) {
+      m.blocks.push_back(layer->ptr(i));
+      m.block_names.push_back("bert.encoder.layer." + std::to_string(i));
+    }
+    m.head_modules = {whole_->cls->predictions->transform.ptr()};
+    m.tied = word_embeddings->weight;
+    m.head_extra = {decoder_bias};
+    m.sequence_ranks = sequence_parallel_ ? group_.world_size() : 0;
+    return split_layers(m);
   }
 
   VocabParallelEmbedding word_embeddings{nullptr};
@@ -184,19 +243,16 @@ class ParallelBertImpl : public nn::Module {
   int64_t start_;
   dist::Context& group_;
   bool sequence_parallel_;
+  models::ActivationCheckpointing checkpointing_;
 };
 TORCH_MODULE(ParallelBert);
 
 }  // namespace
 
 void check_bert_splittable(const torch::nn::AnyModule& whole, int ranks,
-                           const std::string& model_name,
-                           const models::ActivationCheckpointing& checkpointing) {
+                           const std::string& model_name) {
+  // Sequence parallelism and recomputed layers compose with every split BERT.
   const auto& o = whole.ptr()->as<models::BertImpl>()->options();
-  DDPX_CHECK(checkpointing.every == 0, ErrorKind::kUsage,
-             "--activation_checkpointing with --tensor_parallel {}: {}'s split layers are not "
-             "recomputed yet; drop --activation_checkpointing",
-             ranks, model_name);
   DDPX_CHECK(o.num_attention_heads % ranks == 0, ErrorKind::kUsage,
              "--tensor_parallel {}: {}'s attention heads ({}) do not split over {} ranks; pick a "
              "--tensor_parallel that divides {}",
@@ -208,7 +264,8 @@ void check_bert_splittable(const torch::nn::AnyModule& whole, int ranks,
 }
 
 SplitModel split_bert(const torch::nn::AnyModule& whole, dist::Context& group,
-                      bool sequence_parallel, int64_t vocab_divisible_by) {
+                      bool sequence_parallel, const models::ActivationCheckpointing& checkpointing,
+                      int64_t vocab_divisible_by) {
   models::Bert bert(std::dynamic_pointer_cast<models::BertImpl>(whole.ptr()));
   const auto& o = bert->options();
   const int ranks = group.world_size();
@@ -264,8 +321,9 @@ SplitModel split_bert(const torch::nn::AnyModule& whole, dist::Context& group,
   split.gather = [vocab, g](const torch::Tensor& logits) {
     return gather_vocab(logits, vocab, *g);
   };
-  split.module =
-      torch::nn::AnyModule(ParallelBert(bert, vocab_spec, start, group, sequence_parallel));
+  ParallelBert parallel(bert, vocab_spec, start, group, sequence_parallel, checkpointing);
+  split.layers = parallel->layers();
+  split.module = torch::nn::AnyModule(parallel);
   return split;
 }
 

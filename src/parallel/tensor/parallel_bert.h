@@ -16,8 +16,14 @@
 // outputs are reduce-scattered, and the decoder gathers the transform's shares. Their
 // parameters' gradients are partial (SplitModel::partial_grads). The sequence must divide by T.
 //
+// Activation checkpointing recomputes the chosen encoder layers in backward, their collectives
+// again in the same order and the attention dropout's masks replayed (region_generator.h). A
+// pipeline cuts the split BERT as the unsplit one (split_layers.h): the embeddings on the first
+// stage, the encoder layers by blocks, the head and its tied decoder (this rank's rows of the
+// word embedding, summed with the first stage's copy) and bias on the last.
+//
 // Parameter names are the whole BERT's (BertForMaskedLM's), so a checkpoint and an export are
-// the unsplit model's. Activation checkpointing of the split layers is refused (not yet).
+// the unsplit model's.
 #pragma once
 
 #include <string>
@@ -27,13 +33,13 @@
 namespace ddpx::parallel::tensor {
 
 // Throws ddpx::Error(kUsage) naming --tensor_parallel when the heads or the intermediate width do
-// not split over `ranks`, and --activation_checkpointing.
+// not split over `ranks`.
 void check_bert_splittable(const torch::nn::AnyModule& whole, int ranks,
-                           const std::string& model_name,
-                           const models::ActivationCheckpointing& checkpointing);
+                           const std::string& model_name);
 
 // The split BERT of this rank of `group` (see split_model()); `whole` holds a models::Bert.
 SplitModel split_bert(const torch::nn::AnyModule& whole, dist::Context& group,
-                      bool sequence_parallel, int64_t vocab_divisible_by);
+                      bool sequence_parallel, const models::ActivationCheckpointing& checkpointing,
+                      int64_t vocab_divisible_by);
 
 }  // namespace ddpx::parallel::tensor

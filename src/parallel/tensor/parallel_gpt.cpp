@@ -14,6 +14,7 @@
 #include "parallel/tensor/parallel_linear.h"
 #include "parallel/tensor/region_generator.h"
 #include "parallel/tensor/regions.h"
+#include "parallel/tensor/split_layers.h"
 #include "parallel/tensor/vocab_parallel.h"
 
 namespace ddpx::parallel::tensor {
@@ -228,41 +229,25 @@ class ParallelGptImpl : public nn::Module {
     return nn::functional::linear(copy_to_region(x, group_), wte);
   }
 
-  // The split GPT as a pipeline cuts it, layer for layer the unsplit GPT's (layer_sequence.h):
-  // the embeddings, each block, the final LayerNorm with the tied output layer, whose rows of
-  // the embedding both the first and the last layer list (a pipeline keeps a copy on each of
-  // their stages and sums the copies' gradients: on the ranks of one tensor rank, the copies of
-  // one slice of the vocabulary). Sequence parallel, the stages pass this rank's share of the
-  // tokens on (B, T/T', C): a later stage takes the sequence's length from its share's.
+  // The split GPT as a pipeline cuts it (split_layers.h): the embeddings, each block, the final
+  // LayerNorm with the tied output layer.
   std::vector<models::Layer> layers() {
     auto self = std::dynamic_pointer_cast<ParallelGptImpl>(shared_from_this());
-    const int64_t ranks = sequence_parallel_ ? group_.world_size() : 0;
-    auto params = [](std::initializer_list<std::shared_ptr<nn::Module>> modules,
-                     std::vector<torch::Tensor> extra) {
-      for (const auto& m : modules)
-        for (auto& p : m->parameters()) extra.push_back(p);
-      return extra;
+    SplitLanguageModel m;
+    m.embed = [self](const torch::Tensor& idx) { return self->embed(idx); };
+    m.block = [self](size_t i, const torch::Tensor& x, int64_t tokens) {
+      return self->block_forward(i, x, tokens);
     };
-    std::vector<models::Layer> out;
-    out.push_back(
-        {"embed",
-         [self](const torch::Tensor& idx) { return self->embed(idx); },
-         params({transformer->wpe.ptr(), transformer->drop.ptr()}, {transformer->wte->weight}),
-         {}});
+    m.head = [self](const torch::Tensor& x, int64_t tokens) { return self->head(x, tokens); };
+    m.embed_modules = {transformer->wpe.ptr(), transformer->drop.ptr()};
     for (size_t i = 0; i < transformer->h->size(); ++i) {
-      out.push_back({"transformer.h." + std::to_string(i),
-                     [self, i, ranks](const torch::Tensor& x) {
-                       return self->block_forward(i, x, ranks * x.size(1));
-                     },
-                     params({transformer->h->ptr(i)}, {}),
-                     {}});
+      m.blocks.push_back(transformer->h->ptr(i));
+      m.block_names.push_back("transformer.h." + std::to_string(i));
     }
-    out.push_back(
-        {"head",
-         [self, ranks](const torch::Tensor& x) { return self->head(x, ranks * x.size(1)); },
-         params({transformer->ln_f.ptr()}, {transformer->wte->weight}),
-         {}});
-    return out;
+    m.head_modules = {transformer->ln_f.ptr()};
+    m.tied = transformer->wte->weight;
+    m.sequence_ranks = sequence_parallel_ ? group_.world_size() : 0;
+    return split_layers(m);
   }
 
   ParallelGptTransformer transformer{nullptr};

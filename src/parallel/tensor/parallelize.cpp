@@ -287,7 +287,7 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
     return;
   }
   if (module->as<models::BertImpl>() != nullptr) {
-    check_bert_splittable(whole, ranks, model_name, checkpointing);
+    check_bert_splittable(whole, ranks, model_name);
     return;
   }
   DDPX_CHECK(!sequence_parallel || module->as<models::VisionTransformerImpl>() != nullptr,
@@ -326,7 +326,7 @@ SplitModel split_model(const torch::nn::AnyModule& whole, dist::Context& group,
   if (module->as<models::GptImpl>() != nullptr)
     return split_gpt(whole, group, sequence_parallel, checkpointing, vocab_divisible_by);
   if (module->as<models::BertImpl>() != nullptr)
-    return split_bert(whole, group, sequence_parallel, vocab_divisible_by);
+    return split_bert(whole, group, sequence_parallel, checkpointing, vocab_divisible_by);
   if (auto* vit = module->as<models::VisionTransformerImpl>()) {
     auto holder = models::VisionTransformer(
         std::dynamic_pointer_cast<models::VisionTransformerImpl>(whole.ptr()));

@@ -49,8 +49,9 @@ struct SplitModel {
   // The split model as a sequence of layers (models/layer_sequence.h), the unsplit model's cut
   // for cut, so a pipeline can run it in stages (--pipeline_parallel x --tensor_parallel): a
   // ViT's embedding, each split block, its head; the MLP's fc1, fc2, fc3; a GPT's embeddings,
-  // each split block, its final LayerNorm with the tied vocabulary-parallel output layer (the
-  // embedding's rows listed in the first and the last layer: parallel_gpt.h). Each layer runs its
+  // each split block, its final LayerNorm with the tied vocabulary-parallel output layer; BERT's
+  // embeddings, each split encoder layer, its MLM head with the tied decoder (the embedding's
+  // rows listed in the first and the last layer: split_layers.h). Each layer runs its
   // own activation checkpointing (the recomputed ViT blocks replay their attention dropout), so
   // a pipeline over them checkpoints nothing more. With sequence parallelism the layers between
   // the embedding and the head pass this rank's share of the tokens (B, count, D), the sequence
@@ -70,8 +71,7 @@ struct SplitModel {
 
 // Throws ddpx::Error(kUsage), before any collective, for a model without a plan (naming the ones
 // with) or a size that does not split (heads, MLP width): `ranks` is the group's size.
-// `sequence_parallel` (regions.h) is for the ViTs and the language models; BERT's split layers
-// are not recomputed (`checkpointing`) yet.
+// `sequence_parallel` (regions.h) is for the ViTs and the language models.
 void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::string& model_name,
                       bool sequence_parallel = false,
                       const models::ActivationCheckpointing& checkpointing = {});
@@ -81,7 +81,8 @@ void check_splittable(const torch::nn::AnyModule& whole, int ranks, const std::s
 // the chosen layers of the model's layer sequence in backward (models/activation_checkpoint.h):
 // a ViT's encoder blocks, the MLP's middle layer; a recomputed ViT block replays its attention
 // dropout's generator too, so its masks are the first forward's. The recompute runs the block's
-// collectives again, in backward, in the same order on every rank (a GPT's blocks too).
+// collectives again, in backward, in the same order on every rank (a GPT's blocks and BERT's
+// encoder layers too).
 // `sample_shape` (C, H, W): the images the layer sequence will see, for a sequence-parallel ViT's
 // token count (empty: the model's own image size). `vocab_divisible_by`: a language model's
 // vocabulary is padded to a multiple of it times the group's size (vocab_parallel.h).
