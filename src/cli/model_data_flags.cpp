@@ -74,6 +74,10 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
                   "tokens: the tokens a window feeds the model (default: the model's context)");
   cmd->add_option("--vocab_size", o.vocab_size,
                   "tokens: the vocabulary (default: the largest token in the files + 1)");
+  add_choice(cmd, "--windows", o.windows, data::kWindowsNames,
+             "tokens: training windows every seq_len tokens from an epoch's offset (stride), or "
+             "each started anywhere in the text, drawn from (seed, epoch, sample) (random: "
+             "nanoGPT's get_batch); evaluation reads strides");
 }
 
 }  // namespace ddpx::cli

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "data/token_windows.h"
 #include "models/stem.h"
 
 namespace ddpx::cli {
@@ -25,6 +26,7 @@ struct ModelDataOptions {
   int64_t synthetic_classes = 10;
   int64_t seq_len = 0;     // --dataset tokens: window length (0: the model's context)
   int64_t vocab_size = 0;  // --dataset tokens: 0: the largest token + 1
+  data::Windows windows = data::Windows::kStride;  // --dataset tokens: training windows' cut
 
   // The dataset to load (or whose shape to take), synthetic sizes included.
   data::DatasetSpec dataset_spec() const;
@@ -34,8 +36,8 @@ struct ModelDataOptions {
 };
 
 // Adds --model, --stem, --dataset, --data_dir, --data_url, --val_dir, --val_split, --image_size,
-// --synthetic_image, --synthetic_classes, --seq_len and --vocab_size to `cmd`, parsed into
-// `options`, whose values --help shows as defaults.
+// --synthetic_image, --synthetic_classes, --seq_len, --vocab_size and --windows to `cmd`, parsed
+// into `options`, whose values --help shows as defaults.
 void add_model_data_flags(CLI::App* cmd, ModelDataOptions& options);
 
 }  // namespace ddpx::cli

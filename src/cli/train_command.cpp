@@ -209,6 +209,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
         o->synthetic_classes = md->synthetic_classes;
         o->seq_len = md->seq_len;
         o->vocab_size = md->vocab_size;
+        o->windows = md->windows;
         apply_parallel_options(*parallelism, *o);
         train::apply_env_limits(*o);  // DDPX_EPOCHS and the like, named in the header
         train::run_training(*o);

@@ -10,7 +10,8 @@ namespace ddpx::data {
 namespace {
 
 std::unique_ptr<BatchSource> source_for(const Dataset& dataset, const LoaderOptions& o) {
-  if (dataset.tokens.defined()) return std::make_unique<TokenSource>(dataset, o.window_seed);
+  if (dataset.tokens.defined())
+    return std::make_unique<TokenSource>(dataset, o.window_seed, o.windows);
   if (dataset.files)
     return std::make_unique<ImageSource>(dataset, o.transform, o.seed, o.bad_images);
   return std::make_unique<MemorySource>(dataset, o.transform, o.seed, o.per_sample_streams);

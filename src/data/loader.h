@@ -23,6 +23,7 @@
 
 #include "data/batch_source.h"
 #include "data/dataset.h"
+#include "data/token_windows.h"
 #include "data/transforms.h"
 
 namespace ddpx::data {
@@ -39,6 +40,7 @@ struct LoaderOptions {
   // Token windows: the seed of each epoch's window_offset() (the run's, equal on every rank, so
   // the ranks' windows together are one process's); none: offset 0 (evaluation).
   std::optional<uint64_t> window_seed;
+  Windows windows = Windows::kStride;  // token windows: how a training epoch cuts them
   TransformOptions transform;
   BadImages bad_images = BadImages::kError;  // streamed sets: an image that fails to decode
 };

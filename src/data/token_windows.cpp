@@ -75,13 +75,50 @@ DatasetSplits load_token_dataset(const std::string& dir, int64_t seq_len, int64_
   return splits;
 }
 
+namespace {
+
+// windows: (n, seq_len + 1) -> inputs (n, seq_len), targets (n, seq_len)
+Batch split_windows(const torch::Tensor& windows, int64_t t) {
+  return Batch{windows.narrow(1, 0, t).contiguous(), windows.narrow(1, 1, t).contiguous()};
+}
+
+// SplitMix64's finaliser: a well-mixed 64-bit value from a counter, cheap enough per sample.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 Batch window_batch(const Dataset& d, const int64_t* indices, int64_t n, int64_t offset) {
   const int64_t t = d.seq_len;
   torch::Tensor windows = torch::empty({n, t + 1}, torch::kInt64);
   for (int64_t i = 0; i < n; ++i) {
     windows[i].copy_(d.tokens.narrow(0, offset + indices[i] * t, t + 1));
   }
-  return Batch{windows.narrow(1, 0, t).contiguous(), windows.narrow(1, 1, t).contiguous()};
+  return split_windows(windows, t);
+}
+
+int64_t random_window_start(uint64_t seed, int64_t epoch, int64_t sample, int64_t tokens,
+                            int64_t seq_len) {
+  const uint64_t starts = static_cast<uint64_t>(tokens - seq_len);
+  const uint64_t h = mix(mix(mix(seed ^ 0x72616e64ULL) ^ static_cast<uint64_t>(epoch)) ^
+                         static_cast<uint64_t>(sample));
+  // The modulo's bias is below starts / 2^64: nothing for any token file.
+  return static_cast<int64_t>(h % starts);
+}
+
+Batch random_window_batch(const Dataset& d, const int64_t* indices, int64_t n, uint64_t seed,
+                          int64_t epoch) {
+  const int64_t t = d.seq_len, tokens = d.tokens.size(0);
+  torch::Tensor windows = torch::empty({n, t + 1}, torch::kInt64);
+  for (int64_t i = 0; i < n; ++i) {
+    windows[i].copy_(
+        d.tokens.narrow(0, random_window_start(seed, epoch, indices[i], tokens, t), t + 1));
+  }
+  return split_windows(windows, t);
 }
 
 }  // namespace ddpx::data

@@ -81,6 +81,7 @@ data::LoaderOptions loader_options(const TrainOptions& o, const data::DatasetSpl
   l.transform.random_resized_crop = train;  // image folders only (data/image_source.h)
   l.transform.decode = o.decode;
   if (train) l.window_seed = o.seed;  // token windows: each epoch's cut, the same on every rank
+  if (train) l.windows = o.windows;
   return l;
 }
 

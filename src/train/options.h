@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/token_windows.h"
 #include "data/transforms.h"
 #include "distributed/choices.h"
 #include "models/stem.h"
@@ -59,6 +60,7 @@ struct TrainOptions {
   int64_t synthetic_classes = 10;
   int64_t seq_len = 0;     // --dataset tokens: the window's input length (0: the model's context)
   int64_t vocab_size = 0;  // --dataset tokens: 0: the largest token + 1
+  data::Windows windows = data::Windows::kStride;  // --dataset tokens: training windows' cut
 
   // optimisation
   Optimizer optimizer = Optimizer::kSgd;

@@ -1,9 +1,9 @@
 // `ddpx train --model gpt-nano --dataset tokens` as a user runs it, on real text (Debian's copy
 // of the GPL, its characters as tokens): the lines a language model prints, two DDP ranks and two
 // ZeRO-3 ranks (also with checkpointed blocks, resumed) and pipelines of 2 stages training like one
-// process on the same global batch, a resumed run ending where an uninterrupted one does (after an
-// epoch, and stopped mid-epoch by a snapshot request), and `ddpx generate` from the checkpoint,
-// with and without its key/value cache.
+// process on the same global batch, nanoGPT's random windows on two ranks and resumed, a resumed
+// run ending where an uninterrupted one does (after an epoch, and stopped mid-epoch by a snapshot
+// request), and `ddpx generate` from the checkpoint, with and without its key/value cache.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -165,6 +165,48 @@ TEST_F(LanguageModelTest, AResumedRunEndsWhereAnUninterruptedOneDoes) {
   EXPECT_EQ(a[1], b[0]);
   EXPECT_EQ(a[2], b[1]);
   EXPECT_EQ(va[2], vb[1]);
+}
+
+// nanoGPT's random windows (`--windows random`): two DDP ranks draw, between them, the windows one
+// process draws for the same global batch (1e-4, as the stride windows), the windows are not the
+// stride ones (another loss), and a run resumed after its first epoch draws what the
+// uninterrupted one did (bit for bit).
+TEST_F(LanguageModelTest, RandomWindowsOnTwoRanksTrainLikeOneProcessAndResumeExactly) {
+  const std::string random = "--windows random --lr_schedule constant --save_dir ";
+  auto one = run_command(ddpx(train("--num_epochs 2 " + random + dir_.file("a"))), 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto stride = run_command(ddpx(train("--num_epochs 1 --lr_schedule constant")), 300);
+  ASSERT_EQ(stride.exit_code, 0) << stride.output;
+  auto two =
+      run_command(ddpx("run 2 --log_dir " + dir_.file("log") + " -- " +
+                       train("--num_epochs 2 --batch_size_scaled " + random + dir_.file("b"))),
+                  300);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  auto first = run_command(ddpx(train("--num_epochs 1 " + random + dir_.file("c"))), 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto rest =
+      run_command(ddpx(train("--num_epochs 2 --resume auto " + random + dir_.file("c"))), 300);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  const auto a = numbers_after(one.output, "loss_train");
+  const auto s = numbers_after(stride.output, "loss_train");
+  const auto b = numbers_after(two.output, "loss_train");
+  const auto c = numbers_after(rest.output, "loss_train");
+  const auto va = numbers_after(one.output, "Loss on val dataset");
+  const auto vb = numbers_after(two.output, "Loss on val dataset");
+  const auto vc = numbers_after(rest.output, "Loss on val dataset");
+  ASSERT_EQ(a.size(), 2u) << one.output;
+  ASSERT_EQ(s.size(), 1u) << stride.output;
+  ASSERT_EQ(b.size(), 2u) << two.output;
+  ASSERT_EQ(c.size(), 1u) << rest.output;
+  ASSERT_EQ(vb.size(), 2u) << two.output;
+  ASSERT_EQ(vc.size(), 1u) << rest.output;
+  EXPECT_GT(std::abs(a[0] - s[0]), 1e-3) << "--windows random read the stride windows";
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(a[i], b[i], 1e-4) << "epoch " << i;
+    EXPECT_NEAR(va[i], vb[i], 1e-4) << "epoch " << i;
+  }
+  EXPECT_EQ(a[1], c[0]);
+  EXPECT_EQ(va[1], vc[0]);
 }
 
 // The largest absolute difference between the weights of two checkpoints of the same model.
