@@ -6,7 +6,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -18,7 +17,6 @@
 #include "core/proc_memory.h"
 #include "core/timer.h"
 #include "data/image_dataset.h"
-#include "data/image_index.h"
 #include "data/loader.h"
 
 namespace ddpx::bench {
@@ -70,17 +68,16 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
   data::DatasetSpec spec;
   spec.dataset = o.dataset;
   spec.data_dir = o.data_dir;
-  // A folder is read whole, as training data (its validation split is itself: not timed).
-  if (o.dataset == data::DatasetId::kImageFolder) spec.val_dir = o.data_dir;
+  // The training folder alone, read whole: a benchmark needs no validation set (it would index
+  // a second folder, or the same one twice).
+  spec.with_validation = false;
   LoaderBenchResult r;
-  if (o.dataset != data::DatasetId::kShards)
-    r.index_cached =
-        std::filesystem::exists(data::index_cache_path(data::image_train_root(spec, o.data_dir)));
   Stopwatch index_timer;
   const data::DatasetSplits splits = data::load_dataset(spec);
   r.index_s = index_timer.seconds();
   const data::Dataset& train = splits.train;
   r.images = train.size();
+  r.index_cached = train.files && !train.files->sharded() && train.files->index_cached;
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch_size;

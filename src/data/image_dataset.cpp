@@ -127,7 +127,7 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
   const std::string name = data::name(spec.dataset);
   const std::string train_root = image_train_root(spec, data_dir);
   std::string val_root = spec.val_dir;
-  if (spec.dataset == DatasetId::kImagenet && val_root.empty()) {
+  if (spec.dataset == DatasetId::kImagenet && val_root.empty() && spec.with_validation) {
     val_root = data_dir + "/val";
     DDPX_CHECK(folders_detail::is_dir(val_root), ErrorKind::kData,
                "{}: no validation folder; --dataset imagenet reads DATA_DIR/train and "
@@ -143,6 +143,14 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
   splits.mean.assign(kImagenetMean, kImagenetMean + 3);
   splits.std.assign(kImagenetStd, kImagenetStd + 3);
   const size_t n = train.listing.paths.size();
+  if (!spec.with_validation) {  // the training folder alone (a benchmark's): no test split
+    const std::vector<size_t> picks = folders_detail::readable(train, folders_detail::all(n));
+    splits.train = folders_detail::make_split(name, train, picks,
+                                              folders_detail::labels_of(train, picks), classes);
+    splits.test = folders_detail::make_split(name, train, {}, {}, classes);
+    splits.source = train_root;
+    return splits;
+  }
   if (!val_root.empty()) {
     const ImageIndex val = index_image_folder(val_root, spec.index_threads);
     folders_detail::log_index(val);
