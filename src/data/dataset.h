@@ -95,6 +95,9 @@ struct DatasetSpec {
   std::string data_dir;
   // shards only: URLs of tar shards on an HTTP server, read in place of data_dir's (`--data_url`)
   std::string data_url;
+  // shards only: URLs of the validation shards on an HTTP server (`--val_url`), in place of
+  // val-*.tar beside the training shards, --val_dir or --val_split
+  std::string val_url;
   // synthetic only
   int64_t synthetic_train_size = 2048;
   int64_t synthetic_test_size = 512;
