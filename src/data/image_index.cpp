@@ -23,6 +23,9 @@ namespace index_detail {
 // Version 2: the listing's checksum reads folders, not files (version 1 stat-ed every file).
 constexpr char kCacheMagic[8] = {'D', 'D', 'P', 'X', 'I', 'D', 'X', '2'};
 constexpr size_t kCacheHeader = 32;  // magic, checksum, count, listed_at_ns
+// A folder changed this close before its listing was read is not trusted to be unchanged since
+// (above): ten ticks of Linux's coarsest clock (HZ=100), which file times come from.
+constexpr int64_t kRacyChangeNs = 100000000;
 constexpr size_t kCacheRecord = 20;  // bytes u64, height u32, width u32, format u8, readable u8,
                                      // 2 spare
 
@@ -133,8 +136,8 @@ std::optional<std::vector<ImageRecord>> parse_index_cache(std::string_view bytes
     return std::nullopt;
   const auto listed_at_ns = index_detail::get<uint64_t>(bytes, 24);
   if (listed_at_ns > static_cast<uint64_t>(INT64_MAX) ||
-      static_cast<int64_t>(listed_at_ns) < kRacyChangeNs ||
-      newest_change_ns > static_cast<int64_t>(listed_at_ns) - kRacyChangeNs)
+      static_cast<int64_t>(listed_at_ns) < index_detail::kRacyChangeNs ||
+      newest_change_ns > static_cast<int64_t>(listed_at_ns) - index_detail::kRacyChangeNs)
     return std::nullopt;
   if ((bytes.size() - index_detail::kCacheHeader) / index_detail::kCacheRecord != count ||
       (bytes.size() - index_detail::kCacheHeader) % index_detail::kCacheRecord != 0)

@@ -47,11 +47,10 @@ std::string index_cache_path(const std::string& root);
 
 // The cache file's bytes: the records of `count` files listed with `checksum` at `listed_at_ns`
 // (the wall clock before the listing was read), or nullopt when they are another listing's,
-// another version's or damaged, or when a folder changed less than kRacyChangeNs before that
-// listing (a change in the same tick of a coarse file-system clock would leave the folder's time
-// as it was: such a cache proves nothing, as git's "racily clean" entries): then the folder is
-// rescanned.
-inline constexpr int64_t kRacyChangeNs = 1000000000;
+// another version's or damaged, or when a folder changed less than a tenth of a second before
+// that listing, or after it (a change in the same tick of the file system's coarse clock would
+// leave the folder's time as it was: such a cache proves nothing, as git's "racily clean"
+// entries): then the folder is rescanned.
 std::optional<std::vector<ImageRecord>> parse_index_cache(std::string_view bytes, uint64_t count,
                                                           uint64_t checksum,
                                                           int64_t newest_change_ns);
