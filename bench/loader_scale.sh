@@ -7,7 +7,10 @@
 # memory; then the two claims: the 100k folder's peak memory within 10% of the 10k folder's
 # (streaming: no per-image state beyond the index), and its second start reaching its first
 # batch in under a second.
-# Usage: bench/loader_scale.sh   (BUILD=build by default; SIZES="10000 100000"; WORKERS=2)
+# Usage: bench/loader_scale.sh   (BUILD=build by default; SIZES="10000 100000"; WORKERS=2;
+#   KEEP=DIR makes the folders once in DIR/fN and reuses them on later runs (their cached index
+#   is removed before each first start), since making 100k files takes minutes on a loaded
+#   machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
@@ -20,10 +23,16 @@ workers="${WORKERS:-2}"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD)"
 echo "# bench loader --workers $workers --batch_size 64 --image_size 32 --batches 20 --warmup 2"
 printf '#%9s %6s %10s %14s %14s\n' images start index_s first_batch_s peak_rss_MiB
+folders="${KEEP:-$out}"
 for n in $sizes; do
-  $py bench/photo_folder.py "$out/f$n" --images "$n" --side 64 --distinct 512
+  if [ -z "${KEEP:-}" ] || [ ! -d "$folders/f$n" ]; then
+    rm -rf "$folders/f$n.part"
+    $py bench/photo_folder.py "$folders/f$n.part" --images "$n" --side 64 --distinct 512
+    mv "$folders/f$n.part" "$folders/f$n"
+  fi
+  rm -f "$folders/f$n/.ddpx-index"
   for start in first second; do
-    "$ddpx" bench loader --dataset imagefolder --data_dir "$out/f$n" --workers "$workers" \
+    "$ddpx" bench loader --dataset imagefolder --data_dir "$folders/f$n" --workers "$workers" \
       --batch_size 64 --image_size 32 --batches 20 --warmup 2 --json "$out/$n.$start.json" \
       > "$out/$n.$start.log"
     $py - "$out/$n.$start.json" "$n" "$start" <<'PY'

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= 24) {
     uint64_t count = 0;
     for (int i = 0; i < 8; ++i) count |= uint64_t{data[16 + i]} << (8 * i);
-    ddpx::data::parse_index_cache(bytes, count, 0);
+    ddpx::data::parse_index_cache(bytes, count, 0, INT64_MIN);
   }
   return 0;
 }

@@ -6,7 +6,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -18,7 +17,6 @@
 #include "core/proc_memory.h"
 #include "core/timer.h"
 #include "data/image_dataset.h"
-#include "data/image_index.h"
 #include "data/loader.h"
 
 namespace ddpx::bench {
@@ -48,16 +46,18 @@ double pss_mib() {
 
 }  // namespace
 
-LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
+LoaderBenchResult run_loader_bench(const LoaderBenchOptions& given) {
+  LoaderBenchOptions o = given;
+  if (!o.data_url.empty()) o.dataset = data::DatasetId::kShards;
   DDPX_CHECK(o.dataset == data::DatasetId::kImageFolder ||
                  o.dataset == data::DatasetId::kImagenet || o.dataset == data::DatasetId::kShards,
              ErrorKind::kUsage,
              "bench loader: --dataset {}: expected imagefolder, imagenet or shards (the streamed "
              "image sets)",
              data::name(o.dataset));
-  DDPX_CHECK(!o.data_dir.empty(), ErrorKind::kUsage,
-             "bench loader: --data_dir is required (an image folder, or tar shards with --dataset "
-             "shards)");
+  DDPX_CHECK(o.data_dir.empty() != o.data_url.empty(), ErrorKind::kUsage,
+             "bench loader: give --data_dir (an image folder, or tar shards with --dataset "
+             "shards) or --data_url (tar shards on an HTTP server), one of them");
   DDPX_CHECK(o.workers >= 1 && o.batch_size >= 1 && o.image_size >= 1 && o.batches >= 0 &&
                  o.warmup >= 0 && o.threads >= 1,
              ErrorKind::kUsage,
@@ -70,17 +70,17 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
   data::DatasetSpec spec;
   spec.dataset = o.dataset;
   spec.data_dir = o.data_dir;
-  // A folder is read whole, as training data (its validation split is itself: not timed).
-  if (o.dataset == data::DatasetId::kImageFolder) spec.val_dir = o.data_dir;
+  spec.data_url = o.data_url;
+  // The training folder alone, read whole: a benchmark needs no validation set (it would index
+  // a second folder, or the same one twice).
+  spec.with_validation = false;
   LoaderBenchResult r;
-  if (o.dataset != data::DatasetId::kShards)
-    r.index_cached =
-        std::filesystem::exists(data::index_cache_path(data::image_train_root(spec, o.data_dir)));
   Stopwatch index_timer;
   const data::DatasetSplits splits = data::load_dataset(spec);
   r.index_s = index_timer.seconds();
   const data::Dataset& train = splits.train;
   r.images = train.size();
+  r.index_cached = train.files && !train.files->sharded() && train.files->index_cached;
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -104,7 +104,8 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
   DDPX_CHECK(timed >= 1 && o.warmup + timed <= available, ErrorKind::kUsage,
              "bench loader: {} images in {} make {} batch(es) of {}: too few for {} warmup and {} "
              "timed; lower --warmup, --batches or --batch_size, or use a larger folder",
-             r.images, o.data_dir, available, o.batch_size, o.warmup, std::max<int64_t>(timed, 1));
+             r.images, o.data_url.empty() ? o.data_dir : o.data_url, available, o.batch_size,
+             o.warmup, std::max<int64_t>(timed, 1));
 
   auto take = [&] {
     auto batch = loader.next();
@@ -131,8 +132,8 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o) {
   log::out(
       "bench loader: {} {} ({} images), {} worker thread(s), batch {}, {} decode, "
       "RandomResizedCrop({}) + flip + ImageNet normalisation to float",
-      data::name(o.dataset), o.data_dir, r.images, o.workers, o.batch_size, data::name(o.decode),
-      o.image_size);
+      data::name(o.dataset), o.data_url.empty() ? o.data_dir : o.data_url, r.images, o.workers,
+      o.batch_size, data::name(o.decode), o.image_size);
   log::out(
       "images/s: {:.1f} ({} images in {:.2f} s after {} warmup batches) | CPU {:.2f} ms an image",
       r.images_per_sec, r.timed_images, seconds, o.warmup, r.cpu_ms_per_image);

@@ -17,7 +17,8 @@ namespace ddpx::bench {
 struct LoaderBenchOptions {
   data::DatasetId dataset = data::DatasetId::kImageFolder;  // imagefolder, imagenet or shards
   std::string data_dir;
-  int workers = 1;  // loader threads
+  std::string data_url;  // shards on an HTTP server, in place of data_dir (implies shards)
+  int workers = 1;       // loader threads
   int64_t batch_size = 64;
   int64_t image_size = 224;  // the crop's side
   int64_t batches = 0;       // timed batches (0: the rest of one epoch after the warmup)

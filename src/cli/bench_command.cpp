@@ -161,8 +161,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto l = std::make_shared<bench::LoaderBenchOptions>();
   add_choice(loader, "--dataset", l->dataset, data::kDatasetNames,
              "imagefolder | imagenet (DIR/train) | shards (tar shards)");
-  loader->add_option("--data_dir", l->data_dir, "the image folder, or the shards' folder")
-      ->required();
+  loader->add_option("--data_dir", l->data_dir, "the image folder, or the shards' folder");
+  loader->add_option("--data_url", l->data_url,
+                     "tar shards on an HTTP(S) server, in place of --data_dir (implies --dataset "
+                     "shards): URLs as train's --data_url");
   loader->add_option("--workers", l->workers, "loader threads");
   loader->add_option("--batch_size", l->batch_size, "images a batch");
   loader->add_option("--image_size", l->image_size, "RandomResizedCrop's output side");

@@ -14,6 +14,7 @@ data::DatasetSpec ModelDataOptions::dataset_spec() const {
   spec.dataset = dataset;
   spec.data_dir = data_dir;
   spec.data_url = data_url;
+  spec.val_url = val_url;
   spec.val_dir = val_dir;
   spec.val_split = val_split;
   spec.synthetic_height = spec.synthetic_width = synthetic_image;
@@ -54,6 +55,15 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
                    "give --dataset shards), or train from --data_dir",
                    data::name(o.dataset));
         o.dataset = data::DatasetId::kShards;
+      });
+  cmd->add_option("--val_url", o.val_url,
+                  "shards: the validation shards on an HTTP(S) server, beside --data_url (or "
+                  "--data_dir): URLs as --data_url's, each with its .idx")
+      ->each([&o](const std::string&) {
+        DDPX_CHECK(o.dataset == data::DatasetId::kShards, ErrorKind::kUsage,
+                   "--val_url reads validation tar shards, but --dataset is {}: give --data_url "
+                   "(or --dataset shards --data_dir DIR) with it, or --val_dir for a folder",
+                   data::name(o.dataset));
       });
   cmd->add_option(
       "--val_dir", o.val_dir,

@@ -19,6 +19,7 @@ struct ModelDataOptions {
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;          // empty: the dataset's default folder
   std::string data_url;          // shards on an HTTP server (implies --dataset shards)
+  std::string val_url;           // validation shards on an HTTP server (shards only)
   std::string val_dir;           // image folders: the validation folder
   double val_split = 0.1;        // imagefolder without --val_dir: the share held out
   int64_t image_size = 0;        // 0: the dataset's native size; -1: the model's; else N
@@ -35,9 +36,9 @@ struct ModelDataOptions {
   int64_t input_size() const;
 };
 
-// Adds --model, --stem, --dataset, --data_dir, --data_url, --val_dir, --val_split, --image_size,
-// --synthetic_image, --synthetic_classes, --seq_len, --vocab_size and --windows to `cmd`, parsed
-// into `options`, whose values --help shows as defaults.
+// Adds --model, --stem, --dataset, --data_dir, --data_url, --val_url, --val_dir, --val_split,
+// --image_size, --synthetic_image, --synthetic_classes, --seq_len, --vocab_size and --windows to
+// `cmd`, parsed into `options`, whose values --help shows as defaults.
 void add_model_data_flags(CLI::App* cmd, ModelDataOptions& options);
 
 }  // namespace ddpx::cli

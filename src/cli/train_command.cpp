@@ -202,6 +202,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
         o->dataset = md->dataset;
         o->data_dir = md->data_dir;
         o->data_url = md->data_url;
+        o->val_url = md->val_url;
         o->val_dir = md->val_dir;
         o->val_split = md->val_split;
         o->image_size = md->image_size;

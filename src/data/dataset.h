@@ -95,6 +95,9 @@ struct DatasetSpec {
   std::string data_dir;
   // shards only: URLs of tar shards on an HTTP server, read in place of data_dir's (`--data_url`)
   std::string data_url;
+  // shards only: URLs of the validation shards on an HTTP server (`--val_url`), in place of
+  // val-*.tar beside the training shards, --val_dir or --val_split
+  std::string val_url;
   // synthetic only
   int64_t synthetic_train_size = 2048;
   int64_t synthetic_test_size = 512;
@@ -107,6 +110,9 @@ struct DatasetSpec {
   // fraction of the training folder held out for validation
   std::string val_dir;
   double val_split = 0.1;
+  // image folders only: false reads the training folder alone, with an empty test split (what
+  // `ddpx bench loader` times: one index, no validation set)
+  bool with_validation = true;
   int index_threads = 0;                     // threads reading image headers (0: the cores)
   BadImages bad_images = BadImages::kError;  // files whose header cannot be read, at start
   // tokens only: the window's input length, and the vocabulary (0: the largest token + 1)

@@ -25,30 +25,32 @@ bool is_dir(const std::string& path) {
 // A folder with unreadable files: refused (training would stop at the first in some batch), or
 // with --bad_images skip said once and left out by readable().
 void check_readable(const ImageIndex& index, BadImages policy) {
-  int64_t bad = 0;
-  const ImageRecord* first = nullptr;
-  for (const auto& r : index.records)
-    if (!r.error.empty()) {
-      ++bad;
-      if (!first) first = &r;
-    }
-  if (bad == 0) return;
+  if (index.errors.empty()) return;
+  const size_t bad = index.errors.size();
+  const std::string& first = index.errors.begin()->second;
   DDPX_CHECK(policy == BadImages::kSkip, ErrorKind::kData,
              "{} of {} files in {} cannot be read; the first: {} (`ddpx data info {}` lists "
              "them all: remove or convert them, or pass --bad_images skip to train without them)",
-             bad, index.records.size(), index.listing.root, first->error, index.listing.root);
+             bad, index.records.size(), index.listing.root, first, index.listing.root);
   log::warn(
       "{} of {} files in {} cannot be read and are left out (--bad_images skip); the "
       "first: {} (`ddpx data info {}` lists them all)",
-      bad, index.records.size(), index.listing.root, first->error, index.listing.root);
+      bad, index.records.size(), index.listing.root, first, index.listing.root);
 }
 
 // `picks` without the files whose header could not be read.
 std::vector<size_t> readable(const ImageIndex& index, std::vector<size_t> picks) {
   picks.erase(std::remove_if(picks.begin(), picks.end(),
-                             [&](size_t i) { return !index.records[i].error.empty(); }),
+                             [&](size_t i) { return !index.records[i].readable; }),
               picks.end());
   return picks;
+}
+
+// Says where a folder's index came from: the observable of the cache (docs/data.md).
+void log_index(const ImageIndex& index) {
+  log::info("index: {} ({} images, {:.3f} s): {}",
+            index.from_cache ? "cached" : "built, then cached", index.records.size(), index.seconds,
+            index.listing.root);
 }
 
 int64_t median(std::vector<int64_t> v) {
@@ -63,10 +65,17 @@ Dataset make_split(const std::string& name, const ImageIndex& index,
                    const std::vector<std::string>& classes) {
   auto files = std::make_shared<ImageFiles>();
   files->root = index.listing.root;
+  files->paths = PathList(index.listing.root);
+  files->index_cached = index.from_cache;
+  files->index_seconds = index.seconds;
   std::vector<int64_t> heights, widths;
+  heights.reserve(picks.size());
+  widths.reserve(picks.size());
+  size_t chars = 0;
+  for (size_t i : picks) chars += index.listing.paths.relative(i).size();
+  files->paths.reserve(picks.size(), chars);
   for (size_t i : picks) {
-    files->paths.push_back(index.listing.paths[i]);
-    files->records.push_back(index.records[i]);
+    files->paths.push_back(index.listing.paths.relative(i));
     heights.push_back(index.records[i].height);
     widths.push_back(index.records[i].width);
   }
@@ -83,6 +92,7 @@ Dataset make_split(const std::string& name, const ImageIndex& index,
 
 std::vector<int64_t> labels_of(const ImageIndex& index, const std::vector<size_t>& picks) {
   std::vector<int64_t> labels;
+  labels.reserve(picks.size());
   for (size_t i : picks) labels.push_back(index.listing.labels[i]);
   return labels;
 }
@@ -117,7 +127,7 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
   const std::string name = data::name(spec.dataset);
   const std::string train_root = image_train_root(spec, data_dir);
   std::string val_root = spec.val_dir;
-  if (spec.dataset == DatasetId::kImagenet && val_root.empty()) {
+  if (spec.dataset == DatasetId::kImagenet && val_root.empty() && spec.with_validation) {
     val_root = data_dir + "/val";
     DDPX_CHECK(folders_detail::is_dir(val_root), ErrorKind::kData,
                "{}: no validation folder; --dataset imagenet reads DATA_DIR/train and "
@@ -126,14 +136,24 @@ DatasetSplits load_image_folder_dataset(const DatasetSpec& spec, const std::stri
                val_root);
   }
   const ImageIndex train = index_image_folder(train_root, spec.index_threads);
+  folders_detail::log_index(train);
   folders_detail::check_readable(train, spec.bad_images);
   const auto& classes = train.listing.classes;
   DatasetSplits splits;
   splits.mean.assign(kImagenetMean, kImagenetMean + 3);
   splits.std.assign(kImagenetStd, kImagenetStd + 3);
   const size_t n = train.listing.paths.size();
+  if (!spec.with_validation) {  // the training folder alone (a benchmark's): no test split
+    const std::vector<size_t> picks = folders_detail::readable(train, folders_detail::all(n));
+    splits.train = folders_detail::make_split(name, train, picks,
+                                              folders_detail::labels_of(train, picks), classes);
+    splits.test = folders_detail::make_split(name, train, {}, {}, classes);
+    splits.source = train_root;
+    return splits;
+  }
   if (!val_root.empty()) {
     const ImageIndex val = index_image_folder(val_root, spec.index_threads);
+    folders_detail::log_index(val);
     folders_detail::check_readable(val, spec.bad_images);
     std::map<std::string, int64_t> label_of;
     for (size_t k = 0; k < classes.size(); ++k) label_of[classes[k]] = static_cast<int64_t>(k);

@@ -12,6 +12,7 @@
 
 #include "data/dataset.h"
 #include "data/image_index.h"
+#include "data/path_list.h"
 
 namespace ddpx::data {
 
@@ -19,10 +20,12 @@ namespace ddpx::data {
 // shards' (data/shard_dataset.h), where sample i is a member of the shard paths[i].
 struct ImageFiles {
   std::string root;
-  std::vector<std::string> paths;
-  std::vector<ImageRecord> records;
+  PathList paths;  // a folder's below root; a shard's (each sample's shard file or URL) in full
+  bool index_cached = false;  // a folder's index was read from its cache (data/image_index.h)
+  double index_seconds = 0;   // the time listing and indexing (or reading the cache) took
   // Shards only (empty for a folder): sample i is records[i].bytes bytes at offsets[i] of
   // paths[i], the member members[i], of the shard numbered shards[i] (the sampler's unit).
+  std::vector<ImageRecord> records;
   std::vector<int64_t> offsets;
   std::vector<std::string> members;
   std::vector<int32_t> shards;

@@ -39,7 +39,23 @@ std::vector<Entry> scan(const std::string& dir) {
 
 struct Folder {
   std::string path;
+  int64_t mtime_ns = 0;
   std::vector<std::string> files;
+};
+
+// FNV-1a, the listing's checksum.
+struct Checksum {
+  uint64_t value = 1469598103934665603ull;
+  void mix(const void* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) {
+      value ^= static_cast<const unsigned char*>(data)[i];
+      value *= 1099511628211ull;
+    }
+  }
+  void mix(std::string_view s) {
+    mix(s.data(), s.size());
+    mix("", 1);
+  }
 };
 
 // os.walk(dir, followlinks=True), every folder with its files; `ancestors` are the (device,
@@ -54,7 +70,7 @@ void walk(const std::string& dir, std::vector<std::pair<dev_t, ino_t>>& ancestor
              "ImageFolder would walk it forever: remove the link",
              dir);
   ancestors.push_back(id);
-  Folder folder{dir, {}};
+  Folder folder{dir, static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, {}};
   std::vector<std::string> subdirs;
   for (auto& e : scan(dir)) (e.is_dir ? subdirs : folder.files).push_back(std::move(e.name));
   out.push_back(std::move(folder));
@@ -64,13 +80,14 @@ void walk(const std::string& dir, std::vector<std::pair<dev_t, ino_t>>& ancestor
 
 }  // namespace folder_detail
 
-bool has_image_extension(const std::string& name) {
-  std::string lower = name;
-  for (char& c : lower)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+bool has_image_extension(std::string_view name) {
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
   for (const char* ext : kImageExtensions) {
     const size_t n = std::strlen(ext);
-    if (lower.size() >= n && lower.compare(lower.size() - n, n, ext) == 0) return true;
+    if (name.size() < n) continue;
+    size_t k = 0;
+    while (k < n && lower(name[name.size() - n + k]) == ext[k]) ++k;
+    if (k == n) return true;
   }
   return false;
 }
@@ -84,6 +101,8 @@ FolderListing list_image_folder(const std::string& given_root) {
              root);
   FolderListing listing;
   listing.root = root;
+  listing.paths = PathList(root);
+  folder_detail::Checksum checksum;
   for (const auto& e : folder_detail::scan(root))
     if (e.is_dir) listing.classes.push_back(e.name);
   std::sort(listing.classes.begin(), listing.classes.end());
@@ -102,16 +121,26 @@ FolderListing list_image_folder(const std::string& given_root) {
                 return a.path < b.path;
               });
     const size_t before = listing.paths.size();
+    std::string relative;
     for (auto& folder : folders) {
+      const std::string_view below = std::string_view(folder.path).substr(root.size() + 1);
+      checksum.mix(below);
+      checksum.mix(&folder.mtime_ns, sizeof(folder.mtime_ns));
+      listing.newest_change_ns = std::max(listing.newest_change_ns, folder.mtime_ns);
       std::sort(folder.files.begin(), folder.files.end());
       for (const auto& file : folder.files) {
         if (!has_image_extension(file)) continue;
-        listing.paths.push_back(folder.path + "/" + file);
-        listing.labels.push_back(static_cast<int64_t>(label));
+        relative.assign(below).append(1, '/').append(file);
+        checksum.mix(relative);
+        listing.paths.push_back(relative);
+        listing.labels.push_back(static_cast<int32_t>(label));
       }
     }
     if (listing.paths.size() == before) empty.push_back(listing.classes[label]);
   }
+  listing.paths.shrink_to_fit();
+  listing.labels.shrink_to_fit();
+  listing.checksum = checksum.value;
   if (!empty.empty()) {
     std::string classes, extensions;
     for (const auto& c : empty) classes += (classes.empty() ? "" : ", ") + c;

@@ -29,14 +29,15 @@ std::vector<std::string> describe_image_folder(const ImageIndex& index) {
     const ImageRecord& r = index.records[i];
     ++per_class[l.labels[i]];
     bytes += r.bytes;
-    if (!r.error.empty()) {
-      unreadable.push_back(r.error);
+    if (!r.readable) {
+      auto reason = index.errors.find(i);
+      unreadable.push_back(reason != index.errors.end() ? reason->second : l.paths[i]);
       continue;
     }
     ++formats[io::name(r.format)];
     widths.push_back(r.width);
     heights.push_back(r.height);
-    pixels.push_back(r.width * r.height);
+    pixels.push_back(static_cast<int64_t>(r.width) * r.height);
   }
   lines.push_back(fmt::format("{}: {} classes, {} images, {:.1f} MiB; indexed in {:.2f} s{}",
                               l.root, l.classes.size(), l.paths.size(), bytes / 1048576.0,

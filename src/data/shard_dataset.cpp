@@ -258,6 +258,10 @@ DatasetSplits make_splits(const DatasetSpec& spec, const std::string& where, con
 }  // namespace shard_detail
 
 DatasetSplits load_shard_dataset(const DatasetSpec& spec, const std::string& given_dir) {
+  DDPX_CHECK(spec.val_url.empty() || spec.val_dir.empty(), ErrorKind::kUsage,
+             "--val_url {} and --val_dir {}: give one of them (the validation shards' URLs, or "
+             "their folder)",
+             spec.val_url, spec.val_dir);
   if (!spec.data_url.empty()) return load_shard_urls(spec);
   std::string dir = given_dir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -272,6 +276,11 @@ DatasetSplits load_shard_dataset(const DatasetSpec& spec, const std::string& giv
   DDPX_CHECK(spec.val_dir.empty() || !val_shards.empty(), ErrorKind::kData,
              "--val_dir {}: no tar shard in it (val-000000.tar, ...)", spec.val_dir);
   const shard_detail::Samples train = shard_detail::list_shards(train_shards);
+  if (!spec.val_url.empty()) {
+    const std::vector<std::string> val_urls = expand_shard_urls(spec.val_url, "--val_url");
+    const shard_detail::Samples val = shard_detail::list_shard_urls(val_urls);
+    return shard_detail::make_splits(spec, dir, train, train_shards.size(), &val, val_urls.size());
+  }
   if (val_shards.empty())
     return shard_detail::make_splits(spec, dir, train, train_shards.size(), nullptr, 0);
   const shard_detail::Samples val = shard_detail::list_shards(val_shards);
@@ -282,6 +291,11 @@ DatasetSplits load_shard_urls(const DatasetSpec& spec) {
   const std::vector<std::string> urls = expand_shard_urls(spec.data_url);
   const shard_detail::Samples train = shard_detail::list_shard_urls(urls);
   const std::string where = url_folder(urls.front());
+  if (!spec.val_url.empty()) {  // the validation shards on a server too (the same checks)
+    const std::vector<std::string> val_urls = expand_shard_urls(spec.val_url, "--val_url");
+    const shard_detail::Samples val = shard_detail::list_shard_urls(val_urls);
+    return shard_detail::make_splits(spec, where, train, urls.size(), &val, val_urls.size());
+  }
   if (spec.val_dir.empty())
     return shard_detail::make_splits(spec, where, train, urls.size(), nullptr, 0);
   std::vector<std::string> val_shards = find_shards(spec.val_dir, "val");

@@ -22,14 +22,16 @@ namespace ddpx::data {
 // PREFIX is "train" (or, when there are none, every *.tar but val-*.tar) or "val".
 std::vector<std::string> find_shards(const std::string& dir, const std::string& prefix);
 
-// Lists the shards of both splits; throws kData naming the shard and the sample for a sample
-// without an image or a label, a label out of range, or a shard that cannot be read.
+// Lists the shards of both splits (the validation split's from spec.val_url when given); throws
+// kData naming the shard and the sample for a sample without an image or a label, a label out of
+// range, or a shard that cannot be read.
 DatasetSplits load_shard_dataset(const DatasetSpec& spec, const std::string& data_dir);
 
 // The same for `--data_url` (spec.data_url, data/shard_urls.h): the shards on an HTTP server,
 // listed from the index beside each (SHARD.tar.idx, refused when absent), their class names
-// from classes.txt beside the first when it is there; validated on --val_dir's local shards or
-// a --val_split share. Samples are read with Range requests (data/http_range.h).
+// from classes.txt beside the first when it is there; validated on --val_url's shards (on a
+// server too, read the same way), --val_dir's local shards or a --val_split share. Samples are read
+// with Range requests (data/http_range.h).
 DatasetSplits load_shard_urls(const DatasetSpec& spec);
 
 // The file of class names beside the shards.

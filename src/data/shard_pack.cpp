@@ -84,11 +84,11 @@ PackResult pack_image_folder(const PackOptions& o) {
              "--prefix '{}': expected a name such as train or val", o.prefix);
   const ImageIndex index = index_image_folder(o.folder, o.index_threads);
   const FolderListing& listing = index.listing;
-  for (size_t i = 0; i < index.records.size(); ++i)
-    DDPX_CHECK(index.records[i].error.empty(), ErrorKind::kData,
-               "{}; `ddpx data info {}` lists every unreadable file: remove or convert them, "
-               "then pack again",
-               index.records[i].error, listing.root);
+  if (!index.errors.empty())
+    fail(ErrorKind::kData,
+         "{}; `ddpx data info {}` lists every unreadable file: remove or convert them, then pack "
+         "again",
+         index.errors.begin()->second, listing.root);
   fs::create_directories(o.out_dir);
   const std::string classes_file = o.out_dir + "/" + kShardClassesFile;
   const std::vector<int64_t> label_of =

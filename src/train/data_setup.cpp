@@ -16,6 +16,7 @@ data::DatasetSpec dataset_spec(const TrainOptions& o) {
   spec.dataset = o.dataset;
   spec.data_dir = o.data_dir;
   spec.data_url = o.data_url;
+  spec.val_url = o.val_url;
   spec.val_dir = o.val_dir;
   spec.val_split = o.val_split;
   spec.bad_images = o.bad_images;

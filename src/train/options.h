@@ -47,6 +47,7 @@ struct TrainOptions {
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;    // empty: the dataset's default folder
   std::string data_url;    // shards: URLs on an HTTP server (data/shard_urls.h), not data_dir
+  std::string val_url;     // shards: the validation shards' URLs (data/shard_urls.h)
   std::string val_dir;     // image folders: the validation folder
   double val_split = 0.1;  // imagefolder without val_dir: the share held out for validation
   int64_t image_size = 0;  // 0: the dataset's native size (resized where the model needs);

@@ -2,9 +2,9 @@
 // by a real HTTP server on 127.0.0.1 (tests/support/tiny_http_server.h: byte ranges, 404s, cut
 // and stalled bodies) and trained on as a user would. From the URLs a run sees exactly the
 // batches the same shards on disk give (the same losses, digit for digit); 2 ranks read disjoint
-// shards, every sample once an epoch, and run the same number of steps; a missing shard or
-// index, a refused port, a cut shard and a stalled server each stop the run with one line naming
-// the URL, well within a bound.
+// shards, every sample once an epoch, and run the same number of steps; validation shards from
+// `--val_url` score as the same shards on disk; a missing shard or index, a refused port, a cut
+// shard and a stalled server each stop the run with one line naming the URL, well within a bound.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -124,6 +124,54 @@ UrlFailure train_from_failing_url(const std::string& env, const std::string& url
       120);
   f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return f;
+}
+
+// `--val_url`: validation shards on the server beside the training ones (the folder packed
+// again as val-*.tar) are evaluated as the same shards on disk are, every one of them read, with
+// the same faults named by URL.
+TEST(UrlShardsTrainTest, ValidationShardsFromValUrlScoreAsTheSameShardsOnDisk) {
+  ServedShards shards;
+  auto pack = run_command(ddpx("data pack " + shards.photos.root() + " --out " + shards.dir +
+                               " --shard_size 1 --prefix val"),
+                          120);
+  ASSERT_EQ(pack.exit_code, 0) << pack.output;
+  for (const auto& e : fs::directory_iterator(shards.dir))
+    shards.files["/shards/" + e.path().filename().string()] = served_bytes(e.path().string());
+  ASSERT_TRUE(shards.files.count("/shards/val-000019.tar.idx")) << "20 validation shards";
+  test::TinyHttpServer server(shards.files);
+  const std::string val = "'" + server.url() + "shards/val-{000000..000019}.tar'";
+  auto local = run_command(
+      ddpx(std::string(kUrlTrain) + "--num_epochs 1 --dataset shards --data_dir " + shards.dir),
+      300);
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  auto remote = run_command(ddpx(std::string(kUrlTrain) + "--num_epochs 1 --data_url " +
+                                 shard_pattern(server) + " --val_url " + val),
+                            300);
+  ASSERT_EQ(remote.exit_code, 0) << remote.output;
+  EXPECT_TRUE(has(remote.output, "(20 training shards, 20 validation shards)")) << remote.output;
+  const std::vector<double> a = url_curve(local.output), b = url_curve(remote.output);
+  ASSERT_GE(a.size(), 2u) << local.output;
+  EXPECT_EQ(a, b) << "local:\n" << local.output << "\nremote:\n" << remote.output;
+  for (int k = 0; k < 20; ++k)
+    EXPECT_GE(server.requests(fmt::format("/shards/val-{:06d}.tar", k)), 1)
+        << "validation shard " << k << " was never read";
+
+  // A validation shard without its index, and a pattern that is no URL: one line each.
+  auto files = shards.files;
+  files.erase("/shards/val-000003.tar.idx");
+  test::TinyHttpServer broken(files);
+  auto f = train_from_failing_url("", shard_pattern(broken) + " --val_url '" + broken.url() +
+                                          "shards/val-{000000..000019}.tar'");
+  EXPECT_EQ(f.result.exit_code, 1) << f.result.output;
+  EXPECT_TRUE(has(f.result.output, broken.url() + "shards/val-000003.tar.idx: HTTP 404: no index "
+                                                  "beside the shard"))
+      << f.result.output;
+  f = train_from_failing_url("", shard_pattern(broken) + " --val_url shards/val-000000.tar");
+  EXPECT_EQ(f.result.exit_code, 2) << f.result.output;
+  EXPECT_TRUE(has(f.result.output,
+                  "--val_url shards/val-000000.tar: not an http:// or https:// URL (local "
+                  "shards: --val_dir DIR)"))
+      << f.result.output;
 }
 
 TEST(UrlShardsTrainTest, AMissingShardOrIndexOrARefusedPortEndsWithOneLineNamingTheUrl) {
