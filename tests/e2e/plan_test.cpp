@@ -443,9 +443,9 @@ std::string shard_line(const std::string& text, const std::string& shard) {
 // carried to their depth (parallel/planner/depth_scale.h), against `bench memory` on real ranks
 // running the full model in the same layout with AdamW (the plan's default for them, their
 // recipes'): gpt-nano (4 blocks, GPT-2's 50,257 tokens: the vocabulary-parallel logits matter)
-// under DDP, ZeRO-3, tensor parallelism with and without sequence parallelism, and DDP with every
-// block recomputed; bert-nano under DDP and tensor parallelism (a pipeline's last stage keeps
-// every micro-batch's logits, which the plan does not count yet: not held here). The mesh's flags
+// under DDP, ZeRO-3, tensor parallelism with and without sequence parallelism, a pipeline (whose
+// last stage keeps every micro-batch's logits), and DDP with every block recomputed; bert-nano
+// under DDP and tensor parallelism. The mesh's flags
 // are the plan's as printed, given to bench memory as they are.
 TEST(PlanCliTest, LanguageModelPeaksAgreeWithBenchMemoryWithinTenPercent) {
   struct Layout {
@@ -463,6 +463,7 @@ TEST(PlanCliTest, LanguageModelPeaksAgreeWithBenchMemoryWithinTenPercent) {
       {gpt.c_str(), "", "full"},
       {gpt.c_str(), "--tensor_parallel 2 --batch_size 8", "none"},
       {gpt.c_str(), "--tensor_parallel 2 --sequence_parallel --batch_size 8", "none"},
+      {gpt.c_str(), "--pipeline_parallel 2 --microbatches [0-9]+ --batch_size 8", "none"},
       {gpt_blocks.c_str(), "", "none"},
       {bert.c_str(), "", "none"},
       {bert.c_str(), "--tensor_parallel 2 --batch_size 4", "none"},
