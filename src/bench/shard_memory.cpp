@@ -20,6 +20,8 @@
 #include "distributed/context.h"
 #include "distributed/peer_memory.h"
 #include "distributed/threads.h"
+#include "models/activation_checkpoint.h"
+#include "models/checkpointed_model.h"
 #include "models/zoo/registry.h"
 #include "parallel/data/data_parallel_plan.h"
 #include "parallel/mesh.h"
@@ -136,6 +138,11 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   models::ModelConfig config;
   config.num_classes = o.num_classes;
   config.image_size = o.image_size > 0 ? o.image_size : info.default_image_size;
+  // A language model: windows of `tokens` token ids over its vocabulary.
+  const bool language = models::is_language_model(info);
+  const int64_t tokens = !language ? 0 : o.seq_len > 0 ? o.seq_len : info.default_image_size;
+  if (language) config.num_classes = o.vocab_size > 0 ? o.vocab_size : info.vocab_size;
+  const auto checkpointing = models::parse_activation_checkpointing(o.activation_checkpointing);
   const double baseline = proc_status_mib("VmHWM");
   parallel::CpuTensorBytes tensor_bytes;  // what `ddpx plan` predicts: tensors, not the process
   const int64_t tensor_baseline = tensor_bytes.current();
@@ -178,6 +185,11 @@ void run_shard_memory(const ShardMemoryOptions& o) {
       pipeline->stages_per_rank =
           parallel::pipeline_stages_per_rank(o.stages_per_rank, o.pipeline_schedule);
     pipeline->sample_shape = {3, config.image_size, config.image_size};  // as ddpx train times
+    if (language) {
+      pipeline->sample_shape = {tokens};
+      pipeline->sample_dtype = torch::kLong;
+    }
+    pipeline->checkpointing = checkpointing;
     pipeline->micro_batch = o.batch_size / pipeline->microbatches;
     pipeline->model_name = o.model;
     pipeline->shard = o.shard;
@@ -195,6 +207,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
     options.vocab_divisible_by = o.vocab_divisible_by;
     options.model_name = o.model;
     options.shard = o.shard;
+    options.checkpointing = checkpointing;
     options.pipeline = pipeline;  // the 3-D mesh: a pipeline of tensor-parallel stages
     options.mesh = mesh;
     auto p = std::make_unique<parallel::TensorParallelPlan>(model, *context, make, options);
@@ -205,6 +218,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
       units = &p->pipeline()->units();  // the 3-D mesh's stages sharded over their replicas
     plan = std::move(p);
   } else if (o.shard == parallel::ShardMode::kNone) {
+    model = models::with_activation_checkpointing(model, checkpointing, o.model);
     auto p = std::make_unique<parallel::DataParallelPlan>(model, *context, make,
                                                           parallel::DataParallelOptions{});
     data = p.get();
@@ -212,6 +226,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   } else {
     parallel::ShardedOptions options;
     options.mode = o.shard;
+    model = models::with_activation_checkpointing(model, checkpointing, o.model);
     auto p = std::make_unique<parallel::ShardedPlan>(model, *context, make, options);
     sharded = p.get();
     units = &sharded->units();
@@ -219,13 +234,18 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   }
   const std::string described = plan->describe();
 
-  const auto x = torch::randn({o.batch_size, 3, config.image_size, config.image_size});
-  const auto y = torch::randint(o.num_classes, {o.batch_size}, torch::kLong);
+  const auto x = language ? torch::randint(config.num_classes, {o.batch_size, tokens}, torch::kLong)
+                          : torch::randn({o.batch_size, 3, config.image_size, config.image_size});
+  const auto y = torch::randint(
+      config.num_classes,
+      language ? std::vector<int64_t>{o.batch_size, tokens} : std::vector<int64_t>{o.batch_size},
+      torch::kLong);
   parallel::MicroBatch mb;
   mb.input = x;
   mb.target = y;
   mb.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
-    return torch::nn::functional::cross_entropy(out, target);
+    // The class dimension last: (B, K), or a language model's (B, T, V) against (B, T).
+    return torch::nn::functional::cross_entropy(out.flatten(0, -2), target.flatten());
   };
   // The third forward's activations: the tensor bytes it added, as each backward starts (a
   // pipeline's micro-batches: the most held at once), less the gradients that the backwards
@@ -307,10 +327,12 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   if (context->rank() != 0) return;
   if (!o.json) {
     fmt::print(
-        "# ddpx bench memory {}: {} ({:.2f} M parameters), {}x{} input, batch {} "
+        "# ddpx bench memory {}: {} ({:.2f} M parameters), {}, batch {} "
         "per rank, {}, {} ranks\n",
-        plan_flag(o), o.model, psi / 1e6, config.image_size, config.image_size, o.batch_size,
-        o.adamw ? "AdamW (K = 8)" : "SGD with momentum (K = 4)", n);
+        plan_flag(o), o.model, psi / 1e6,
+        language ? fmt::format("{} tokens a sequence", tokens)
+                 : fmt::format("{}x{} input", config.image_size, config.image_size),
+        o.batch_size, o.adamw ? "AdamW (K = 8)" : "SGD with momentum (K = 4)", n);
     fmt::print("# {}\n", described);
     fmt::print(
         "# model states after backward, MiB; formula {} (fp32); peak: resident memory "
@@ -335,10 +357,10 @@ void run_shard_memory(const ShardMemoryOptions& o) {
           "\"batch_size\": {}, \"parameters\": {}, \"param_bytes\": {}, \"grad_bytes\": {}, "
           "\"optimizer_bytes\": {}, \"formula_bytes\": {}, \"peak_bytes\": {}, "
           "\"tensor_peak_bytes\": {}, \"activation_bytes\": {}, \"pipeline_parallel\": {}, "
-          "\"tensor_parallel\": {}, \"sequence_parallel\": {}}}\n",
+          "\"tensor_parallel\": {}, \"sequence_parallel\": {}, \"seq_len\": {}}}\n",
           r, n, parallel::name(o.shard), o.model, o.batch_size, psi, v[kParams], v[kGrads],
           v[kOptimizer], v[kFormula], v[kPeak], v[kTensorPeak], v[kActivations],
-          o.pipeline_parallel, o.tensor_parallel, o.sequence_parallel);
+          o.pipeline_parallel, o.tensor_parallel, o.sequence_parallel, tokens);
     } else {
       fmt::print(
           "  {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.1f}% {:>10.1f} "

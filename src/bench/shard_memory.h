@@ -16,6 +16,9 @@
 // stages', or its pieces and the unsplit layers) make the formula: (4 + 4 + K) Psi_r, and the
 // parameter bytes count every storage the rank still holds, so a whole model kept beside the
 // stage or the pieces would show.
+// A language model (GPT, BERT) trains on random token windows of --seq_len (0: its context) over
+// --vocab_size (0: its tokenizer's), the loss over every token (vocabulary-parallel under
+// --tensor_parallel), as ddpx train; --activation_checkpointing recomputes its blocks as there.
 // Rank 0 prints every rank's figures: lines for people, or with --json one JSON object a rank.
 #pragma once
 
@@ -34,6 +37,9 @@ struct ShardMemoryOptions {
   int64_t image_size = 0;  // 0: the model's default (registry) size
   int64_t batch_size = 2;  // per rank
   int64_t num_classes = 1000;
+  int64_t seq_len = 0;     // a language model's window (0: its context)
+  int64_t vocab_size = 0;  // a language model's vocabulary (0: its tokenizer's)
+  std::string activation_checkpointing = "none";
   int threads = 0;
   parallel::ShardMode shard = parallel::ShardMode::kNone;
   int pipeline_parallel = 1;  // > 1: the pipeline plan's stages (1F1B)

@@ -199,8 +199,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "(8+K)Psi_r (the rank's pipeline stages or tensor-parallel pieces; with --shard the "
       "replicas shard them, beside ZeRO's formula over Psi_r; both sizes: the 3-D mesh).");
   auto memory_parallel = std::make_shared<ParallelOptions>();
-  add_parallel_flags(memory, *memory_parallel,
-                     kShardFlag | kMeshSizeFlags | kPipelineFlags | kSequenceParallelFlag);
+  add_parallel_flags(
+      memory, *memory_parallel,
+      kShardFlag | kMeshSizeFlags | kPipelineFlags | kSequenceParallelFlag | kCheckpointingFlag);
+  add_token_flags(memory, shard->seq_len, shard->vocab_size);
   auto optimizer = std::make_shared<std::string>("sgd");
   memory->add_option("--optimizer", *optimizer, "with --shard: sgd (momentum) | adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));

@@ -80,14 +80,21 @@ void add_model_data_flags(CLI::App* cmd, ModelDataOptions& o) {
                       .description(""));
   cmd->add_option("--synthetic_image", o.synthetic_image, "synthetic: image height = width");
   cmd->add_option("--synthetic_classes", o.synthetic_classes, "synthetic: classes");
-  cmd->add_option("--seq_len", o.seq_len,
-                  "tokens: the tokens a window feeds the model (default: the model's context)");
-  cmd->add_option("--vocab_size", o.vocab_size,
-                  "tokens: the vocabulary (default: the largest token in the files + 1)");
+  add_token_flags(cmd, o.seq_len, o.vocab_size);
   add_choice(cmd, "--windows", o.windows, data::kWindowsNames,
              "tokens: training windows every seq_len tokens from an epoch's offset (stride), or "
              "each started anywhere in the text, drawn from (seed, epoch, sample) (random: "
              "nanoGPT's get_batch); evaluation reads strides");
+}
+
+void add_token_flags(CLI::App* cmd, int64_t& seq_len, int64_t& vocab_size) {
+  cmd->add_option("--seq_len", seq_len,
+                  "a language model's window: the tokens a sequence feeds the model (0: the "
+                  "model's context)");
+  cmd->add_option("--vocab_size", vocab_size,
+                  "a language model's vocabulary (0: train: the largest token in --dataset "
+                  "tokens' files + 1; plan, bench memory: the model's tokenizer's, GPT-2's 50257 "
+                  "or BERT's 30522)");
 }
 
 }  // namespace ddpx::cli

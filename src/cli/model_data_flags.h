@@ -36,6 +36,10 @@ struct ModelDataOptions {
   int64_t input_size() const;
 };
 
+// --seq_len and --vocab_size, also for `ddpx plan` and `bench memory` (a language model's
+// window and vocabulary), added by add_model_data_flags() and add_token_flags() alike.
+void add_token_flags(CLI::App* cmd, int64_t& seq_len, int64_t& vocab_size);
+
 // Adds --model, --stem, --dataset, --data_dir, --data_url, --val_url, --val_dir, --val_split,
 // --image_size, --synthetic_image, --synthetic_classes, --seq_len, --vocab_size and --windows to
 // `cmd`, parsed into `options`, whose values --help shows as defaults.

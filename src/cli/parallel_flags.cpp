@@ -72,6 +72,8 @@ void add_parallel_flags(CLI::App* cmd, ParallelOptions& o, unsigned which) {
         "ranks that split each layer of a ViT, a GPT, BERT or the MLP (Megatron-style: heads, "
         "MLP width, a language model's vocabulary): the world is N/T data-parallel replicas of "
         "T ranks (1: none)"));
+  }
+  if (which & (kMeshSizeFlags | kVocabFlag)) {
     added.push_back(cmd->add_option(
         "--vocab_divisible_by", o.vocab_divisible_by,
         "with --tensor_parallel on a GPT or BERT: the vocabulary padded to a multiple of this x "
@@ -112,6 +114,7 @@ void apply_parallel_options(const ParallelOptions& o, bench::TrainBenchOptions& 
 void apply_parallel_options(const ParallelOptions& o, bench::ShardMemoryOptions& into) {
   apply_common(o, into);
   apply_vocab(o, into);
+  into.activation_checkpointing = o.activation_checkpointing;
 }
 
 }  // namespace ddpx::cli

@@ -53,7 +53,8 @@ enum ParallelFlags : unsigned {
                                     // --pipeline_balance
   kSequenceParallelFlag = 1u << 4,  // --sequence_parallel
   kCheckpointingFlag = 1u << 5,     // --activation_checkpointing
-  kAllParallelFlags = (1u << 6) - 1,
+  kVocabFlag = 1u << 6,             // --vocab_divisible_by alone (kMeshSizeFlags include it)
+  kAllParallelFlags = (1u << 7) - 1,
 };
 
 // Adds the flags of `which` to `cmd` in the "Parallelism" group, parsed into `options`, whose
@@ -61,8 +62,8 @@ enum ParallelFlags : unsigned {
 void add_parallel_flags(CLI::App* cmd, ParallelOptions& options, unsigned which);
 
 // The group's values into what a command runs: ddpx train's options (every flag), bench train's
-// (every flag: it runs ddpx train's loop) and bench memory's (all but --shard_units,
-// --shard_gather_dtype and --activation_checkpointing: it measures model states).
+// (every flag: it runs ddpx train's loop) and bench memory's (all but --shard_units and
+// --shard_gather_dtype: it measures model states).
 void apply_parallel_options(const ParallelOptions& options, train::TrainOptions& into);
 void apply_parallel_options(const ParallelOptions& options, bench::TrainBenchOptions& into);
 void apply_parallel_options(const ParallelOptions& options, bench::ShardMemoryOptions& into);

@@ -55,6 +55,15 @@ std::array<std::vector<int>, 2> splitting_sizes(const MeshSearch& s, MeshResults
     for (int t : splits_of(s.request.world_size)) {
       try {
         parallel::tensor::check_splittable(model, t, s.model_name, sequence);
+        // A language model's sequence (and the probe's) split over the T ranks' tokens.
+        if (sequence && s.probe.seq_len > 0 &&
+            (s.scale.tokens % t != 0 || s.probe.seq_len % t != 0)) {
+          r.notes.push_back(fmt::format(
+              "tensor parallel {} sp: --seq_len {} is not a multiple of {}: sequence parallelism "
+              "splits it over the ranks",
+              t, s.scale.tokens, t));
+          continue;
+        }
         sizes[sequence].push_back(t);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kUsage) throw;
@@ -81,13 +90,18 @@ std::vector<parallel::TensorMemory> search_tensor(const parallel::ModelMemory& w
     const std::vector<int>& sizes = splitting[sequence];
     for (size_t i = 0; i < sizes.size() && i < 2; ++i) modes_at[sizes[i]].push_back(sequence);
   }
-  std::array<std::map<int, parallel::TensorMemory>, 2> probed;  // by mode, then T
+  std::array<std::map<int, parallel::TensorMemory>, 2> probed;      // by mode, then T
+  std::array<std::map<int, parallel::TensorMemory>, 2> probed_one;  // a deep LM's one-block copy
   for (const auto& [t, modes] : modes_at) {
     // The layers too where T leaves room for 2 stages or more.
     auto probes = parallel::measure_tensor_parallel(s.build, t, modes, s.probe, s.model_name,
                                                     s.checkpointing, /*layers=*/n / t >= 2,
                                                     std::exchange(s.model, torch::nn::AnyModule()));
     for (size_t k = 0; k < modes.size(); ++k) probed[modes[k]].emplace(t, std::move(probes[k]));
+    if (!s.scale.active()) continue;
+    auto one = parallel::measure_tensor_parallel(s.build_one, t, modes, s.probe, s.model_name,
+                                                 s.checkpointing, /*layers=*/false);
+    for (size_t k = 0; k < modes.size(); ++k) probed_one[modes[k]].emplace(t, std::move(one[k]));
   }
   std::vector<parallel::TensorMemory> for_pipelines;
   for (bool sequence : {false, true}) {
@@ -96,7 +110,14 @@ std::vector<parallel::TensorMemory> search_tensor(const parallel::ModelMemory& w
     const auto& smallest = probed[sequence].at(sizes.front());
     const auto& next = probed[sequence].at(sizes.size() == 1 ? sizes.front() : sizes[1]);
     for (int t : sizes) {
-      const auto at = parallel::at_tensor_size(smallest, next, t);
+      auto at = parallel::at_tensor_size(smallest, next, t);
+      if (s.scale.active()) {  // carried from the one- and two-block copies
+        const auto& one = probed_one[sequence];
+        at = parallel::scale_tensor(
+            parallel::at_tensor_size(one.at(sizes.front()),
+                                     one.at(sizes.size() == 1 ? sizes.front() : sizes[1]), t),
+            at, s.scale);
+      }
       if (!at.layers.empty()) for_pipelines.push_back(at);
       for (auto shard : {parallel::ShardMode::kNone, parallel::ShardMode::kOptimizer,
                          parallel::ShardMode::kGradients, parallel::ShardMode::kFull}) {
@@ -129,7 +150,8 @@ constexpr std::array<parallel::ShardMode, 4> kShardModes = {
 
 void search_pipeline(const parallel::ModelMemory& whole, MeshSearch& s, MeshResults& r) {
   torch::nn::AnyModule& model = s.model;
-  const auto layers = parallel::measure_layers(model, s.probe, s.checkpointing);
+  auto layers = parallel::measure_layers(model, s.probe, s.checkpointing);
+  if (layers) *layers = parallel::scale_layers(*layers, s.scale);  // a deep LM's copy carried
   if (!layers) {
     r.notes.push_back(
         fmt::format("pipeline: {} is not sequential-shaped (docs/distributed.md "

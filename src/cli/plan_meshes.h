@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/activation_checkpoint.h"
+#include "parallel/planner/depth_scale.h"
 #include "parallel/planner/mesh_plan.h"
 
 namespace ddpx::cli {
@@ -28,6 +29,10 @@ struct MeshSearch {
   parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
   int stages_per_rank = 2;  // V, interleaved only
   parallel::PipelineBalance balance = parallel::PipelineBalance::kTime;
+  // A deep language model: `build` makes its two-block copy and `build_one` its one-block copy,
+  // whose probes `scale` carries to the model's depth and sequence (depth_scale.h).
+  parallel::DepthScale scale;
+  std::function<torch::nn::AnyModule()> build_one;
 };
 
 struct MeshResults {

@@ -90,10 +90,10 @@ TEST(ParallelFlagsTest, EveryCommandShowsTrainsFlagsWithTrainsDefaults) {
       {"bench memory",
        {"--shard", "--pipeline_parallel", "--microbatches", "--pipeline_schedule",
         "--stages_per_rank", "--pipeline_balance", "--tensor_parallel", "--sequence_parallel",
-        "--vocab_divisible_by"}},
+        "--vocab_divisible_by", "--activation_checkpointing"}},
       {"plan",
        {"--microbatches", "--pipeline_schedule", "--stages_per_rank", "--pipeline_balance",
-        "--activation_checkpointing"}},
+        "--vocab_divisible_by", "--activation_checkpointing"}},
   };
   for (const auto& [command, flags] : takes) {
     const auto entries = parallelism_section(command);

@@ -1,7 +1,8 @@
 // `ddpx plan` as a user runs it: its predicted per-rank peak for DDP and each ZeRO stage agrees
 // within 10% with what `ddpx run 2 -- bench memory --shard S` then measures on real ranks (the
 // most CPU tensor bytes alive at once on any rank, the figure a GPU's max_memory_allocated
-// gives), for ResNet-50 and ViT-B/16 at small batches; it recommends a flag that fits; a bad size
+// gives), for ResNet-50 and ViT-B/16 at small batches, and for gpt-nano and bert-nano (probed as
+// one- and two-block copies); it recommends a flag that fits (gpt2-xl on 8 GPUs too); a bad size
 // is one line naming the flag.
 #include <gtest/gtest.h>
 
@@ -419,6 +420,126 @@ TEST(PlanCliTest, RecommendsAMeshWhenNoShardModeFitsAndItsFlagsTrain) {
                 .find("--pipeline_schedule interleaved --stages_per_rank 2"),
             std::string::npos)
       << interleaved.output;
+}
+
+}  // namespace
+}  // namespace ddpx
+
+namespace ddpx {
+namespace {
+
+// The JSON line of `--shard S` in the plan's first table (the shard modes', not a mesh's).
+std::string shard_line(const std::string& text, const std::string& shard) {
+  std::regex line("\\{[^\\n]*\"shard\": \"" + shard + "\"[^\\n]*\\}");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator();
+       ++it) {
+    const std::string row = (*it)[0];
+    if (row.find("\"mesh\"") == std::string::npos) return row;
+  }
+  return "";
+}
+
+// Language models, probed as copies of one and two of their blocks at the given --seq_len and
+// carried to their depth (parallel/planner/depth_scale.h), against `bench memory` on real ranks
+// running the full model in the same layout with AdamW (the plan's default for them, their
+// recipes'): gpt-nano (4 blocks, GPT-2's 50,257 tokens: the vocabulary-parallel logits matter)
+// under DDP, ZeRO-3, tensor parallelism with and without sequence parallelism, a pipeline (whose
+// last stage keeps every micro-batch's logits), and DDP with every block recomputed; bert-nano
+// under DDP and tensor parallelism. The mesh's flags
+// are the plan's as printed, given to bench memory as they are.
+TEST(PlanCliTest, LanguageModelPeaksAgreeWithBenchMemoryWithinTenPercent) {
+  struct Layout {
+    const char* plan;  // ddpx plan's flags (2 GPUs)
+    std::string mesh;  // a mesh's flags as printed (a regex of their start), or "" for --shard
+    const char* shard;
+  };
+  // Stages cut by parameters in both (the plan times the probe's copies' layers, not the model's).
+  const std::string gpt = "--model gpt-nano --seq_len 64 --batch_size 4 --pipeline_balance params";
+  // bert-nano at 128 tokens: probed at 64, the bytes a window adds carried to 128.
+  const std::string bert = "--model bert-nano --seq_len 128 --batch_size 2";
+  const std::string gpt_blocks = gpt + " --activation_checkpointing blocks";
+  const std::vector<Layout> layouts = {
+      {gpt.c_str(), "", "none"},
+      {gpt.c_str(), "", "full"},
+      {gpt.c_str(), "--tensor_parallel 2 --batch_size 8", "none"},
+      {gpt.c_str(), "--tensor_parallel 2 --sequence_parallel --batch_size 8", "none"},
+      {gpt.c_str(), "--pipeline_parallel 2 --microbatches [0-9]+ --batch_size 8", "none"},
+      {gpt_blocks.c_str(), "", "none"},
+      {bert.c_str(), "", "none"},
+      {bert.c_str(), "--tensor_parallel 2 --batch_size 4", "none"},
+  };
+  std::map<std::string, std::string> plans;  // one plan a model and flags
+  for (const auto& l : layouts) {
+    if (!plans.count(l.plan)) {
+      auto plan =
+          run_command(test::ddpx_command(std::string("plan --gpus 2 --json ") + l.plan), 300);
+      ASSERT_EQ(plan.exit_code, 0) << plan.output;
+      plans[l.plan] = plan.output;
+    }
+    const std::string& text = plans[l.plan];
+    const std::string line = l.mesh.empty() ? shard_line(text, l.shard) : mesh_line(text, l.mesh);
+    ASSERT_FALSE(line.empty()) << "no line for " << l.mesh << " --shard " << l.shard << "\n"
+                               << text;
+    EXPECT_NE(text.find("\"optimizer\": \"adamw\""), std::string::npos) << text;
+    std::string flags = std::string("--shard ") + l.shard;
+    if (!l.mesh.empty()) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(line, m, std::regex("\"flags\": \"([^\"]+)\""))) << line;
+      flags = m[1].str();
+    }
+    // The plan's model, sequence and checkpointing; the layout's batch from the mesh's flags.
+    std::string bench_flags = std::regex_replace(
+        std::string(l.plan), std::regex("--batch_size [0-9]+"), l.mesh.empty() ? "$&" : "");
+    const double guess = number(line, "peak_bytes");
+    test::TempDir dir;
+    auto bench = run_command(
+        test::ddpx_command(
+            "run 2 --threads_per_worker 1 --log_dir " + dir.path() +
+            " -- bench memory --json --optimizer adamw " + bench_flags + " " + flags +
+            (l.mesh.empty() && std::string(l.shard) == "none" ? " --transport gloo" : "")),
+        300);
+    ASSERT_EQ(bench.exit_code, 0) << bench.output;
+    const auto measured = by_shard(bench.output, "tensor_peak_bytes");
+    ASSERT_EQ(measured.count(l.shard), 1u) << bench.output;
+    const auto& rows = measured.at(l.shard);
+    ASSERT_EQ(rows.size(), 2u) << "one line per rank\n" << bench.output;
+    const double peak = *std::max_element(rows.begin(), rows.end());
+    std::printf("%s %s: predicted %.1f MiB, measured %.1f MiB (%+.1f%%)\n", l.plan, flags.c_str(),
+                guess / 1048576, peak / 1048576, (guess / peak - 1) * 100);
+    EXPECT_NEAR(guess / peak, 1.0, 0.10)
+        << l.plan << " " << flags << ": predicted " << guess / 1048576 << " MiB, measured "
+        << peak / 1048576 << " MiB\n"
+        << line << "\n"
+        << bench.output;
+  }
+}
+
+// GPT-2 XL (1.56 B parameters) on 8 GPUs of 80 GB at 1024 tokens: planned in ~40 s of CPU from
+// copies of one and two of its 48 blocks at 64 tokens; AdamW's states alone are 25 GB under DDP.
+// The recommendation fits, and its flags parse in ddpx train as printed.
+TEST(PlanCliTest, Gpt2XlOnEightGpusGetsALayoutThatFitsAndItsFlagsParseInTrain) {
+  auto plan = run_command(
+      test::ddpx_command("plan --model gpt2-xl --gpus 8 --gpu_memory 80G --seq_len 1024"), 600);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("sequences of 1024 tokens over a vocabulary of 50257"),
+            std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("adamw (K = 8 bytes a parameter)"), std::string::npos) << plan.output;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(plan.output, m, std::regex("\\nrecommendation: (--[^\\n(]*[^ \\n(])")))
+      << plan.output;
+  const std::string flags = m[1].str();
+  EXPECT_EQ(plan.output.find("nothing fits"), std::string::npos) << plan.output;
+  test::TempDir dir;
+  auto train = run_command(
+      "cd " + test::shell_quote(dir.path()) + " && DDPX_PARSE_ONLY=1 " +
+          test::ddpx_command(
+              "train --model gpt2-xl --dataset tokens --data_dir data --seq_len "
+              "1024 " +
+              (flags.rfind("--shard none", 0) == 0 ? std::string("--shard none") : flags)),
+      60);
+  EXPECT_EQ(train.exit_code, 0) << flags << "\n" << train.output;
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ struct Factory {
   bool has_cifar_stem = false;                                 // the options take ModelConfig::stem
   int64_t min_image_size = 1;                                  // ModelInfo's input size rule
   int64_t image_multiple = 1;
+  int64_t blocks = 0;  // a language model's (ModelInfo's)
+  int64_t vocab_size = 0;
 };
 
 // Options types with a `stem` field (the resnet family) take ModelConfig::stem.
@@ -66,6 +68,8 @@ inline ModelInfo entry(std::string name, std::string family, int64_t default_ima
   info.has_cifar_stem = factory.has_cifar_stem;
   info.min_image_size = factory.min_image_size;
   info.image_multiple = factory.image_multiple;
+  info.blocks = factory.blocks;
+  info.vocab_size = factory.vocab_size;
   info.recommendation = std::move(recommendation);
   info.build = std::move(factory.build);
   info.parameter_count = std::move(factory.parameter_count);

@@ -108,13 +108,17 @@ Factory gpt(int64_t layers, int64_t heads, int64_t dim, int64_t context) {
   auto with_vocab = [o](const ModelConfig& config) {
     GptOptions v = o;
     v.vocab_size = config.num_classes;
+    if (config.layers > 0) v.n_layer = config.layers;
     return v;
   };
-  return {
+  Factory f{
       [with_vocab](const ModelConfig& config) {
         return torch::nn::AnyModule(Gpt(with_vocab(config)));
       },
       [with_vocab](const ModelConfig& config) { return gpt_parameter_count(with_vocab(config)); }};
+  f.blocks = layers;
+  f.vocab_size = 50257;
+  return f;
 }
 
 // BERT's vocabulary is the data's class count too (30522 for bert-base-uncased's vocab.txt).
@@ -128,13 +132,17 @@ Factory bert(int64_t layers, int64_t heads, int64_t dim, int64_t positions) {
   auto with_vocab = [o](const ModelConfig& config) {
     BertOptions v = o;
     v.vocab_size = config.num_classes;
+    if (config.layers > 0) v.num_hidden_layers = config.layers;
     return v;
   };
-  return {
+  Factory f{
       [with_vocab](const ModelConfig& config) {
         return torch::nn::AnyModule(Bert(with_vocab(config)));
       },
       [with_vocab](const ModelConfig& config) { return bert_parameter_count(with_vocab(config)); }};
+  f.blocks = layers;
+  f.vocab_size = 30522;
+  return f;
 }
 
 }  // namespace

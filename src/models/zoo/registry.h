@@ -20,6 +20,9 @@ struct ModelConfig {
   int64_t num_classes = 1000;
   int64_t image_size = 224;     // input height = width
   Stem stem = Stem::kImagenet;  // kCifar: 3x3 stride-1 stem, no max-pool (resnet family)
+  // A language model built with this many blocks instead of its own (0: its own): `ddpx plan`
+  // probes a shallow copy of a deep model and carries the figures to its depth.
+  int64_t layers = 0;
 };
 
 struct Recommendation {
@@ -45,7 +48,13 @@ struct ModelInfo {
   // Optional: the exact parameter count without building (big models take seconds to
   // initialise). When empty, model_parameter_count() builds the model and counts.
   std::function<int64_t(const ModelConfig&)> parameter_count;
+  // A language model's (GPT, BERT): its transformer blocks and the vocabulary of the tokenizer
+  // it is trained with (GPT-2's 50257, bert-base-uncased's 30522). 0 for the image models.
+  int64_t blocks = 0;
+  int64_t vocab_size = 0;
 };
+
+inline bool is_language_model(const ModelInfo& info) { return info.blocks > 0; }
 
 // All registered models, in a stable display order.
 const std::vector<ModelInfo>& model_table();

@@ -24,19 +24,21 @@ constexpr double kFp32 = 4;
 int64_t probe(torch::nn::AnyModule& model, const ProbeOptions& o, int64_t batch,
               CpuTensorBytes& bytes) {
   torch::manual_seed(0);
-  auto x = torch::randn({batch, 3, o.image_size, o.image_size});
-  auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
+  const ProbeBatch b = probe_batch(o, batch);
   for (auto& p : model.ptr()->parameters()) {
     if (p.grad().defined()) p.mutable_grad().zero_();
   }
   const int64_t before = bytes.current();
   bytes.reset_peak();
   {
-    torch::Tensor loss;
+    // The output lives through backward, as the trainer keeps it for the accuracy (a language
+    // model's logits: B x T x V, as many bytes again as the loss's log-softmax).
+    torch::Tensor loss, output;
     {
       optim::AutocastGuard autocast(o.amp ? optim::Amp::kBf16 : optim::Amp::kOff,
                                     torch::Device(torch::kCPU));
-      loss = torch::nn::functional::cross_entropy(model.forward(x), y);
+      output = model.forward(b.input);
+      loss = probe_loss(output, b.labels);
     }
     loss.backward();
   }
@@ -51,6 +53,19 @@ int64_t shard_elements(const UnitParams& unit, int world) {
 }
 
 }  // namespace
+
+ProbeBatch probe_batch(const ProbeOptions& o, int64_t batch) {
+  if (o.seq_len > 0) {
+    return {torch::randint(o.num_classes, {batch, o.seq_len}, torch::kLong),
+            torch::randint(o.num_classes, {batch, o.seq_len}, torch::kLong)};
+  }
+  return {torch::randn({batch, 3, o.image_size, o.image_size}),
+          torch::randint(o.num_classes, {batch}, torch::kLong)};
+}
+
+torch::Tensor probe_loss(const torch::Tensor& output, const torch::Tensor& labels) {
+  return torch::nn::functional::cross_entropy(output.flatten(0, -2), labels.flatten());
+}
 
 double ModelMemory::activation_bytes(int64_t batch) const {
   return std::max(0.0, activation_fixed + activation_per_sample * static_cast<double>(batch));
@@ -82,7 +97,9 @@ ModelMemory measure_model(torch::nn::AnyModule& model, const ProbeOptions& o) {
   ModelMemory m;
   m.amp = o.amp;
   m.sample_bytes =
-      static_cast<double>(3 * o.image_size * o.image_size * sizeof(float) + sizeof(int64_t));
+      o.seq_len > 0
+          ? static_cast<double>(2 * o.seq_len * sizeof(int64_t))  // token ids and labels
+          : static_cast<double>(3 * o.image_size * o.image_size * sizeof(float) + sizeof(int64_t));
   for (const auto& p : model.ptr()->parameters()) m.parameters += p.numel();
   m.units = unit_params(*model.ptr());
 

@@ -71,9 +71,9 @@ struct ModelMemory {
   double activation_fixed = 0;       // bytes
   double activation_per_sample = 0;  // bytes
   bool amp = false;
-  // A sample's input image (fp32) and label: the batch the loader hands every rank of a
-  // replica. predict() and the mesh rows (mesh_plan.h) add the rank's batch of them; the
-  // activations above leave it out.
+  // A sample's input image (fp32) and label, or a language model's window of token ids and its
+  // labels: the batch the loader hands every rank of a replica. predict() and the mesh rows
+  // (mesh_plan.h) add the rank's batch of them; the activations above leave it out.
   double sample_bytes = 0;
 
   double activation_bytes(int64_t batch) const;
@@ -81,10 +81,25 @@ struct ModelMemory {
 
 struct ProbeOptions {
   int64_t image_size = 224;
-  int64_t num_classes = 1000;
-  int64_t batch_small = 2;  // the larger probe is twice this
-  bool amp = false;         // bf16 autocast on the CPU
+  int64_t num_classes = 1000;  // a language model's: the vocabulary
+  int64_t batch_small = 2;     // the larger probe is twice this
+  bool amp = false;            // bf16 autocast on the CPU
+  // A language model's (GPT, BERT): > 0, the tokens of a sequence; the input is (B, seq_len)
+  // token ids, the labels one a token, the loss the mean over every token's prediction (as ddpx
+  // train's), vocabulary-parallel under tensor parallelism, the vocabulary padded to a multiple
+  // of vocab_divisible_by x T as ddpx train pads it.
+  int64_t seq_len = 0;
+  int64_t vocab_divisible_by = 128;
 };
+
+// One probe batch: images and a class each, or token windows and a label a token.
+struct ProbeBatch {
+  torch::Tensor input, labels;
+};
+ProbeBatch probe_batch(const ProbeOptions& options, int64_t batch);
+// The mean cross-entropy of `output` against the labels, the class dimension last (a language
+// model's (B, T, V) logits), as ddpx train's loss.
+torch::Tensor probe_loss(const torch::Tensor& output, const torch::Tensor& labels);
 
 // Measures `model` (fp32, on the CPU, in train mode); see above. The model's gradients are left
 // allocated.

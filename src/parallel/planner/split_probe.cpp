@@ -51,7 +51,7 @@ int64_t layer_probe_batch(int64_t small, double bytes_small, double bytes_large)
 optim::Amp amp_of(const ProbeOptions& o) { return o.amp ? optim::Amp::kBf16 : optim::Amp::kOff; }
 
 struct LayerPoint {
-  double held = 0, extra = 0, input = 0, seconds = 0;
+  double held = 0, extra = 0, input = 0, output = 0, seconds = 0;
 };
 
 // Where probe_layers() reads a rank's bytes: the process's, or a thread rank's tag (whose peak is
@@ -66,14 +66,19 @@ ByteCounter process_counter(CpuTensorBytes& bytes) {
           [&bytes] { bytes.reset_peak(); }};
 }
 
+using LossFn = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
+
 // Every layer at `batch`, one after the other, each on the previous one's output (detached).
 // `seeded`: the inputs drawn from seed 0 (not on thread ranks, which share the generator).
+// `loss`: the last layer's output to the loss (a vocabulary-parallel split's own).
 std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
                                      const std::vector<bool>& recomputed, const ProbeOptions& o,
-                                     int64_t batch, const ByteCounter& bytes, bool seeded = true) {
+                                     int64_t batch, const ByteCounter& bytes, bool seeded = true,
+                                     const LossFn& loss = probe_loss) {
   if (seeded) torch::manual_seed(0);
-  torch::Tensor x = torch::randn({batch, 3, o.image_size, o.image_size});
-  const auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
+  ProbeBatch inputs = probe_batch(o, batch);
+  torch::Tensor x = inputs.input;
+  const torch::Tensor& y = inputs.labels;
   std::vector<LayerPoint> points(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     LayerPoint& p = points[l];
@@ -86,9 +91,10 @@ std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
       optim::AutocastGuard autocast(amp_of(o), torch::Device(torch::kCPU));
       out = recomputed[l] ? models::checkpoint(layers[l].forward, in, layers[l].buffers)
                           : layers[l].forward(in);
-      target = l + 1 == layers.size() ? torch::nn::functional::cross_entropy(out, y) : out;
+      target = l + 1 == layers.size() ? loss(out, y) : out;
     }
     p.held = static_cast<double>(bytes.current() - before);
+    p.output = static_cast<double>(out.nbytes());
     bytes.reset_peak();
     if (target.requires_grad()) {
       if (target.dim() == 0) {
@@ -135,6 +141,7 @@ std::vector<LayerMemory> fit_layers(const std::vector<LayerName>& layers,
     m.held = LinearFit::through(small, a[l].held, large, b[l].held);
     m.backward_extra = LinearFit::through(small, a[l].extra, large, b[l].extra);
     m.input = LinearFit::through(small, a[l].input, large, b[l].input);
+    m.output = LinearFit::through(small, a[l].output, large, b[l].output);
   }
   return out;
 }
@@ -145,6 +152,7 @@ void keep_larger(std::vector<LayerPoint>& into, const std::vector<LayerPoint>& o
     into[l].held = std::max(into[l].held, other[l].held);
     into[l].extra = std::max(into[l].extra, other[l].extra);
     into[l].input = std::max(into[l].input, other[l].input);
+    into[l].output = std::max(into[l].output, other[l].output);
   }
 }
 
@@ -166,7 +174,7 @@ std::optional<std::vector<LayerMemory>> measure_layers(
     const models::ActivationCheckpointing& checkpointing) {
   auto layers = models::layer_sequence(model);
   if (!layers) return std::nullopt;
-  DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
+  DDPX_CHECK(o.batch_small > 0 && (o.image_size > 0 || o.seq_len > 0), ErrorKind::kUsage,
              "plan: the probe needs a positive batch and image size");
   std::vector<bool> recomputed(layers->size());
   for (size_t l = 0; l < layers->size(); ++l)
@@ -185,7 +193,7 @@ std::vector<TensorMemory> measure_tensor_parallel(
     const std::function<torch::nn::AnyModule()>& build, int ranks,
     const std::vector<bool>& sequence_modes, const ProbeOptions& o, const std::string& model_name,
     const models::ActivationCheckpointing& checkpointing, bool layers, torch::nn::AnyModule first) {
-  DDPX_CHECK(o.batch_small > 0 && o.image_size > 0, ErrorKind::kUsage,
+  DDPX_CHECK(o.batch_small > 0 && (o.image_size > 0 || o.seq_len > 0), ErrorKind::kUsage,
              "plan: the probe needs a positive batch and image size");
   DDPX_CHECK(!sequence_modes.empty(), ErrorKind::kInternal, "plan: a tensor probe of no mode");
   if (first.is_empty()) first = build();  // rank 0's, checked before any thread starts
@@ -221,9 +229,10 @@ std::vector<TensorMemory> measure_tensor_parallel(
       torch::nn::AnyModule whole = group.rank() == 0 ? std::move(first) : build();
       std::set<std::string> split_names;
       for (size_t k = 0; k < modes; ++k) {
-        // The probe's images, so a sequence-parallel layer sequence splits their tokens.
+        // The probe's images, so a sequence-parallel layer sequence splits their tokens; a
+        // language model's vocabulary padded as ddpx train pads it.
         splits[k] = tensor::split_model(whole, group, sequence_modes[k], checkpointing,
-                                        {3, o.image_size, o.image_size});
+                                        {3, o.image_size, o.image_size}, o.vocab_divisible_by);
         for (const auto& spec : splits[k].specs) split_names.insert(spec.first);
       }
       for (const auto& item : whole.ptr()->named_parameters()) {
@@ -247,13 +256,18 @@ std::vector<TensorMemory> measure_tensor_parallel(
     }
     for (size_t k = 0; k < modes; ++k) {
       tensor::SplitModel& split = splits[k];
+      // A vocabulary-parallel output's loss is the split model's, from this rank's logits.
+      const LossFn loss_of =
+          split.loss ? LossFn([&split](const torch::Tensor& out, const torch::Tensor& labels) {
+            return split.loss(out, labels, 0.0);
+          })
+                     : LossFn(probe_loss);
       const auto params = split.module.ptr()->parameters();
       split.module.ptr()->train();
       zero_grads(params);
       for (size_t pass = 0; pass < batches.size(); ++pass) {
         const int64_t batch = batches[pass];
-        const auto x = torch::randn({batch, 3, o.image_size, o.image_size});
-        const auto y = torch::randint(o.num_classes, {batch}, torch::kLong);
+        const ProbeBatch inputs = probe_batch(o, batch);
         group.barrier();
         if (group.rank() == 0) {
           for (int r = 0; r < ranks; ++r) before[static_cast<size_t>(r)] = bytes.tag_current(r);
@@ -261,10 +275,11 @@ std::vector<TensorMemory> measure_tensor_parallel(
         }
         group.barrier();
         {
-          torch::Tensor loss;
+          torch::Tensor loss, output;  // the output kept through backward, as the trainer does
           {
             optim::AutocastGuard autocast(amp_of(o), torch::Device(torch::kCPU));
-            loss = torch::nn::functional::cross_entropy(split.module.forward(x), y);
+            output = split.module.forward(inputs.input);
+            loss = loss_of(output, inputs.labels);
           }
           loss.backward();
         }
@@ -292,8 +307,8 @@ std::vector<TensorMemory> measure_tensor_parallel(
                                   }};
         const std::vector<bool> none(split.layers.size(), false);  // they checkpoint themselves
         auto& mine = points[k][static_cast<size_t>(rank)];
-        mine[0] = probe_layers(split.layers, none, o, layer_batch[k], counter, false);
-        mine[1] = probe_layers(split.layers, none, o, 2 * layer_batch[k], counter, false);
+        mine[0] = probe_layers(split.layers, none, o, layer_batch[k], counter, false, loss_of);
+        mine[1] = probe_layers(split.layers, none, o, 2 * layer_batch[k], counter, false, loss_of);
         if (rank == 0) rank0_layers[k] = names_of(split.layers);
         group.barrier();  // every rank done with the last layer's collectives before any leaves
       }
@@ -373,6 +388,7 @@ TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ra
     out.held = carry(la.held, lb.held);
     out.backward_extra = carry(la.backward_extra, lb.backward_extra);
     out.input = carry(la.input, lb.input);
+    out.output = carry(la.output, lb.output);
   }
   return m;
 }
