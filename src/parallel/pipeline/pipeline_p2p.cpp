@@ -147,16 +147,18 @@ void PipelinePlan::send(const torch::Tensor& t, int to_stage, bool forward) {
   sends_.emplace_back(links_->send(buffer, to_stage % options_.stages, forward), buffer[0]);
 }
 
+torch::Tensor PipelinePlan::predict(const torch::Tensor& output) const {
+  return options_.predict ? options_.predict(output) : output.argmax(-1);
+}
+
 torch::Tensor PipelinePlan::output_to_first_rank(const torch::Tensor& output, int64_t rows,
                                                  const torch::Device& device, bool predictions) {
   const int stages = static_cast<int>(table_.size()), me = context_.rank();
   const int last_rank = rank_of(stages - 1), first_rank = rank_of(0);
   const char* what = predictions ? "predictions" : "logits";
   if (me == last_rank) {
-    torch::Tensor out = output;
-    if (predictions) out = options_.predict ? options_.predict(output) : output.argmax(-1);
-    if (last_rank == first_rank) return out;
-    std::vector<torch::Tensor> sent{out.to(torch::kCPU).contiguous()};
+    if (last_rank == first_rank) return output;
+    std::vector<torch::Tensor> sent{output.to(torch::kCPU).contiguous()};
     Stopwatch watch;  // until the first rank takes them, as a receive waits
     dist::wait_work(group_->send(sent, first_rank, kResultTag + 1),
                     fmt::format("sending the pipeline's {}", what));

@@ -305,7 +305,9 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   const torch::Device device = batch.input.device();
 
   std::map<std::pair<int, int>, InFlight> in_flight;  // (micro-batch, stage)
-  std::vector<torch::Tensor> outputs(static_cast<size_t>(m));
+  // The last stage's predictions, a micro-batch each: made as each forward ends, so that no
+  // micro-batch's output (a language model's B x T x V logits) outlives its loss's backward.
+  std::vector<torch::Tensor> predictions(static_cast<size_t>(m));
   torch::Tensor loss_sum;
   PipelineShape shape{p, m, options_.stages_per_rank};
   const std::vector<PipelineAction> actions =
@@ -355,7 +357,7 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
         f.output = batch.backward_root ? batch.backward_root(loss) : loss;
         torch::Tensor detached = loss.detach().to(torch::kFloat);
         loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
-        outputs[a.microbatch] = y.detach();
+        predictions[a.microbatch] = predict(y.detach());
       };
       if (batch.in_forward_context) {
         batch.in_forward_context(forward);
@@ -427,7 +429,7 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
     result.loss = loss[0].reshape({}).to(device);
   }
   result.output = output_to_first_rank(
-      context_.rank() == last_rank ? torch::cat(outputs) : torch::Tensor(), rows, device,
+      context_.rank() == last_rank ? torch::cat(predictions) : torch::Tensor(), rows, device,
       /*predictions=*/true);
   // The replicas' averages, last: their buckets ran on while the loss and logits moved.
   if (sync) finish_replica_sync();

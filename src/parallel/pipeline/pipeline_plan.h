@@ -248,10 +248,13 @@ class PipelinePlan : public Plan {
   torch::Tensor receive(int from_stage, int to_stage, int microbatch, bool forward,
                         const Boundary& boundary, int64_t rows, const torch::Device& device);
   void send(const torch::Tensor& t, int to_stage, bool forward);
+  // A last stage's output's argmax over its last dimension (class or token ids, int64), or
+  // options_.predict's: what training's metrics read, in place of the logits.
+  torch::Tensor predict(const torch::Tensor& output) const;
   // The last stage's output (rows of the batch) on the replica's first rank; undefined on the
-  // others. Collective between those two ranks. `predictions`: the output's argmax over its
-  // last dimension (class or token ids, int64) rather than the logits: what training's metrics
-  // read, without moving a language model's B x T x V logits each step.
+  // others. Collective between those two ranks. `predictions`: `output` holds predict()'s ids
+  // (int64, one dimension fewer than the stage's output), not the logits: training's, so that
+  // a language model's B x T x V logits never move.
   torch::Tensor output_to_first_rank(const torch::Tensor& output, int64_t rows,
                                      const torch::Device& device, bool predictions);
   void finish_sends();

@@ -79,7 +79,6 @@ std::vector<LayerMemory> scale_layers(const std::vector<LayerMemory>& two, const
     carried.held = at_tokens(layer.held, s);
     carried.backward_extra = at_tokens(layer.backward_extra, s);
     carried.input = at_tokens(layer.input, s);
-    carried.output = at_tokens(layer.output, s);
     carried.seconds = layer.seconds * s.token_ratio();
     out.push_back(carried);
     const std::string prefix = second_block_prefix(layer.name);

@@ -108,10 +108,8 @@ MeshPrediction pipeline_mesh(const ModelMemory& model, const std::vector<LayerMe
       stage.transient = kWordBytes * own[s];  // the reduce-scatter's input
     }
     stage.activations = run.max_bytes[static_cast<size_t>(s)] + extra[s] + batch_bytes(model, p);
-    // The last stage keeps every micro-batch's output for the step's metrics (a language
-    // model's logits, B x T x V a micro-batch); the one in flight is in its layers' bytes.
-    if (s == (stages * chunks - 1) % stages)
-      stage.activations += (p.microbatches - 1) * layers.back().output.at(micro);
+    // The last stage keeps only each micro-batch's predictions for the step's metrics (8 bytes
+    // a sample or token, not counted); the output in flight is in its layers' bytes.
     // Built whole in host memory; only the rank's stages reach its GPU (pipeline_plan.h).
     stage.start = kWordBytes * own[s];
     if (stage.peak() > worst) {

@@ -51,7 +51,7 @@ int64_t layer_probe_batch(int64_t small, double bytes_small, double bytes_large)
 optim::Amp amp_of(const ProbeOptions& o) { return o.amp ? optim::Amp::kBf16 : optim::Amp::kOff; }
 
 struct LayerPoint {
-  double held = 0, extra = 0, input = 0, output = 0, seconds = 0;
+  double held = 0, extra = 0, input = 0, seconds = 0;
 };
 
 // Where probe_layers() reads a rank's bytes: the process's, or a thread rank's tag (whose peak is
@@ -93,8 +93,10 @@ std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
                           : layers[l].forward(in);
       target = l + 1 == layers.size() ? loss(out, y) : out;
     }
+    // A pipeline's last stage keeps only the output's predictions past the loss: the output
+    // itself stays only where the loss's backward saved it.
+    if (l + 1 == layers.size()) out = torch::Tensor();
     p.held = static_cast<double>(bytes.current() - before);
-    p.output = static_cast<double>(out.nbytes());
     bytes.reset_peak();
     if (target.requires_grad()) {
       if (target.dim() == 0) {
@@ -105,7 +107,7 @@ std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
     }
     p.seconds = watch.seconds();
     p.extra = std::max(0.0, static_cast<double>(bytes.peak() - before) - p.held);
-    x = out.detach();
+    if (out.defined()) x = out.detach();
   }
   return points;
 }
@@ -141,7 +143,6 @@ std::vector<LayerMemory> fit_layers(const std::vector<LayerName>& layers,
     m.held = LinearFit::through(small, a[l].held, large, b[l].held);
     m.backward_extra = LinearFit::through(small, a[l].extra, large, b[l].extra);
     m.input = LinearFit::through(small, a[l].input, large, b[l].input);
-    m.output = LinearFit::through(small, a[l].output, large, b[l].output);
   }
   return out;
 }
@@ -152,7 +153,6 @@ void keep_larger(std::vector<LayerPoint>& into, const std::vector<LayerPoint>& o
     into[l].held = std::max(into[l].held, other[l].held);
     into[l].extra = std::max(into[l].extra, other[l].extra);
     into[l].input = std::max(into[l].input, other[l].input);
-    into[l].output = std::max(into[l].output, other[l].output);
   }
 }
 
@@ -388,7 +388,6 @@ TensorMemory at_tensor_size(const TensorMemory& a, const TensorMemory& b, int ra
     out.held = carry(la.held, lb.held);
     out.backward_extra = carry(la.backward_extra, lb.backward_extra);
     out.input = carry(la.input, lb.input);
-    out.output = carry(la.output, lb.output);
   }
   return m;
 }

@@ -47,7 +47,6 @@ struct LayerMemory {
   LinearFit held;            // what its forward leaves alive for backward, its output included
   LinearFit backward_extra;  // the most its backward adds on top of `held`
   LinearFit input;           // its input: a stage starting here receives and keeps it
-  LinearFit output;          // its output: the last stage keeps every micro-batch's (the logits)
   bool recomputed = false;   // --activation_checkpointing recomputes it in backward
 };
 
