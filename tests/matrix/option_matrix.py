@@ -10,6 +10,8 @@ One table below (FACTORS, RULES, tolerances) drives everything:
           a valid cell's final weights (its checkpoint, through `ddpx export`) are those of a
           one-process run on the same global batch within the cell's tolerance, a fraction of
           the update that run made; a refused cell exits non-zero with one line naming both flags
+          (one `ddpx train` where train/options.cpp refuses the pair before joining, whatever
+          the world; through `ddpx run N` where the plan refuses it after joining)
   run --mutate no-update|no-sync
           breaks each valid cell and reports whether its tolerance catches it (MUTATIONS below)
 
@@ -396,6 +398,13 @@ def run_cells(ddpx, only, tmp, mutate):
     for n, (c, rule) in enumerate(cells):
         label = f"cell {n} ({describe(c)})"
         if rule is not None:
+            # A pair train/options.cpp refuses is refused by each process before it joins, the
+            # same line whatever the world: one `ddpx train` (a second of CPU) checks it, where
+            # `ddpx run 2` started three. The pairs a plan refuses after joining run as the cell
+            # says, through the launcher.
+            if rule not in AFTER_JOINING:
+                c = dict(c, world=1)
+                label = f"cell {n} ({describe(c)})"
             argv = command(ddpx, c, os.path.join(tmp, f"logs{n}"), os.path.join(tmp, f"save{n}"))
             code, out, seconds = run(argv)
             lines = [l for l in out.splitlines() if rule[4] in l]
