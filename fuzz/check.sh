@@ -35,28 +35,42 @@ python="${DDPX_PYTHON:-$(scripts/python-env 2>/dev/null)}"
 rm -rf "$build/seeds"
 "$python" fuzz/make_image_seeds.py "$build/seeds"
 
-# Replay: one process per target (loading libtorch under ASan takes seconds), every file once.
+# Replay: one process per target (loading libtorch under ASan takes seconds), every file once,
+# as many targets at a time as there are cores; the verdicts are printed in target order.
 # Checkpoint findings are bare payloads: DDPX_FUZZ_FRAME=1 puts them behind a valid header and
 # CRC-32 so that they reach the readers they once broke.
 source cmake/sanitizer.env
-failed=0
-for t in "${targets[@]}"; do
-  inputs=()
+replay() {  # replay TARGET: writes $build/replay-TARGET.{log,verdict}; fails on a finding
+  local t="$1" dir input log="$build/replay-$1.log" frame=() inputs=()
   for dir in "fuzz/corpus/$t" "$build/seeds/$t" "fuzz/regressions/$t"; do
     [ -d "$dir" ] && inputs+=("$dir"/*)
   done
-  log="$build/replay-$t.log"
-  frame=()
   [ "$t" = checkpoint ] && frame=(DDPX_FUZZ_FRAME=1)
   if env "${frame[@]}" "$build/fuzz/fuzz_$t" -timeout=20 -rss_limit_mb=2048 "${inputs[@]}" \
     >"$log" 2>&1; then
-    echo "fuzz replay $t: ${#inputs[@]} inputs, no finding"
+    echo "fuzz replay $t: ${#inputs[@]} inputs, no finding" >"$build/replay-$t.verdict"
   else
-    grep -E -A 30 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" | head -50 || true
-    input=$(sed -n 's/^Running: //p' "$log" | tail -n 1)
-    echo "fuzz replay $t: FAILED on ${input:-?} (log: $log; reproduce:" \
-      "source cmake/sanitizer.env; ${frame[*]} $build/fuzz/fuzz_$t $input)" >&2
+    {
+      grep -E -A 30 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" |
+        head -50 || true
+      input=$(sed -n 's/^Running: //p' "$log" | tail -n 1)
+      echo "fuzz replay $t: FAILED on ${input:-?} (log: $log; reproduce:" \
+        "source cmake/sanitizer.env; ${frame[*]} $build/fuzz/fuzz_$t $input)"
+    } >"$build/replay-$t.verdict"
+    return 1
+  fi
+}
+export -f replay
+export build
+failed=0
+rm -f "$build"/replay-*.verdict
+printf '%s\n' "${targets[@]}" | xargs -P "$jobs" -I{} bash -c 'replay "$1"' _ {} || failed=1
+for t in "${targets[@]}"; do
+  if ! grep -qs "^fuzz replay $t: [0-9]* inputs, no finding" "$build/replay-$t.verdict"; then
+    cat "$build/replay-$t.verdict" >&2 2>/dev/null || echo "fuzz replay $t: did not run" >&2
     failed=1
+  else
+    cat "$build/replay-$t.verdict"
   fi
 done
 replayed=$(date +%s)
