@@ -18,8 +18,9 @@
 # (ddpx's second epoch line: STEPS steps after STEPS; the peer: STEPS timed after STEPS), their
 # ratio, the step time and the peak resident memory a rank (the most over the ranks) with its
 # ratio (ddpx / pytorch: tokens/s higher is better, memory lower). ddpx's tokens/s are its
-# second epoch's tokens over its time (the epoch line's own figure counts every rank's copy). ROUNDS=N repeats every
-# layout, ddpx and the peer in turn, so a loaded machine's drift falls on both.
+# second epoch's tokens over its time (the epoch line's own figure counts every rank's copy).
+# ROUNDS=N repeats every layout, ddpx and the peer in turn, so a loaded machine's drift falls on
+# both.
 # Text: TEXT=FILE, else ../shared/data/tinyshakespeare.txt (characters).
 # Usage: bench/compare_lm_layouts.sh   (BUILD=build; STEPS=20, BATCH=12, SEQ=64, MODEL=gpt-nano
 #        or gpt2, ROUNDS=1, LAYOUTS="tp tp_sp pp dp_tp", KEEP=DIR keeps the logs there)
