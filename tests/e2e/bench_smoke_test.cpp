@@ -402,7 +402,7 @@ TEST(BenchSmokeTest, CompareLmLayoutsScriptPrintsEveryLayoutAndItsRatios) {
                            test::source_dir() + "/bench/compare_lm_layouts.sh",
                        600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* layout : {"TP2 ", "TP2 + SP ", "PP2 1F1B ", "DP2 x TP2, ZeRO-3 / FSDP2 "}) {
+  for (const char* layout : {"TP2 ", R"(TP2 \+ SP )", "PP2 1F1B ", "DP2 x TP2, ZeRO-3 / FSDP2 "}) {
     std::regex row(std::string("\\n  ") + layout +
                    R"( *[0-9]+ +[0-9]+ +[0-9]+\.[0-9]{2}x .* [0-9]+\.[0-9]{2}x)");
     EXPECT_TRUE(std::regex_search(r.output, row)) << layout << "\n" << r.output;
