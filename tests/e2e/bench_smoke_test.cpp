@@ -391,6 +391,24 @@ TEST(BenchSmokeTest, CompareLmScriptPrintsBothSettingsAndTheirRatios) {
       << r.output;
 }
 
+// The language-model layouts beside PyTorch's (DTensor TP, SP, pipelining, FSDP2 x TP) at two
+// steps of a tiny batch on Debian's GPL: every layout's row with its two ratios (tokens/s and
+// peak memory a rank), nothing timed.
+TEST(BenchSmokeTest, CompareLmLayoutsScriptPrintsEveryLayoutAndItsRatios) {
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torch"))
+      << "needs torch in DDPX_PYTHON (scripts/python-env --tests)";
+  auto r = run_command("STEPS=2 BATCH=4 SEQ=16 TEXT=/usr/share/common-licenses/GPL-3 DDPX_PYTHON=" +
+                           test::python_binary() + " DDPX_BIN=" + test::ddpx_binary() + " " +
+                           test::source_dir() + "/bench/compare_lm_layouts.sh",
+                       600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* layout : {"TP2 ", R"(TP2 \+ SP )", "PP2 1F1B ", "DP2 x TP2, ZeRO-3 / FSDP2 "}) {
+    std::regex row(std::string("\\n  ") + layout +
+                   R"( *[0-9]+ +[0-9]+ +[0-9]+\.[0-9]{2}x .* [0-9]+\.[0-9]{2}x)");
+    EXPECT_TRUE(std::regex_search(r.output, row)) << layout << "\n" << r.output;
+  }
+}
+
 TEST(BenchSmokeTest, MemoryReportsAPeakAboveTheBaseline) {
   auto r =
       run_command(ddpx("bench memory --model mlp --image_size 8 --batch_size 2 --threads 1"), 120);
