@@ -77,7 +77,7 @@ std::optional<double> gpu_memory_gib(const torch::Device& device) {
 }
 
 StepPoint interval_point(const MetricSums& now, const MetricSums& before, double seconds,
-                         int64_t steps, int64_t global_step, double lr, int world_size,
+                         int64_t steps, int64_t global_step, double lr, int replicas,
                          const torch::Device& device) {
   MetricSums interval;
   interval.loss_sum = now.loss_sum - before.loss_sum;
@@ -89,7 +89,7 @@ StepPoint interval_point(const MetricSums& now, const MetricSums& before, double
   p.loss = interval.loss();
   p.accuracy = interval.accuracy();
   p.learning_rate = lr;
-  p.images_per_sec = interval.inputs * world_size / std::max(seconds, 1e-9);
+  p.images_per_sec = interval.inputs * replicas / std::max(seconds, 1e-9);
   p.step_time_s = seconds / static_cast<double>(steps);
   p.gpu_memory_gib = gpu_memory_gib(device);
   return p;

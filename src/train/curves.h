@@ -46,9 +46,10 @@ class Curves {
 };
 
 // The point for the steps since the previous one (`before`): `seconds` and `steps` long,
-// ending at `global_step` at learning rate `lr`.
+// ending at `global_step` at learning rate `lr`; `now` and `before` are the sums of one rank of
+// a replica, and the throughput is `replicas` times its own.
 StepPoint interval_point(const MetricSums& now, const MetricSums& before, double seconds,
-                         int64_t steps, int64_t global_step, double lr, int world_size,
+                         int64_t steps, int64_t global_step, double lr, int replicas,
                          const torch::Device& device);
 
 // GiB held by tensors on a GPU right now (none on a CPU).

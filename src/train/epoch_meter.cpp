@@ -14,13 +14,14 @@ namespace ddpx::train {
 
 EpochMeter::EpochMeter(const TrainOptions& options, const Task& task, dist::Context& context,
                        Curves& curves, int64_t steps_per_epoch, bool loss_scaling,
-                       Utilization utilization)
+                       Counting counting, Utilization utilization)
     : o_(options),
       task_(task),
       context_(context),
       curves_(curves),
       steps_per_epoch_(steps_per_epoch),
       loss_scaling_(loss_scaling),
+      counting_(counting),
       utilization_(utilization),
       bar_(options.progress && log::enabled(), steps_per_epoch),
       device_sums_(context.device()),
@@ -42,10 +43,10 @@ void EpochMeter::after(int64_t epoch, int64_t step, int64_t global_step, double 
              sums_.loss_sum, epoch, step - 1);
   const double seconds = watch_.seconds();
   bar_.update(step, sums_.loss(), sums_.accuracy(),
-              sums_.inputs * context_.world_size() / std::max(seconds, 1e-9));
+              sums_.inputs * counting_.replicas / std::max(seconds, 1e-9));
   if (step % curve_every_ == 0) {
     curves_.step(interval_point(sums_, at_last_point_, seconds - last_point_s_, curve_every_,
-                                global_step, lr_before, context_.world_size(), context_.device()));
+                                global_step, lr_before, counting_.replicas, context_.device()));
     at_last_point_ = sums_;
     last_point_s_ = seconds;
   }
@@ -61,7 +62,7 @@ EpochResult EpochMeter::finish(int64_t epoch, double data_wait_s, int64_t skippe
   r.seconds = watch_.seconds();
   r.loss = sums_.loss();
   r.accuracy = sums_.accuracy();
-  r.images_per_sec = sums_.inputs / std::max(r.seconds, 1e-9);
+  r.images_per_sec = sums_.inputs / counting_.copies / std::max(r.seconds, 1e-9);
   r.data_wait_s = data_wait_s;
   // The seed's line; a language model's counts tokens and adds the perplexity (and the MFU).
   std::string extra;

@@ -35,10 +35,19 @@ struct Utilization {
   bool known() const { return flops_per_unit > 0 && peak_flops > 0; }
 };
 
+// How the inputs a rank counts scale to the job's throughput: `replicas` data-parallel replicas
+// read batches of their own, and each batch is counted on `copies` ranks of its replica (its
+// tensor-parallel ranks, which all hold the loss; a pipeline counts on its first stage's).
+struct Counting {
+  int replicas = 1;
+  int copies = 1;
+};
+
 class EpochMeter {
  public:
   EpochMeter(const TrainOptions& options, const Task& task, dist::Context& context, Curves& curves,
-             int64_t steps_per_epoch, bool loss_scaling, Utilization utilization = {});
+             int64_t steps_per_epoch, bool loss_scaling, Counting counting,
+             Utilization utilization = {});
 
   // A micro-batch's mean loss, output and labels (on the device). With mixup the accuracy
   // counts the prediction of each image's own (dominant) label.
@@ -60,6 +69,7 @@ class EpochMeter {
   Curves& curves_;
   int64_t steps_per_epoch_;
   bool loss_scaling_;
+  Counting counting_;
   Utilization utilization_;
   ProgressBar bar_;
   DeviceSums device_sums_;

@@ -88,6 +88,7 @@ class Run {
     const parallel::Mesh mesh = mesh_of(o_, context_->world_size());
     const int data_rank = mesh.data_rank(context_->rank()), data_size = mesh.data_size();
     batch_size_ = per_rank_batch(o_, data_size);
+    counting_ = {data_size, mesh.size(parallel::MeshDim::kTensor)};
     data_ = make_train_data(o_, data_rank, data_size, batch_size_, device_.is_cuda());
     task_ = task_of(data_->splits.train);
     const int64_t updates =
@@ -187,7 +188,7 @@ class Run {
     data_->train_loader->start_epoch(data_->sampler->indices(epoch), epoch, skip);
     parallel::DeviceFeeder feeder(*data_->train_loader, device_, o_.channels_last);
     EpochMeter meter(o_, task_, *context_, *curves_, data_->steps_per_epoch, scaler_ != nullptr,
-                     utilization_);
+                     counting_, utilization_);
     int64_t step = skip;
     plan_->zero_grad();
     for (;;) {
@@ -289,6 +290,7 @@ class Run {
   int64_t batch_size_ = 0, global_step_ = 0, skipped_steps_ = 0;
   std::unique_ptr<TrainData> data_;
   Task task_;                // what the model predicts: an image's class or every next token
+  Counting counting_;        // how a rank's counted inputs scale to the job's
   Utilization utilization_;  // a GPT's FLOPs a token against the GPU's peak, for the MFU
   std::unique_ptr<parallel::Plan> plan_;       // owns the model and the optimizer
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only

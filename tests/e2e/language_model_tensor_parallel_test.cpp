@@ -68,6 +68,20 @@ class LanguageModelTensorParallelTest : public ::testing::Test {
   test::TempDir dir_;
 };
 
+// The epoch line's throughput counts each token once, whatever the layout (a tensor-parallel
+// replica's ranks all hold its batch): tokens_per_sec times the epoch's time is its 8 windows of
+// 32 tokens, both figures printed rounded (epochs shorter than 0.05 s are too coarse to check).
+void expect_counts_each_token_once(const std::string& output, const std::string& name) {
+  const auto seconds = numbers_after(output, "/[0-9]+: time");
+  const auto rate = numbers_after(output, "tokens_per_sec");
+  ASSERT_EQ(seconds.size(), rate.size()) << output;
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    if (seconds[i] < 0.05) continue;
+    EXPECT_NEAR(rate[i] * seconds[i] / (8 * 32), 1.0, 0.25) << name << " epoch " << i << "\n"
+                                                            << output;
+  }
+}
+
 // Runs the single process ("one") and each layout, each saving its weights; holds every layout's
 // losses (and validation losses: `val_of` names the run whose they must equal) to the single
 // process's and its exported weights to the single process's.
@@ -90,6 +104,7 @@ void LanguageModelTensorParallelTest::expect_trains_as_one(
                                                  << split.output;
     EXPECT_TRUE(test::has(split.output, "rows of the embedding and the tied output layer a rank"))
         << split.output;
+    expect_counts_each_token_once(split.output, layout.name);
     const auto got = numbers_after(split.output, "loss_train");
     const auto got_val = numbers_after(split.output, "Loss on val dataset");
     ASSERT_EQ(got.size(), want.size()) << split.output;
