@@ -62,11 +62,17 @@ std::shared_ptr<Context> split_group(const Context& parent,
     // Recorded, ddpx's watch ends a late NCCL transfer before PyTorch's watchdog (context.cpp).
     cuda = make_nccl_backend(store, rank, world.world_size,
                              recorded ? timeout + kInnerTimeoutMargin : timeout);
-    if (recorded) cuda = c10::make_intrusive<TracedBackend>(std::move(cuda), built.trace, timeout);
+    if (recorded) {
+      cuda = c10::make_intrusive<TracedBackend>(std::move(cuda), built.trace, timeout,
+                                                CompletionWatch::OnLate{}, name);
+    }
     built.backend = "nccl/" + built.backend;
     built.nccl = true;
   }
-  if (recorded) cpu = c10::make_intrusive<TracedBackend>(std::move(cpu), built.trace, timeout);
+  if (recorded) {
+    cpu = c10::make_intrusive<TracedBackend>(std::move(cpu), built.trace, timeout,
+                                             CompletionWatch::OnLate{}, name);
+  }
   auto group = make_process_group(store, rank, world.world_size, std::move(cpu), std::move(cuda));
   return std::make_shared<Context>(world, std::move(store), std::move(group), std::move(built));
 }

@@ -21,8 +21,9 @@ struct SplitOptions {
   // memory, the shared-memory one (a group for point-to-point transfers, which that transport
   // hands to Gloo anyway); the group's Context::peer_memory() is then null.
   bool peer_memory = true;
-  // In the job's collective record (the parent's), with its watch over NCCL's work: a hang or a
-  // failure in the group ends the job with the record's verdict (docs/distributed.md, "Faults").
+  // In the job's collective record (the parent's), each record naming the group by the split's
+  // `name` (trace::Entry::group), with its watch over NCCL's work: a hang or a failure in the
+  // group ends the job with the record's verdict (docs/distributed.md, "Faults").
   bool recorded = false;
 };
 

@@ -116,26 +116,31 @@ std::string verdict(const std::vector<Snapshot>& ranks, int world_size, bool thi
       missing.empty() ? "" : fmt::format("; no record of rank(s) {}", ranks_text(missing));
   if (ranks.empty()) return "no collective record of any rank" + note;
 
-  // Point-to-point transfers (a pipeline's) differ from rank to rank by design, so the records
-  // cannot be lined up by sequence number: name the processes that are not running, if any.
-  const bool p2p = std::any_of(ranks.begin(), ranks.end(), [](const Snapshot& s) {
-    return std::any_of(s.entries.begin(), s.entries.end(),
-                       [](const Entry& e) { return e.sig.op == "send" || e.sig.op == "recv"; });
-  });
-  if (p2p) {
+  // Point-to-point transfers (a pipeline's) differ from rank to rank by design, and so do the
+  // collectives of sub-groups (a tensor group's on a pipeline's stages), so the records cannot be
+  // lined up by sequence number: name the processes that are not running, if any.
+  auto any_entry = [&ranks](bool (*test)(const Entry&)) {
+    return std::any_of(ranks.begin(), ranks.end(), [test](const Snapshot& s) {
+      return std::any_of(s.entries.begin(), s.entries.end(), test);
+    });
+  };
+  const bool p2p =
+      any_entry([](const Entry& e) { return e.sig.op == "send" || e.sig.op == "recv"; });
+  const bool sub_groups = any_entry([](const Entry& e) { return !e.group.empty(); });
+  if (p2p || sub_groups) {
     std::string states;
     for (const Snapshot& s : ranks) {
       const std::string state = state_of(s);
       if (state == "running" || state == "other node") continue;
       states += fmt::format("{}rank {} (process {})", states.empty() ? "" : ", ", s.rank, state);
     }
-    return fmt::format(
-        "the ranks send and receive point to point (a pipeline's stages), so their records do "
-        "not line up by seq; {}{}",
-        states.empty()
-            ? "the rank named as failed is the likely cause"
-            : "not running: " + states + "; the rank named as failed is the likely cause",
-        note);
+    return fmt::format("the ranks {}, so their records do not line up by seq; {}{}",
+                       p2p ? "send and receive point to point (a pipeline's stages)"
+                           : "call collectives in sub-groups (tensor parallelism)",
+                       states.empty() ? "the rank named as failed is the likely cause"
+                                      : "not running: " + states +
+                                            "; the rank named as failed is the likely cause",
+                       note);
   }
 
   std::string bad = mismatch(ranks);

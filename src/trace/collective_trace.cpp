@@ -18,7 +18,7 @@ namespace ddpx::trace {
 namespace {
 
 constexpr char kMagic[8] = {'d', 'd', 'p', 'x', 't', 'r', 'c', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: each record names its group
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -46,6 +46,7 @@ struct Record {
   int64_t dims[kMaxDims];
   char op[24];
   char dtype[16];
+  char group[32];  // truncated past 31 characters
 };
 
 struct CollectiveTrace::File {
@@ -121,7 +122,7 @@ CollectiveTrace::~CollectiveTrace() {
 }
 
 uint64_t CollectiveTrace::begin(const char* op, const char* dtype, const int64_t* shape, int ndim,
-                                int64_t tensors) {
+                                int64_t tensors, const char* group) {
   const uint64_t seq = file_->next_seq.fetch_add(1, std::memory_order_relaxed) + 1;
   Record& r = file_->ring[seq % kRing];
   r.seq.store(0, std::memory_order_relaxed);
@@ -134,6 +135,7 @@ uint64_t CollectiveTrace::begin(const char* op, const char* dtype, const int64_t
   r.end_ns.store(0, std::memory_order_relaxed);
   copy_name(r.op, sizeof(r.op), op);
   copy_name(r.dtype, sizeof(r.dtype), dtype);
+  copy_name(r.group, sizeof(r.group), group);
   r.seq.store(seq, std::memory_order_release);
   return seq;
 }
@@ -165,6 +167,7 @@ Snapshot read_file(const CollectiveTrace::File& f) {
     e.sig.dtype.assign(r.dtype, strnlen(r.dtype, sizeof(r.dtype)));
     e.sig.shape.assign(r.dims, r.dims + std::clamp(r.ndim, 0, kMaxDims));
     e.sig.tensors = r.tensors;
+    e.group.assign(r.group, strnlen(r.group, sizeof(r.group)));
     std::atomic_thread_fence(std::memory_order_acquire);
     if (r.seq.load(std::memory_order_relaxed) != before) continue;  // rewritten meanwhile
     s.entries.push_back(std::move(e));

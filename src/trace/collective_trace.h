@@ -1,7 +1,7 @@
 // An always-on record of one rank's recent collectives: a ring of the last kRing entries
-// (sequence number, op, dtype, shape, start and end time, state), kept in a small file mapped
-// into memory when the job has a trace folder (DDPX_TRACE_DIR, set by `ddpx run`), else in
-// process memory.
+// (sequence number, op, dtype, shape, the group it ran in, start and end time, state), kept in a
+// small file mapped into memory when the job has a trace folder (DDPX_TRACE_DIR, set by `ddpx
+// run`), else in process memory.
 //
 // Why a mapped file: recording costs a few stores and a clock read per collective (no system
 // call, no store or network traffic), yet any process on the host can read the ring at any
@@ -24,7 +24,9 @@
 
 namespace ddpx::trace {
 
-constexpr int kRing = 64;    // records kept per rank
+// Records kept per rank: a step of a 3-D layout with sequence parallelism, recomputed blocks and
+// 4 micro-batches records over 100 (its tensor group's), and a hang's verdict wants the step.
+constexpr int kRing = 256;
 constexpr int kMaxDims = 6;  // shape dims recorded; more are summarised by numel
 
 enum class State : uint32_t { kEmpty = 0, kPending = 1, kDone = 2, kFailed = 3 };
@@ -50,6 +52,10 @@ struct Signature {
 struct Entry {
   uint64_t seq = 0;
   Signature sig;
+  // The sub-group it ran in, by the name it was split under (dist::split_group: "tensor",
+  // "pipeline_link_0_activations"); empty for the job's own group. Tells apart, say, a step's
+  // data-parallel bytes from its tensor-parallel ones.
+  std::string group;
   int64_t start_ns = 0;  // CLOCK_REALTIME, comparable between processes of one host
   int64_t end_ns = 0;    // 0 while pending
   State state = State::kEmpty;
@@ -75,9 +81,10 @@ class CollectiveTrace {
   CollectiveTrace(const CollectiveTrace&) = delete;
   CollectiveTrace& operator=(const CollectiveTrace&) = delete;
 
-  // Records the start of a collective and returns its sequence number (1, 2, ...).
-  uint64_t begin(const char* op, const char* dtype, const int64_t* shape, int ndim,
-                 int64_t tensors);
+  // Records the start of a collective in `group` (Entry::group) and returns its sequence number
+  // (1, 2, ...).
+  uint64_t begin(const char* op, const char* dtype, const int64_t* shape, int ndim, int64_t tensors,
+                 const char* group = "");
   // Marks collective `seq` done (ok) or failed; a no-op when the ring has moved past it.
   void end(uint64_t seq, bool ok);
 

@@ -107,6 +107,16 @@ TEST(CollectiveReportTest, APipelinesSendsAndReceivesAreNoMismatch) {
             "not line up by seq; the rank named as failed is the likely cause");
 }
 
+// Two stages' tensor groups record different collectives at the same seq: no mismatch either.
+TEST(CollectiveReportTest, SubGroupsCollectivesAreNoMismatch) {
+  auto r0 = rank_with(0, {{"allreduce", 8}, {"allreduce", 64}}, 1);
+  auto r1 = rank_with(1, {{"allreduce", 8}, {"allgather_into_tensor", 32}}, 2);
+  r0.entries[1].group = r1.entries[1].group = "tensor";
+  EXPECT_EQ(verdict({r0, r1}, 2),
+            "the ranks call collectives in sub-groups (tensor parallelism), so their records do "
+            "not line up by seq; the rank named as failed is the likely cause");
+}
+
 TEST(CollectiveReportTest, RanksWithoutARecordAndEvenRanksAreSaidSo) {
   auto r0 = rank_with(0, {{"allreduce", 8}}, 0);
   EXPECT_EQ(verdict({r0}, 2),

@@ -122,9 +122,11 @@ const char* dtype_name(at::ScalarType type) {
 
 TracedBackend::TracedBackend(c10::intrusive_ptr<c10d::Backend> inner,
                              std::shared_ptr<trace::CollectiveTrace> trace,
-                             std::chrono::milliseconds timeout, CompletionWatch::OnLate on_late)
+                             std::chrono::milliseconds timeout, CompletionWatch::OnLate on_late,
+                             std::string group)
     : ForwardingBackend(std::move(inner)),
       trace_(std::move(trace)),
+      group_(std::move(group)),
       failed_(std::make_shared<std::atomic<bool>>(false)) {
   if (!on_late) {
     on_late = [trace = trace_, inner = inner_, timeout](const CompletionWatch::Late& late) {
@@ -146,11 +148,12 @@ c10::intrusive_ptr<c10d::Work> TracedBackend::traced(const char* op, c10d::OpTyp
   const auto start = CompletionWatch::Clock::now();
   std::optional<c10::Device> device;
   if (tensors.empty() || !tensors[0].defined()) {
-    seq = trace_->begin(op, "-", nullptr, 0, 0);
+    seq = trace_->begin(op, "-", nullptr, 0, 0, group_.c_str());
   } else {
     const at::Tensor& t = tensors[0];
-    seq = trace_->begin(op, dtype_name(t.scalar_type()), t.sizes().data(),
-                        static_cast<int>(t.dim()), static_cast<int64_t>(tensors.size()));
+    seq =
+        trace_->begin(op, dtype_name(t.scalar_type()), t.sizes().data(), static_cast<int>(t.dim()),
+                      static_cast<int64_t>(tensors.size()), group_.c_str());
     device = t.device();
   }
   c10::intrusive_ptr<c10d::Work> inner;

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "distributed/c10d/completion_watch.h"
@@ -41,10 +42,11 @@ class TracedBackend : public ForwardingBackend {
  public:
   // `timeout`: how long a collective may stay pending after its wait() returned (the job's
   // --timeout). `on_late`: what to do then, or when such a collective fails; by default the
-  // verdict and the end of the process (end_job).
+  // verdict and the end of the process (end_job). `group`: the name each record carries
+  // (trace::Entry::group): a sub-group's, empty for the job's group.
   TracedBackend(c10::intrusive_ptr<c10d::Backend> inner,
                 std::shared_ptr<trace::CollectiveTrace> trace, std::chrono::milliseconds timeout,
-                CompletionWatch::OnLate on_late = {});
+                CompletionWatch::OnLate on_late = {}, std::string group = {});
   ~TracedBackend() override;
 
   const std::shared_ptr<trace::CollectiveTrace>& trace() const { return trace_; }
@@ -102,6 +104,7 @@ class TracedBackend : public ForwardingBackend {
                                         const std::vector<at::Tensor>& tensors, Call&& call);
 
   std::shared_ptr<trace::CollectiveTrace> trace_;
+  std::string group_;
   std::shared_ptr<std::atomic<bool>> failed_;  // shared with the Works, which outlive calls
   std::shared_ptr<CompletionWatch> watch_;     // likewise
 };

@@ -75,7 +75,10 @@ void PipelinePlan::build_tied_group() {
     }
     groups.push_back(tied);
   }
-  tied_group_ = dist::split_group(context_, groups, "pipeline_tied");
+  // Recorded, as the links are: its sum is a step's collective like theirs.
+  dist::SplitOptions split;
+  split.recorded = true;
+  tied_group_ = dist::split_group(context_, groups, "pipeline_tied", split);
 }
 
 void PipelinePlan::sum_tied_gradients() {

@@ -50,7 +50,11 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
   if (tensor_groups.size() == 1) {  // the job's own group: its collectives stay in the record
     tensor_group_ = std::shared_ptr<dist::Context>(std::shared_ptr<dist::Context>(), &context);
   } else {
-    tensor_group_ = dist::split_group(context, tensor_groups, "tensor");
+    // Recorded, as the pipeline's links are: a hang in a split layer's collective gets the
+    // record's verdict, and a step's tensor-parallel bytes are told from the rest by the name.
+    dist::SplitOptions split;
+    split.recorded = true;
+    tensor_group_ = dist::split_group(context, tensor_groups, "tensor", split);
   }
   replicas_ = dist::split_group(
       context, mesh_.groups({MeshDim::kReplicate, MeshDim::kShard, MeshDim::kPipeline}),
