@@ -93,8 +93,7 @@ d, rounds, batch, seq, steps = sys.argv[1], *map(int, sys.argv[2:6])
 layouts = sys.argv[6].split()
 names = {"tp": ("TP2", 1), "tp_sp": ("TP2 + SP", 1), "pp": ("PP2 1F1B", 1),
          "dp_tp": ("DP2 x TP2, ZeRO-3 / FSDP2", 2)}
-def ddpx(layout, r):  # tokens/s from the second epoch's time: its tokens_per_sec counts the
-    # inputs of every rank, each tensor rank's and stage's copy of its replica's batch included
+def ddpx(layout, r):  # tokens/s from the second epoch's tokens and time, as the peer's
     text = open(os.path.join(d, f"ddpx.{layout}.{r}.log")).read()
     times = re.findall(r"Epoch - [0-9]+/[0-9]+: time - ([0-9.]+)s", text)
     assert len(times) == 2, f"ddpx printed {len(times)} epoch lines:\n{text}"
