@@ -5,12 +5,15 @@
 // shards, every sample once an epoch, and run the same number of steps; validation shards from
 // `--val_url` score as the same shards on disk; a missing shard or index, a refused port, a cut
 // shard and a stalled server each stop the run with one line naming the URL, well within a bound.
+// `ddpx bench loader --data_url` times the loader alone on the same served shards.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "support/support.h"
@@ -107,6 +110,61 @@ TEST(UrlShardsTrainTest, TwoRanksReadDisjointShardsAndRunTheSameNumberOfSteps) {
     total += n;
   }
   EXPECT_EQ(total, 21) << r.output;
+}
+
+// `ddpx bench loader --data_url`: the loader alone on the served shards. The epoch is the 20
+// samples of the 20 shards (every shard fetched), 5 batches of 4: one warmup batch, then 16
+// timed images, and the printed rate is those images over the printed seconds. A shard the
+// server does not have ends it with the one line naming its URL.
+TEST(UrlShardsTrainTest, BenchLoaderTimesTheShardsReadFromTheServer) {
+  ServedShards shards;
+  // Beside them, two shards of which the server has the indexes and only the first shard.
+  auto files = shards.files;
+  files["/shards/missing-000000.tar"] = files.at("/shards/train-000000.tar");
+  files["/shards/missing-000000.tar.idx"] = files.at("/shards/train-000000.tar.idx");
+  files["/shards/missing-000001.tar.idx"] = files.at("/shards/train-000001.tar.idx");
+  test::TinyHttpServer server(files);
+  const std::string pattern = server.url() + "shards/train-{000000..000019}.tar";
+  const std::string json = shards.photos.file("loader.json");
+  auto r =
+      run_command(ddpx("bench loader --data_url '" + pattern +
+                       "' --batch_size 4 --warmup 1 --image_size 32 --workers 2 --json " + json),
+                  120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "bench loader: shards " + pattern +
+                                " (20 images), 2 worker thread(s), batch 4, fast decode"))
+      << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex(
+          R"(images/s: ([0-9.]+) \(([0-9]+) images in ([0-9.]+) s after 1 warmup batches\))")))
+      << r.output;
+  EXPECT_EQ(std::stoi(m[2]), 16) << "4 timed batches of 4 after the warmup batch\n" << r.output;
+  EXPECT_GT(std::stod(m[1]), 0) << r.output;
+  EXPECT_NEAR(std::stod(m[1]), 16 / std::max(std::stod(m[3]), 0.005), 0.05 * std::stod(m[1]) + 1)
+      << r.output;
+  EXPECT_TRUE(has(r.output, "(tar headers scanned)")) << r.output;
+  std::ifstream in(json);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << r.output;
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["dataset"], "shards") << line;
+  EXPECT_EQ(j["images"], 20) << line;
+  EXPECT_EQ(j["timed_images"], 16) << line;
+  EXPECT_EQ(j["image_size"], 32) << line;
+  for (int k = 0; k < 20; ++k)
+    EXPECT_GE(server.requests(fmt::format("/shards/train-{:06d}.tar", k)), 1)
+        << "shard " << k << " was never read\n"
+        << r.output;
+
+  // The second shard's index is there, the shard is not: one line naming its URL.
+  const std::string missing = server.url() + "shards/missing-{000000..000001}.tar";
+  r = run_command(ddpx("bench loader --data_url '" + missing + "' --batch_size 1 --warmup 0"), 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, server.url() + "shards/missing-000001.tar: HTTP 404 from the server; "
+                                           "check the URL (--data_url)"))
+      << r.output;
 }
 
 // The one line the run ends with, and how long it took.
