@@ -9,7 +9,11 @@
 # after another at each worker count, so that a shared machine's load falls on all alike.
 # Printed, each with the ratio to PyTorch:
 #   1. images/s and CPU milliseconds an image at 1 and 2 workers, fast and exact;
-#   2. the first batch of a second start (ddpx reads its cached index; ImageFolder rescans);
+#   2. the first batch of a second start (ddpx reads its cached index; ImageFolder rescans): from
+#      process start (wall), the loader's own part (from the data set's construction: index,
+#      worker threads or processes, the first batch; without the start-up, loading libtorch or
+#      importing torch, which on a loaded machine is most of the wall time), and the CPU seconds
+#      spent until then (the fair figure on a shared machine);
 #   3. memory at 2 workers: peak resident sets summed over the processes, and PSS at the end.
 # Usage: bench/compare_loader.sh   (BUILD=build by default)
 #   IMAGES=640 photos; BATCH=64; BATCHES=0 timed batches (0: the rest of one epoch); WARMUP=2;
@@ -50,9 +54,16 @@ for w in workers:
           f"pytorch {b['cpu_ms_per_image']:.2f} | ratio fast {a['cpu_ms_per_image']/b['cpu_ms_per_image']:.2f}x, "
           f"exact {e['cpu_ms_per_image']/b['cpu_ms_per_image']:.2f}x")
 first, a, b = read("ddpx_first"), read(f"ddpx_{workers[0]}"), read(f"pt_{workers[0]}")
-print(f"first batch, second start ({workers[0]} worker(s)): ddpx {a['first_batch_s']:.3f} s (index read from its cache "
-      f"in {a['index_s']:.3f} s; built in {first['index_s']:.3f} s on the first start) | pytorch "
-      f"{b['first_batch_s']:.3f} s (ImageFolder scan {b['index_s']:.3f} s) | ratio {a['first_batch_s']/b['first_batch_s']:.2f}x")
+print(f"first batch, second start ({workers[0]} worker(s)), from process start: ddpx {a['first_batch_s']:.3f} s "
+      f"({a['startup_s']:.3f} s of it start-up: libtorch loaded) | pytorch {b['first_batch_s']:.3f} s "
+      f"({b['startup_s']:.3f} s of it start-up: python, torch and torchvision imported) | "
+      f"ratio {a['first_batch_s']/b['first_batch_s']:.2f}x")
+print(f"first batch, the loader's part (index, workers started, the first batch): ddpx {a['loader_first_batch_s']:.3f} s "
+      f"(index read from its cache in {a['index_s']:.3f} s; built in {first['index_s']:.3f} s on the first start) | "
+      f"pytorch {b['loader_first_batch_s']:.3f} s (ImageFolder scan {b['index_s']:.3f} s, then DataLoader's worker "
+      f"processes) | ratio {a['loader_first_batch_s']/b['loader_first_batch_s']:.2f}x")
+print(f"CPU seconds to the first batch (all threads; pytorch: its workers too): ddpx {a['first_batch_cpu_s']:.2f} | "
+      f"pytorch {b['first_batch_cpu_s']:.2f} | ratio {a['first_batch_cpu_s']/b['first_batch_cpu_s']:.2f}x")
 a, b = read(f"ddpx_{workers[-1]}"), read(f"pt_{workers[-1]}")
 print(f"peak resident memory (fast), {workers[-1]} worker(s), summed over {b['processes']} pytorch processes: "
       f"ddpx {a['peak_rss_mib']:.0f} MiB | pytorch {b['peak_rss_mib']:.0f} MiB | ratio {a['peak_rss_mib']/b['peak_rss_mib']:.2f}x")

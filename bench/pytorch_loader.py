@@ -3,7 +3,10 @@
 RandomResizedCrop(224), RandomHorizontalFlip, ToTensor and Normalize(ImageNet), through a
 DataLoader of --workers processes (shuffled, batch --batch_size), no model. Prints one JSON line
 with the fields of ddpx's --json: images/s over the timed batches, CPU time an image (this process
-and its workers), the time from process start to the first batch, the ImageFolder scan, and
+and its workers), the time from process start to the first batch (split into the start-up,
+importing torch and torchvision, and the loader's part: ImageFolder's scan, the workers' start
+and the first batch) with the CPU seconds of this process and its workers until then, the
+ImageFolder scan, and
 memory: the peak resident sets of this process and its workers summed, and their proportional
 sets (PSS, shared pages divided among the processes) at the end.
 
@@ -68,6 +71,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default="")
     a = p.parse_args()
+    startup_s = process_age_seconds()  # the interpreter's start and the imports
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
     transform = T.Compose([T.RandomResizedCrop(a.image_size), T.RandomHorizontalFlip(), T.ToTensor(),
@@ -84,6 +88,8 @@ def main():
     it = iter(loader)
     next(it)
     first_batch_s = process_age_seconds()
+    loader_first_batch_s = time.perf_counter() - start
+    first_batch_cpu_s = cpu_seconds([os.getpid()] + [w.pid for w in getattr(it, "_workers", [])])
     for _ in range(a.warmup - 1):
         next(it)
     pids = [os.getpid()] + [w.pid for w in getattr(it, "_workers", [])]
@@ -101,7 +107,9 @@ def main():
     line = {"dataset": "imagefolder", "images": len(dataset), "workers": a.workers,
             "batch_size": a.batch_size, "image_size": a.image_size, "timed_images": images,
             "images_per_sec": images / seconds, "cpu_ms_per_image": 1000 * cpu / images,
-            "first_batch_s": first_batch_s, "index_s": index_s, "peak_rss_mib": peak_rss,
+            "first_batch_s": first_batch_s, "startup_s": startup_s,
+            "loader_first_batch_s": loader_first_batch_s, "first_batch_cpu_s": first_batch_cpu_s,
+            "index_s": index_s, "peak_rss_mib": peak_rss,
             "pss_mib": pss, "processes": len(pids)}
     print(json.dumps(line))
     if a.json:

@@ -6,6 +6,10 @@ with the same fields as ddpx's --json. With --fsdp: FSDP2's fully_shard instead 
 --pipeline P (a ResNet, world size P): torch.distributed.pipelining's ScheduleGPipe,
 Schedule1F1B or ScheduleInterleaved1F1B (--stages_per_rank V stages a rank) over the stem, the
 residual blocks and the head cut at --pipeline_cut, as ddpx's pipeline cuts them.
+With --data imagefolder --data_dir DIR: torchvision's ImageFolder (PIL) with RandomResizedCrop,
+flip and ImageNet normalisation through the DataLoader's worker processes
+(bench/compare_image_train.sh). data_wait_ms: the time a timed step blocked in next() for its
+batch.
 
 Run with the torch ddpx was built against: .venv/bin/python bench/pytorch_train.py --help
 """
@@ -100,8 +104,9 @@ def pipeline_activations(schedule, model, rank, stages, batch, opt):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default="synthetic", choices=["synthetic", "fashion-mnist"])
-    p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--data", default="synthetic", choices=["synthetic", "fashion-mnist", "imagefolder"])
+    p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist",
+                   help="fashion-mnist's files, or imagefolder's DIR/<class>/*.jpg")
     p.add_argument("--image_size", type=int, default=32)
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--steps", type=int, default=30)
@@ -145,22 +150,30 @@ def main():
     # Every step of the run in one epoch on every rank, as ddpx's bench train: no epoch ends
     # (and no DataLoader restarts) inside the timed window.
     n = a.batch_size * world * (a.warmup + a.steps + 1)
-    if a.data == "synthetic":
+    if a.data == "imagefolder":
+        # torchvision's ImageFolder (PIL decoding in the DataLoader's worker processes) with
+        # ImageNet's training transform at --image_size: the peer of ddpx's streamed folders.
+        from torchvision.datasets import ImageFolder
+        dataset = ImageFolder(a.data_dir, transform=T.Compose([
+            T.RandomResizedCrop(a.image_size), T.RandomHorizontalFlip(), T.ToTensor(),
+            T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
+    elif a.data == "synthetic":
         g = np.random.default_rng(0)
         images = g.integers(0, 256, size=(n, a.image_size, a.image_size, 3), dtype=np.uint8)
         labels = g.integers(0, a.num_classes, size=n)
     else:
         images = read_idx(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"))[..., None]
         labels = read_idx(os.path.join(a.data_dir, "train-labels-idx1-ubyte.gz")).astype(np.int64)
-    ops = [T.ConvertImageDtype(torch.float32)]
-    if images.shape[-1] == 1:
-        ops.append(T.Lambda(lambda x: x.expand(3, -1, -1)))
-    if images.shape[1] != a.image_size:
-        ops.append(T.Resize(a.image_size, antialias=False))
-    if not a.no_augment:
-        ops += [T.RandomCrop(a.image_size, padding=4), T.RandomHorizontalFlip()]
-    ops.append(T.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
-    dataset = ImageDataset(images, labels, T.Compose(ops))
+    if a.data != "imagefolder":
+        ops = [T.ConvertImageDtype(torch.float32)]
+        if images.shape[-1] == 1:
+            ops.append(T.Lambda(lambda x: x.expand(3, -1, -1)))
+        if images.shape[1] != a.image_size:
+            ops.append(T.Resize(a.image_size, antialias=False))
+        if not a.no_augment:
+            ops += [T.RandomCrop(a.image_size, padding=4), T.RandomHorizontalFlip()]
+        ops.append(T.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
+        dataset = ImageDataset(images, labels, T.Compose(ops))
     # A pipeline's stages all read the one replica's batches.
     sampler = DistributedSampler(dataset, world, rank) if world > 1 and a.pipeline == 1 else None
     loader = DataLoader(dataset, batch_size=a.batch_size, sampler=sampler,
@@ -168,7 +181,7 @@ def main():
                         persistent_workers=a.workers > 0, pin_memory=device.type == "cuda")
 
     torch.manual_seed(0)
-    classes = a.num_classes if a.data == "synthetic" else 10
+    classes = {"synthetic": a.num_classes, "fashion-mnist": 10}.get(a.data) or len(dataset.classes)
     model = getattr(torchvision.models, a.model)(num_classes=classes)
     if a.stem == "cifar":  # 3x3 stride-1 stem, no max-pool (ddpx's --stem cifar)
         model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
@@ -237,6 +250,7 @@ def main():
 
     it = batches()
     first_step = None
+    data_wait = 0.0  # over the timed steps: this rank blocked in next() for its batch
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
             if world > 1:
@@ -244,7 +258,10 @@ def main():
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.time()
+        waited = time.perf_counter()
         x, y = next(it)
+        if i >= a.warmup:
+            data_wait += time.perf_counter() - waited
         x = x.to(device, non_blocking=True)
         if a.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
@@ -275,6 +292,7 @@ def main():
         line = {"peer": "pytorch", "world_size": world, "batch_size": a.batch_size,
                 "threads": a.threads, "workers": a.workers, "sync": "window ends",
                 "images_per_sec": ips, "step_ms": 1e3 * elapsed / a.steps,
+                "data_wait_ms": 1e3 * data_wait / a.steps,
                 "startup_s": first_step,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "fsdp": a.fsdp, "pipeline": a.pipeline}

@@ -1,9 +1,11 @@
 // The image loader alone (`ddpx bench loader`): images/s of ddpx's streamed image pipeline (read,
 // decode, RandomResizedCrop, flip, ImageNet normalisation, into batches of float tensors) with
-// --workers loader threads, no model; the time from process start to the first batch (the
-// folder's index read from its cache on a second start), the indexing time, and the process's
-// peak resident memory. bench/compare_loader.sh runs it beside torchvision's ImageFolder and
-// DataLoader (bench/pytorch_loader.py) on the same folder of JPEGs.
+// --workers loader threads, no model; the time to the first batch (the folder's index read from
+// its cache on a second start), split into the process's start-up (loading libtorch and the CLI)
+// and the loader's own part (index, threads, the first batch's decode), with the CPU seconds
+// spent until then; the indexing time, and the process's peak resident memory.
+// bench/compare_loader.sh runs it beside torchvision's ImageFolder and DataLoader
+// (bench/pytorch_loader.py) on the same folder of JPEGs.
 #pragma once
 
 #include <cstdint>
@@ -35,10 +37,13 @@ struct LoaderBenchResult {
   double images_per_sec = 0;
   double cpu_ms_per_image = 0;  // process CPU time (user + system) over the timed window
   double first_batch_s = 0;     // process start to the first batch
-  double index_s = 0;           // listing and indexing (or reading the cached index)
-  bool index_cached = false;    // the index was read from its cache
-  double peak_rss_mib = 0;      // VmHWM
-  double pss_mib = 0;           // proportional set size at the end
+  double startup_s = 0;         // process start to the loader's code (libtorch loaded, CLI read)
+  double loader_first_batch_s = 0;  // the loader's part: index, loader threads, the first batch
+  double first_batch_cpu_s = 0;     // CPU seconds (user + system, all threads) to the first batch
+  double index_s = 0;               // listing and indexing (or reading the cached index)
+  bool index_cached = false;        // the index was read from its cache
+  double peak_rss_mib = 0;          // VmHWM
+  double pss_mib = 0;               // proportional set size at the end
 };
 
 LoaderBenchResult run_loader_bench(const LoaderBenchOptions& options);

@@ -359,7 +359,9 @@ TEST(BenchSmokeTest, CompareLoaderScriptPrintsEveryRatio) {
   for (const char* line :
        {"images/s, 1 worker(s): ddpx fast ", "images/s, 2 worker(s): ddpx fast ",
         "CPU ms an image, 1 worker(s): ddpx fast ",
-        "first batch, second start (1 worker(s)): ddpx ", "(index read from its cache",
+        "first batch, second start (1 worker(s)), from process start: ddpx ",
+        "first batch, the loader's part (index, workers started, the first batch): ddpx ",
+        "(index read from its cache", "CPU seconds to the first batch (all threads; ",
         "peak resident memory (fast), 2 worker(s), summed over 3 pytorch",
         "PSS at the end, 2 worker(s): ddpx "})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
@@ -369,7 +371,43 @@ TEST(BenchSmokeTest, CompareLoaderScriptPrintsEveryRatio) {
                          std::sregex_iterator());
   };
   EXPECT_EQ(count(R"(\| ratio fast [0-9]+\.[0-9]{2}x, exact [0-9]+\.[0-9]{2}x)"), 4) << r.output;
-  EXPECT_EQ(count(R"(\| ratio [0-9]+\.[0-9]{2}x)"), 3) << r.output;
+  EXPECT_EQ(count(R"(\| ratio [0-9]+\.[0-9]{2}x)"), 5) << r.output;
+}
+
+// The end-to-end comparison on an image folder at a tiny size (crop 32, 2 images a rank, 2 timed
+// steps): ddpx's 2 ranks and PyTorch's 2 DDP ranks each train and are timed, the images/s line
+// carries the ratio, and each side's data wait is a share of its own step; nothing timed.
+TEST(BenchSmokeTest, CompareImageTrainScriptPrintsBothSidesAndTheirDataWait) {
+  DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torchvision"))
+      << "needs torchvision in DDPX_PYTHON (scripts/python-env --tests)";
+  auto r = run_command("IMAGES=32 CROP=32 BATCH=2 STEPS=2 WARMUP=1 DDPX_PYTHON=" +
+                           test::python_binary() + " DDPX_BIN=" + test::ddpx_binary() + " " +
+                           test::source_dir() + "/bench/compare_image_train.sh",
+                       600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m,
+                                std::regex(R"(images/s, 2 ranks: ddpx ([0-9.]+) \| pytorch DDP \+ )"
+                                           R"(DataLoader ([0-9.]+) \| ratio ([0-9]+\.[0-9]{2})x)")))
+      << r.output;
+  const double ddpx_rate = std::stod(m[1]), pytorch_rate = std::stod(m[2]);
+  EXPECT_GT(ddpx_rate, 0) << r.output;
+  EXPECT_GT(pytorch_rate, 0) << r.output;
+  // The rates are printed to 0.1, so their quotient is known to within about 1%.
+  EXPECT_NEAR(std::stod(m[3]), ddpx_rate / pytorch_rate, 0.02 * ddpx_rate / pytorch_rate + 0.01)
+      << r.output;
+  // Each side's wait is a part of its step: at most the whole of it, and its share printed.
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex(R"(data wait a step: ddpx ([0-9.]+) ms of ([0-9.]+) ms \(([0-9.]+)%.*\| )"
+                 R"(pytorch ([0-9.]+) ms of ([0-9.]+) ms \(([0-9.]+)%)")))
+      << r.output;
+  for (int side : {1, 4}) {
+    const double wait = std::stod(m[side]), step = std::stod(m[side + 1]);
+    EXPECT_GE(wait, 0) << r.output;
+    EXPECT_LE(wait, step) << r.output;
+    EXPECT_NEAR(std::stod(m[side + 2]), 100 * wait / step, 0.5) << r.output;
+  }
 }
 
 // The language-model comparison at two steps on Debian's GPL: both rows, the ratios, the FLOPs.

@@ -5,12 +5,15 @@
 // shards, every sample once an epoch, and run the same number of steps; validation shards from
 // `--val_url` score as the same shards on disk; a missing shard or index, a refused port, a cut
 // shard and a stalled server each stop the run with one line naming the URL, well within a bound.
+// `ddpx bench loader --data_url` times the loader alone on the same served shards.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "support/support.h"
@@ -107,6 +110,46 @@ TEST(UrlShardsTrainTest, TwoRanksReadDisjointShardsAndRunTheSameNumberOfSteps) {
     total += n;
   }
   EXPECT_EQ(total, 21) << r.output;
+}
+
+// `ddpx bench loader --data_url`: the loader alone on the served shards. The epoch is the 18
+// samples of the 18 training shards (the shards' --val_split 0.1 holds out 2 of the 20, as
+// `ddpx train` does), 5 batches of 4 (the last one of 2): one warmup batch, then 14 timed images
+// in the printed images/s line, and every training shard fetched.
+TEST(UrlShardsTrainTest, BenchLoaderTimesTheShardsReadFromTheServer) {
+  ServedShards shards;
+  test::TinyHttpServer server(shards.files);
+  const std::string pattern = server.url() + "shards/train-{000000..000019}.tar";
+  const std::string json = shards.photos.file("loader.json");
+  auto r =
+      run_command(ddpx("bench loader --data_url '" + pattern +
+                       "' --batch_size 4 --warmup 1 --image_size 32 --workers 2 --json " + json),
+                  120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "bench loader: shards " + pattern +
+                                " (18 images), 2 worker thread(s), batch 4, fast decode"))
+      << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex(
+          R"(images/s: ([0-9.]+) \(([0-9]+) images in ([0-9.]+) s after 1 warmup batches\))")))
+      << r.output;
+  EXPECT_EQ(std::stoi(m[2]), 14) << "the 18 less the warmup batch of 4\n" << r.output;
+  EXPECT_GT(std::stod(m[1]), 0) << r.output;
+  EXPECT_TRUE(has(r.output, "(tar headers scanned)")) << r.output;
+  std::ifstream in(json);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << r.output;
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["dataset"], "shards") << line;
+  EXPECT_EQ(j["images"], 18) << line;
+  EXPECT_EQ(j["timed_images"], 14) << line;
+  EXPECT_EQ(j["image_size"], 32) << line;
+  int read = 0;
+  for (int k = 0; k < 20; ++k)
+    read += server.requests(fmt::format("/shards/train-{:06d}.tar", k)) > 0;
+  EXPECT_EQ(read, 18) << "every training shard read once or more\n" << r.output;
 }
 
 // The one line the run ends with, and how long it took.
