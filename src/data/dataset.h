@@ -110,8 +110,8 @@ struct DatasetSpec {
   // fraction of the training folder held out for validation
   std::string val_dir;
   double val_split = 0.1;
-  // image folders only: false reads the training folder alone, with an empty test split (what
-  // `ddpx bench loader` times: one index, no validation set)
+  // image folders and shards: false reads the training folder or shards alone, with an empty
+  // test split (what `ddpx bench loader` times: one index, no validation set)
   bool with_validation = true;
   int index_threads = 0;                     // threads reading image headers (0: the cores)
   BadImages bad_images = BadImages::kError;  // files whose header cannot be read, at start

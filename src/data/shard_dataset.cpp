@@ -233,6 +233,13 @@ DatasetSplits make_splits(const DatasetSpec& spec, const std::string& where, con
   splits.std.assign(kImagenetStd, kImagenetStd + 3);
   const size_t n = train.labels.size();
   DDPX_CHECK(n > 0, ErrorKind::kData, "{}: its {} shard(s) hold no sample", where, train_shards);
+  if (!spec.with_validation) {  // the training shards alone (a benchmark's): no test split
+    const auto classes = class_names(where, train, nullptr);
+    splits.train = make_split(train, all(n), classes, where);
+    splits.test = make_split(train, {}, classes, where);
+    splits.source = fmt::format("{} ({} training shards)", where, train_shards);
+    return splits;
+  }
   if (val) {
     const auto classes = class_names(where, train, val);
     splits.train = make_split(train, all(n), classes, where);

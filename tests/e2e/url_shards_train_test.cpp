@@ -112,10 +112,9 @@ TEST(UrlShardsTrainTest, TwoRanksReadDisjointShardsAndRunTheSameNumberOfSteps) {
   EXPECT_EQ(total, 21) << r.output;
 }
 
-// `ddpx bench loader --data_url`: the loader alone on the served shards. The epoch is the 18
-// samples of the 18 training shards (the shards' --val_split 0.1 holds out 2 of the 20, as
-// `ddpx train` does), 5 batches of 4 (the last one of 2): one warmup batch, then 14 timed images
-// in the printed images/s line, and every training shard fetched.
+// `ddpx bench loader --data_url`: the loader alone on the served shards, read whole (no sample
+// held out for validation, as for an image folder): 5 batches of 4, one warmup batch, then 16
+// timed images in the printed images/s line, and every shard fetched.
 TEST(UrlShardsTrainTest, BenchLoaderTimesTheShardsReadFromTheServer) {
   ServedShards shards;
   test::TinyHttpServer server(shards.files);
@@ -127,7 +126,7 @@ TEST(UrlShardsTrainTest, BenchLoaderTimesTheShardsReadFromTheServer) {
                   120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "bench loader: shards " + pattern +
-                                " (18 images), 2 worker thread(s), batch 4, fast decode"))
+                                " (20 images), 2 worker thread(s), batch 4, fast decode"))
       << r.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(
@@ -135,7 +134,7 @@ TEST(UrlShardsTrainTest, BenchLoaderTimesTheShardsReadFromTheServer) {
       std::regex(
           R"(images/s: ([0-9.]+) \(([0-9]+) images in ([0-9.]+) s after 1 warmup batches\))")))
       << r.output;
-  EXPECT_EQ(std::stoi(m[2]), 14) << "the 18 less the warmup batch of 4\n" << r.output;
+  EXPECT_EQ(std::stoi(m[2]), 16) << "the 20 less the warmup batch of 4\n" << r.output;
   EXPECT_GT(std::stod(m[1]), 0) << r.output;
   EXPECT_TRUE(has(r.output, "(tar headers scanned)")) << r.output;
   std::ifstream in(json);
@@ -143,13 +142,13 @@ TEST(UrlShardsTrainTest, BenchLoaderTimesTheShardsReadFromTheServer) {
   ASSERT_TRUE(std::getline(in, line)) << r.output;
   const auto j = nlohmann::json::parse(line);
   EXPECT_EQ(j["dataset"], "shards") << line;
-  EXPECT_EQ(j["images"], 18) << line;
-  EXPECT_EQ(j["timed_images"], 14) << line;
+  EXPECT_EQ(j["images"], 20) << line;
+  EXPECT_EQ(j["timed_images"], 16) << line;
   EXPECT_EQ(j["image_size"], 32) << line;
   int read = 0;
   for (int k = 0; k < 20; ++k)
     read += server.requests(fmt::format("/shards/train-{:06d}.tar", k)) > 0;
-  EXPECT_EQ(read, 18) << "every training shard read once or more\n" << r.output;
+  EXPECT_EQ(read, 20) << "every shard read once or more\n" << r.output;
 }
 
 // The one line the run ends with, and how long it took.
