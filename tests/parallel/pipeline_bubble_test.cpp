@@ -7,7 +7,7 @@
 // GPipe and 1F1B, (P-1)/(V*M+P-1) = 15.8% for interleaved 1F1B with 2 stages a rank. The most
 // micro-batches of activations a rank held: M under GPipe, P - rank under 1F1B. A loaded
 // machine only delays a rank (a late wake-up is counted idle), so each rank's least idle share of
-// three steps is the one checked.
+// five steps is the one checked.
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/nn/functional/loss.h>
@@ -91,8 +91,8 @@ TEST(PipelineBubbleTest, EqualTimedStagesIdleTheFormulasShareOnRealRanks) {
           mb.loss = [](const torch::Tensor& out, const torch::Tensor& y) {
             return torch::nn::functional::cross_entropy(out, y);
           };
-          // The first step also agrees the boundaries' shapes; the next three are measured.
-          for (int step = 0; step < 4; ++step) {
+          // The first step also agrees the boundaries' shapes; the next five are measured.
+          for (int step = 0; step < 6; ++step) {
             plan.forward_backward(mb, /*sync=*/true);
             plan.step();
             plan.zero_grad();
