@@ -6,17 +6,14 @@
 # is within 10% of the best.
 # Usage: bench/bucket_sweep.sh [steps] [rounds] [models]   (DDPX_BIN or BUILD=build; 20 steps, 3 rounds)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
+source "$(dirname "$0")/common.sh"
 steps="${1:-20}"
 rounds="${2:-3}"
 models="${3:-resnet18 resnet50}"
 sizes="1 5 25 100"
 default=25
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+machine_line
 echo "# ddpx run 2 --threads_per_worker 1 -- bench train --loop phases --model M --image_size 32 --batch_size 64 --steps $steps --bucket_mb B; median of $rounds rounds"
 for model in $models; do
   for round in $(seq "$rounds"); do

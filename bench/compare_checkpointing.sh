@@ -8,14 +8,10 @@
 # Usage: bench/compare_checkpointing.sh   (BUILD=build; MODELS="resnet101 vit_b_16", SIZE=224,
 #        BATCH=8, STEPS=3, WARMUP=1, POLICY=blocks)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 models="${MODELS:-resnet101 vit_b_16}"; size="${SIZE:-224}"; batch="${BATCH:-8}"
 steps="${STEPS:-3}"; warmup="${WARMUP:-1}"; policy="${POLICY:-blocks}"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+machine_line
 echo "# ${size}x$size synthetic images, 10 classes, batch $batch, one process, $(nproc) threads, SGD momentum, $steps steps after $warmup"
 for model in $models; do
   for p in none "$policy"; do

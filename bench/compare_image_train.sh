@@ -23,11 +23,7 @@
 #   IMAGES=640 photos; CROP=64; BATCH=16 a rank; STEPS=12 timed; WARMUP=3; WORKERS=1 a rank;
 #   MODEL=resnet18. The folder holds every step of the run in one epoch at the defaults.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/common.sh"
 images="${IMAGES:-640}"
 crop="${CROP:-64}"
 batch="${BATCH:-16}"
@@ -37,9 +33,8 @@ workers="${WORKERS:-1}"
 model="${MODEL:-resnet18}"
 common="--model $model --image_size $crop --batch_size $batch --steps $steps --warmup $warmup"
 
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+machine_line
 $py bench/photo_folder.py "$out/photos" --images "$images"
 echo "# $images JPEG photos at about 500x375 ($(du -sh "$out/photos" | cut -f1)), $model, RandomResizedCrop($crop) + flip + normalise, batch $batch a rank, 2 ranks"
 echo "# both: $steps steps timed after $warmup, 1 compute thread and $workers loader worker(s) a rank (ddpx: threads, pytorch: DataLoader processes)"

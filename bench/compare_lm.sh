@@ -22,9 +22,7 @@
 # Usage: bench/compare_lm.sh   (BUILD=build; STEPS=100, THREADS=1, RANKS=2, BATCH=12, SEQ=64,
 #        MODEL=gpt-nano, SHARD=, AC=)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 text="${TEXT:-../shared/data/tinyshakespeare.txt}"
 [[ -f "$text" || -n "${TEXT:-}" ]] || text=data/tinyshakespeare/input.txt
 [[ -f "$text" ]] || { echo "compare_lm: no $text; set TEXT=FILE or run" \
@@ -46,9 +44,7 @@ if [[ -n "${AC:-}" ]]; then
   ranks_ddpx+=" --activation_checkpointing blocks"; ranks_peer+=" --checkpoint"
   ranks_name+=" + AC"
 fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?); torch $("$py" -c 'import torch; print(torch.__version__)')"
+machine_line "torch $("$py" -c 'import torch; print(torch.__version__)')"
 echo "# $model on $(basename "$text") characters, batch $batch x $seq tokens a rank, AdamW, $steps timed steps after $steps"
 "$ddpx" data tokenize "$text" --tokenizer char --out "$out/data" >/dev/null
 train="train --model $model --dataset tokens --data_dir $out/data --seq_len $seq \
@@ -57,7 +53,6 @@ train="train --model $model --dataset tokens --data_dir $out/data --seq_len $seq
   --eval_batch_size $batch --num_epochs 2 --loader_workers 1 --no_progress --seed 1"
 peer="bench/pytorch_gpt.py $shape --data_dir $out/data --seq_len $seq --batch_size $batch \
   --steps $steps --warmup $steps --warmup_steps $((steps / 5))"
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Runs COMMAND with its output in FILE and its peak resident KiB in FILE.rss (the child's
 # ru_maxrss: ddpx's front execs ddpx-torch in the same process).

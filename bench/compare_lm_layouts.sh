@@ -25,9 +25,7 @@
 # Usage: bench/compare_lm_layouts.sh   (BUILD=build; STEPS=20, BATCH=12, SEQ=64, MODEL=gpt-nano
 #        or gpt2, ROUNDS=1, LAYOUTS="tp tp_sp pp dp_tp", KEEP=DIR keeps the logs there)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 text="${TEXT:-../shared/data/tinyshakespeare.txt}"
 [[ -f "$text" ]] || { echo "compare_lm_layouts: no $text; set TEXT=FILE" >&2; exit 1; }
 steps="${STEPS:-20}"; batch="${BATCH:-12}"; seq="${SEQ:-64}"; model="${MODEL:-gpt-nano}"
@@ -37,8 +35,8 @@ case "$model" in  # the peer's shape of each ddpx model: layers, heads, width, p
   gpt2) shape="--n_layer 12 --n_head 12 --n_embd 768 --block_size 1024" ;;
   *) echo "compare_lm_layouts: MODEL=$model: expected gpt-nano or gpt2" >&2; exit 2 ;;
 esac
-if [[ -n "${KEEP:-}" ]]; then out="$KEEP"; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?); torch $("$py" -c 'import torch; print(torch.__version__)')"
+if [[ -n "${KEEP:-}" ]]; then out="$KEEP"; mkdir -p "$out"; fi
+machine_line "torch $("$py" -c 'import torch; print(torch.__version__)')"
 echo "# $model on $(basename "$text") characters, global batch $batch x $seq tokens a replica, AdamW, clip 1, $steps timed steps after $steps, ranks of 1 thread, $rounds round(s)"
 "$ddpx" data tokenize "$text" --tokenizer char --out "$out/data" >/dev/null
 vocab=$("$py" -c 'import numpy as np, sys
@@ -52,7 +50,6 @@ train="train --model $model --dataset tokens --data_dir $out/data --seq_len $seq
   --eval_batch_size $batch --num_epochs 2 --loader_workers 1 --no_progress --seed 1"
 peer="bench/pytorch_gpt.py $shape --data_dir $out/data --seq_len $seq --batch_size $batch \
   --steps $steps --warmup $steps --warmup_steps $((steps / 5))"
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Runs COMMAND with its output in FILE and its peak resident KiB in FILE.rss (the largest
 # child's ru_maxrss: ddpx run's largest rank, ddpx's front exec-ing ddpx-torch in its process).

@@ -19,17 +19,13 @@
 #   IMAGES=640 photos; BATCH=64; BATCHES=0 timed batches (0: the rest of one epoch); WARMUP=2;
 #   WORKERS="1 2" the worker counts compared.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/common.sh"
 images="${IMAGES:-640}"
 batch="${BATCH:-64}"
 common="--batch_size $batch --batches ${BATCHES:-0} --warmup ${WARMUP:-2}"
 workers="${WORKERS:-1 2}"
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+machine_line
 $py bench/photo_folder.py "$out/photos" --images "$images"
 echo "# $images JPEG photos at about 500x375 ($(du -sh "$out/photos" | cut -f1)), batch $batch, RandomResizedCrop(224) + flip + normalise"
 

@@ -4,9 +4,7 @@
 # `ddpx bench memory` and bench/pytorch_memory.py under the same torch (DDPX_PYTHON, else the .venv).
 # Usage: bench/compare_memory.sh [batch] [model...]   (BUILD=build, THREADS=1 by default)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${BUILD:-build}/src/ddpx"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 batch="${1:-2}"
 shift || true
 threads="${THREADS:-1}"
@@ -15,7 +13,7 @@ if [ $# -gt 0 ]; then models=("$@"); else mapfile -t models < <("$ddpx" models |
 # field LINE KEY: the value of KEY=... in a `memory ...` line
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+machine_line
 echo "# one training step (forward, cross-entropy, backward, SGD momentum), batch $batch, 1000 classes, $threads thread(s)"
 echo "# MiB of resident memory: peak = the process's VmHWM; increase = peak - VmRSS before the model was built"
 printf "# %-22s %5s %9s %9s %6s %9s %9s %6s %8s %8s\n" model size ddpx_peak torch_peak ratio \

@@ -15,20 +15,15 @@
 #        BATCH=32, RANKS=2 (the stages), REPLICAS=1, MICRO=4, V=2 (interleaved), STEPS=20,
 #        WARMUP=3, SCHEDULES="gpipe 1f1b interleaved")
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 steps="${1:-${STEPS:-20}}"
 model="${MODEL:-resnet18}"; size="${SIZE:-32}"; batch="${BATCH:-32}"; ranks="${RANKS:-2}"
 micro="${MICRO:-4}"; warmup="${WARMUP:-3}"; v="${V:-2}"; replicas="${REPLICAS:-1}"
 workers=$(( ranks * replicas ))
 schedules="${SCHEDULES:-gpipe 1f1b interleaved}"
 threads=$(( $(nproc) / workers > 0 ? $(nproc) / workers : 1 ))
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+machine_line
 echo "# $model, ${size}x$size synthetic images, 10 classes, batch $batch in $micro micro-batches, $ranks stages x $threads thread(s), SGD momentum, $steps steps after $warmup"
 echo "# $replicas data-parallel replica(s) of the stages: $workers workers"
 echo "# interleaved: $v stages a rank"

@@ -8,18 +8,13 @@
 # Usage: bench/compare_powersgd.sh [steps]   (BUILD=build; MODEL=resnet18, SIZE=32, BATCH=32,
 #        RANKS=2, RANK_R=2 (the approximation rank), START=2, STEPS=20, WARMUP=3)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 steps="${1:-${STEPS:-20}}"
 model="${MODEL:-resnet18}"; size="${SIZE:-32}"; batch="${BATCH:-32}"; ranks="${RANKS:-2}"
 rank_r="${RANK_R:-2}"; start="${START:-2}"; warmup="${WARMUP:-3}"
 threads=$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+machine_line
 echo "# $model, ${size}x$size synthetic images, 10 classes, batch $batch a rank, $ranks ranks x $threads thread(s), SGD momentum, $steps steps after $warmup; PowerSGD rank $rank_r from step $start"
 for hook in allreduce powersgd; do
   flags=(--comm_hook "$hook")

@@ -13,19 +13,14 @@
 #        SIZE=the model's, BATCH=32, RANKS=3 (T; the model's heads must divide by it), STEPS=10,
 #        WARMUP=2). vit_b_16 at SIZE=112 (50 tokens) with RANKS=2 runs every row.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 steps="${1:-${STEPS:-10}}"
 model="${MODEL:-vit_tiny_patch4_32}"; batch="${BATCH:-32}"; ranks="${RANKS:-3}"
 warmup="${WARMUP:-2}"; size="${SIZE:-}"
 threads=$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ddpx_size=${size:+--image_size $size}
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+machine_line
 echo "# $model, synthetic ${size:-model-size} images, 10 classes, batch $batch, $ranks tensor-parallel ranks x $threads thread(s), SGD momentum, $steps steps after $warmup"
 for sequence in "" "--sequence_parallel"; do
   name="ddpx${sequence:+_sequence}"

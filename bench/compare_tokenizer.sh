@@ -8,22 +8,18 @@
 # library sources; both tokenizers produce the same tokens (checked here too).
 # Usage: bench/compare_tokenizer.sh   (BUILD=build; VOCAB=<scripts/test-vocab's file>, REPEAT=3)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 vocab="${VOCAB:-$(scripts/test-vocab "$py")}"
 text="${TEXT:-../shared/data/tinyshakespeare.txt}"
 [[ -f "$text" || -n "${TEXT:-}" ]] || text=data/tinyshakespeare/input.txt
 [[ -f "$text" ]] || { echo "compare_tokenizer: no $text; set TEXT=FILE or run" \
   "\`ddpx data download tinyshakespeare\`" >&2; exit 1; }
 repeat="${REPEAT:-3}"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 cp "$text" "$out/small.txt"
 { for _ in 1 2 3 4; do cat "$text"; done
   cat /usr/share/common-licenses/*
   find /usr/lib/python3*/ -maxdepth 1 -name '*.py' | sort | xargs cat; } > "$out/large.txt"
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?); tiktoken $("$py" -c 'import tiktoken; print(tiktoken.__version__)')"
+machine_line "tiktoken $("$py" -c 'import tiktoken; print(tiktoken.__version__)')"
 echo "# GPT-2 (r50k_base rank file), tokenization only, best of $repeat; MB = 10^6 bytes"
 printf "# %-6s %8s %10s %-22s %12s %8s\n" text MB tokens tokenizer tokens/s MB/s
 for name in small large; do

@@ -16,19 +16,14 @@
 # peer (ddpx: threads, PyTorch: DataLoader processes). `--loop phases` (three device syncs a
 # step) gives only the step split.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 steps="${1:-30}"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 batch="${BATCH:-64}"
 common="--image_size 32 --batch_size $batch --steps $steps --warmup ${WARMUP:-5}"
 
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 field() { $py -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])])[sys.argv[3]])" "$@"; }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+machine_line
 
 # DEVICE=cuda: ddpx beside PyTorch eager on this machine's GPU, the issue's settings (batch 256,
 # bf16 autocast, channels_last, synthetic data of CIFAR-100's shape at 224x224; ResNet-18 with

@@ -12,15 +12,11 @@
 #   is removed before each first start), since making 100k files takes minutes on a loaded
 #   machine)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/common.sh"
 sizes="${SIZES:-10000 100000}"
 workers="${WORKERS:-2}"
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD)"
+machine_line
 echo "# bench loader --workers $workers --batch_size 64 --image_size 32 --batches 20 --warmup 2"
 printf '#%9s %6s %10s %14s %14s\n' images start index_s first_batch_s peak_rss_MiB
 folders="${KEEP:-$out}"

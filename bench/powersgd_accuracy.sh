@@ -10,9 +10,7 @@
 #        HOOKS="allreduce powersgd": HOOKS=powersgd runs only the compressed arm, against the
 #        plain arm's final accuracy given as BASELINE=0.9222 (a run of the same seed and epochs))
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ddpx="${DDPX_BIN:-${BUILD:-build}/src/ddpx}"
-py="${DDPX_PYTHON:-$(scripts/python-env --tests)}"
+source "$(dirname "$0")/common.sh"
 model="${MODEL:-resnet18}"; epochs="${EPOCHS:-5}"; batch="${BATCH:-128}"; ranks="${RANKS:-2}"
 rank_r="${RANK_R:-2}"; start="${START:-100}"; lr="${LR:-0.05}"; seed="${SEED:-0}"
 hooks="${HOOKS:-allreduce powersgd}"
@@ -20,10 +18,8 @@ if [[ $hooks != *allreduce* && -z ${BASELINE:-} ]]; then
   echo "powersgd_accuracy.sh: HOOKS=$hooks leaves out the plain arm; give its final test accuracy as BASELINE=0.9222" >&2
   exit 2
 fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+machine_line
 echo "# $model on Fashion-MNIST, $ranks ranks x batch $batch, SGD momentum 0.9, lr $lr cosine, $epochs epochs, seed $seed; PowerSGD rank $rank_r from step $start"
 for hook in $hooks; do
   flags=(--comm_hook "$hook")
