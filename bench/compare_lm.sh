@@ -19,8 +19,11 @@
 # blocks and the peer torch.utils.checkpoint per block. MODEL=gpt2 is GPT-2's 12 layers x 768
 # (on the characters' vocabulary) on both sides: the 12-layer comparison of ZeRO-3 and
 # checkpointing beside FSDP2, e.g. `MODEL=gpt2 SHARD=full STEPS=10 BATCH=4 bench/compare_lm.sh`.
+# FORK_PEERS=1 forks the peer's ranks from one Python that imported torch once (pytorch_gpt.py
+# --ranks): about 3 CPU-s less a rank, for smoke runs; a forked rank's peak memory leaves out the
+# pages it shares untouched with its parent, so the ranks' memory ratio is only fair without it.
 # Usage: bench/compare_lm.sh   (BUILD=build; STEPS=100, THREADS=1, RANKS=2, BATCH=12, SEQ=64,
-#        MODEL=gpt-nano, SHARD=, AC=)
+#        MODEL=gpt-nano, SHARD=, AC=, FORK_PEERS=)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 text="${TEXT:-../shared/data/tinyshakespeare.txt}"
@@ -68,12 +71,17 @@ measured "$out/pt1.json" $py $peer --threads "$threads"
 if [ "$ranks" -gt 1 ]; then
   measured "$out/ddpx2.log" "$ddpx" run "$ranks" --threads_per_worker 1 --tee 0 \
     --log_dir "$out/logs" -- $train --batch_size_scaled $ranks_ddpx
-  port=$(free_port)
-  for r in $(seq 0 $((ranks - 1))); do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      OMP_NUM_THREADS=1 $py $peer $ranks_peer --threads 1 > "$out/pt2.$r.json" &
-  done
-  wait
+  if [[ -n "${FORK_PEERS:-}" ]]; then
+    OMP_NUM_THREADS=1 $py $peer $ranks_peer --threads 1 --ranks "$ranks" --out "$out/pt2" \
+      || { echo "compare_lm: the peer's ranks failed:" >&2; tail -n 5 "$out"/pt2.*.err >&2; exit 1; }
+  else
+    port=$(free_port)
+    for r in $(seq 0 $((ranks - 1))); do
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        OMP_NUM_THREADS=1 $py $peer $ranks_peer --threads 1 > "$out/pt2.$r.json" &
+    done
+    wait
+  fi
   cat "$out/pt2.0.json" > "$out/pt2.json"
 fi
 $py - "$out" "$threads" "$ranks" "$seq" "$batch" "$ranks_name" <<'PY'

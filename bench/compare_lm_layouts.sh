@@ -22,6 +22,10 @@
 # ROUNDS=N repeats every layout, ddpx and the peer in turn, so a loaded machine's drift falls on
 # both.
 # Text: TEXT=FILE, else ../shared/data/tinyshakespeare.txt (characters).
+# FORK_PEERS=1 forks the peer's ranks from one Python that imported torch once (pytorch_gpt.py
+# --ranks) rather than starting an interpreter a rank: about 3 CPU-s less a rank, for smoke
+# runs; a forked rank's peak memory leaves out the pages it shares untouched with its parent, so
+# the memory ratios are only fair without it.
 # Usage: bench/compare_lm_layouts.sh   (BUILD=build; STEPS=20, BATCH=12, SEQ=64, MODEL=gpt-nano
 #        or gpt2, ROUNDS=1, LAYOUTS="tp tp_sp pp dp_tp", KEEP=DIR keeps the logs there)
 set -euo pipefail
@@ -75,6 +79,11 @@ for round in $(seq 1 "$rounds"); do
     measured "$out/ddpx.$layout.$round.log" "$ddpx" run "$n" --threads_per_worker 1 --tee 0 \
       --log_dir "$out/logs" -- $train $ours \
       || { echo "compare_lm_layouts: ddpx failed on $layout:" >&2; tail -n 20 "$out/ddpx.$layout.$round.log" >&2; exit 1; }
+    if [[ -n "${FORK_PEERS:-}" ]]; then
+      OMP_NUM_THREADS=1 $py $peer $theirs --threads 1 --ranks "$n" --out "$out/pt.$layout.$round" \
+        || { echo "compare_lm_layouts: the peer failed on $layout:" >&2; tail -n 5 "$out"/pt.$layout.$round.*.err >&2; exit 1; }
+      continue
+    fi
     port=$(free_port)
     for r in $(seq 0 $((n - 1))); do
       RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

@@ -12,7 +12,8 @@ torchtitan's ZeRO-3 layout, parameters resharded after forward). --checkpoint re
 block in backward (torch.utils.checkpoint, non-reentrant), as ddpx's --activation_checkpointing
 blocks.
 
-The split layouts (bench/compare_lm_layouts.sh), one rank a process under torchrun's variables:
+The split layouts (bench/compare_lm_layouts.sh), one rank a process under torchrun's variables
+or forked from one interpreter by --ranks N:
 --tp T [--sp] is DTensor tensor parallelism on T ranks with torchtitan's plan (parallelize_module:
 q/k/v and c_fc ColwiseParallel, the c_projs RowwiseParallel, --sp's SequenceParallel on the
 LayerNorms) and the token embedding and its tied head split over the vocabulary (RowwiseParallel
@@ -37,7 +38,9 @@ import json
 import math
 import os
 import resource
+import sys
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -276,8 +279,72 @@ def main():
                    help="torch.distributed.pipelining over this many stages (the whole world)")
     p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"])
     p.add_argument("--microbatches", type=int, default=0, help="0: 2 x --pp, as ddpx")
+    p.add_argument("--ranks", type=int, default=0,
+                   help="start this many ranks on 127.0.0.1 as forks of this process (instead "
+                        "of torchrun's variables); rank R prints to OUT.R.json and OUT.R.err. For "
+                        "smoke runs: a fork's peak_rss_mib leaves out the pages it shares "
+                        "untouched with this process")
+    p.add_argument("--out", help="with --ranks: the ranks' output files' prefix")
     a = p.parse_args()
+    if a.ranks:
+        sys.exit(fork_ranks(a))
+    run(a)
 
+
+def fork_ranks(a):
+    """--ranks N: N ranks forked once torch and torch.distributed are imported, rather than N
+    interpreters each importing them (about 3 CPU-s a rank on the 2-core machine: most of a
+    smoke-sized layout's run). Nothing here has started a thread or touched a process group
+    yet, so each fork is a fresh rank; its clock starts after its warmup steps, as a spawned
+    rank's. Its ru_maxrss, though, counts only the pages it touches itself (the libraries' pages
+    stay its parent's), so its peak memory reads lower than a spawned rank's. Returns 0 when
+    every rank exits with 0."""
+    import socket
+    # What run() imports for these layouts, once here rather than in each rank.
+    import torch.distributed.device_mesh  # noqa: F401
+    if a.fsdp:
+        import torch.distributed.fsdp  # noqa: F401
+    if a.pp > 1:
+        import torch.distributed.pipelining  # noqa: F401
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids = []
+    for r in range(a.ranks):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.ranks),
+                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                for fd, suffix in ((1, "json"), (2, "err")):
+                    f = os.open(f"{a.out}.{r}.{suffix}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                0o644)
+                    os.dup2(f, fd)
+                    os.close(f)
+                run(a)
+                code = 0
+            except SystemExit as e:  # the refusals' messages are their codes
+                if isinstance(e.code, int):
+                    code = e.code
+                else:
+                    print(e.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        pids.append(pid)
+    failed = [r for r, pid in enumerate(pids) if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])]
+    for r in failed:
+        print(f"pytorch_gpt: rank {r} failed ({a.out}.{r}.err)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def run(a):
     torch.set_num_threads(a.threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

@@ -410,13 +410,15 @@ TEST(BenchSmokeTest, CompareImageTrainScriptPrintsBothSidesAndTheirDataWait) {
   }
 }
 
-// The language-model comparison at two steps on Debian's GPL: both rows, the ratios, the FLOPs.
+// The language-model comparison at two steps on Debian's GPL: both rows, the ratios, the FLOPs
+// (the peer's two ranks forked from one Python, FORK_PEERS: one torch import, not two).
 TEST(BenchSmokeTest, CompareLmScriptPrintsBothSettingsAndTheirRatios) {
   DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torch"))
       << "needs torch in DDPX_PYTHON (scripts/python-env --tests)";
   auto r = run_command(
-      "STEPS=2 RANKS=2 TEXT=/usr/share/common-licenses/GPL-3 DDPX_PYTHON=" + test::python_binary() +
-          " DDPX_BIN=" + test::ddpx_binary() + " " + test::source_dir() + "/bench/compare_lm.sh",
+      "STEPS=2 RANKS=2 FORK_PEERS=1 TEXT=/usr/share/common-licenses/GPL-3 DDPX_PYTHON=" +
+          test::python_binary() + " DDPX_BIN=" + test::ddpx_binary() + " " + test::source_dir() +
+          "/bench/compare_lm.sh",
       600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* line : {"  1 process, 1 thread ", "  2 DDP ranks, 1 thread each ",
@@ -431,14 +433,16 @@ TEST(BenchSmokeTest, CompareLmScriptPrintsBothSettingsAndTheirRatios) {
 
 // The language-model layouts beside PyTorch's (DTensor TP, SP, pipelining, FSDP2 x TP) at two
 // steps of a tiny batch on Debian's GPL: every layout's row with its two ratios (tokens/s and
-// peak memory a rank), nothing timed.
+// peak memory a rank), nothing timed; the peer's ranks of a layout forked from one Python
+// (FORK_PEERS: 4 torch imports where 10 ranks would each import it).
 TEST(BenchSmokeTest, CompareLmLayoutsScriptPrintsEveryLayoutAndItsRatios) {
   DDPX_SKIP_WITHOUT_TOOL(test::python_has_module("torch"))
       << "needs torch in DDPX_PYTHON (scripts/python-env --tests)";
-  auto r = run_command("STEPS=2 BATCH=4 SEQ=16 TEXT=/usr/share/common-licenses/GPL-3 DDPX_PYTHON=" +
-                           test::python_binary() + " DDPX_BIN=" + test::ddpx_binary() + " " +
-                           test::source_dir() + "/bench/compare_lm_layouts.sh",
-                       600);
+  auto r = run_command(
+      "STEPS=2 BATCH=4 SEQ=16 FORK_PEERS=1 TEXT=/usr/share/common-licenses/GPL-3 DDPX_PYTHON=" +
+          test::python_binary() + " DDPX_BIN=" + test::ddpx_binary() + " " + test::source_dir() +
+          "/bench/compare_lm_layouts.sh",
+      600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* layout : {"TP2 ", R"(TP2 \+ SP )", "PP2 1F1B ", "DP2 x TP2, ZeRO-3 / FSDP2 "}) {
     std::regex row(std::string("\\n  ") + layout +
