@@ -18,9 +18,12 @@ std::string run_example(const std::string& binary, int world = 2) {
   TempDir dir;
   const int port = free_port();
   const std::string bin = shell_quote(binary);
+  // OMP_NUM_THREADS=1 as torchrun sets it for several processes a node (`ddpx run`: the cores
+  // split over them): without it each rank's intra-op threads want every core, and four ranks on
+  // the 2-core machine spun against each other (the pipeline example: 39 CPU-s, 2.5 with it).
   const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                           " WORLD_SIZE=" + std::to_string(world) +
-                          " LOCAL_WORLD_SIZE=" + std::to_string(world);
+                          " LOCAL_WORLD_SIZE=" + std::to_string(world) + " OMP_NUM_THREADS=1";
   std::string others, waits, logs;
   for (int r = 1; r < world; ++r) {
     const std::string log = shell_quote(dir.file("rank" + std::to_string(r) + ".log"));
