@@ -65,6 +65,9 @@ struct Rule {
   std::string shown_in = "";
 };
 
+// Before every command and fixture run: the thread count `ddpx run N` gives each worker here.
+const std::string kOneThread = "DDPX_THREADS=1 ";
+
 // The first row whose pattern the command matches decides; the last matches every command.
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> table = {
@@ -274,8 +277,8 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         fs::permissions(folder + "/my_trainer", fs::perms::owner_all);
         break;
       case Fixture::kCheckpoint: {
-        auto r = run_command("cd " + shell_quote(folder) + " && " + test::kSeedLimits + " " +
-                                 test::ddpx_command("train --model resnet18 --save_dir ck"),
+        auto r = run_command("cd " + shell_quote(folder) + " && " + kOneThread + test::kSeedLimits +
+                                 " " + test::ddpx_command("train --model resnet18 --save_dir ck"),
                              300);
         EXPECT_EQ(r.exit_code, 0) << r.output;
         text = std::regex_replace(text, std::regex(R"(--checkpoint C\b)"),
@@ -380,8 +383,10 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         break;
     }
     if (text.rfind("ddpx plan ", 0) == 0) timeout_s = 540;
-    auto r = run_command("cd " + shell_quote(folder) + " && " + env + " " + launcher_here(c) +
-                             test::ddpx_command(text.substr(5)) + " < /dev/null",
+    // One intra-op thread a process (DocsCommandsTest's training commands say why: under
+    // `ctest -j2` a second thread waits at OpenMP barriers for a core the other test holds).
+    auto r = run_command("cd " + shell_quote(folder) + " && " + kOneThread + env + " " +
+                             launcher_here(c) + test::ddpx_command(text.substr(5)) + " < /dev/null",
                          timeout_s);
     const bool followed = env.rfind("timeout", 0) == 0 && r.exit_code == 124;
     EXPECT_TRUE(r.exit_code == 0 || followed)

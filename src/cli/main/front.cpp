@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "cli/commands.h"
+#include "cli/main/front_app.h"
 #include "cli/main/run_app.h"
 
 namespace {
@@ -33,18 +33,10 @@ std::string torch_binary_path() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool front = false;
-  for (const char* name : ddpx::cli::kFrontCommandNames)
-    front |= argc > 1 && !std::strcmp(argv[1], name);
-  if (front) {
-    CLI::App app{"ddpx: distributed data-parallel deep-learning training in C++ (libtorch + c10d)"};
-    app.require_subcommand(1);
+  if (argc > 1 && ddpx::cli::is_front_command(argv[1])) {
+    CLI::App app{ddpx::cli::kAppDescription};
     int exit_code = 0;
-    ddpx::cli::add_run_command(app, exit_code);
-    ddpx::cli::add_job_commands(app, exit_code);
-    ddpx::cli::add_sbatch_command(app, exit_code);
-    ddpx::cli::add_container_command(app, exit_code);
-    ddpx::cli::add_serve_command(app, exit_code);
+    ddpx::cli::add_front_commands(app, exit_code);
     return ddpx::cli::run_app(app, argc, argv, exit_code);
   }
   if (argc > 1 && !std::strcmp(argv[1], "train")) {

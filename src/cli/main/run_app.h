@@ -16,8 +16,17 @@
 
 namespace ddpx::cli {
 
-// Thrown once the command line is parsed and checked, when DDPX_PARSE_ONLY=1.
+// Thrown once the command line is parsed and checked, when DDPX_PARSE_ONLY is set (parse_only).
 struct ParseOnlyDone {};
+
+// DDPX_PARSE_ONLY=1: parse and check the command line as usual (flags, values, required
+// arguments), then exit 0 without running it. DDPX_PARSE_ONLY=lines (ddpx-torch, main.cpp): the
+// same for every line of stdin, in one process. tests/e2e/docs_commands_test.cpp checks every
+// example command of the README and docs/ this way.
+inline bool parse_only() {
+  const char* only = std::getenv("DDPX_PARSE_ONLY");
+  return only && (std::string(only) == "1" || std::string(only) == "lines");
+}
 
 // Every single-value flag of `app` and of every subcommand under it takes its last value when
 // given twice, as argparse, torchrun and timm do: users append overrides to a fixed command line
@@ -46,12 +55,8 @@ inline int run_app(CLI::App& app, int argc, char** argv, const int& exit_code,
   };
   use_help_formatter(app);
   take_last_values(app);
-  // DDPX_PARSE_ONLY=1: parse and check the command line as usual (flags, values, required
-  // arguments), then exit 0 without running it. tests/e2e/docs_commands_test.cpp checks every
-  // example command of the README and docs/ this way.
   // The root's parse-complete callback runs after the checks and before any subcommand's.
-  if (const char* only = std::getenv("DDPX_PARSE_ONLY"); only && std::string(only) == "1")
-    app.parse_complete_callback([] { throw ParseOnlyDone{}; });
+  if (parse_only()) app.parse_complete_callback([] { throw ParseOnlyDone{}; });
   if (argc <= 1) {
     std::fputs(app.help().c_str(), stdout);
     return 2;
