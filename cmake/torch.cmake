@@ -72,13 +72,14 @@ endif()
 # system's.
 add_link_options(-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state)
 
-# fmt: the copy inside libtorch's headers, header-only. c10d's headers include it, so a second
-# fmt (Debian's libfmt-dev) would meet it in one translation unit.
-# Installed (cmake/install.cmake), it reaches those headers through the torch target and carries
-# the libstdc++-first link option above to the user's executables.
+# fmt: the copy inside libtorch's headers. c10d's headers include it, so a second fmt (Debian's
+# libfmt-dev) would meet it in one translation unit. The build compiles its engine once
+# (src/core/fmt_library.cpp, in ddpx_core) instead of in every translation unit; installed
+# (cmake/install.cmake), it is header-only for the user's code, reaches those headers through the
+# torch target and carries the libstdc++-first link option above to the user's executables.
 add_library(ddpx_fmt INTERFACE)
 target_include_directories(ddpx_fmt SYSTEM INTERFACE $<BUILD_INTERFACE:${DDPX_TORCH_ROOT}/include>)
-target_compile_definitions(ddpx_fmt INTERFACE FMT_HEADER_ONLY=1)
+target_compile_definitions(ddpx_fmt INTERFACE $<INSTALL_INTERFACE:FMT_HEADER_ONLY=1>)
 target_link_libraries(ddpx_fmt INTERFACE $<INSTALL_INTERFACE:torch>)
 target_link_options(ddpx_fmt INTERFACE
                     "$<INSTALL_INTERFACE:SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state>")
