@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "cli/choices.h"
 #include "cli/commands.h"
@@ -170,6 +171,7 @@ void run_plan(PlanOptions o) {
   }
   models::ModelConfig one_block = config;
   one_block.layers = 1;
+  std::optional<std::vector<parallel::LayerMemory>> layers;
   if (language) {
     torch::nn::AnyModule one = models::with_activation_checkpointing(
         models::create_model(o.model, one_block), checkpointing, o.model);
@@ -178,7 +180,8 @@ void run_plan(PlanOptions o) {
     // that can hide the windows' bytes at the probe's few tokens: the bytes a window adds are at
     // least what its layers' forwards hold (each probed alone) and the most one layer's backward
     // adds, which that peak does not hide.
-    if (auto layers = parallel::measure_layers(model, probe, checkpointing)) {
+    layers = parallel::measure_layers(model, probe, checkpointing);  // the pipelines' too
+    if (layers) {
       double held = 0, extra = 0;
       for (const auto& layer : parallel::scale_layers(*layers, scale)) {
         held += layer.held.per_sample;
@@ -194,6 +197,7 @@ void run_plan(PlanOptions o) {
     search.model_name = o.model;
     search.build = [name = o.model, config] { return models::create_model(name, config); };
     search.model = std::move(model);
+    search.layers = std::move(layers);
     search.probe = probe;
     search.checkpointing = checkpointing;
     search.request = request;

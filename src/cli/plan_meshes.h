@@ -7,6 +7,7 @@
 #include <torch/nn/modules/container/any.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct MeshSearch {
   // The whole model already built (the one `ddpx plan` measured), or empty: search_meshes()
   // probes on it first, then splits it for the first tensor probe; `build` makes the others.
   torch::nn::AnyModule model;
+  // That model's layers as measure_layers() probed them (ddpx plan does for a language model),
+  // or none: search_meshes() probes them for the pipelines.
+  std::optional<std::vector<parallel::LayerMemory>> layers;
   parallel::ProbeOptions probe;
   models::ActivationCheckpointing checkpointing;
   parallel::PlanRequest request;

@@ -520,7 +520,7 @@ TEST(PlanCliTest, LanguageModelPeaksAgreeWithBenchMemoryWithinTenPercent) {
   }
 }
 
-// GPT-2 XL (1.56 B parameters) on 8 GPUs of 80 GB at 1024 tokens: planned in ~40 s of CPU from
+// GPT-2 XL (1.56 B parameters) on 8 GPUs of 80 GB at 1024 tokens: planned in ~33 s of CPU from
 // copies of one and two of its 48 blocks at 64 tokens; AdamW's states alone are 25 GB under DDP.
 // The recommendation fits, and its flags parse in ddpx train as printed.
 TEST(PlanCliTest, Gpt2XlOnEightGpusGetsALayoutThatFitsAndItsFlagsParseInTrain) {
