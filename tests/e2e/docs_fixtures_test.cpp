@@ -151,6 +151,10 @@ const std::vector<Rule>& rules() {
        "", "docs/performance-log.md"},
       {R"(^ddpx run 2 -- bench memory --shard full --json$)", Fixture::kFolder,
        "{\"rank\": 1, \"world_size\": 2, \"shard\": \"full\"", ""},
+      {R"(^ddpx plan --model gpt2-xl --gpus 8 --gpu_memory 80G --seq_len 1024$)",
+       Fixture::kElsewhere, "",
+       "PlanCliTest.Gpt2XlOnEightGpusGetsALayoutThatFitsAndItsFlagsParseInTrain runs it as "
+       "printed (38 s of CPU) and parses its recommendation in ddpx train"},
       {R"(^ddpx plan )", Fixture::kFolder, "recommendation: ", ""},
       {R"(^ddpx jobs$)", Fixture::kFolder, "STARTED", "", "docs/launcher.md"},
       {R"(^ddpx jobs --all --json$)", Fixture::kFolder, "\"state\"", ""},
@@ -436,7 +440,7 @@ TEST(DocsFixturesTest, EveryOtherCommandRunsHereOnAFixtureOrSaysWhereItIsChecked
 TEST(DocsFixturesTest, EveryPlanCommandRunsAsPrinted) {
   auto [ran, elsewhere] = run_doc_commands(is_plan);
   EXPECT_GE(ran, 1);
-  EXPECT_EQ(elsewhere, 0);
+  EXPECT_LE(elsewhere, 1);  // gpt2-xl's, which PlanCliTest runs
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 
 #include "support/support.h"
 
@@ -522,10 +524,17 @@ TEST(PlanCliTest, LanguageModelPeaksAgreeWithBenchMemoryWithinTenPercent) {
 
 // GPT-2 XL (1.56 B parameters) on 8 GPUs of 80 GB at 1024 tokens: planned in ~33 s of CPU from
 // copies of one and two of its 48 blocks at 64 tokens; AdamW's states alone are 25 GB under DDP.
-// The recommendation fits, and its flags parse in ddpx train as printed.
+// The recommendation fits, and its flags parse in ddpx train as printed. The command is
+// docs/language-models.md's, as printed there (DocsFixturesTest leaves it to this test).
 TEST(PlanCliTest, Gpt2XlOnEightGpusGetsALayoutThatFitsAndItsFlagsParseInTrain) {
-  auto plan = run_command(
-      test::ddpx_command("plan --model gpt2-xl --gpus 8 --gpu_memory 80G --seq_len 1024"), 600);
+  const std::string command = "plan --model gpt2-xl --gpus 8 --gpu_memory 80G --seq_len 1024";
+  std::ifstream doc(test::source_dir() + "/docs/language-models.md");
+  std::stringstream text;
+  text << doc.rdbuf();
+  EXPECT_TRUE(test::has(text.str(), "`ddpx " + command + "`"))
+      << "docs/language-models.md no longer prints `ddpx " << command
+      << "`: run the command it prints here";
+  auto plan = run_command(test::ddpx_command(command), 600);
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("sequences of 1024 tokens over a vocabulary of 50257"),
             std::string::npos)
