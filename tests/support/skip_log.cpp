@@ -4,6 +4,10 @@
 // keeps only the first kilobyte of a passing test's output; this line is how the test script's
 // summary lists every skip of every binary.
 //
+// With $DDPX_ALL_SKIPPED_EXIT set (tests/CMakeLists.txt sets it to 77 for a suite run as one
+// ctest test, whose SKIP_RETURN_CODE is 77), a binary whose every test was skipped, and none
+// failed, exits with that code: ctest shows the suite as skipped, not passed.
+//
 // A listener, as in jobs_dir.cpp: it covers every test of every binary without each opting in.
 // Each line is one write() to a file opened with O_APPEND, so the lines of tests that ctest runs
 // at once do not interleave.
@@ -11,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -46,6 +51,15 @@ class SkipLog : public ::testing::EmptyTestEventListener {
     if (fd < 0) return;  // the summary misses a line; the test's own result stands
     [[maybe_unused]] ssize_t written = ::write(fd, line.data(), line.size());
     ::close(fd);
+  }
+
+  void OnTestProgramEnd(const ::testing::UnitTest& unit) override {
+    const char* code = std::getenv("DDPX_ALL_SKIPPED_EXIT");
+    if (code == nullptr || *code == '\0' || !unit.Passed() || unit.test_to_run_count() == 0 ||
+        unit.skipped_test_count() != unit.test_to_run_count())
+      return;
+    std::fflush(nullptr);
+    std::_Exit(std::atoi(code));
   }
 };
 
