@@ -150,8 +150,8 @@ constexpr std::array<parallel::ShardMode, 4> kShardModes = {
 
 void search_pipeline(const parallel::ModelMemory& whole, MeshSearch& s, MeshResults& r) {
   torch::nn::AnyModule& model = s.model;
-  auto layers = s.layers ? std::move(s.layers)
-                         : parallel::measure_layers(model, s.probe, s.checkpointing);
+  auto layers =
+      s.layers ? std::move(s.layers) : parallel::measure_layers(model, s.probe, s.checkpointing);
   if (layers) *layers = parallel::scale_layers(*layers, s.scale);  // a deep LM's copy carried
   if (!layers) {
     r.notes.push_back(
