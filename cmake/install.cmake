@@ -14,6 +14,9 @@ set(_ddpx_exported ddpx_core ddpx_trace ddpx_io ddpx_data ddpx_models ddpx_optim
 set_target_properties(ddpx_all PROPERTIES EXPORT_NAME ddpx)
 
 install(TARGETS ddpx ddpx_torch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET ddpx_gpu)  # the GPU library, which ddpx-torch finds in ../lib (gpu_library.h)
+  install(TARGETS ddpx_gpu LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(TARGETS ${_ddpx_exported} EXPORT ddpxTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddpx)

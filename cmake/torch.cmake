@@ -51,6 +51,18 @@ list(APPEND CMAKE_PREFIX_PATH ${_ddpx_torch_prefix})
 find_package(Torch REQUIRED)
 get_filename_component(DDPX_TORCH_ROOT "${_ddpx_torch_prefix}/../.." ABSOLUTE)
 
+# What ddpx's own code links: libtorch's CPU part alone (torch_cpu and c10, with torch's include
+# directories and flags). The CUDA (HIP) part is the GPU library's (src/distributed/gpu/, built
+# as libddpx-gpu.so against the whole `torch`), loaded at run time where a GPU driver is: a
+# process on CPUs never maps libtorch_cuda and the CUDA libraries (distributed/gpu_library.h).
+# Installed, ddpx's libraries name `torch` instead, as a user's program links it whole.
+add_library(ddpx_torch_cpu INTERFACE)
+target_link_libraries(ddpx_torch_cpu INTERFACE torch_cpu_library)
+target_include_directories(ddpx_torch_cpu SYSTEM INTERFACE
+                           $<TARGET_PROPERTY:torch,INTERFACE_INCLUDE_DIRECTORIES>)
+target_compile_options(ddpx_torch_cpu INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_COMPILE_OPTIONS>)
+set(DDPX_TORCH $<BUILD_INTERFACE:ddpx_torch_cpu> $<INSTALL_INTERFACE:torch>)
+
 # CUDA (or ROCm, whose HIP build keeps the CUDA names) compiled in wherever the libtorch has it.
 if(TARGET torch_cuda OR DDPX_TORCH_CUDA OR DDPX_TORCH_HIP)
   set(_ddpx_torch_has_gpu ON)

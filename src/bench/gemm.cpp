@@ -3,12 +3,8 @@
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <fmt/format.h>
-#include <torch/cuda.h>
 #include <torch/types.h>
 #include <torch/utils.h>
-#ifdef DDPX_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -91,13 +87,10 @@ std::string cpu_model() {
 std::string describe_for_gemm(const torch::Device& device) {
   if (device.is_cpu())
     return fmt::format("cpu ({}), {} threads", cpu_model(), torch::get_num_threads());
-#ifdef DDPX_WITH_CUDA
-  const auto* p = at::cuda::getDeviceProperties(device.index());
+  const auto p = dist::gpu_properties(device);
+  if (!p) return dist::describe_device(device);
   return fmt::format("{}, {} multiprocessors, compute capability {}.{}",
-                     dist::describe_device(device), p->multiProcessorCount, p->major, p->minor);
-#else
-  return dist::describe_device(device);
-#endif
+                     dist::describe_device(device), p->multiprocessors, p->major, p->minor);
 }
 
 // Relative Frobenius error a correct product stays under: the dtype's rounding of the output
@@ -125,7 +118,7 @@ GemmResult run_gemm(const GemmOptions& o) {
   r.dtype = dtype.name;
   r.device = dist::device_name(device);
   r.measured_on = device.str();
-  r.visible_gpus = static_cast<int64_t>(torch::cuda::device_count());
+  r.visible_gpus = dist::visible_gpus();
   if (device.is_cpu()) {
     DDPX_CHECK(dtype.name != "tf32", ErrorKind::kUsage,
                "--dtype tf32 is a GPU tensor-core format; on CPU use fp32, bf16 or fp64");

@@ -5,13 +5,10 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
-#ifdef DDPX_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
-
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "distributed/gpu_library.h"
 
 namespace ddpx::dist {
 namespace {
@@ -55,8 +52,20 @@ std::optional<std::string> assigned_gpu_unseen(int visible_gpus) {
   return std::nullopt;
 }
 
+int visible_gpus() {
+  if (gpu_api() == nullptr) return 0;  // no GPU library: libtorch would see no GPU either
+  return static_cast<int>(torch::cuda::device_count());
+}
+
+std::optional<gpu::Properties> gpu_properties(const torch::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  const gpu::Api* api = gpu_api();
+  if (api == nullptr) return std::nullopt;
+  return api->properties(device.index());
+}
+
 torch::Device select_device(DeviceChoice choice, const WorldInfo& world) {
-  const int visible = static_cast<int>(torch::cuda::device_count());
+  const int visible = visible_gpus();
   if (choice == DeviceChoice::kAuto && visible == 0) {
     // `ddpx run` assigned a GPU (or the user named one) that libtorch cannot open: say so
     // rather than train on the CPU without a word.
@@ -98,22 +107,17 @@ void synchronize(const torch::Device& device) {
 }
 
 std::string device_name(const torch::Device& device) {
-#ifdef DDPX_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
-#endif
+  if (auto p = gpu_properties(device)) return p->name;
   return device.str();
 }
 
 optim::Bf16Support bf16_support(const torch::Device& device) {
-#ifdef DDPX_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto* p = at::cuda::getDeviceProperties(device.index());
+  if (auto p = gpu_properties(device)) {
     const std::string gpu =
         fmt::format("{} (compute capability {}.{})", p->name, p->major, p->minor);
     if (p->major >= 8) return {true, gpu + " computes bf16"};
     return {false, gpu + " has no native bf16; --amp fp16 uses its tensor cores"};
   }
-#endif
   return optim::cpu_bf16_support(optim::cpuinfo_flags());
 }
 

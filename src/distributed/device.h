@@ -14,6 +14,7 @@
 #include <string>
 
 #include "distributed/choices.h"
+#include "distributed/gpu/gpu_properties.h"
 #include "distributed/world.h"
 #include "optim/amp.h"
 
@@ -27,6 +28,11 @@ int device_index_for(int local_rank, int local_world_size, int visible_gpus);
 // With `visible_gpus` 0: the warning to print when a *_VISIBLE_DEVICES variable still names a
 // GPU for this process (`ddpx run` assigned one that libtorch cannot see); nullopt otherwise.
 std::optional<std::string> assigned_gpu_unseen(int visible_gpus);
+
+// The GPUs this process sees (0 where the GPU library is not loaded: no driver, see
+// gpu_library.h), and a GPU's properties (nullopt for the CPU).
+int visible_gpus();
+std::optional<gpu::Properties> gpu_properties(const torch::Device& device);
 
 // The device this process trains on, made current (later CUDA work and NCCL use it). Throws
 // ddpx::Error(kUsage) for `--device cuda` where no GPU is visible, naming the visible-devices

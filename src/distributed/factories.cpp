@@ -8,6 +8,8 @@
 // Gloo predates that store interface, and libtorch's GlooStore objects are built inside libtorch.
 #include "distributed/factories.h"
 
+#include <torch/cuda.h>
+
 #include <cstdint>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -15,15 +17,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef DDPX_WITH_CUDA
-#include <torch/cuda.h>
-
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "distributed/gpu_library.h"
 #include "distributed/net.h"
 #include "distributed/shm_backend.h"
 
@@ -179,35 +177,27 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const std::shared_ptr<c10d::
   }
 }
 
-bool nccl_available() {
-#ifdef DDPX_WITH_CUDA
-  return torch::cuda::is_available();
-#else
-  return false;
-#endif
-}
+bool nccl_available() { return gpu_api() != nullptr && torch::cuda::is_available(); }
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const std::shared_ptr<c10d::Store>& store,
                                                     int rank, int world_size,
                                                     std::chrono::milliseconds timeout) {
-#ifdef DDPX_WITH_CUDA
-  DDPX_CHECK(torch::cuda::is_available(), ErrorKind::kUsage,
-             "rank {}: --backend nccl needs a CUDA GPU but none is visible (CUDA_VISIBLE_DEVICES="
-             "'{}'); use --backend gloo, or run where a GPU is visible",
-             rank, env::get_or("CUDA_VISIBLE_DEVICES", ""));
-  auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
-  try {
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(intrusive(store), rank, world_size, options);
-  } catch (const std::exception& e) {
-    fail(ErrorKind::kDist, "rank {}: the NCCL process group of {} ranks could not be made ({})",
-         rank, world_size, first_line(e));
-  }
-#else
+  const gpu::Api* gpu = gpu_api();
+#ifndef DDPX_WITH_CUDA
   fail(ErrorKind::kUsage,
        "--backend nccl: this ddpx was built without CUDA/NCCL (DDPX_WITH_CUDA=OFF or a CPU-only "
        "torch); use --backend gloo, or rebuild ddpx against PyTorch's CUDA wheel");
 #endif
+  DDPX_CHECK(gpu != nullptr && torch::cuda::is_available(), ErrorKind::kUsage,
+             "rank {}: --backend nccl needs a CUDA GPU but none is visible (CUDA_VISIBLE_DEVICES="
+             "'{}'; the GPU library: {}); use --backend gloo, or run where a GPU is visible",
+             rank, env::get_or("CUDA_VISIBLE_DEVICES", ""), gpu_library_status());
+  try {
+    return gpu->make_nccl(intrusive(store), rank, world_size, timeout);
+  } catch (const std::exception& e) {
+    fail(ErrorKind::kDist, "rank {}: the NCCL process group of {} ranks could not be made ({})",
+         rank, world_size, first_line(e));
+  }
 }
 
 c10::intrusive_ptr<ShmBackend> make_shm_backend(const std::shared_ptr<c10d::Store>& store,

@@ -1,17 +1,15 @@
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/cuda.h>
 
 #include <map>
 
+#include "core/error.h"
+#include "distributed/device.h"
+#include "distributed/gpu_library.h"
 #include "doctor/checks.h"
 #include "doctor/gpu_tools.h"
 #include "launch/host.h"
-#ifdef DDPX_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-
-#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
-#endif
 
 namespace ddpx::doctor {
 namespace {
@@ -30,7 +28,7 @@ std::string build_kind() {
 
 // Tools list GPUs that libtorch cannot use: say why and what to do.
 void check_runtime_sees(Report& r, const char* tool, size_t listed, const char* vendor) {
-  int seen = static_cast<int>(torch::cuda::device_count());
+  int seen = dist::visible_gpus();
   if (listed == 0 || seen > 0) return;
   std::string kind = build_kind();
   std::string fix =
@@ -120,25 +118,56 @@ void check_amd(Report& r) {
 }  // namespace
 
 void check_gpus(Report& r) {
+  // The GPU library loaded whatever the machine: the doctor checks that it links; a training run
+  // loads it only where a GPU driver is (distributed/gpu_library.h).
+  const std::string status = dist::gpu_library_status();
+  const dist::gpu::Api* gpu = nullptr;
+  try {
+    gpu = dist::load_gpu_api();
+  } catch (const Error& e) {
+    r.add("gpu", "library", e.what(), Verdict::kFail,
+          "rebuild ddpx (it builds libddpx-gpu.so beside ddpx-torch), or reinstall it");
+  }
   size_t before = r.findings.size();
   check_nvidia(r);
   check_amd(r);
-  int seen = static_cast<int>(torch::cuda::device_count());
+  const bool tools_listed = r.findings.size() > before;
+  int seen = dist::visible_gpus();
 #ifdef DDPX_WITH_CUDA
-  for (int i = 0; i < seen; ++i) {
-    const auto* p = at::cuda::getDeviceProperties(i);
-    r.add("gpu", fmt::format("device {}", i),
-          fmt::format("{} ({:.0f} GiB) as libtorch sees it", p->name,
-                      static_cast<double>(p->totalGlobalMem) / (1 << 30)));
+  if (gpu != nullptr) {
+    const bool no_driver = status.rfind("not loaded: no GPU driver", 0) == 0;
+    r.add("gpu", "library",
+          dist::gpu_library_status() +
+              (no_driver ? " for this check (a run loads it only where a GPU driver is installed, "
+                           "and none is here)"
+                         : ""));
+    // libtorch's CUDA hooks answer once the library is in (before it, the CPU-only stubs throw).
+    try {
+      const int v = at::detail::getCUDAHooks().versionCUDART();
+      r.add("gpu", "runtime",
+            fmt::format("CUDA {}.{} (libtorch's runtime)", v / 1000, v % 1000 / 10));
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      r.add("gpu", "runtime",
+            fmt::format("libtorch's CUDA hooks are not registered ({})",
+                        what.substr(0, what.find('\n'))),
+            Verdict::kFail, "rebuild ddpx; report the line above if it stays");
+    }
+    for (int i = 0; i < seen; ++i) {
+      const dist::gpu::Properties p = gpu->properties(i);
+      r.add("gpu", fmt::format("device {}", i),
+            fmt::format("{} ({:.0f} GiB) as libtorch sees it", p.name,
+                        static_cast<double>(p.total_memory) / (1 << 30)));
+    }
+    std::string comm = build_kind() == "rocm" ? "RCCL" : "NCCL";
+    r.add("nccl", comm,
+          seen > 0 ? comm + " " + gpu->nccl_version()
+                   : comm + " " + gpu->nccl_version() + " (no GPU to use it)");
   }
-  std::string comm = build_kind() == "rocm" ? "RCCL" : "NCCL";
-  r.add("nccl", comm,
-        seen > 0 ? comm + " " + c10d::getNcclVersion()
-                 : comm + " " + c10d::getNcclVersion() + " (no GPU to use it)");
 #else
   r.add("nccl", "NCCL", "not compiled in: Gloo and ddpx's shared-memory transport only");
 #endif
-  if (r.findings.size() == before + 1 && seen == 0 && launch::detect_gpus().ids.empty()) {
+  if (!tools_listed && seen == 0 && launch::detect_gpus().ids.empty()) {
     r.add("gpu", "devices", "none found (no nvidia-smi, rocm-smi, amd-smi, /dev/nvidia*, /dev/kfd)",
           Verdict::kWarn, "training runs on the CPU; for GPUs run where the driver is installed");
   }

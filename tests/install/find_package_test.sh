@@ -3,8 +3,9 @@
 # examples/ configured as a project of its own with find_package(ddpx) against that prefix only
 # (no source tree on its include path) and its DDP example built (the one this test runs: each
 # example is a minute of compiling on 2 cores; the in-tree build compiles all three), then trained as
-# two workers by the installed `ddpx run`. Checks the installed layout, that both ranks end with the same weights, and that
-# the loss falls.
+# two workers by the installed `ddpx run`. Checks the installed layout, that the installed
+# commands run (`ddpx doctor`, through ddpx-torch), that both ranks end with the same weights,
+# and that the loss falls.
 # Usage: tests/install/find_package_test.sh BUILD_DIR
 set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -22,6 +23,15 @@ for f in bin/ddpx bin/ddpx-torch lib/libddpx_parallel.a lib/cmake/ddpx/ddpxConfi
   include/ddpx/parallel/data/ddp.h include/ddpx/distributed/context.h include/ddpx/core/error.h; do
   [[ -e "$work/prefix/$f" ]] || fail "the install lacks $f"
 done
+
+# The installed commands run: ddpx-torch finds its libtorch (its install RPATH), and where the
+# build made the GPU library the doctor loads the installed one.
+doctor=$(cd "$work" && "$work/prefix/bin/ddpx" doctor 2>&1) || fail "the installed ddpx doctor failed: $doctor"
+if [[ -e "$build/src/libddpx-gpu.so" ]]; then
+  [[ -e "$work/prefix/lib/libddpx-gpu.so" ]] || fail "the install lacks lib/libddpx-gpu.so"
+  grep -q "library *loaded from $work/prefix/lib/libddpx-gpu.so" <<<"$doctor" ||
+    fail "the installed ddpx did not load its own GPU library: $doctor"
+fi
 
 # The example's sources copied out, so that nothing can reach back into the checkout.
 cp -r "$src/examples" "$work/examples"

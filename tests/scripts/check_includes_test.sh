@@ -60,7 +60,7 @@ sed -i 's/^ddpx_folder_library(ddpx_trace trace TORCH_FREE ddpx_core)/ddpx_folde
 expect "a link upward" 1 "^src/CMakeLists.txt: ddpx_trace links ddpx_launch"
 
 fresh
-sed -i 's/^ddpx_folder_library(ddpx_optim optim ddpx_core torch)/ddpx_folder_library(ddpx_optim optim torch)/' \
+sed -i 's/^ddpx_folder_library(ddpx_optim optim ddpx_core ${DDPX_TORCH})/ddpx_folder_library(ddpx_optim optim ${DDPX_TORCH})/' \
   "$work/tree/src/CMakeLists.txt"
 expect "an include without its link" 1 "^src/optim/.*: optim includes core/ but ddpx_optim does not link ddpx_core"
 
