@@ -13,6 +13,7 @@
 // output (or says where it is checked).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -266,6 +267,10 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
       std::printf("ran above: %s:%d `%s`\n", c.file.c_str(), c.line, c.text.c_str());
       continue;
     }
+    const auto start = std::chrono::steady_clock::now();  // the fixture's seconds counted too
+    auto seconds = [&start] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
     const std::string folder = dir.file(std::to_string(++number));
     fs::create_directories(folder);
     std::string text = filled(c.text);
@@ -330,8 +335,9 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
         auto r = test::run_seed_command(folder, text, 300);
         EXPECT_EQ(r.exit_code, 0) << r.output;
         EXPECT_TRUE(test::has(r.output, rule.expect)) << rule.expect << "\n" << r.output;
-        std::printf("ran here: %s:%d `%s` (exit %d)\n", c.file.c_str(), c.line, text.c_str(),
-                    r.exit_code);
+        // Where this test's seconds go, for whoever makes it cheaper.
+        std::printf("%.1f s: ran here: %s:%d `%s` (exit %d)\n", seconds(), c.file.c_str(), c.line,
+                    text.c_str(), r.exit_code);
         ++ran;
         continue;
       }
@@ -411,8 +417,8 @@ std::pair<int, int> run_doc_commands(const std::function<bool(const std::string&
       EXPECT_TRUE(test::has(slurp(test::source_dir() + "/" + rule.shown_in), rule.expect))
           << rule.shown_in << " no longer shows `" << rule.expect << "`: update the row";
     if (rule.fixture == Fixture::kCheckpoint) EXPECT_TRUE(fs::is_regular_file(folder + "/W.pt"));
-    std::printf("ran here: %s:%d `%s` (exit %d)\n", c.file.c_str(), c.line, text.c_str(),
-                r.exit_code);
+    std::printf("%.1f s: ran here: %s:%d `%s` (exit %d)\n", seconds(), c.file.c_str(), c.line,
+                text.c_str(), r.exit_code);
     if (rule.fixture == Fixture::kService) {  // the id it printed is a job the service stops
       const std::string id = r.output.substr(0, r.output.find('\n'));
       EXPECT_TRUE(std::regex_match(id, std::regex("[0-9]+"))) << r.output;
