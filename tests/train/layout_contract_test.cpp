@@ -284,6 +284,9 @@ struct LayoutRun {
   std::vector<double> losses;
   StepBytes last_step_bytes;
   std::string model_bytes, optimizer_bytes;
+  // Rank 0's parameters as it holds them (Plan::held_tensors(): its stage's or pieces', or their
+  // ZeRO-3 shards): elements in all and in the blocks.
+  int64_t held_numel = 0, held_block_numel = 0;
 };
 
 // Trains `layout` on 8 ranks over global steps [first, first + steps), from the state `from`
@@ -352,6 +355,13 @@ LayoutRun train_layout(const Family& family, const Layout& layout, int first, in
     }
     expect_parameters(parameters_of(*plan.module().ptr()), want_after,
                       fmt::format("{}: rank {}'s module()", what, rank));
+    if (rank == 0) {
+      for (const auto& held : plan.held_tensors()) {
+        if (!held.tensor.requires_grad()) continue;  // a buffer
+        run.held_numel += held.tensor.numel();
+        if (held.name.rfind(family.blocks, 0) == 0) run.held_block_numel += held.tensor.numel();
+      }
+    }
     torch::serialize::OutputArchive model, optimizer;
     plan.state_dict(model, optimizer);
     if (rank == 0) {
@@ -391,13 +401,14 @@ int64_t sharded_numel(const torch::Tensor& p, int64_t n) {
 // ZeRO-3 reduce-scatters 4Ψ and gathers every block in forward and again in backward, the root
 // (embeddings, final norm, head) once; a pipeline's first stage sends each micro-batch's
 // activations (b x T x D) and receives their gradients, the loss and the predictions (8 bytes a
-// token); the sharded and pipeline plans' gradient norm is one all-reduced double. The replicas'
-// groups are not recorded: a layout with tensor parallelism has only the norm there (and its
-// pipeline's sends, not counted here), nor an interleaved pipeline's several boundaries a rank.
+// token); the sharded and pipeline plans' gradient norm is one all-reduced double. The replicas
+// of a stage or of a tensor rank are expect_replica_bytes()'s: a layout with tensor parallelism
+// has only the norm here (and its pipeline's sends, not counted here), nor an interleaved
+// pipeline's several boundaries a rank.
 void expect_job_bytes(const Family& family, const Layout& layout, const StepBytes& got) {
-  std::map<std::string, int64_t> mine;  // every group's but the tensor group's
+  std::map<std::string, int64_t> mine;  // every group's but the tensor group's and replicas'
   for (const auto& [group, ops] : got) {
-    if (group == "tensor") continue;
+    if (group == "tensor" || group == "pipeline_replicas" || group == "tensor_replicas") continue;
     for (const auto& [op, bytes] : ops) mine[op] += bytes;
   }
   if (layout.schedule == kInterleaved || (layout.tensor > 1 && layout.pipeline > 1)) return;
@@ -410,8 +421,7 @@ void expect_job_bytes(const Family& family, const Layout& layout, const StepByte
   }
   std::map<std::string, int64_t> want;
   if (layout.tensor > 1) {
-    // The pieces' replicas are not recorded; the norm goes through the tensor group unless the
-    // pieces are sharded.
+    // The norm goes through the tensor group unless the pieces are sharded.
     if (layout.shard != kNone) want = {{"allreduce", 8}};
   } else if (layout.pipeline > 1) {
     const int64_t per_replica = kBatch / (kWorld / layout.pipeline);
@@ -433,6 +443,39 @@ void expect_job_bytes(const Family& family, const Layout& layout, const StepByte
   EXPECT_EQ(mine, want) << family.name << " " << layout.name
                         << ": rank 0's bytes in its last step through the job's group, by "
                            "collective";
+}
+
+// What rank 0 sends in a step through its replicas' group under a pipeline ("pipeline_replicas":
+// the ranks of its stage) or tensor parallelism alone ("tensor_replicas": those of its tensor
+// rank), from Ψ_r, the parameters it holds (held_tensors(); ZeRO-3's shards, each 1/R of its
+// parameter's rows rounded up to the R replicas, so R x theirs is the padded Ψ_r): DDP
+// all-reduces 4Ψ_r; ZeRO-3 reduce-scatters 4Ψ_r and all-gathers a pipeline's stage, one unit,
+// once, and tensor parallelism's pieces as ZeRO-3 does the whole model, a unit a block gathered
+// in forward and again in backward, the root once. Under the 3-D mesh the stages' replicas are
+// "pipeline_replicas"; the tensor rank's group carries its pipeline's loss (not counted here).
+void expect_replica_bytes(const Layout& layout, const LayoutRun& run) {
+  const StepBytes& got = run.last_step_bytes;
+  const std::string group = layout.pipeline > 1 ? "pipeline_replicas"
+                            : layout.tensor > 1 ? "tensor_replicas"
+                                                : "";
+  if (group.empty()) return;  // data parallel alone: the job's group, expect_job_bytes()
+  const int64_t replicas = kWorld / (layout.pipeline * layout.tensor);
+  const std::string what = std::string(layout.name) + ": rank 0's bytes in its last step through " +
+                           group + ", by collective";
+  if (replicas == 1) {
+    EXPECT_EQ(got.count(group), 0u) << what << ": a stage of one rank has no replicas";
+    return;
+  }
+  ASSERT_EQ(got.count(group), 1u) << what << ": the replicas' group is recorded";
+  std::map<std::string, int64_t> want;
+  if (layout.shard == kNone) {
+    want = {{"allreduce", 4 * run.held_numel}};
+  } else {
+    const int64_t padded = replicas * run.held_numel, blocks = replicas * run.held_block_numel;
+    want = {{"reduce_scatter_tensor", 4 * padded},
+            {"allgather_into_tensor", layout.pipeline > 1 ? 4 * padded : 4 * (padded + blocks)}};
+  }
+  EXPECT_EQ(got.at(group), want) << what;
 }
 
 // What rank 0 moves in a step through its tensor group, against docs/distributed.md's
@@ -526,6 +569,7 @@ TEST_P(LayoutContractTest, TrainsAsOneProcessAndResumesUnderTheNextLayoutAndInOn
   const Reference& want = reference(family);
   const LayoutRun run = train_layout(family, layout, 0, kSteps, nullptr, want.after_layout);
   expect_job_bytes(family, layout, run.last_step_bytes);
+  expect_replica_bytes(layout, run);
   expect_tensor_bytes(family, layout, run.last_step_bytes);
   ASSERT_FALSE(run.model_bytes.empty()) << what;
 

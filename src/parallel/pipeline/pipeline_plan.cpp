@@ -162,8 +162,11 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
       covers_model_ = covers_model_ && in_layers.count(t.unsafeGetTensorImpl()) > 0;
   }
   if (replica_count_ > 1) {
+    // Recorded, as the links are: a hang in a replica's gradient sync gets the record's verdict.
+    dist::SplitOptions split;
+    split.recorded = true;
     replicas_ = dist::split_group(context_, mesh_.groups({MeshDim::kReplicate, MeshDim::kShard}),
-                                  "pipeline_replicas");
+                                  "pipeline_replicas", split);
   }
   build_tied_group();
   if (group_ && p > 1) links_ = std::make_unique<PipelineLinks>(context_, mesh_, v > 1);

@@ -56,9 +56,14 @@ TensorParallelPlan::TensorParallelPlan(torch::nn::AnyModule model, dist::Context
     split.recorded = true;
     tensor_group_ = dist::split_group(context, tensor_groups, "tensor", split);
   }
-  replicas_ = dist::split_group(
-      context, mesh_.groups({MeshDim::kReplicate, MeshDim::kShard, MeshDim::kPipeline}),
-      "tensor_replicas");
+  {
+    // Recorded too: a hang in the replicas' gradient sync gets the record's verdict.
+    dist::SplitOptions split;
+    split.recorded = true;
+    replicas_ = dist::split_group(
+        context, mesh_.groups({MeshDim::kReplicate, MeshDim::kShard, MeshDim::kPipeline}),
+        "tensor_replicas", split);
+  }
   auto split = tensor::split_model(
       whole_, *tensor_group_, options_.sequence_parallel, options_.checkpointing,
       options_.pipeline ? options_.pipeline->sample_shape : std::vector<int64_t>(),
