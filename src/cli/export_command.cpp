@@ -24,6 +24,11 @@ std::string python_loading(const train::CheckpointMeta& meta, models::Stem stem,
                            const std::string& out) {
   const std::string& family = models::find_model(meta.model).family;
   const std::string load = fmt::format("load_state_dict(torch.load(\"{}\"))", out);
+  if (family == "gpt" || family == "bert")
+    return fmt::format(
+        "ddpx's {} (torchvision has no language models): torch.load(\"{}\") is its state_dict, "
+        "keyed as Hugging Face's {} (--format hf writes the folder from_pretrained() reads)",
+        meta.model, out, family == "gpt" ? "GPT2LMHeadModel" : "BertForMaskedLM");
   if (family == "mlp" || family == "cifar_resnet")
     return fmt::format(
         "ddpx's own {} (torchvision has no such model): torch.load(\"{}\") is its "
@@ -62,9 +67,14 @@ void add_export_command(CLI::App& app, int& exit_code) {
     config.num_classes = meta.num_classes;
     config.stem = models::stem_from_name(meta.stem, *checkpoint + ": stem");
     if (meta.image_size > 0) config.image_size = meta.image_size;
+    config.bias = meta.bias;
     auto model = models::create_model(meta.model, config);
     train::load_checkpoint_weights(*checkpoint, *model.ptr());
     if (*format == "hf") {
+      DDPX_CHECK(meta.bias, ErrorKind::kUsage,
+                 "{} was trained with --no_bias, and transformers' GPT2LMHeadModel has biases: "
+                 "export it as a torch state_dict (leave out --format hf), or train with biases",
+                 *checkpoint);
       if (auto bert = std::dynamic_pointer_cast<models::BertImpl>(model.ptr())) {
         models::export_hf_bert(*bert, *out);
         log::out(

@@ -42,6 +42,7 @@ models::Gpt load_checkpoint_gpt(const std::string& checkpoint) {
              checkpoint, meta.model, info.family);
   models::ModelConfig config;
   config.num_classes = meta.num_classes;
+  config.bias = meta.bias;
   torch::nn::AnyModule any = models::create_model(meta.model, config);
   train::load_checkpoint_weights(checkpoint, *any.ptr());
   auto gpt = std::dynamic_pointer_cast<models::GptImpl>(any.ptr());

@@ -95,6 +95,7 @@ void write_run_state(torch::serialize::OutputArchive& archive, const TrainPositi
   archive.write("num_classes", c10::IValue(meta.num_classes));
   archive.write("stem", c10::IValue(meta.stem));
   archive.write("image_size", c10::IValue(meta.image_size));
+  archive.write("bias", c10::IValue(meta.bias));
   {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -162,6 +163,10 @@ TrainPosition read_run_state(const std::string& bytes, const std::string& name,
     DDPX_CHECK(value.toInt() == meta.num_classes, ErrorKind::kData,
                "{} was written for {} classes, this dataset has {}", name, value.toInt(),
                meta.num_classes);
+    const bool bias = !archive.try_read("bias", value) || value.toBool();
+    DDPX_CHECK(bias == meta.bias, ErrorKind::kData,
+               "{} was written {} biases; resume with{} --no_bias", name, bias ? "with" : "without",
+               bias ? "out" : "");
     try {
       load_state(archive);
       if (ema != nullptr && archive.try_read("ema_updates", value)) {
@@ -239,6 +244,7 @@ CheckpointMeta read_checkpoint_meta_bytes(const std::string& bytes, const std::s
     meta.stem = value.toStringRef();
     archive.read("image_size", value);
     meta.image_size = value.toInt();
+    if (archive.try_read("bias", value)) meta.bias = value.toBool();
   } catch (const std::exception& e) {
     fail_undecodable(name, e);
   }

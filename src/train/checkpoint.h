@@ -39,6 +39,7 @@ struct CheckpointMeta {
   int64_t num_classes = 0;
   std::string stem = "imagenet";
   int64_t image_size = 0;
+  bool bias = true;  // a GPT's (--no_bias: false); true in files written before the flag
 };
 
 // The meta of a checkpoint file (verified first).

@@ -63,10 +63,10 @@ std::vector<std::string> header_lines(const TrainOptions& o, const RunFacts& f) 
     lines.push_back(fmt::format("Auto-detected num_workers: {}", f.loader_workers));
   if (f.task.next_token) {
     lines.push_back(fmt::format(
-        "ddpx train: model {} ({:.2f}M parameters) | dataset {} from {} ({} train / {} test "
+        "ddpx train: model {} ({:.2f}M parameters{}) | dataset {} from {} ({} train / {} test "
         "windows of {}{}, vocabulary {})",
-        o.model, f.parameters_millions, data::name(o.dataset), f.data_source, f.train_size,
-        f.test_size,
+        o.model, f.parameters_millions, o.bias ? "" : ", no biases", data::name(o.dataset),
+        f.data_source, f.train_size, f.test_size,
         f.task.masked_lm ? fmt::format("{} tokens, masked-LM", f.image_size)
                          : fmt::format("{} + 1 tokens", f.image_size),
         o.windows == data::Windows::kRandom ? ", training's started at random" : "",

@@ -43,6 +43,7 @@ struct TrainOptions {
   // model and data
   std::string model = "resnet18";
   models::Stem stem = models::Stem::kImagenet;
+  bool bias = true;        // a GPT's biases (--no_bias: nanoGPT's bias=False)
   std::string pretrained;  // a torch.save'd state_dict to start from
   data::DatasetId dataset = data::DatasetId::kFashionMnist;
   std::string data_dir;    // empty: the dataset's default folder

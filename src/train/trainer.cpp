@@ -97,6 +97,7 @@ class Run {
     // Model: the same seed on every rank (the plan makes the ranks agree anyway).
     torch::manual_seed(static_cast<uint64_t>(o_.seed));
     models::ModelConfig config{data_->splits.train.num_classes, data_->image_size, o_.stem};
+    config.bias = o_.bias;
     auto model = models::create_model(o_.model, config);
     RunFacts facts;
     facts.amp_reason = amp.reason;
@@ -139,7 +140,7 @@ class Run {
     }
     schedule_ = make_schedule(o_, facts.learning_rate, updates);
     CheckpointMeta meta{o_.model, data_->splits.train.num_classes, models::name(o_.stem),
-                        data_->image_size};
+                        data_->image_size, o_.bias};
     checkpoints_ = std::make_unique<RunCheckpoints>(
         o_, *context_, RunState{plan_.get(), &ema_, ema_model_, scaler_.get(), meta});
     start_ = checkpoints_->resume();

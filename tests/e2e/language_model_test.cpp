@@ -324,6 +324,69 @@ TEST_F(LanguageModelTest, GeneratesFromItsCheckpoint) {
   EXPECT_TRUE(test::has(refused.output, "not a language model")) << refused.output;
 }
 
+// nanoGPT's bias=False: `--no_bias` builds the GPT without the biases of its Linears and
+// LayerNorms (gpt-nano: V x C + 64 x C + 4 (12 C^2 + 2 C) + C parameters at C = 128, GPT-2's
+// formula less 11 C a block and C for the final LayerNorm), says so in its header, learns, and
+// its checkpoint
+// remembers it: generate builds it so, a resume without the flag is refused naming it, and the
+// export is a state_dict without a bias (Python counts it), while a Hugging Face GPT-2 folder,
+// whose model has biases, is refused naming --no_bias. An image model keeps its biases.
+TEST_F(LanguageModelTest, NoBiasTrainsGeneratesResumesAndExportsWithoutBiases) {
+  const std::string data = dir_.file("chars");
+  auto tokenized = run_command(
+      ddpx("data tokenize " + std::string(test::kTokenText) + " --tokenizer char --out " + data),
+      120);
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.output;
+  const std::string base = "train --model gpt-nano --dataset tokens --data_dir " + data +
+                           " --seq_len 32 --batch_size 8 --optimizer adamw --learning_rate 3e-3 "
+                           "--limit_train_batches 10 --limit_test_batches 1 --threads 1 "
+                           "--no_progress --save_dir " +
+                           dir_.file("ck");
+  auto trained = run_command(ddpx(base + " --num_epochs 2 --no_bias"), 300);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(test::has(trained.output, "M parameters, no biases)")) << trained.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(trained.output, m, std::regex("Vocabulary: ([0-9]+)")))
+      << trained.output;
+  const int64_t vocab = std::stoll(m[1]), c = 128;
+  const int64_t parameters = vocab * c + 64 * c + 4 * (12 * c * c + 2 * c) + c;
+  const auto loss = numbers_after(trained.output, "loss_train");
+  ASSERT_EQ(loss.size(), 2u) << trained.output;
+  EXPECT_LT(loss[1], loss[0]) << "the second epoch's loss must be lower";
+  const std::string checkpoint = dir_.file("ck") + "/checkpoint_epoch0002.ddpx";
+  auto generated =
+      run_command(ddpx("generate --checkpoint " + checkpoint + " --vocab " + data +
+                       "/vocab.json --prompt 'This License' --max_new_tokens 10 --temperature 0"),
+                  120);
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  EXPECT_EQ(generated.output.rfind("This License", 0), 0u) << generated.output;
+  auto biased = run_command(ddpx(base + " --num_epochs 3 --resume auto"), 120);
+  EXPECT_EQ(biased.exit_code, 1) << biased.output;  // as another --model's checkpoint
+  EXPECT_TRUE(test::has(biased.output, "written without biases; resume with --no_bias"))
+      << biased.output;
+  auto resumed = run_command(ddpx(base + " --num_epochs 3 --resume auto --no_bias"), 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(test::has(resumed.output, "Epoch - 2/3")) << resumed.output;
+  auto hf = run_command(
+      ddpx("export --checkpoint " + checkpoint + " --format hf --out " + dir_.file("hf")), 60);
+  EXPECT_EQ(hf.exit_code, 2) << hf.output;
+  EXPECT_TRUE(test::has(hf.output, "trained with --no_bias")) << hf.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("hf"))) << "nothing written";
+  const std::string weights = dir_.file("w.pt");
+  auto exported = run_command(ddpx("export --checkpoint " + checkpoint + " --out " + weights), 60);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto counted = test::run_python(
+      "import torch\nsd = torch.load('" + weights +
+      "')\nprint('biases', sum('bias' in k for k in sd), 'numel', sum(t.numel() for t in "
+      "sd.values()))\n");
+  ASSERT_EQ(counted.exit_code, 0) << counted.output;
+  EXPECT_TRUE(test::has(counted.output, "biases 0 numel " + std::to_string(parameters)))
+      << counted.output;
+  auto image = run_command(ddpx("train --model resnet18 --no_bias"), 60);
+  EXPECT_EQ(image.exit_code, 2) << image.output;
+  EXPECT_TRUE(test::has(image.output, "--no_bias: resnet18 keeps its own biases")) << image.output;
+}
+
 // gpt-nano cut into 2 pipeline stages (`--pipeline_parallel 2`: the embeddings and the first
 // blocks on one rank, the last blocks, the final LayerNorm and the head tied to the token embedding
 // on the other) under 1F1B, interleaved (4 stages on 2 ranks, blocks checkpointed) and with 2

@@ -109,6 +109,7 @@ Factory gpt(int64_t layers, int64_t heads, int64_t dim, int64_t context) {
     GptOptions v = o;
     v.vocab_size = config.num_classes;
     if (config.layers > 0) v.n_layer = config.layers;
+    v.bias = config.bias;
     return v;
   };
   Factory f{

@@ -23,6 +23,9 @@ struct ModelConfig {
   // A language model built with this many blocks instead of its own (0: its own): `ddpx plan`
   // probes a shallow copy of a deep model and carries the figures to its depth.
   int64_t layers = 0;
+  // A GPT's biases in its Linears and LayerNorms, as GPT-2's (false: none, nanoGPT's
+  // bias=False). The other families keep their own.
+  bool bias = true;
 };
 
 struct Recommendation {
