@@ -1,6 +1,10 @@
 // Each family's forward() written as layers (see layer_sequence.h).
 #include "models/layer_sequence.h"
 
+#include <cctype>
+#include <string>
+#include <utility>
+
 #include "models/bert.h"
 #include "models/cifar_resnet.h"
 #include "models/densenet.h"
@@ -150,7 +154,29 @@ std::vector<Layer> features_layers(const std::shared_ptr<Impl>& m, Forward head,
   return layers;
 }
 
+// `name` as a prefix and a trailing index ("encoder.layers.encoder_layer_", 3), or index -1.
+std::pair<std::string, long> indexed(const std::string& name) {
+  size_t digits = name.size();
+  while (digits > 0 && std::isdigit(static_cast<unsigned char>(name[digits - 1]))) --digits;
+  if (digits == name.size() || name.size() - digits > 9) return {name, -1};
+  return {name.substr(0, digits), std::stol(name.substr(digits))};
+}
+
+std::vector<std::vector<int64_t>> shapes_of(const std::vector<torch::Tensor>& tensors) {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& t : tensors) out.push_back(t.sizes().vec());
+  return out;
+}
+
 }  // namespace
+
+bool repeats(const Layer& a, const Layer& b) {
+  const auto [prefix_a, index_a] = indexed(a.name);
+  const auto [prefix_b, index_b] = indexed(b.name);
+  return index_a >= 0 && prefix_a == prefix_b && index_b == index_a + 1 && !a.parameters.empty() &&
+         shapes_of(a.parameters) == shapes_of(b.parameters) &&
+         shapes_of(a.buffers) == shapes_of(b.buffers);
+}
 
 std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& model) {
   const std::shared_ptr<torch::nn::Module> module = model.ptr();

@@ -38,4 +38,10 @@ std::optional<std::vector<Layer>> layer_sequence(const torch::nn::AnyModule& mod
 // One layer per child of `sequential`, named by the child's name.
 std::vector<Layer> layer_sequence(const torch::nn::Sequential& sequential);
 
+// Whether `b` is another copy of the layer `a` just before it: the next index of the same name
+// ("transformer.h.3" after "transformer.h.2"), with parameters, all of the same shapes, and
+// buffers of the same shapes. A transformer's blocks are; a ResNet's are within a stage. Given
+// the same input, such a copy holds the same bytes (`ddpx plan` probes a run of them twice).
+bool repeats(const Layer& a, const Layer& b);
+
 }  // namespace ddpx::models

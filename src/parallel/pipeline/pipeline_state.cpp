@@ -176,7 +176,6 @@ void PipelinePlan::write_part(torch::serialize::OutputArchive& part) {
 }
 
 void PipelinePlan::write_index(torch::serialize::OutputArchive& index) {
-  const int p = options_.stages;
   const int world = context_.world_size();
   // The same test every rank's sharded() makes (a rank whose stages have no parameters builds
   // no units, but holds none of the rows either).

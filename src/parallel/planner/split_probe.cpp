@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <functional>
 #include <mutex>
@@ -71,33 +70,9 @@ ByteCounter process_counter(CpuTensorBytes& bytes) {
 
 using LossFn = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
 
-// `name` as a prefix and a trailing index ("encoder.layers.encoder_layer_", 3), or index -1.
-std::pair<std::string, long> indexed(const std::string& name) {
-  size_t digits = name.size();
-  while (digits > 0 && std::isdigit(static_cast<unsigned char>(name[digits - 1]))) --digits;
-  if (digits == name.size() || name.size() - digits > 9) return {name, -1};
-  return {name.substr(0, digits), std::stol(name.substr(digits))};
-}
-
-std::vector<std::vector<int64_t>> shapes_of(const std::vector<torch::Tensor>& tensors) {
-  std::vector<std::vector<int64_t>> out;
-  for (const auto& t : tensors) out.push_back(t.sizes().vec());
-  return out;
-}
-
-// Whether `b` is another copy of the layer `a` just before it: the next index of the same name
-// ("transformer.h.3" after "transformer.h.2"), with parameters, all of the same shapes, and
-// buffers of the same shapes. A transformer's blocks are; a ResNet's are within a stage.
-bool repeats(const models::Layer& a, const models::Layer& b) {
-  const auto [prefix_a, index_a] = indexed(a.name);
-  const auto [prefix_b, index_b] = indexed(b.name);
-  return index_a >= 0 && prefix_a == prefix_b && index_b == index_a + 1 && !a.parameters.empty() &&
-         shapes_of(a.parameters) == shapes_of(b.parameters) &&
-         shapes_of(a.buffers) == shapes_of(b.buffers);
-}
-
 // Every layer at `batch`, one after the other, each on the previous one's output (detached).
-// A layer that repeats the one before it (repeats()), when that one gave back its input's shape,
+// A layer that repeats the one before it (models::repeats()), when that one gave back its input's
+// shape,
 // sees the same input and holds the same bytes: from the third copy in a run on, its figures are
 // the previous layer's, not probed, and the previous output goes on to the next layer. (The
 // first copy's figures also hold what a split layer's first call allocates: copied from it,
@@ -117,7 +92,8 @@ std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
   bool kept_shape = false;  // the previous layer's output is its input's shape
   for (size_t l = 0; l < layers.size(); ++l) {
     if (l > 1 && l + 1 < layers.size() && kept_shape && recomputed[l] == recomputed[l - 1] &&
-        repeats(layers[l - 2], layers[l - 1]) && repeats(layers[l - 1], layers[l])) {
+        models::repeats(layers[l - 2], layers[l - 1]) &&
+        models::repeats(layers[l - 1], layers[l])) {
       points[l] = points[l - 1];
       continue;
     }
