@@ -33,6 +33,7 @@ MemoryBenchResult run_memory_bench(const MemoryBenchOptions& o) {
   models::ModelConfig config;
   config.num_classes = o.num_classes;
   config.image_size = r.image_size;
+  config.bias = o.bias;
   r.baseline_mib = proc_status_mib("VmRSS");
 
   Stopwatch build;

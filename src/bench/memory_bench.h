@@ -15,7 +15,8 @@ struct MemoryBenchOptions {
   int64_t image_size = 0;  // 0: the model's default (registry) size
   int64_t batch_size = 2;
   int64_t num_classes = 1000;
-  int threads = 0;  // 0: default_threads() (distributed/threads.h)
+  int threads = 0;   // 0: default_threads() (distributed/threads.h)
+  bool bias = true;  // a GPT's biases (--no_bias: none)
 };
 
 struct MemoryBenchResult {

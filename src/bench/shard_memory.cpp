@@ -138,6 +138,7 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   models::ModelConfig config;
   config.num_classes = o.num_classes;
   config.image_size = o.image_size > 0 ? o.image_size : info.default_image_size;
+  config.bias = o.bias;
   // A language model: windows of `tokens` token ids over its vocabulary.
   const bool language = models::is_language_model(info);
   const int64_t tokens = !language ? 0 : o.seq_len > 0 ? o.seq_len : info.default_image_size;
@@ -327,9 +328,9 @@ void run_shard_memory(const ShardMemoryOptions& o) {
   if (context->rank() != 0) return;
   if (!o.json) {
     fmt::print(
-        "# ddpx bench memory {}: {} ({:.2f} M parameters), {}, batch {} "
+        "# ddpx bench memory {}: {} ({:.2f} M parameters{}), {}, batch {} "
         "per rank, {}, {} ranks\n",
-        plan_flag(o), o.model, psi / 1e6,
+        plan_flag(o), o.model, psi / 1e6, o.bias ? "" : ", no biases",
         language ? fmt::format("{} tokens a sequence", tokens)
                  : fmt::format("{}x{} input", config.image_size, config.image_size),
         o.batch_size, o.adamw ? "AdamW (K = 8)" : "SGD with momentum (K = 4)", n);

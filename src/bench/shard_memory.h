@@ -39,6 +39,7 @@ struct ShardMemoryOptions {
   int64_t num_classes = 1000;
   int64_t seq_len = 0;     // a language model's window (0: its context)
   int64_t vocab_size = 0;  // a language model's vocabulary (0: its tokenizer's)
+  bool bias = true;        // a GPT's biases (--no_bias: none)
   std::string activation_checkpointing = "none";
   int threads = 0;
   parallel::ShardMode shard = parallel::ShardMode::kNone;

@@ -13,6 +13,7 @@
 #include "cli/model_data_flags.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
+#include "models/zoo/registry.h"
 
 namespace ddpx::cli {
 
@@ -203,6 +204,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       memory, *memory_parallel,
       kShardFlag | kMeshSizeFlags | kPipelineFlags | kSequenceParallelFlag | kCheckpointingFlag);
   add_token_flags(memory, shard->seq_len, shard->vocab_size);
+  add_bias_flag(memory, m->bias);
   auto optimizer = std::make_shared<std::string>("sgd");
   memory->add_option("--optimizer", *optimizer, "with --shard: sgd (momentum) | adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
@@ -215,7 +217,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     // or the stages), and each other (the 3-D mesh: a pipeline of tensor-parallel stages).
     DDPX_CHECK(shard->pipeline_parallel >= 1 && shard->tensor_parallel >= 1, ErrorKind::kUsage,
                "bench memory: --pipeline_parallel and --tensor_parallel must be at least 1");
-    if (memory->count("--shard") == 0 && memory->count("--pipeline_parallel") == 0 &&
+    // A language model steps on token windows: the layouts' path, as DDP (--shard none) on its
+    // own (the image step below feeds images).
+    const bool language = models::is_language_model(models::find_model(m->model));
+    if (!language && memory->count("--shard") == 0 && memory->count("--pipeline_parallel") == 0 &&
         memory->count("--tensor_parallel") == 0) {
       DDPX_CHECK(!shard->json && memory->count("--optimizer") == 0, ErrorKind::kUsage,
                  "bench memory: --json and --optimizer go with --shard (e.g. `ddpx run 2 -- bench "
@@ -227,6 +232,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       shard->batch_size = m->batch_size;
       shard->num_classes = m->num_classes;
       shard->threads = m->threads;
+      shard->bias = m->bias;
       shard->adamw = *optimizer == "adamw";
       bench::run_shard_memory(*shard);
     }

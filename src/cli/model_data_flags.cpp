@@ -3,6 +3,7 @@
 #include <map>
 
 #include "cli/choices.h"
+#include "cli/help_format.h"
 #include "core/error.h"
 #include "models/zoo/registry.h"
 #include "train/options.h"
@@ -95,6 +96,12 @@ void add_token_flags(CLI::App* cmd, int64_t& seq_len, int64_t& vocab_size) {
                   "a language model's vocabulary (0: train: the largest token in --dataset "
                   "tokens' files + 1; plan, bench memory: the model's tokenizer's, GPT-2's 50257 "
                   "or BERT's 30522)");
+}
+
+void add_bias_flag(CLI::App* cmd, bool& bias) {
+  add_switch(cmd, "bias", bias,
+             "a GPT's biases in its Linears and LayerNorms, as GPT-2's (--no_bias: none, "
+             "nanoGPT's bias=False; export --format hf needs them)");
 }
 
 }  // namespace ddpx::cli

@@ -41,6 +41,7 @@ struct PlanOptions {
   int64_t num_classes = 1000;
   int64_t seq_len = 0;     // a language model's; 0: its context
   int64_t vocab_size = 0;  // a language model's; 0: its tokenizer's
+  bool bias = true;        // a GPT's biases (--no_bias: none)
   optim::Amp amp = optim::Amp::kOff;
   train::Optimizer optimizer = train::Optimizer::kSgd;
   bool optimizer_given = false;  // else a language model's recommended one (AdamW)
@@ -104,6 +105,8 @@ void run_plan(PlanOptions o) {
   models::ModelConfig config;
   config.num_classes = o.num_classes;
   config.image_size = o.image_size > 0 ? o.image_size : info.default_image_size;
+  models::check_bias(info, o.bias);
+  config.bias = o.bias;
   // A language model: token windows of --seq_len over its vocabulary, probed as copies of one
   // and two of its blocks at up to kProbeTokens tokens and carried to the model (depth_scale.h).
   parallel::DepthScale scale;
@@ -239,10 +242,11 @@ void run_plan(PlanOptions o) {
                                               scale.tokens, config.num_classes)
                                 : fmt::format("{}x{} input", config.image_size, config.image_size);
   fmt::print(
-      "# ddpx plan: {} ({:.2f} M parameters), {}, batch {} per GPU, {} GPUs of {:.1f} "
+      "# ddpx plan: {} ({:.2f} M parameters{}), {}, batch {} per GPU, {} GPUs of {:.1f} "
       "GiB ({:.1f} GiB usable after --reserve {}), {} (K = {:.0f} bytes a parameter), amp {}\n",
-      o.model, m.parameters / 1e6, input, o.batch_size, o.gpus, gib(request.gpu_memory),
-      gib(plan.usable), o.reserve, train::name(optimizer), request.optimizer_bytes_per_param,
+      o.model, m.parameters / 1e6, o.bias ? "" : ", no biases", input, o.batch_size, o.gpus,
+      gib(request.gpu_memory), gib(plan.usable), o.reserve, train::name(optimizer),
+      request.optimizer_bytes_per_param,
       o.amp == optim::Amp::kAuto
           ? "auto (planned as bf16: a GPU of compute capability 8.0 or newer takes it; fp32, "
             "more activation memory, on older ones)"
@@ -327,6 +331,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--image_size", o->image_size, "input height = width (0: the model's own)");
   cmd->add_option("--num_classes", o->num_classes, "classifier outputs");
   add_token_flags(cmd, o->seq_len, o->vocab_size);
+  add_bias_flag(cmd, o->bias);
   add_choice(cmd, "--amp", o->amp, optim::kAmpNames,
              "off | bf16 | fp16 (probed as bf16) | auto (bf16 where the GPU computes it: planned "
              "as bf16)");

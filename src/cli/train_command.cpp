@@ -55,9 +55,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   md->synthetic_image = o->synthetic_image;
   md->synthetic_classes = o->synthetic_classes;
   add_model_data_flags(cmd, *md);
-  add_switch(cmd, "bias", o->bias,
-             "a GPT's biases in its Linears and LayerNorms, as GPT-2's (--no_bias: none, "
-             "nanoGPT's bias=False; export --format hf needs them)");
+  add_bias_flag(cmd, o->bias);
   cmd->add_option("--pretrained", o->pretrained,
                   "start from a state_dict saved in Python (torch.save(model.state_dict(), PATH))");
   add_choice(cmd, "--normalize", o->normalize, data::kNormalizeNames,

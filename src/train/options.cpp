@@ -155,10 +155,7 @@ int pipeline_stages_per_rank(const TrainOptions& o) {
 
 void validate(const TrainOptions& o) {
   auto usage = ErrorKind::kUsage;
-  DDPX_CHECK(o.bias || models::find_model(o.model).family == "gpt", usage,
-             "--no_bias: {} keeps its own biases; only the GPT family (gpt-nano, gpt2, ...) "
-             "trains without them: drop --no_bias",
-             o.model);
+  models::check_bias(models::find_model(o.model), o.bias);
   DDPX_CHECK(o.batch_size > 0, usage, "--batch_size must be positive, got {}", o.batch_size);
   DDPX_CHECK(o.eval_batch_size > 0, usage, "--eval_batch_size must be positive, got {}",
              o.eval_batch_size);

@@ -557,5 +557,56 @@ TEST(PlanCliTest, Gpt2XlOnEightGpusGetsALayoutThatFitsAndItsFlagsParseInTrain) {
   EXPECT_EQ(train.exit_code, 0) << flags << "\n" << train.output;
 }
 
+// --no_bias reaches the model that plan probes and that bench memory steps, as train builds it:
+// gpt-nano (4 blocks of width C = 128) loses 11 C a block (ln_1's and ln_2's, c_attn's 3 C, the
+// attention's and the MLP's c_proj's C each, c_fc's 4 C) and ln_f's C, 5,760 fp32 parameters;
+// a model outside the GPT family is refused naming the flag. bench memory steps a language model
+// on token windows without a layout flag too.
+TEST(PlanCliTest, NoBiasPlansAndMeasuresAGptWithoutItsBiases) {
+  const double biases = (4 * 11 * 128 + 128) * 4.0;
+  std::map<bool, double> planned, measured;
+  for (bool bias : {true, false}) {
+    const std::string flag = bias ? "" : " --no_bias";
+    auto plan = run_command(test::ddpx_command("plan --model gpt-nano --gpus 2 --seq_len 32 "
+                                               "--batch_size 4 --gpu_memory 2G --shard_only "
+                                               "--json" +
+                                               flag),
+                            120);
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    const auto params = by_shard(plan.output, "param_bytes");
+    ASSERT_EQ(params.count("none"), 1u) << plan.output;
+    planned[bias] = params.at("none")[0];
+    test::TempDir dir;
+    auto bench = run_command(
+        test::ddpx_command("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
+                           " -- bench memory --model gpt-nano --seq_len 32 --batch_size 2 "
+                           "--shard none --json" +
+                           flag),
+        120);
+    ASSERT_EQ(bench.exit_code, 0) << bench.output;
+    const auto held = by_shard(bench.output, "param_bytes");
+    ASSERT_EQ(held.count("none"), 1u) << bench.output;
+    measured[bias] = held.at("none")[0];
+  }
+  EXPECT_DOUBLE_EQ(planned[true] - planned[false], biases);
+  EXPECT_DOUBLE_EQ(measured[true] - measured[false], biases);
+  EXPECT_DOUBLE_EQ(planned[false], measured[false]) << "the plan's parameters are bench memory's";
+
+  // A language model alone, with no layout flag, steps on token windows (it was fed images).
+  auto alone = run_command(test::ddpx_command("bench memory --model gpt-nano --seq_len 32 "
+                                              "--batch_size 2 --no_bias"),
+                           120);
+  EXPECT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_TRUE(test::has(alone.output,
+                        "gpt-nano (7.23 M parameters, no biases), 32 tokens a "
+                        "sequence, batch 2 per rank"))
+      << alone.output;
+
+  auto refused = run_command(test::ddpx_command("plan --model resnet18 --gpus 2 --no_bias"), 60);
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_TRUE(test::has(refused.output, "--no_bias: resnet18 keeps its own biases"))
+      << refused.output;
+}
+
 }  // namespace
 }  // namespace ddpx

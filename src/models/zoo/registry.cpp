@@ -56,9 +56,17 @@ void validate_config(const ModelConfig& config) {
              "image_size is {}; expected a positive input height/width", config.image_size);
 }
 
+void check_bias(const ModelInfo& info, bool bias) {
+  DDPX_CHECK(bias || info.family == "gpt", ErrorKind::kUsage,
+             "--no_bias: {} keeps its own biases; only the GPT family (gpt-nano, gpt2, ...) "
+             "trains without them: drop --no_bias",
+             info.name);
+}
+
 torch::nn::AnyModule create_model(const std::string& name, const ModelConfig& config) {
   const ModelInfo& info = find_model(name);
   validate_config(config);
+  check_bias(info, config.bias);
   DDPX_CHECK(config.stem == Stem::kImagenet || info.has_cifar_stem, ErrorKind::kUsage,
              "{} has no '{}' stem; --stem applies to the resnet family only", name,
              models::name(config.stem));

@@ -77,5 +77,8 @@ int64_t fit_image_size(const ModelInfo& info, int64_t size);
 std::string image_size_rule(const ModelInfo& info);
 // Throws ddpx::Error(kUsage) when a field is out of range (num_classes < 1, image_size < 1).
 void validate_config(const ModelConfig& config);
+// Throws ddpx::Error(kUsage) naming --no_bias when `bias` is false for a model outside the GPT
+// family (the others keep their own biases); create_model() checks it too.
+void check_bias(const ModelInfo& info, bool bias);
 
 }  // namespace ddpx::models

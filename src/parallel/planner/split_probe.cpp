@@ -72,12 +72,11 @@ using LossFn = std::function<torch::Tensor(const torch::Tensor&, const torch::Te
 
 // Every layer at `batch`, one after the other, each on the previous one's output (detached).
 // A layer that repeats the one before it (models::repeats()), when that one gave back its input's
-// shape,
-// sees the same input and holds the same bytes: from the third copy in a run on, its figures are
-// the previous layer's, not probed, and the previous output goes on to the next layer. (The
-// first copy's figures also hold what a split layer's first call allocates: copied from it,
-// ViT-B/16's pipelines of tensor-parallel stages came out 18% higher.) ViT-B/16's plan on 8 GPUs
-// took 47 s of a 2-core CPU with ten of its twelve blocks copied, 72 s probing each.
+// shape, sees the same input and holds the same bytes: from the third copy in a run on, its
+// figures are the previous layer's, not probed, and the previous output goes on to the next
+// layer. (The first copy's figures also hold what a split layer's first call allocates: copied
+// from it, ViT-B/16's pipelines of tensor-parallel stages came out 18% higher.) ViT-B/16's plan on
+// 8 GPUs took 47 s of a 2-core CPU with ten of its twelve blocks copied, 72 s probing each.
 // `seeded`: the inputs drawn from seed 0 (not on thread ranks, which share the generator).
 // `loss`: the last layer's output to the loss (a vocabulary-parallel split's own).
 std::vector<LayerPoint> probe_layers(const std::vector<models::Layer>& layers,
