@@ -564,29 +564,26 @@ TEST(PlanCliTest, Gpt2XlOnEightGpusGetsALayoutThatFitsAndItsFlagsParseInTrain) {
 // on token windows without a layout flag too.
 TEST(PlanCliTest, NoBiasPlansAndMeasuresAGptWithoutItsBiases) {
   const double biases = (4 * 11 * 128 + 128) * 4.0;
+  // The DDP row's parameter bytes (rank 0's) of a command's JSON lines.
+  const auto ddp_params = [](const std::string& command) {
+    auto r = run_command(test::ddpx_command(command), 120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto params = by_shard(r.output, "param_bytes");
+    EXPECT_EQ(params.count("none"), 1u) << r.output;
+    return params.count("none") ? params.at("none")[0] : -1.0;
+  };
   std::map<bool, double> planned, measured;
   for (bool bias : {true, false}) {
     const std::string flag = bias ? "" : " --no_bias";
-    auto plan = run_command(test::ddpx_command("plan --model gpt-nano --gpus 2 --seq_len 32 "
-                                               "--batch_size 4 --gpu_memory 2G --shard_only "
-                                               "--json" +
-                                               flag),
-                            120);
-    ASSERT_EQ(plan.exit_code, 0) << plan.output;
-    const auto params = by_shard(plan.output, "param_bytes");
-    ASSERT_EQ(params.count("none"), 1u) << plan.output;
-    planned[bias] = params.at("none")[0];
+    planned[bias] = ddp_params(
+        "plan --model gpt-nano --gpus 2 --seq_len 32 --batch_size 4 --gpu_memory 2G --shard_only "
+        "--json" +
+        flag);
     test::TempDir dir;
-    auto bench = run_command(
-        test::ddpx_command("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
-                           " -- bench memory --model gpt-nano --seq_len 32 --batch_size 2 "
-                           "--shard none --json" +
-                           flag),
-        120);
-    ASSERT_EQ(bench.exit_code, 0) << bench.output;
-    const auto held = by_shard(bench.output, "param_bytes");
-    ASSERT_EQ(held.count("none"), 1u) << bench.output;
-    measured[bias] = held.at("none")[0];
+    measured[bias] = ddp_params("run 2 --threads_per_worker 1 --log_dir " + dir.path() +
+                                " -- bench memory --model gpt-nano --seq_len 32 --batch_size 2 "
+                                "--shard none --json" +
+                                flag);
   }
   EXPECT_DOUBLE_EQ(planned[true] - planned[false], biases);
   EXPECT_DOUBLE_EQ(measured[true] - measured[false], biases);
