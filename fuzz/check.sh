@@ -6,7 +6,6 @@
 # out-of-memory fails the stage and names the input that caused it.
 #   Usage: fuzz/check.sh [seconds per target=60 [TARGET...]]   (0: build and replay only;
 #          the targets default to every fuzz/fuzz_*.cpp, e.g. `fuzz/check.sh 60 pickle idx`)
-# DDPX_FUZZ_BUILD_ONLY=1 stops after the build (scripts/test builds the targets during ctest).
 # $DDPX_PYTHON names the torch to build against (scripts/test sets it); $DDPX_JOBS the cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +28,6 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 
   { cat "$build.configure.log" >&2; exit 1; }
 ninja -C "$build" -j "$jobs" "${targets[@]/#/fuzz_}"
 built=$(date +%s)
-[ "${DDPX_FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # The image decoders' seeds are crops of real photographs encoded by cjpeg and PIL at this point
 # (fuzz/make_image_seeds.py), into $build/seeds/TARGET, beside fuzz/corpus/TARGET.
