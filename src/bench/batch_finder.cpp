@@ -4,6 +4,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <fmt/format.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
@@ -26,6 +27,17 @@ constexpr double kKneeShare = 0.9;     // CPU: the knee is within 10% of the bes
 constexpr int64_t kBisectGranule = 8;  // GPU: stop bisecting when the gap is this small
 constexpr double kMinSeconds = 1.0;    // timed per size, at least
 
+// A language model's window (0 for an image model) and vocabulary.
+int64_t window(const BatchFinderOptions& o) {
+  const models::ModelInfo& info = models::find_model(o.model);
+  if (!models::is_language_model(info)) return 0;
+  return o.seq_len > 0 ? o.seq_len : info.default_image_size;
+}
+int64_t vocabulary(const BatchFinderOptions& o) {
+  return o.vocab_size > 0 ? o.vocab_size : models::find_model(o.model).vocab_size;
+}
+const char* unit(const BatchFinderOptions& o) { return window(o) > 0 ? "tokens/s" : "images/s"; }
+
 class Trainer {
  public:
   Trainer(const BatchFinderOptions& o, const torch::Device& device) : o_(o), device_(device) {
@@ -33,12 +45,24 @@ class Trainer {
     config.num_classes = o.num_classes;
     config.image_size = o.image_size;
     config.stem = o.stem;
+    config.bias = o.bias;
+    tokens_ = window(o);
+    if (tokens_ > 0) config.num_classes = vocabulary(o);
+    classes_ = config.num_classes;
     model_ = models::create_model(o.model, config);
     parallel::place_model(*model_.ptr(), device, o.channels_last);
     model_.ptr()->train();
-    optimizer_ = std::make_unique<torch::optim::SGD>(model_.ptr()->parameters(),
-                                                     torch::optim::SGDOptions(0.01).momentum(0.9));
+    if (tokens_ > 0) {
+      optimizer_ = std::make_unique<torch::optim::AdamW>(model_.ptr()->parameters(),
+                                                         torch::optim::AdamWOptions(1e-3));
+    } else {
+      optimizer_ = std::make_unique<torch::optim::SGD>(
+          model_.ptr()->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+    }
   }
+
+  // What one sample of a batch counts: an image, or a window's tokens.
+  int64_t per_sample() const { return tokens_ > 0 ? tokens_ : 1; }
 
   BatchTrial trial(int64_t batch) {
     BatchTrial t;
@@ -51,12 +75,19 @@ class Trainer {
     }
     reset_peak();
     try {
-      // x: (B, 3, S, S) random images, labels: (B)
-      auto x = torch::randn({batch, 3, o_.image_size, o_.image_size},
-                            torch::TensorOptions().device(device_));
-      if (o_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-      auto labels = torch::randint(o_.num_classes, {batch},
-                                   torch::TensorOptions().dtype(torch::kLong).device(device_));
+      // x: (B, 3, S, S) random images, labels: (B); a language model's x and labels: (B, T)
+      // random token ids.
+      const auto ids = torch::TensorOptions().dtype(torch::kLong).device(device_);
+      torch::Tensor x, labels;
+      if (tokens_ > 0) {
+        x = torch::randint(classes_, {batch, tokens_}, ids);
+        labels = torch::randint(classes_, {batch, tokens_}, ids);
+      } else {
+        x = torch::randn({batch, 3, o_.image_size, o_.image_size},
+                         torch::TensorOptions().device(device_));
+        if (o_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+        labels = torch::randint(classes_, {batch}, ids);
+      }
       step(x, labels);  // warm-up: allocator, cuDNN algorithm choice
       synchronize();
       // At least `steps` steps and kMinSeconds: small batches take milliseconds a step.
@@ -68,7 +99,8 @@ class Trainer {
         if (steps % o_.steps == 0) synchronize();
       }
       synchronize();
-      t.images_per_sec = static_cast<double>(batch * steps) / std::max(watch.seconds(), 1e-9);
+      t.per_sec =
+          static_cast<double>(batch * steps * per_sample()) / std::max(watch.seconds(), 1e-9);
       t.fits = true;
     } catch (const std::exception& e) {
       if (!dist::is_out_of_memory(e)) throw;
@@ -85,7 +117,10 @@ class Trainer {
     torch::Tensor loss;
     {
       optim::AutocastGuard autocast(o_.amp, device_);
-      loss = torch::nn::functional::cross_entropy(model_.forward(x), labels);
+      // The class dimension last: (B, K) against (B), or a language model's (B, T, V) against
+      // (B, T).
+      loss =
+          torch::nn::functional::cross_entropy(model_.forward(x).flatten(0, -2), labels.flatten());
     }
     loss.backward();
     optimizer_->step();
@@ -110,8 +145,10 @@ class Trainer {
 
   const BatchFinderOptions& o_;
   torch::Device device_;
+  int64_t tokens_ = 0;   // a language model's window; 0 for an image model
+  int64_t classes_ = 0;  // classifier outputs, or a language model's vocabulary
   torch::nn::AnyModule model_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 }  // namespace
@@ -185,37 +222,40 @@ BatchFinderResult find_batch_size(const BatchFinderOptions& o) {
   }
   double best = 0;
   for (const auto& t : r.trials)
-    if (t.fits) best = std::max(best, t.images_per_sec);
+    if (t.fits) best = std::max(best, t.per_sec);
   for (const auto& t : r.trials) {
-    if (t.fits && t.images_per_sec >= kKneeShare * best) {
+    if (t.fits && t.per_sec >= kKneeShare * best) {
       r.recommended = t.batch;
       break;
     }
   }
   r.reason = fmt::format(
-      "the knee: the smallest batch within {:.0f}% of the best images/s ({:.1f}); larger ones "
+      "the knee: the smallest batch within {:.0f}% of the best {} ({:.1f}); larger ones "
       "cost memory and updates per epoch, not speed",
-      100 * (1 - kKneeShare), best);
+      100 * (1 - kKneeShare), unit(o), best);
   return r;
 }
 
 void print_batch_finder(const BatchFinderOptions& o, const BatchFinderResult& r) {
+  const int64_t tokens = window(o);
+  const std::string input = tokens > 0 ? fmt::format("tokens {} vocabulary {} (AdamW{})", tokens,
+                                                     vocabulary(o), o.bias ? "" : ", no biases")
+                                       : fmt::format("image {}x{}", o.image_size, o.image_size);
   log::out(
-      "# tune batch_size: model {}{} image {}x{} amp {} on {}, at least {} timed steps "
-      "and 1 s per size",
+      "# tune batch_size: model {}{} {} amp {} on {}, at least {} timed steps and 1 s per size",
       o.model,
       models::find_model(o.model).has_cifar_stem ? std::string(" stem ") + models::name(o.stem)
                                                  : std::string(),
-      o.image_size, o.image_size, r.amp, r.device, o.steps);
+      input, r.amp, r.device, o.steps);
   log::out("# memory limit {:.1f} GiB ({})", r.memory_limit_gib,
            r.device == "cpu" ? "CPU budget: --memory_budget_gib, default half of MemAvailable"
                              : fmt::format("GPU memory, {:.0f}% kept free", 100 * o.margin));
-  log::out("# {:>8} {:>12} {:>10}  {}", "batch", "images/s", "peak GiB", "status");
+  log::out("# {:>8} {:>12} {:>10}  {}", "batch", unit(o), "peak GiB", "status");
   for (const auto& t : r.trials) {
     const char* status = !t.fits ? (r.device == "cpu" ? "over the budget" : "out of memory")
                          : t.batch == r.recommended ? "recommended"
                                                     : "ok";
-    log::out("  {:>8} {:>12.1f} {:>10.2f}  {}", t.batch, t.images_per_sec, t.peak_gib, status);
+    log::out("  {:>8} {:>12.1f} {:>10.2f}  {}", t.batch, t.per_sec, t.peak_gib, status);
   }
   if (r.recommended == 0) {
     log::out("no recommendation: {}", r.reason);

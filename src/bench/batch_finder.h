@@ -1,6 +1,8 @@
 // `ddpx tune batch_size`: which batch per device to train with. It runs a few training steps
 // (forward, cross-entropy, backward, SGD with momentum) of the model on random images at growing
-// batch sizes and measures images/s and peak memory at each.
+// batch sizes and measures images/s and peak memory at each; a language model's steps are on
+// windows of random token ids, with AdamW (its recommendation, as `ddpx plan` assumes), in
+// tokens/s.
 //   On a GPU: doubles the batch until CUDA runs out of memory (caught, the cache emptied), then
 //   bisects between the last size that fitted and the first that did not; the recommendation is
 //   the largest size whose peak stays under (1 - margin) of the GPU's memory.
@@ -34,12 +36,17 @@ struct BatchFinderOptions {
   dist::DeviceChoice device = dist::DeviceChoice::kAuto;
   optim::Amp amp = optim::Amp::kOff;
   bool channels_last = false;
+  // A language model (GPT, BERT): windows of `seq_len` random token ids (0: its context) over
+  // `vocab_size` tokens (0: its tokenizer's), AdamW as its recommendation; `bias`: a GPT's.
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
+  bool bias = true;
 };
 
 struct BatchTrial {
   int64_t batch = 0;
-  bool fits = false;  // ran, with the peak under the limit (less the margin on a GPU)
-  double images_per_sec = 0;
+  bool fits = false;    // ran, with the peak under the limit (less the margin on a GPU)
+  double per_sec = 0;   // images/s, or a language model's tokens/s
   double peak_gib = 0;  // GPU: allocator peak; CPU: process peak resident memory
 };
 

@@ -117,6 +117,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o) {
   config.num_classes = splits.train.num_classes;
   config.image_size = o.image_size;
   config.stem = o.stem;
+  config.bias = o.bias;
   auto model = models::create_model(o.model, config);
   // FLOPs of one image's forward, counted on the CPU before the model moves.
   const double forward_flops =

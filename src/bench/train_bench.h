@@ -56,6 +56,7 @@ struct TrainBenchOptions {
   int64_t num_classes = 10;  // synthetic only; datasets bring their own
   int64_t seq_len = 0;       // --dataset tokens: the window (0: the model's context)
   int64_t vocab_size = 0;    // --dataset tokens: 0: the largest token + 1
+  bool bias = true;          // a GPT's biases (--no_bias: none)
   int64_t batch_size = 64;   // per rank
   int64_t steps = 30;        // measured steps (half synced, half no_sync when distributed)
   int64_t warmup = 5;

@@ -42,6 +42,7 @@ train::TrainOptions trainer_options(const TrainBenchOptions& b, int64_t steps_in
   o.image_size = b.data == data::DatasetId::kSynthetic || language ? 0 : b.image_size;
   o.seq_len = b.seq_len;
   o.vocab_size = b.vocab_size;
+  o.bias = b.bias;
   o.synthetic_image = b.image_size;
   o.synthetic_classes = b.num_classes;
   o.synthetic_size = b.batch_size * dist::detect_world().world_size * (steps_in_run + 1);
@@ -155,6 +156,7 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
   config.num_classes = b.num_classes;
   config.image_size = b.image_size;
   config.stem = b.stem;
+  config.bias = b.bias;
   auto model = models::create_model(b.model, config);
   // A GPT's by nanoGPT's and llm.c's formula (a third of training's 6N + 12·L·C·T a token): the
   // counter sees no multiplies inside a fused attention kernel.
@@ -182,7 +184,8 @@ TrainBenchResult run_train_loop_bench(const TrainBenchOptions& b) {
       "{}, loop: ddpx train's (train/trainer.cpp), {} steps timed after {}",
       b.model,
       language
-          ? fmt::format("({} tokens a window, vocabulary {})", seq_len, b.num_classes)
+          ? fmt::format("({} tokens a window, vocabulary {}{})", seq_len, b.num_classes,
+                        b.bias ? "" : ", no biases")
           : fmt::format("({} stem), {}x{} input", models::name(b.stem), b.image_size, b.image_size),
       b.batch_size, world_size, backend, data::name(b.data), b.steps, first);
   log::out("{}/s (all ranks): {:.1f} | sync: {} | loader: {} worker thread(s) per rank", unit,

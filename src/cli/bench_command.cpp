@@ -118,6 +118,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   add_choice(train, "--amp", t->amp, optim::kAmpNames,
              "off | bf16 | fp16 | auto (autocast, as ddpx train)");
   train->add_flag("--channels_last", t->channels_last, "NHWC weights and images");
+  add_bias_flag(train, t->bias);
   // ddpx train's parallelism (--loop trainer)
   auto train_parallel = std::make_shared<ParallelOptions>();
   add_parallel_flags(train, *train_parallel, kAllParallelFlags);

@@ -92,10 +92,11 @@ void add_token_flags(CLI::App* cmd, int64_t& seq_len, int64_t& vocab_size) {
   cmd->add_option("--seq_len", seq_len,
                   "a language model's window: the tokens a sequence feeds the model (0: the "
                   "model's context)");
-  cmd->add_option("--vocab_size", vocab_size,
-                  "a language model's vocabulary (0: train: the largest token in --dataset "
-                  "tokens' files + 1; plan, bench memory: the model's tokenizer's, GPT-2's 50257 "
-                  "or BERT's 30522)");
+  cmd->add_option(
+      "--vocab_size", vocab_size,
+      "a language model's vocabulary (0: train: the largest token in --dataset "
+      "tokens' files + 1; plan, bench memory, tune: the model's tokenizer's, GPT-2's 50257 "
+      "or BERT's 30522)");
 }
 
 void add_bias_flag(CLI::App* cmd, bool& bias) {

@@ -40,7 +40,7 @@ struct ModelDataOptions {
 // window and vocabulary), added by add_model_data_flags() and add_token_flags() alike.
 void add_token_flags(CLI::App* cmd, int64_t& seq_len, int64_t& vocab_size);
 
-// --bias / --no_bias: a GPT's biases (train, plan and bench memory alike).
+// --bias / --no_bias: a GPT's biases (train, plan, bench train, bench memory and tune alike).
 void add_bias_flag(CLI::App* cmd, bool& bias);
 
 // Adds --model, --stem, --dataset, --data_dir, --data_url, --val_url, --val_dir, --val_split,

@@ -17,7 +17,8 @@ void add_tune_command(CLI::App& app, int& exit_code) {
       "knee of images/s on a CPU");
   batch->option_defaults()->always_capture_default();
   auto b = std::make_shared<bench::BatchFinderOptions>();
-  // The model and data flags of `ddpx train`: the images are random, in the dataset's shape.
+  // The model and data flags of `ddpx train`: the images are random, in the dataset's shape (a
+  // language model's token ids: windows of --seq_len over --vocab_size).
   auto md = std::make_shared<ModelDataOptions>();
   md->dataset = data::DatasetId::kSynthetic;
   md->synthetic_image = b->image_size;
@@ -38,10 +39,13 @@ void add_tune_command(CLI::App& app, int& exit_code) {
   add_choice(batch, "--amp", b->amp, optim::kAmpNames,
              "off | bf16 | fp16 | auto (bf16 where the device computes it natively, else off)");
   batch->add_flag("--channels_last", b->channels_last, "NHWC weights and images");
+  add_bias_flag(batch, b->bias);
   batch->callback([b, md, &exit_code] {
     b->model = md->model;
     b->stem = md->stem;
     b->image_size = md->input_size();
+    b->seq_len = md->seq_len;
+    b->vocab_size = md->vocab_size;
     b->num_classes = data::dataset_shape(md->dataset_spec()).num_classes;
     bench::print_batch_finder(*b, bench::find_batch_size(*b));
     exit_code = 0;

@@ -215,6 +215,23 @@ TEST(BenchSmokeTest, TrainTimesAGptOnTokenWindowsWithAdamw) {
   EXPECT_NE(json.output.find("\"tokens_per_sec\""), std::string::npos) << json.output;
   EXPECT_NE(json.output.find("\"seq_len\":16"), std::string::npos) << json.output;
 
+  // --no_bias times the GPT `ddpx train --no_bias` trains (nanoGPT's bias=False): its header says
+  // so and the FLOPs a token lose the biases' 6 a parameter.
+  auto no_bias =
+      run_command(ddpx("bench train --model gpt-nano --dataset tokens --data_dir " + dir.path() +
+                       " --seq_len 16 --batch_size 2 --steps 2 --warmup 1 --threads 1 --no_bias"),
+                  120);
+  ASSERT_EQ(no_bias.exit_code, 0) << no_bias.output;
+  EXPECT_NE(no_bias.output.find("vocabulary " + std::to_string(gpt.vocab_size) + ", no biases)"),
+            std::string::npos)
+      << no_bias.output;
+  gpt.bias = false;
+  ASSERT_TRUE(
+      std::regex_search(no_bias.output, m, std::regex("model: ([0-9.]+) MFLOP forward per token")))
+      << no_bias.output;
+  EXPECT_NEAR(std::stod(m[1]), models::gpt_training_flops_per_token(gpt, 16) / 3 / 1e6, 1e-3)
+      << no_bias.output;
+
   for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
            {"--model gpt-nano", "add --dataset tokens"},
            {"--model gpt-nano --dataset tokens --data_dir " + dir.path() + " --loop phases",

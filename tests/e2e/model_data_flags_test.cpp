@@ -27,6 +27,32 @@ TEST(ModelDataFlagsTest, TuneTakesTheDatasetsShape) {
   EXPECT_TRUE(has(r.output, "recommendation: --batch_size")) << r.output;
 }
 
+// A language model is tuned on windows of --seq_len random token ids over --vocab_size (the
+// model's tokenizer's by default) with AdamW, in tokens/s; --no_bias tunes the GPT without its
+// biases; a window longer than the model's context is refused in one line.
+TEST(ModelDataFlagsTest, TuneStepsALanguageModelOnTokenWindows) {
+  const std::string gpt =
+      "tune batch_size --model gpt-nano --start_batch 2 --max_batch 4 --steps 1 --threads 2";
+  auto r = run_command(ddpx_command(gpt + " --seq_len 32 --vocab_size 65 --no_bias"), 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "model gpt-nano tokens 32 vocabulary 65 (AdamW, no biases)"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "tokens/s")) << r.output;
+  EXPECT_TRUE(has(r.output, "recommendation: --batch_size")) << r.output;
+
+  auto bert = run_command(ddpx_command("tune batch_size --model bert-nano --seq_len 16 "
+                                       "--start_batch 2 --max_batch 2 --steps 1 --threads 2"),
+                          300);
+  ASSERT_EQ(bert.exit_code, 0) << bert.output;
+  EXPECT_TRUE(has(bert.output, "model bert-nano tokens 16 vocabulary 30522 (AdamW)"))
+      << bert.output;
+
+  auto long_window = run_command(ddpx_command(gpt + " --seq_len 4096"), 60);
+  EXPECT_NE(long_window.exit_code, 0) << long_window.output;
+  EXPECT_TRUE(has(long_window.output, "longer than the model's context of 64 positions"))
+      << long_window.output;
+}
+
 // The same model and data flags, typed after each verb, run and set the input the command uses;
 // `--amp auto` decides the same after each verb (bf16 on this CPU if it has native bf16, else
 // fp32), and each says what it chose and why.
