@@ -6,8 +6,10 @@
 #   3. Start-up: process start to the first training step.
 # Usage: bench/compare_train.sh [steps]   (BUILD=build by default; STEPS=30)
 #   BATCH=64 images per worker and step (CPU parts).
-#   ROUNDS=N repeats part 1 N times, one after the other, and prints every round's ratios and
-#   their median: on a shared VM one run can be off by several percent. WARMUP=5 untimed steps.
+#   ROUNDS=N repeats part 1 N times, ddpx's runs and then PyTorch's in each round, so a loaded
+#   machine's drift falls on both, and prints every round's figures, then the median over the
+#   rounds of each side's efficiency and of ddpx DDP / pytorch DDP, with their spread (min, max):
+#   on a shared VM one run can be off by several percent. WARMUP=5 untimed steps.
 #   DEVICE=cuda runs the GPU comparison instead (ResNet-50/101 at 224x224 and ResNet-18 with the
 #   CIFAR stem at 32x32, batch 256, bf16, channels_last), beside PyTorch eager on the same GPU.
 # Like with like: ddpx's images/s are those of `bench train --loop trainer`, ddpx train's own
@@ -71,24 +73,26 @@ done
 # The step split (a diagnosis, three syncs a step on a GPU): ddpx's phases loop, once.
 "$ddpx" run 2 --threads_per_worker 1 --tee none -- bench train --loop phases $common --json "$out/ddpx_phases" >/dev/null
 $py - "$out" "${ROUNDS:-1}" <<'PY'
-import json, sys, os
+import json, statistics, sys, os
 d, rounds = sys.argv[1], int(sys.argv[2])
 def ips(name): return json.loads(open(os.path.join(d, name)).readline())["images_per_sec"]
-ratios = []
+ratios = []; ddp_ratios = []
 for k in range(1, rounds + 1):
     ddpx_solo = ips(f"ddpx_solo0.{k}") + ips(f"ddpx_solo1.{k}"); ddpx_ddp = ips(f"ddpx_ddp.{k}")
     pt_solo = ips(f"pt_solo0.{k}") + ips(f"pt_solo1.{k}"); pt_ddp = ips(f"pt_ddp.{k}")
-    ratios.append((ddpx_ddp / ddpx_solo, pt_ddp / pt_solo))
+    ratios.append((ddpx_ddp / ddpx_solo, pt_ddp / pt_solo)); ddp_ratios.append(ddpx_ddp / pt_ddp)
     tag = f"round {k}: " if rounds > 1 else ""
     print(f"{tag}ddpx    2 independent: {ddpx_solo:8.1f} img/s | 2-worker DDP: {ddpx_ddp:8.1f} img/s | efficiency {ddpx_ddp/ddpx_solo:.3f}")
     print(f"{tag}pytorch 2 independent: {pt_solo:8.1f} img/s | 2-worker DDP: {pt_ddp:8.1f} img/s | efficiency {pt_ddp/pt_solo:.3f}")
     print(f"{tag}ddpx DDP / pytorch DDP: {ddpx_ddp/pt_ddp:.2f}x")
 if rounds > 1:
-    median = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs)//2-1:len(xs)//2+1]) / 2
+    median = statistics.median
     print(f"efficiency over {rounds} rounds: ddpx median {median([a for a, _ in ratios]):.3f} "
           f"(min {min(a for a, _ in ratios):.3f}, max {max(a for a, _ in ratios):.3f}) | "
           f"pytorch median {median([b for _, b in ratios]):.3f} "
           f"(min {min(b for _, b in ratios):.3f}, max {max(b for _, b in ratios):.3f})")
+    print(f"ddpx DDP / pytorch DDP over {rounds} rounds: median {median(ddp_ratios):.2f}x "
+          f"(min {min(ddp_ratios):.2f}x, max {max(ddp_ratios):.2f}x)")
 ddp = json.loads(open(os.path.join(d, f"ddpx_ddp.{rounds}")).readline())
 split = json.loads(open(os.path.join(d, "ddpx_phases")).readline())
 print(f"ddpx step split (--loop phases, {split['images_per_sec']:.1f} img/s): data wait {split['data_wait_ms']:.2f} ms, forward+backward {split['forward_backward_ms']:.1f} ms, "
