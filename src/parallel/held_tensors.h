@@ -1,5 +1,5 @@
-// Naming the tensors a plan holds (Plan::held_tensors(), plan.h): a module's parameters then its
-// buffers under their names, or some of them (a stage's, a shard of each) under the names the
+// Naming the tensors a plan holds (HeldModel::held_tensors(), plan.h): a module's parameters then
+// its buffers under their names, or some of them (a stage's, a shard of each) under the names the
 // whole model gives them.
 #pragma once
 

@@ -62,7 +62,7 @@ torch::Device model_device(torch::nn::Module& model) {
   const auto params = model.parameters();
   return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
 }
-torch::Device model_device(parallel::Plan& plan) { return plan.device(); }
+torch::Device model_device(parallel::CheckpointState& plan) { return plan.device(); }
 
 std::string checkpoint_path(const std::string& save_dir, int64_t epochs_done) {
   return fmt::format("{}/{}{:04d}{}", save_dir, kPrefix, epochs_done, kSuffix);
@@ -132,8 +132,9 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
                    model_device(model));
 }
 
-void save_checkpoint(const std::string& path, parallel::Plan& plan, const TrainPosition& position,
-                     const CheckpointMeta& meta, torch::nn::Module* ema, bool write) {
+void save_checkpoint(const std::string& path, parallel::CheckpointState& plan,
+                     const TrainPosition& position, const CheckpointMeta& meta,
+                     torch::nn::Module* ema, bool write) {
   torch::serialize::OutputArchive model, optimizer;
   plan.state_dict(model, optimizer);  // collective: on every rank
   if (write) write_checkpoint(path, model, optimizer, position, meta, ema, model_device(plan));

@@ -57,12 +57,13 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model,
 
 // The same file from a parallel plan's full state (plan.h): state_dict() is collective, so every
 // rank calls this; only where `write` (rank 0) is the file written.
-void save_checkpoint(const std::string& path, parallel::Plan& plan, const TrainPosition& position,
-                     const CheckpointMeta& meta, torch::nn::Module* ema, bool write);
+void save_checkpoint(const std::string& path, parallel::CheckpointState& plan,
+                     const TrainPosition& position, const CheckpointMeta& meta,
+                     torch::nn::Module* ema, bool write);
 
 // The same state written sharded (sharded_checkpoint.h), for a plan that saves_sharded(): every
 // rank writes its part, rank 0 the index; `barrier` is the job's (collective).
-void save_sharded_checkpoint(const std::string& path, parallel::Plan& plan,
+void save_sharded_checkpoint(const std::string& path, parallel::CheckpointState& plan,
                              const TrainPosition& position, const CheckpointMeta& meta,
                              torch::nn::Module* ema, int rank, int world_size,
                              const std::function<void()>& barrier);
@@ -83,7 +84,7 @@ TrainPosition load_checkpoint(const std::string& path, torch::nn::Module& model,
 
 // The same into a parallel plan (its load_state_dict(), on the device of its module()). `path`
 // may be a sharded checkpoint's folder, written at any world size and shard mode.
-TrainPosition load_checkpoint(const std::string& path, parallel::Plan& plan,
+TrainPosition load_checkpoint(const std::string& path, parallel::CheckpointState& plan,
                               const CheckpointMeta& meta, torch::nn::Module* ema = nullptr);
 
 // Throws kData when the file is not a complete, uncorrupted checkpoint. Reads it on the host
@@ -122,7 +123,7 @@ TrainPosition read_run_state(const std::string& bytes, const std::string& name,
 // A whole checkpoint's loader: its "model" and "optimizer" archives into `load`.
 TopLoader whole_loader(const StateLoader& load);
 torch::Device model_device(torch::nn::Module& model);
-torch::Device model_device(parallel::Plan& plan);
+torch::Device model_device(parallel::CheckpointState& plan);
 
 // A model's weights only, from a checkpoint (for `ddpx export` and evaluation).
 void load_checkpoint_weights(const std::string& path, torch::nn::Module& model);

@@ -28,7 +28,7 @@ void set_tensors(torch::nn::Module& whole, const std::vector<torch::Tensor>& fro
 
 }  // namespace
 
-std::vector<torch::Tensor> held_tensors(parallel::Plan& plan) {
+std::vector<torch::Tensor> held_tensors(parallel::HeldModel& plan) {
   std::vector<torch::Tensor> held;
   for (auto& t : plan.held_tensors()) held.push_back(std::move(t.tensor));
   return held;
@@ -71,7 +71,7 @@ void ModelEma::update(const std::vector<torch::Tensor>& held) {
   assembled_ = false;
 }
 
-void ModelEma::assemble(parallel::Plan& plan, torch::nn::Module& whole) {
+void ModelEma::assemble(parallel::HeldModel& plan, torch::nn::Module& whole) {
   if (assembled_) return;
   torch::NoGradGuard no_grad;
   const auto held = held_tensors(plan);

@@ -5,7 +5,7 @@
 // initial weights.
 //
 // The average is kept where the parameters are: over the tensors this rank holds
-// (parallel::Plan::held_tensors(): the whole model for data parallel, its shards under
+// (parallel::HeldModel::held_tensors(): the whole model for data parallel, its shards under
 // --shard full, its stages under a pipeline, its pieces under tensor parallelism), so an
 // update never communicates. The whole average is assembled only when something needs it
 // (evaluation, a checkpoint), once after each update, through the path that assembles the
@@ -20,6 +20,7 @@
 #include <vector>
 
 namespace ddpx::parallel {
+class HeldModel;
 class Plan;
 }  // namespace ddpx::parallel
 
@@ -43,7 +44,7 @@ class ModelEma {
   // Writes the whole average into `whole` (an instance of the model's architecture) through
   // plan.module(); nothing when it is already there (no update since). Collective, like
   // module().
-  void assemble(parallel::Plan& plan, torch::nn::Module& whole);
+  void assemble(parallel::HeldModel& plan, torch::nn::Module& whole);
   // The average from `whole` (a checkpoint's), cut into this rank's held tensors the way
   // plan.load_state_dict() cuts a checkpoint's model; the plan's own state is left as it was.
   // Collective; before training (at resume), like load_state_dict().
@@ -57,7 +58,7 @@ class ModelEma {
 };
 
 // The tensors a plan holds, without their names: what ModelEma averages.
-std::vector<torch::Tensor> held_tensors(parallel::Plan& plan);
+std::vector<torch::Tensor> held_tensors(parallel::HeldModel& plan);
 // A module's parameters then buffers, in registration order (its held tensors when whole).
 std::vector<torch::Tensor> module_tensors(torch::nn::Module& module);
 

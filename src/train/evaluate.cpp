@@ -15,8 +15,9 @@ namespace {
 // Every batch of this rank's share through `forward` (logits, or undefined where this rank does
 // not count them); the counts summed over every rank.
 template <typename Forward>
-EvalResult evaluate_share(data::DataLoader& loader, int64_t test_size, parallel::Plan::Share share,
-                          dist::Context& context, const EvalSetup& setup, Forward&& forward) {
+EvalResult evaluate_share(data::DataLoader& loader, int64_t test_size,
+                          parallel::Evaluation::Share share, dist::Context& context,
+                          const EvalSetup& setup, Forward&& forward) {
   torch::NoGradGuard no_grad;
   loader.start_epoch(data::eval_indices(test_size, share.rank, share.count), 0);
   parallel::DeviceFeeder feeder(loader, setup.device, setup.channels_last);
@@ -50,7 +51,7 @@ EvalResult evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64
                         [&](const torch::Tensor& x) { return model.forward(x); });
 }
 
-EvalResult evaluate(parallel::Plan& plan, data::DataLoader& loader, int64_t test_size,
+EvalResult evaluate(parallel::Evaluation& plan, data::DataLoader& loader, int64_t test_size,
                     dist::Context& context, const EvalSetup& setup) {
   plan.set_training(false);
   return evaluate_share(loader, test_size, plan.eval_share(context.rank(), context.world_size()),

@@ -35,7 +35,7 @@ EvalResult evaluate(torch::nn::AnyModule& model, data::DataLoader& loader, int64
                     dist::Context& context, const EvalSetup& setup);
 
 // The same through the plan's evaluation (plan.h): its share, its forward.
-EvalResult evaluate(parallel::Plan& plan, data::DataLoader& loader, int64_t test_size,
+EvalResult evaluate(parallel::Evaluation& plan, data::DataLoader& loader, int64_t test_size,
                     dist::Context& context, const EvalSetup& setup);
 
 }  // namespace ddpx::train

@@ -33,7 +33,7 @@ parallel::ShardedParts read_parts(const std::string& folder, const torch::Device
   return parts;
 }
 
-void save_sharded_checkpoint(const std::string& path, parallel::Plan& plan,
+void save_sharded_checkpoint(const std::string& path, parallel::CheckpointState& plan,
                              const TrainPosition& position, const CheckpointMeta& meta,
                              torch::nn::Module* ema, int rank, int world_size,
                              const std::function<void()>& barrier) {
@@ -71,7 +71,7 @@ void save_sharded_checkpoint(const std::string& path, parallel::Plan& plan,
 
 // Reads the file's model and optimizer archives into `load` (a plan's load_state_dict()); the
 // tensors land on `device`, the model's: each rank loads onto the device its model is on.
-TrainPosition load_checkpoint(const std::string& path, parallel::Plan& plan,
+TrainPosition load_checkpoint(const std::string& path, parallel::CheckpointState& plan,
                               const CheckpointMeta& meta, torch::nn::Module* ema) {
   const torch::Device device = model_device(plan);
   if (is_sharded_checkpoint(path)) {
