@@ -1,13 +1,15 @@
-// Pipeline replicas average their gradients through the gradient reducer (reducer.h), bucketed
-// and overlapped with the pipeline's backward: on 4 ranks (2 stages x 2 data-parallel replicas,
+// Pipeline replicas sync their gradients through the gradient-sync seam (gradient_sync.h),
+// overlapped with the pipeline's backward: on 4 ranks (2 stages x 2 data-parallel replicas,
 // 1F1B and interleaved 1F1B with 2 stages a rank), real members of a Gloo group on 127.0.0.1
-// with the shared-memory transport, buckets capped at a byte (one a parameter), every bucket of
-// every stage is launched before the backward that fills it returns, while the rest of the
-// pipeline's backward still runs, and after forward_backward() each rank's gradients are the
-// mean of its two replicas' gradients (the unsplit model's on each replica's half of the batch),
-// in the first step (buckets in reverse parameter order) and after the buckets are rebuilt in
-// the order gradients became ready (the second and third), and with two unsynchronized halves
-// accumulated before the synchronized one.
+// with the shared-memory transport. Whole replicas (reducer.h), buckets capped at a byte (one a
+// parameter): every bucket of every stage is launched before the backward that fills it
+// returns, while the rest of the pipeline's backward still runs, and after forward_backward()
+// each rank's gradients are the mean of its two replicas' gradients (the unsplit model's on each
+// replica's half of the batch), in the first step (buckets in reverse parameter order) and after
+// the buckets are rebuilt in the order gradients became ready (the second and third), and with
+// two unsynchronized halves accumulated before the synchronized one. Sharded replicas
+// (unit_reducer.h, --shard gradients and full): each stage's unit is reduce-scattered inside
+// that backward too, and each shard's gradient is its rows of that mean.
 //
 // Tolerance: 1e-6 relative (plus 1e-7 absolute): the micro-batches' gradients are summed in
 // another order than one batch's.
@@ -21,6 +23,7 @@
 
 #include "distributed/ranks.h"
 #include "parallel/pipeline/pipeline_plan.h"
+#include "parallel/sharded/shard_unit.h"
 
 namespace ddpx::dist::replica_sync_test {  // a name of its own in the unity build
 namespace {
@@ -88,6 +91,7 @@ struct Layout {
   int microbatches;
   int stages_per_rank;
   bool accumulate = false;  // each replica's rows as two halves, the first not synchronized
+  parallel::ShardMode shard = parallel::ShardMode::kNone;
 };
 
 class PipelineReplicaSyncTest : public ::testing::TestWithParam<Layout> {};
@@ -106,16 +110,25 @@ TEST_P(PipelineReplicaSyncTest, BucketsLaunchDuringTheLastBackwardAndAverageTheR
     options.stages_per_rank = layout.stages_per_rank;
     options.first_bucket_bytes = 1;  // a bucket a parameter
     options.bucket_bytes = 1;
+    options.shard = layout.shard;
     parallel::PipelinePlan plan(
         nets[rank], context,
         [](std::vector<torch::Tensor> p) {
           return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1));
         },
         options);
-    ASSERT_EQ(plan.units().size(), 0u);
+    const bool sharded = layout.shard != parallel::ShardMode::kNone;
+    // Sharded: a unit a stage of this rank (each has parameters).
+    ASSERT_EQ(plan.units().size(), sharded ? static_cast<size_t>(layout.stages_per_rank) : 0u);
     const auto all = nets[rank]->parameters();
     const std::vector<torch::Tensor> mine = plan.parameters();
     ASSERT_FALSE(mine.empty()) << "rank " << rank;
+    // The unsplit model's index of each of this rank's parameters.
+    auto index_of = [&](const torch::Tensor& p) {
+      size_t i = 0;
+      while (i < all.size() && !all[i].is_same(p)) ++i;
+      return i;
+    };
     const int64_t n = kBatch / kReplicas;
     for (int s = 0; s < kSteps; ++s) {
       parallel::MicroBatch whole;
@@ -135,13 +148,35 @@ TEST_P(PipelineReplicaSyncTest, BucketsLaunchDuringTheLastBackwardAndAverageTheR
         plan.forward_backward(whole, /*sync=*/true);
       }
       const parallel::PipelineStats& stats = plan.last_stats();
-      // A bucket a parameter: every one launched inside the backward that made its gradient.
-      EXPECT_EQ(stats.sync_buckets, static_cast<int>(mine.size())) << "rank " << rank;
+      // A bucket a parameter (sharded: a unit a stage): every one launched inside the backward
+      // that made its gradients.
+      EXPECT_EQ(stats.sync_buckets, static_cast<int>(sharded ? plan.units().size() : mine.size()))
+          << "rank " << rank;
       EXPECT_EQ(stats.sync_buckets_in_backward, stats.sync_buckets)
-          << "rank " << rank << " step " << s << ": buckets launched only after the backward";
+          << "rank " << rank << " step " << s << ": launched only after the backward";
+      if (sharded) {
+        // Each shard's gradient: its rows (a ceil(rows / 2) block, zero padded) of the mean.
+        for (const auto& unit : plan.units()) {
+          for (size_t k = 0; k < unit.params().size(); ++k) {
+            const size_t i = index_of(unit.params()[k]);
+            ASSERT_LT(i, all.size());
+            const torch::Tensor& w = want[s][i];
+            const int64_t rows = w.size(0), block = (rows + kReplicas - 1) / kReplicas;
+            const int64_t first = plan.replica() * block;
+            const int64_t n_rows = std::max<int64_t>(0, std::min(rows - first, block));
+            const torch::Tensor grad = unit.shards()[k].grad();
+            ASSERT_TRUE(grad.defined()) << "rank " << rank << " parameter " << i;
+            const torch::Tensor got = grad.narrow(0, 0, n_rows);
+            const double diff = (got - w.narrow(0, first, n_rows)).abs().max().item<double>();
+            EXPECT_LE(diff, 1e-6 * w.abs().max().item<double>() + 1e-7)
+                << "rank " << rank << " step " << s << " parameter " << i;
+          }
+        }
+        plan.zero_grad();
+        continue;
+      }
       for (const auto& p : mine) {
-        size_t i = 0;
-        while (i < all.size() && !all[i].is_same(p)) ++i;
+        const size_t i = index_of(p);
         ASSERT_LT(i, all.size());
         ASSERT_TRUE(p.grad().defined()) << "rank " << rank << " parameter " << i;
         const torch::Tensor& w = want[s][i];
@@ -155,17 +190,21 @@ TEST_P(PipelineReplicaSyncTest, BucketsLaunchDuringTheLastBackwardAndAverageTheR
   EXPECT_ALL_RANKS_OK(errors);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, PipelineReplicaSyncTest,
-                         ::testing::Values(Layout{PipelineSchedule::k1F1B, 4, 1},
-                                           Layout{PipelineSchedule::kInterleaved, 4, 2},
-                                           Layout{PipelineSchedule::k1F1B, 2, 1, true}),
-                         [](const auto& info) {
-                           const Layout& l = info.param;
-                           return std::string(l.schedule == PipelineSchedule::k1F1B
-                                                  ? "onef1b"
-                                                  : "interleaved") +
-                                  (l.accumulate ? "_accumulated" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineReplicaSyncTest,
+    ::testing::Values(Layout{PipelineSchedule::k1F1B, 4, 1},
+                      Layout{PipelineSchedule::kInterleaved, 4, 2},
+                      Layout{PipelineSchedule::k1F1B, 2, 1, true},
+                      Layout{PipelineSchedule::k1F1B, 4, 1, false, parallel::ShardMode::kGradients},
+                      Layout{PipelineSchedule::kInterleaved, 4, 2, false,
+                             parallel::ShardMode::kFull}),
+    [](const auto& info) {
+      const Layout& l = info.param;
+      return std::string(l.schedule == PipelineSchedule::k1F1B ? "onef1b" : "interleaved") +
+             (l.accumulate ? "_accumulated" : "") +
+             (l.shard != parallel::ShardMode::kNone ? std::string("_") + parallel::name(l.shard)
+                                                    : "");
+    });
 
 }  // namespace
 }  // namespace ddpx::dist::replica_sync_test

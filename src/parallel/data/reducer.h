@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "parallel/data/ddp.h"
+#include "parallel/gradient_sync.h"
 
 namespace ddpx::parallel {
 
@@ -40,12 +41,12 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<torch::Tensor>
                                                 const std::vector<size_t>& order, int64_t first_cap,
                                                 int64_t cap);
 
-class Reducer {
+class Reducer : public GradientSync {
  public:
   // `params` are the parameters that require grad, `names` their names for error messages.
   Reducer(std::vector<torch::Tensor> params, std::vector<std::string> names,
           std::shared_ptr<c10d::ProcessGroup> group, DdpOptions options);
-  ~Reducer();
+  ~Reducer() override;
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
@@ -63,12 +64,14 @@ class Reducer {
   // left (parameters it gave no gradient count as their accumulated .grad, zero if none) and
   // waits for every one: each .grad then holds the average over the group. Call it on every
   // rank of the group, after the armed backward, before the gradients are read.
-  void begin_iteration(bool require_sync);
-  void arm_next_backward();
-  void finish();
+  void begin_iteration(bool require_sync) override;
+  void arm_next_backward() override;
+  void finish() override;
   // Buckets launched since the last begin_iteration or prepare_for_forward (in launch order: a
   // count below bucket_layout().size() means the rest are still to come).
   size_t buckets_launched() const;
+  size_t launches() const override { return bucket_layout().size(); }
+  size_t launched() const override { return buckets_launched(); }
 
   void set_comm_hook(CommHookFn hook);
 

@@ -195,7 +195,7 @@ PipelinePlan::PipelinePlan(torch::nn::AnyModule model, std::vector<models::Layer
     for (const auto& t : others_) move_freed(t, *options_.device);
   }
   if (options_.shard != ShardMode::kNone && replicas_) {
-    build_units();
+    build_units();  // and their reducers
   } else if (replicas_) {
     build_reducers();
   }
@@ -225,9 +225,9 @@ std::string PipelinePlan::describe() {
                                                 : "")
                 : fmt::format("; --shard {}: one replica a stage, nothing to split",
                               name(options_.shard));
-  } else if (!reducers_.empty()) {
+  } else if (!syncs_.empty()) {
     size_t buckets = 0;
-    for (const auto& reducer : reducers_) buckets += reducer ? reducer->bucket_layout().size() : 0;
+    for (const auto& sync : syncs_) buckets += sync ? sync->launches() : 0;
     shard = fmt::format(
         "; the replicas average each stage's gradients in buckets launched during its last "
         "micro-batch's backward ({} bucket{} on rank {})",
@@ -268,10 +268,10 @@ std::string PipelinePlan::epoch_summary() {
       "pipeline bubble (idle share of each rank's forward and backward) by rank: {}; micro-batch "
       "activations held at most: {}{}",
       idle, held,
-      reducers_.empty() ? ""
-                        : fmt::format("; replicas' gradient averaging waited for after the "
-                                      "schedule (share of forward and backward): {}",
-                                      sync));
+      syncs_.empty() ? ""
+                     : fmt::format("; replicas' gradient averaging waited for after the "
+                                   "schedule (share of forward and backward): {}",
+                                   sync));
 }
 
 int PipelinePlan::rank_of(int stage) const {
@@ -315,14 +315,16 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   PipelineShape shape{p, m, options_.stages_per_rank};
   const std::vector<PipelineAction> actions =
       schedule_actions(options_.schedule, shape, pipeline_rank_);
-  // Whole replicas: each stage's last backward launches its gradient buckets (the others
-  // accumulate into them).
+  // Replicas: each stage's last backward launches its gradient buckets, or its shard unit's
+  // reduce-scatter (the others accumulate). A rank holding tied parameters launches its units
+  // after the schedule instead: their copies' gradients are summed whole first.
   std::vector<size_t> last_backward(my_stages_.size(), actions.size());
   for (size_t i = 0; i < actions.size(); ++i) {
     if (!actions[i].forward) last_backward[static_cast<size_t>(actions[i].chunk)] = i;
   }
-  for (auto& reducer : reducers_) {
-    if (reducer) reducer->begin_iteration(sync);
+  const bool arms = sync && (!sharded() || tied_.empty());
+  for (auto& replica_sync : syncs_) {
+    if (replica_sync) replica_sync->begin_iteration(sync);
   }
   for (size_t i = 0; i < actions.size(); ++i) {
     const PipelineAction& a = actions[i];
@@ -386,17 +388,17 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
           torch::autograd::backward({f.output}, {grad});
         }
       };
-      Reducer* reducer = reducers_.empty() ? nullptr : reducers_[a.chunk].get();
-      const bool arm = sync && reducer && i == last_backward[a.chunk];
-      if (arm) reducer->arm_next_backward();
+      GradientSync* replica_sync = syncs_.empty() ? nullptr : syncs_[a.chunk].get();
+      const bool arm = arms && replica_sync && i == last_backward[a.chunk];
+      if (arm) replica_sync->arm_next_backward();
       if (batch.in_backward_context) {
         batch.in_backward_context(backward);
       } else {
         backward();
       }
       if (arm) {
-        stats_.sync_buckets_in_backward += static_cast<int>(reducer->buckets_launched());
-        stats_.sync_buckets += static_cast<int>(reducer->bucket_layout().size());
+        stats_.sync_buckets_in_backward += static_cast<int>(replica_sync->launched());
+        stats_.sync_buckets += static_cast<int>(replica_sync->launches());
       }
       if (stage > 0) {
         torch::Tensor grad = f.input.grad();
@@ -407,10 +409,7 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   }
   finish_sends();
   stats_.wait_seconds += device_idle();
-  if (sync && sharded()) {
-    sum_tied_gradients();  // whole, before the replicas scatter them
-    reduce_units();
-  }
+  if (sync && sharded()) sum_tied_gradients();  // whole, before the replicas scatter them
 
   // The loss and logits go to the replica's first rank, which reports them.
   MicroBatchResult result;
@@ -434,7 +433,8 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   result.output = output_to_first_rank(
       context_.rank() == last_rank ? torch::cat(predictions) : torch::Tensor(), rows, device,
       /*predictions=*/true);
-  // The replicas' averages, last: their buckets ran on while the loss and logits moved.
+  // The replicas' averages, last: their buckets and units ran on while the loss and logits
+  // moved.
   if (sync) finish_replica_sync();
   if (sync && !sharded()) sum_tied_gradients();  // the copies' averaged gradients
   stats_.seconds = total.seconds();

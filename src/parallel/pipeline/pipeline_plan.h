@@ -18,8 +18,11 @@
 // the sends, the loss). forward_backward() waits for the buckets before it returns.
 //
 // Sharded replicas (--shard, torchtitan's PP x FSDP): each stage is one unit (shard_unit.h) split
-// across its replicas. After the last micro-batch's backward its gradients are reduce-scattered
-// instead of all-reduced, and the optimizer steps this replica's shards:
+// across its replicas, with a unit reducer of its own (unit_reducer.h; both kinds are one
+// gradient-sync seam, gradient_sync.h, armed the same way): the stage's last micro-batch
+// backward launches the unit's reduce-scatter instead of all-reduces, as soon as its gradients
+// are complete (on a rank holding tied parameters after the schedule, once their copies'
+// gradients are summed), and the optimizer steps this replica's shards:
 // - optimizer (ZeRO-1) and gradients (ZeRO-2): the stage's whole parameters are all-gathered
 //   from the updated shards before the next forward; gradients drops the whole gradients once
 //   they are scattered.
@@ -76,6 +79,7 @@
 #include "models/activation_checkpoint.h"
 #include "models/layer_sequence.h"
 #include "parallel/data/ddp.h"
+#include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_split.h"
@@ -95,7 +99,6 @@ class Context;
 namespace ddpx::parallel {
 
 class PipelineLinks;
-class Reducer;
 
 struct PipelineOptions {
   int stages = 2;        // P: pipeline ranks
@@ -157,10 +160,10 @@ struct PipelineStats {
   double wait_seconds = 0;
   int max_activations = 0;  // micro-batches whose activations this rank held at once
   double idle_share() const { return seconds > 0 ? wait_seconds / seconds : 0; }
-  // Whole replicas, a synchronized step: this rank's stages' gradient buckets, how many of them
-  // were launched before the backward that launches them returned (overlapped with the rest of
-  // the step), and the time spent waiting for the averages after the schedule (the exposed
-  // part of the replicas' averaging).
+  // Replicas, a synchronized step: this rank's stages' gradient buckets (sharded: units), how
+  // many of them were launched before the backward that launches them returned (overlapped with
+  // the rest of the step), and the time spent waiting for the averages after the schedule (the
+  // exposed part of the replicas' averaging).
   int sync_buckets = 0;
   int sync_buckets_in_backward = 0;
   double sync_wait_seconds = 0;
@@ -261,9 +264,10 @@ class PipelinePlan : public Plan {
   // The time this rank's GPU stream sat waiting on NCCL receives since the last call (it waits
   // for their events: call after the step's last receive); 0 off the GPU.
   double device_idle();
-  // Whole replicas (pipeline_replica_sync.cpp): a reducer for each of this rank's stages.
+  // Replicas (pipeline_replica_sync.cpp): a gradient sync for each of this rank's stages, a
+  // reducer for whole replicas (build_reducers), a unit reducer for sharded ones (build_units).
   void build_reducers();
-  void finish_replica_sync();  // waits for every stage's buckets
+  void finish_replica_sync();  // waits for every stage's; `full` then frees the stages
   // Tied parameters (pipeline_tied.cpp).
   std::vector<torch::Tensor> params_of(int pipeline_rank) const;  // its stages', each once
   void find_tied();           // tied_, tied_ranks_, counted_; refuses what cannot run
@@ -274,7 +278,6 @@ class PipelinePlan : public Plan {
   // Sharded replicas (pipeline_shards.cpp).
   bool sharded() const { return !units_.empty(); }
   void build_units();
-  void reduce_units();                     // reduce-scatter; `full` then frees the stages
   void gather_units(bool full_precision);  // the stages whole where they are not
   std::string save_optimizer_part();       // this pipeline rank's optimizer archive, whole
   void load_optimizer_part(torch::optim::Optimizer& whole);
@@ -296,7 +299,7 @@ class PipelinePlan : public Plan {
   std::vector<torch::Tensor> others_;            // the other stages' parameters and buffers
   std::vector<size_t> others_nbytes_;            // their storage sizes when held
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<std::unique_ptr<Reducer>> reducers_;  // whole replicas: by chunk, null: no params
+  std::vector<std::unique_ptr<GradientSync>> syncs_;  // replicas: by chunk, null: no params
   std::vector<torch::Tensor> tied_;  // this rank's parameters that another pipeline rank holds too
   std::vector<int> tied_ranks_;      // the pipeline ranks holding the tied parameters, ascending
   std::shared_ptr<dist::Context> tied_group_;  // their ranks in this replica (null: none needed)

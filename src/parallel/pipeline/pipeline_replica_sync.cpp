@@ -1,6 +1,8 @@
-// The pipeline plan's whole replicas (see pipeline_plan.h): each of this rank's stages averages
-// its gradients over the stage's replicas through a gradient reducer (reducer.h) of its own,
-// armed for the stage's last micro-batch backward and finished after the schedule.
+// The pipeline plan's replicas (see pipeline_plan.h): each of this rank's stages syncs its
+// gradients over the stage's replicas through a gradient sync of its own (gradient_sync.h),
+// armed for the stage's last micro-batch backward and finished after the schedule: whole
+// replicas average them through a reducer (reducer.h), sharded ones reduce-scatter the stage's
+// shard unit (unit_reducer.h, built with the units in pipeline_shards.cpp).
 #include <map>
 #include <set>
 
@@ -40,19 +42,22 @@ void PipelinePlan::build_reducers() {
         param_names.push_back(it != names.end() ? it->second : layers_[l].name);
       }
     }
-    reducers_.push_back(params.empty()
-                            ? nullptr
-                            : std::make_unique<Reducer>(std::move(params), std::move(param_names),
-                                                        replicas_->process_group(), sync));
+    syncs_.push_back(params.empty()
+                         ? nullptr
+                         : std::make_unique<Reducer>(std::move(params), std::move(param_names),
+                                                     replicas_->process_group(), sync));
   }
 }
 
 void PipelinePlan::finish_replica_sync() {
   Stopwatch watch;
-  for (auto& reducer : reducers_) {
-    if (reducer) reducer->finish();  // in stage order on every replica
+  for (auto& replica_sync : syncs_) {
+    if (replica_sync) replica_sync->finish();  // in stage order on every replica
   }
   stats_.sync_wait_seconds = watch.seconds();
+  if (options_.shard == ShardMode::kFull) {
+    for (auto& unit : units_) unit.release();  // gathered again before the next forward
+  }
 }
 
 }  // namespace ddpx::parallel

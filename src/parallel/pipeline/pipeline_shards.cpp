@@ -1,7 +1,8 @@
 // The pipeline plan's sharded replicas (see pipeline_plan.h, "Sharded replicas"): each of this
-// rank's stages one unit (shard_unit.h) over the stage's replicas, reduce-scattered after a
-// synchronized backward, gathered again before the next forward or evaluation, and its optimizer
-// state brought whole into the pipeline's checkpoint.
+// rank's stages one unit (shard_unit.h) over the stage's replicas, reduce-scattered by a unit
+// reducer of its own (unit_reducer.h; armed as pipeline_replica_sync.cpp arms it), gathered
+// again before the next forward or evaluation, and its optimizer state brought whole into the
+// pipeline's checkpoint.
 #include <fmt/format.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
@@ -15,6 +16,7 @@
 #include "distributed/context.h"
 #include "parallel/pipeline/pipeline_plan.h"
 #include "parallel/sharded/optimizer_state.h"
+#include "parallel/sharded/unit_reducer.h"
 #include "parallel/storage.h"
 
 namespace ddpx::parallel {
@@ -33,7 +35,9 @@ void PipelinePlan::build_units() {
     names[p.value().unsafeGetTensorImpl()] = p.key();
   size_t next = 0;  // params_ are the stages' in my_stages_ order, layer by layer, each once
   std::set<const c10::TensorImpl*> seen;
-  for (int stage : my_stages_) {
+  std::vector<int> unit_of(my_stages_.size(), -1);  // by chunk
+  for (size_t chunk = 0; chunk < my_stages_.size(); ++chunk) {
+    const int stage = my_stages_[chunk];
     std::vector<torch::Tensor> params;
     std::vector<std::string> param_names;
     std::vector<size_t> order;
@@ -47,6 +51,7 @@ void PipelinePlan::build_units() {
       }
     }
     if (params.empty()) continue;  // a stage without parameters has nothing to shard
+    unit_of[chunk] = static_cast<int>(units_.size());
     units_.emplace_back(fmt::format("stage {}", stage), params, param_names, replica_,
                         replica_count_, policy.allocate, nullptr, resident);
     if (options_.gather_dtype != c10::ScalarType::Undefined)
@@ -60,6 +65,13 @@ void PipelinePlan::build_units() {
   }
   gathers_in_place_ = gather_in_place_if_shared(units_, *replicas_->process_group(), replica_count_,
                                                 replicas_->peer_memory());
+  for (int u : unit_of) {
+    syncs_.push_back(u < 0 ? nullptr
+                           : std::make_unique<UnitReducer>(
+                                 std::vector<ShardUnit*>{&units_[static_cast<size_t>(u)]},
+                                 replicas_->process_group(),
+                                 /*free_full=*/options_.shard != ShardMode::kOptimizer, policy));
+  }
   if (options_.shard == ShardMode::kFull) {
     for (auto& unit : units_) unit.release();
   }
@@ -69,22 +81,6 @@ void PipelinePlan::gather_units(bool full_precision) {
   auto& group = *replicas_->process_group();
   for (auto& unit : units_) unit.start_gather(group, full_precision);
   for (auto& unit : units_) unit.finish_gather();
-}
-
-void PipelinePlan::reduce_units() {
-  auto& group = *replicas_->process_group();
-  const bool free_full = options_.shard != ShardMode::kOptimizer;
-  const dist::BucketPolicy policy = replicas_->bucket_policy();
-  for (auto& unit : units_) {
-    const auto& shard = unit.shards()[0];
-    const bool averages =
-        policy.averages && policy.averages(shard.scalar_type(), shard.device().type());
-    unit.start_reduce(group, free_full, averages);
-  }
-  for (auto& unit : units_) unit.finish_reduce();
-  if (options_.shard == ShardMode::kFull) {
-    for (auto& unit : units_) unit.release();
-  }
 }
 
 std::string PipelinePlan::save_optimizer_part() {

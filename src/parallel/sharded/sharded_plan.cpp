@@ -19,9 +19,9 @@
 #include "optim/learning_rate.h"
 #include "parallel/data/sync_batch_norm.h"
 #include "parallel/held_tensors.h"
-#include "parallel/ready_hook.h"
 #include "parallel/sharded/optimizer_state.h"
 #include "parallel/sharded/sharded_state.h"
+#include "parallel/sharded/unit_reducer.h"
 #include "parallel/sharded/units.h"
 #include "parallel/storage.h"
 
@@ -98,23 +98,11 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
     for (auto& unit : units_) unit.set_gather_dtype(options_.gather_dtype);
   }
 
-  expected_.assign(units_.size(), 0);
-  for (size_t u = 0; u < units_.size(); ++u) {
-    for (size_t i = 0; i < units_[u].params().size(); ++i) {
-      const auto& p = units_[u].params()[i];
-      if (!p.requires_grad()) continue;
-      ++expected_[u];
-      auto accumulator = torch::autograd::impl::grad_accumulator(p);
-      DDPX_CHECK(accumulator != nullptr, ErrorKind::kUsage,
-                 "parameter '{}' is not a leaf tensor that requires grad; sharding needs "
-                 "registered leaf parameters",
-                 units_[u].param_names()[i]);
-      hook_keys_.push_back(
-          accumulator->add_post_hook(std::make_unique<ReadyHook>([this, u] { on_grad_ready(u); })));
-      accumulators_.push_back(std::move(accumulator));
-    }
-  }
-  remaining_ = expected_;
+  std::vector<ShardUnit*> reduced;
+  for (auto& unit : units_) reduced.push_back(&unit);
+  sync_ =
+      std::make_unique<UnitReducer>(std::move(reduced), group_,
+                                    /*free_full=*/options_.mode != ShardMode::kOptimizer, policy_);
   position_.assign(units_.size(), -1);
 
   if (options_.mode == ShardMode::kFull) {
@@ -126,9 +114,7 @@ ShardedPlan::ShardedPlan(torch::nn::AnyModule model, dist::Context& context,
   }
 }
 
-ShardedPlan::~ShardedPlan() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
-}
+ShardedPlan::~ShardedPlan() {}
 
 std::string ShardedPlan::describe() {
   const char* what = options_.mode == ShardMode::kOptimizer ? "optimizer state"
@@ -209,27 +195,6 @@ void ShardedPlan::on_use(const std::vector<int>& used) {
   if (next >= 0) units_[next].start_gather(*group_);
 }
 
-void ShardedPlan::on_grad_ready(size_t unit) {
-  if (!armed_ || remaining_[unit] == 0) return;
-  if (--remaining_[unit] == 0) start_reduce(unit);
-}
-
-void ShardedPlan::start_reduce(size_t unit) {
-  if (units_[unit].reduce_pending()) return;
-  // Each reduce-scatter holds an input of N shards (the unit's whole gradients): two in flight
-  // overlap communication with backward without holding every unit's at once.
-  while (in_flight_.size() >= 2) {
-    units_[in_flight_.front()].finish_reduce();
-    in_flight_.erase(in_flight_.begin());
-  }
-  const auto& shard = units_[unit].shards()[0];
-  const bool averages =
-      policy_.averages && policy_.averages(shard.scalar_type(), shard.device().type());
-  units_[unit].start_reduce(*group_, /*free_full=*/options_.mode != ShardMode::kOptimizer,
-                            averages);
-  in_flight_.push_back(unit);
-}
-
 void ShardedPlan::gather_all() {
   ParamGate::Pause pause;
   for (auto& unit : units_) unit.start_gather(*group_, /*full_precision=*/true);
@@ -265,8 +230,8 @@ MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool syn
     ParamGate::Pause pause;
     release_all(/*keep_root=*/false);  // module() left everything gathered
   }
-  armed_ = sync;
-  remaining_ = expected_;
+  sync_->begin_iteration(sync);
+  if (sync) sync_->arm_next_backward();
   phase_ = Phase::kForward;
   forward_reach_ = -1;
   try {
@@ -282,28 +247,17 @@ MicroBatchResult ShardedPlan::forward_backward(const MicroBatch& batch, bool syn
     if (gate_) gate_->rethrow_pending();
   } catch (...) {
     phase_ = Phase::kIdle;
-    armed_ = false;
+    sync_->disarm();
     if (gate_) gate_->rethrow_pending();  // the gate's error explains the operator's
     throw;
   }
   phase_ = Phase::kIdle;
-  if (sync) finish_backward();
-  armed_ = false;
+  if (sync) sync_->finish();  // every unit's rows averaged
   if (gate_) {
     ParamGate::Pause pause;
     release_all(/*keep_root=*/false);  // reshard after backward
   }
   return r;
-}
-
-void ShardedPlan::finish_backward() {
-  // Units whose gradients did not all arrive (parameters this backward did not reach) start
-  // now, in unit order, the same on every rank.
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (remaining_[u] != 0) start_reduce(u);
-  }
-  for (size_t u : in_flight_) units_[u].finish_reduce();
-  in_flight_.clear();
 }
 
 std::vector<HeldTensor> ShardedPlan::held_tensors() {

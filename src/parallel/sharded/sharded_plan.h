@@ -36,8 +36,6 @@
 // Needs a power-of-two world size; no gradient accumulation.
 #pragma once
 
-#include <torch/csrc/autograd/function.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -57,6 +55,8 @@ class Context;
 }
 
 namespace ddpx::parallel {
+
+class UnitReducer;
 
 struct ShardedOptions {
   ShardMode mode = ShardMode::kFull;
@@ -114,11 +114,8 @@ class ShardedPlan : public Plan, private GateListener {
   enum class Phase { kIdle, kForward, kBackward };
 
   void on_use(const std::vector<int>& units) override;
-  void on_grad_ready(size_t unit);
-  void start_reduce(size_t unit);  // bounded: finishes the oldest of two in flight first
-  void gather_all();               // every unit's parameters whole (state_dict, load, refresh)
+  void gather_all();  // every unit's parameters whole (state_dict, load, refresh)
   void release_all(bool keep_root);
-  void finish_backward();
   MicroBatchResult forward_backward_atoms(const MicroBatch& batch, bool sync);
 
   torch::nn::AnyModule model_;
@@ -138,14 +135,8 @@ class ShardedPlan : public Plan, private GateListener {
   std::unique_ptr<ParamGate> gate_;  // full only
   std::unique_ptr<Atoms> atoms_;     // deterministic only
 
-  // Gradient hooks.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hook_keys_;
-  std::vector<size_t> expected_;   // per unit: parameters whose gradient backward accumulates
-  std::vector<size_t> remaining_;  // per unit, this backward
-  std::vector<size_t> in_flight_;  // units whose reduce-scatter runs, oldest first (at most 2)
-  bool armed_ = false;
-  bool whole_ = false;  // module() gathered every unit (full)
+  std::unique_ptr<UnitReducer> sync_;  // the units' reduce-scatters, launched in backward
+  bool whole_ = false;                 // module() gathered every unit (full)
 
   Phase phase_ = Phase::kIdle;
   std::vector<int> order_;  // units in the order the first forward used them
