@@ -18,4 +18,13 @@ void fused_step(torch::optim::Optimizer& optimizer, bool device_kernel) {
   optimizer.step();
 }
 
+const char* fused_step_name(torch::optim::Optimizer& optimizer, bool device_kernel) {
+  if (auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer)) {
+    if (device_kernel) return "fused multi-tensor SGD on the device";
+    if (fused_sgd_covers(*sgd)) return "fused SGD";
+  }
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) return "fused AdamW";
+  return "the optimizer's own step";
+}
+
 }  // namespace ddpx::optim

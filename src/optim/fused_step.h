@@ -14,4 +14,8 @@ namespace ddpx::optim {
 // optimizer, or a setting the kernels do not cover, takes its own step().
 void fused_step(torch::optim::Optimizer& optimizer, bool device_kernel);
 
+// What fused_step() runs for `optimizer` as it is set up now, for a plan's start-up line: "fused
+// SGD", "fused multi-tensor SGD on the device", "fused AdamW" or "the optimizer's own step".
+const char* fused_step_name(torch::optim::Optimizer& optimizer, bool device_kernel);
+
 }  // namespace ddpx::optim

@@ -137,13 +137,22 @@ template void sgd_update_mean<float>(const float* const*, int, float, float*, fl
 template void sgd_update_mean<double>(const double* const*, int, double, double*, double*, int64_t,
                                       const SgdHyper&);
 
-bool fused_sgd_step(torch::optim::SGD& sgd) {
+bool fused_sgd_covers(torch::optim::SGD& sgd) {
   for (auto& group : sgd.param_groups()) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
     if (o.dampening() != 0) return false;
     for (const auto& p : group.params()) {
       const bool real = p.scalar_type() == torch::kFloat32 || p.scalar_type() == torch::kFloat64;
       if (!real || !p.is_contiguous() || !p.device().is_cpu()) return false;
+    }
+  }
+  return true;
+}
+
+bool fused_sgd_step(torch::optim::SGD& sgd) {
+  if (!fused_sgd_covers(sgd)) return false;
+  for (auto& group : sgd.param_groups()) {
+    for (const auto& p : group.params()) {
       if (p.grad().defined() && p.grad().scalar_type() != p.scalar_type()) return false;
     }
   }

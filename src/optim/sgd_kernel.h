@@ -49,5 +49,7 @@ void* sgd_state_key(const torch::Tensor& param);
 // sgd_update, keeping the optimizer's state (momentum buffers) as libtorch would. Returns false,
 // having changed nothing, when the optimizer has a setting or parameter it does not cover.
 bool fused_sgd_step(torch::optim::SGD& sgd);
+// Whether fused_sgd_step() takes `sgd` as it is set up now (its gradients' dtypes aside).
+bool fused_sgd_covers(torch::optim::SGD& sgd);
 
 }  // namespace ddpx::optim

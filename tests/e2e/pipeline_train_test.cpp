@@ -74,6 +74,10 @@ TEST(PipelineTrainTest, TwoStagesTrainTheMlpAsOneProcessAndItsCheckpointResumesT
                         "boundaries by Gloo send/recv)"),
       std::string::npos)
       << piped.output;
+  // The step the stages take (optim::fused_step), as the other plans name theirs.
+  EXPECT_NE(piped.output.find("optimizer step: fused SGD, on this rank's stages | plan: pipeline"),
+            std::string::npos)
+      << piped.output;
   auto loss_single = numbers_after(single.output, "loss_train");
   auto loss_piped = numbers_after(piped.output, "loss_train");
   ASSERT_EQ(loss_single.size(), 3u) << single.output;

@@ -17,8 +17,8 @@
 #include "distributed/context.h"
 #include "distributed/peer_memory.h"
 #include "distributed/sub_group.h"
+#include "optim/fused_step.h"
 #include "optim/learning_rate.h"
-#include "parallel/data/reducer.h"
 #include "parallel/pipeline/pipeline_links.h"
 #include "parallel/placement.h"
 #include "parallel/sharded/optimizer_state.h"
@@ -234,9 +234,13 @@ std::string PipelinePlan::describe() {
         buckets, buckets == 1 ? "" : "s", context_.rank());
   }
   return fmt::format(
-      "optimizer step: the optimizer's own, on this rank's stages{} | plan: pipeline parallel: "
+      "optimizer step: {}, on this rank's stages{} | plan: pipeline parallel: "
       "{} stages x {} data-parallel replica{} ({}, {} micro-batches{}; BatchNorm statistics per "
       "micro-batch{}{})",
+      // step() takes fused_step() (a rank whose stages hold no parameters has no optimizer).
+      optimizer_
+          ? optim::fused_step_name(*optimizer_, !params_.empty() && !params_[0].device().is_cpu())
+          : "none",
       sharded() ? "' shards" : "", table_.size(), replica_count_, replica_count_ == 1 ? "" : "s",
       name(options_.schedule), options_.microbatches,
       options_.stages_per_rank > 1 ? fmt::format(", {} stages a rank", options_.stages_per_rank)

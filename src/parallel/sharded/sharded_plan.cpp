@@ -139,10 +139,10 @@ std::string ShardedPlan::describe() {
   return fmt::format(
       "optimizer step: {}, on this rank's shards | plan: sharded "
       "data parallel over {} ranks (--shard {}, {}: {} split in {} units{}{}){}{}",
-      dynamic_cast<torch::optim::SGD*>(optimizer_.get()) != nullptr ? "fused SGD"
-      : dynamic_cast<torch::optim::AdamW*>(optimizer_.get()) != nullptr && !atoms_
-          ? "fused AdamW"
-          : "the optimizer's own",
+      // As step() chooses it.
+      atoms_ && dynamic_cast<torch::optim::AdamW*>(optimizer_.get()) != nullptr
+          ? "the optimizer's own step"
+          : optim::fused_step_name(*optimizer_, !shards_.empty() && !shards_[0].device().is_cpu()),
       context_.world_size(), name(options_.mode), zero_stage(options_.mode), what, units_.size(),
       low ? fmt::format("; all-gathers in {}", c10::toString(options_.gather_dtype)) : "", atoms,
       gathers_in_place_ ? fmt::format("; all-gathers straight from {} into the parameters", where)
