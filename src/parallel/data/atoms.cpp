@@ -59,8 +59,8 @@ std::vector<torch::Tensor> gather_ranks(c10d::ProcessGroup* group, const torch::
 // statistics (the layer run with momentum 1 leaves them in its buffers), and the replay.
 struct Atoms::Norms {
   struct Layer {
-    torch::nn::BatchNormOptions* options;  // momentum
-    torch::Tensor mean, var, batches;      // the layer's buffers
+    torch::nn::BatchNormOptions* options = nullptr;  // momentum
+    torch::Tensor mean, var, batches;                // the layer's buffers
     double momentum = 0.1;
     torch::Tensor start_mean, start_var, start_batches;
   };
@@ -75,7 +75,13 @@ struct Atoms::Norms {
                  "--deterministic: {} has a BatchNorm with a cumulative average (momentum "
                  "None), which the atoms' replay does not reproduce; give it a momentum",
                  model_name);
-      layers.push_back({&options, mean, var, batches, *options.momentum()});
+      Layer layer;
+      layer.options = &options;
+      layer.mean = mean;
+      layer.var = var;
+      layer.batches = batches;
+      layer.momentum = *options.momentum();
+      layers.push_back(std::move(layer));
     };
     for (const auto& m : model.modules(/*include_self=*/true)) {
       if (auto* bn = m->as<torch::nn::BatchNorm2dImpl>()) {
