@@ -14,7 +14,7 @@ void add_tune_command(CLI::App& app, int& exit_code) {
   auto* batch = tune->add_subcommand(
       "batch_size",
       "the batch per device to train with: the largest that fits on a GPU (with a margin), the "
-      "knee of images/s on a CPU");
+      "knee of images/s (a language model's tokens/s) on a CPU");
   batch->option_defaults()->always_capture_default();
   auto b = std::make_shared<bench::BatchFinderOptions>();
   // The model and data flags of `ddpx train`: the images are random, in the dataset's shape (a
