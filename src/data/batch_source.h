@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <random>
 
+#include "data/sample_work.h"
+
 namespace ddpx::data {
 
 struct Batch {
@@ -28,6 +30,13 @@ class BatchSource {
   // The batch of samples indices[0..count), the `batch_index`-th of `epoch`.
   virtual Batch gather(const int64_t* indices, int64_t count, int64_t epoch,
                        int64_t batch_index) const = 0;
+  // The same batch, whose samples other threads may help build: a source that builds its
+  // samples alone hands `publish` the batch's SampleWork (sample_work.h) before it starts on
+  // them. By default, gather() with nothing to share.
+  virtual Batch gather_shared(const int64_t* indices, int64_t count, int64_t epoch,
+                              int64_t batch_index, const PublishWork& publish) const {
+    return gather(indices, count, epoch, batch_index);
+  }
 };
 
 // The augmentation stream of batch k of an epoch (the in-memory sets' default).

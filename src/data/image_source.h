@@ -25,12 +25,19 @@ class ImageSource : public BatchSource {
   int64_t size() const override { return dataset_.size(); }
   Batch gather(const int64_t* indices, int64_t count, int64_t epoch,
                int64_t batch_index) const override;
+  // Each sample is read, decoded and transformed alone: any thread may build any of them.
+  Batch gather_shared(const int64_t* indices, int64_t count, int64_t epoch, int64_t batch_index,
+                      const PublishWork& publish) const override;
 
   // One sample's uint8 (S, S, 3) image after the transforms, from its stream `rng`.
   torch::Tensor sample(int64_t index, std::mt19937_64& rng) const;
   int64_t skipped() const;  // samples left out so far (BadImages::kSkip)
 
  private:
+  // Sample i of a batch into its place: `used[i]` the sample (or its stand-in, after a skip),
+  // `stream` its stream after the transforms (random erasing draws from it next).
+  void build_sample(int64_t i, std::vector<int64_t>& used, std::mt19937_64& stream,
+                    const torch::Tensor& images, int64_t epoch) const;
   const Dataset& dataset_;
   TransformOptions transform_;
   std::vector<float> mean_, std_;  // the normalisation's, per channel

@@ -57,6 +57,7 @@ void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_
   DDPX_CHECK(first_batch >= 0 && first_batch <= num_batches_, ErrorKind::kInternal,
              "loader: first batch {} outside an epoch of {} batches", first_batch, num_batches_);
   ready_.clear();
+  working_.clear();
   next_to_build_ = first_batch;
   next_to_return_ = first_batch;
   error_ = nullptr;
@@ -66,10 +67,11 @@ void DataLoader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_
 
 int64_t DataLoader::num_batches() const { return num_batches_; }
 
-Batch DataLoader::build_batch(int64_t batch_index) const {
+Batch DataLoader::build_batch(int64_t batch_index, const PublishWork& publish) const {
   const int64_t begin = batch_index * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, indices_.size());
-  Batch batch = source_->gather(indices_.data() + begin, end - begin, epoch_, batch_index);
+  Batch batch =
+      source_->gather_shared(indices_.data() + begin, end - begin, epoch_, batch_index, publish);
   if (options_.pin_memory) {
     batch.images = batch.images.pin_memory();
     batch.labels = batch.labels.pin_memory();
@@ -90,12 +92,22 @@ void DataLoader::worker_loop() {
       if (stopping_ || error_ || next_to_build_ >= num_batches_) return;
       k = next_to_build_++;
     }
+    // The batch's samples, published for the consumer to help with if it waits for them.
+    auto publish = [this, k](std::shared_ptr<SampleWork> work) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        working_[k] = std::move(work);
+      }
+      cv_.notify_all();
+    };
     try {
-      Batch batch = build_batch(k);
+      Batch batch = build_batch(k, publish);
       std::lock_guard<std::mutex> lock(mutex_);
+      working_.erase(k);
       ready_.emplace(k, std::move(batch));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
+      working_.erase(k);
       if (!error_) error_ = std::current_exception();
     }
     cv_.notify_all();
@@ -104,9 +116,23 @@ void DataLoader::worker_loop() {
 
 std::optional<Batch> DataLoader::next() {
   if (next_to_return_ >= num_batches_) return std::nullopt;
-  if (options_.num_workers == 0) return build_batch(next_to_return_++);  // inline, no threads
+  if (options_.num_workers == 0) return build_batch(next_to_return_++, nullptr);  // no threads
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [&] { return error_ || ready_.count(next_to_return_) > 0; });
+  // Waiting for a batch a worker has under way, this thread builds its untaken samples too
+  // (once: after that the worker finishes what is taken).
+  bool helped = false;
+  while (true) {
+    cv_.wait(lock, [&] {
+      return error_ || ready_.count(next_to_return_) > 0 ||
+             (!helped && working_.count(next_to_return_) > 0);
+    });
+    if (error_ || ready_.count(next_to_return_) > 0) break;
+    std::shared_ptr<SampleWork> work = working_.at(next_to_return_);
+    helped = true;
+    lock.unlock();
+    work->help();
+    lock.lock();
+  }
   auto it = ready_.find(next_to_return_);
   if (it == ready_.end()) {
     // A worker failed: surface its error here, on the training thread.

@@ -1,6 +1,8 @@
 // A prefetching data loader. Background threads build batches from a BatchSource (an in-memory
 // set, or an image folder decoded as batches are needed: data/batch_source.h) and queue them
-// `prefetch` deep, so the training loop only waits when the model outruns the loader.
+// `prefetch` deep, so the training loop only waits when the model outruns the loader; and when
+// it does wait for a batch whose samples can be built apart (an image folder's), the waiting
+// thread builds some of them itself (data/sample_work.h) instead of sleeping.
 // Deterministic: batch k of an epoch is built from a random stream seeded by (seed, epoch, k),
 // whichever thread builds it; with `per_sample_streams` (the deterministic mode, and always for
 // image folders) each sample is augmented alone from a stream seeded by (seed, epoch, sample
@@ -64,7 +66,7 @@ class DataLoader {
  private:
   void worker_loop();
   void stop_workers();
-  Batch build_batch(int64_t batch_index) const;
+  Batch build_batch(int64_t batch_index, const PublishWork& publish) const;
 
   LoaderOptions options_;
   std::unique_ptr<BatchSource> source_;
@@ -75,6 +77,7 @@ class DataLoader {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::map<int64_t, Batch> ready_;
+  std::map<int64_t, std::shared_ptr<SampleWork>> working_;  // batches a worker has under way
   int64_t next_to_build_ = 0;
   int64_t next_to_return_ = 0;
   bool stopping_ = false;

@@ -1,10 +1,14 @@
-// The prefetching loader: order, completeness, determinism across thread counts, restarts
-// and errors raised in worker threads.
+// The prefetching loader: order, completeness, determinism across thread counts, restarts,
+// errors raised in worker threads, and the consumer building samples of the batch it waits for.
 #include "data/loader.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -149,6 +153,61 @@ TEST(LoaderTest, WorkerErrorIsRethrownFromNext) {
   loader.start_epoch(reversed(10), 0);
   EXPECT_THROW(loader.next(), Error);
   EXPECT_THROW(loader.start_epoch({10}, 0), Error);  // index out of range
+}
+
+// A source whose samples are built apart (as an image folder's), each taking 20 ms, recording
+// which thread built it; sample i's value is its index, so the batch shows what was built.
+class SlowSamples : public BatchSource {
+ public:
+  int64_t size() const override { return 64; }
+  Batch gather(const int64_t* indices, int64_t count, int64_t epoch,
+               int64_t batch_index) const override {
+    return gather_shared(indices, count, epoch, batch_index, nullptr);
+  }
+  Batch gather_shared(const int64_t* indices, int64_t count, int64_t, int64_t,
+                      const PublishWork& publish) const override {
+    auto values = torch::empty({count}, torch::kInt64);
+    auto work = std::make_shared<SampleWork>(count, [&](int64_t i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      values[i] = indices[i];
+      std::lock_guard<std::mutex> lock(mutex_);
+      builders_.insert(std::this_thread::get_id());
+    });
+    if (publish) publish(work);
+    work->finish();
+    return {values.to(torch::kFloat32), values};
+  }
+  std::set<std::thread::id> builders() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return builders_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::set<std::thread::id> builders_;
+};
+
+// With one worker, the thread waiting in next() for the first batch builds some of its samples
+// instead of sleeping (the first batch about twice as soon on two cores), and every batch still
+// holds its samples, in order.
+TEST(LoaderTest, TheWaitingThreadBuildsSamplesOfTheBatchItWaitsFor) {
+  auto source = std::make_unique<SlowSamples>();
+  const SlowSamples& slow = *source;
+  LoaderOptions o = plain(16, 1);
+  DataLoader loader(std::move(source), o);
+  std::vector<int64_t> order = reversed(64);
+  loader.start_epoch(order, 0);
+  auto first = loader.next();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(slow.builders().count(std::this_thread::get_id()), 1u)
+      << "the consumer built none of the first batch's samples";
+  EXPECT_EQ(slow.builders().size(), 2u) << "the worker and the consumer";
+  int64_t at = 0;
+  for (auto batch = std::move(first); batch; batch = loader.next()) {
+    for (int64_t i = 0; i < batch->size(); ++i)
+      EXPECT_EQ(batch->labels[i].item<int64_t>(), order[at++]);
+  }
+  EXPECT_EQ(at, 64);
 }
 
 }  // namespace
