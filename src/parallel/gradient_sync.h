@@ -4,8 +4,8 @@
 // UnitReducer (parallel/sharded/unit_reducer.h) reduce-scatters shard units, so each replica
 // ends with the average of its own rows (ZeRO-1/2/3; a pipeline's sharded replicas, a unit a
 // stage). Both count each parameter's gradient down with a post hook on its accumulator
-// (ready_hook.h) and launch a bucket or unit the moment its last gradient is ready, so the
-// communication overlaps the rest of backward.
+// (ready_hook.h) and, armed, launch a bucket or unit the moment its last gradient is ready, so
+// the communication overlaps the rest of backward; unarmed, finish() launches everything.
 //
 // Contract, for a step of one or more backward passes (micro-batches, accumulation):
 //   begin_iteration(sync)  before the step's first backward; with `sync` false nothing is

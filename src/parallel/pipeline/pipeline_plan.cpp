@@ -319,14 +319,16 @@ MicroBatchResult PipelinePlan::forward_backward(const MicroBatch& batch, bool sy
   PipelineShape shape{p, m, options_.stages_per_rank};
   const std::vector<PipelineAction> actions =
       schedule_actions(options_.schedule, shape, pipeline_rank_);
-  // Replicas: each stage's last backward launches its gradient buckets, or its shard unit's
-  // reduce-scatter (the others accumulate). A rank holding tied parameters launches its units
-  // after the schedule instead: their copies' gradients are summed whole first.
+  // Whole replicas: each stage's last backward launches its gradient buckets (the others
+  // accumulate into them). Sharded replicas launch their stage's reduce-scatter after the
+  // schedule, in finish(): its input, the stage's whole gradients packed, then never lies beside
+  // the backward's activations (the peak `ddpx plan` counts), and a tied parameter's copies are
+  // summed whole before it.
   std::vector<size_t> last_backward(my_stages_.size(), actions.size());
   for (size_t i = 0; i < actions.size(); ++i) {
     if (!actions[i].forward) last_backward[static_cast<size_t>(actions[i].chunk)] = i;
   }
-  const bool arms = sync && (!sharded() || tied_.empty());
+  const bool arms = sync && !sharded();
   for (auto& replica_sync : syncs_) {
     if (replica_sync) replica_sync->begin_iteration(sync);
   }

@@ -19,10 +19,10 @@
 //
 // Sharded replicas (--shard, torchtitan's PP x FSDP): each stage is one unit (shard_unit.h) split
 // across its replicas, with a unit reducer of its own (unit_reducer.h; both kinds are one
-// gradient-sync seam, gradient_sync.h, armed the same way): the stage's last micro-batch
-// backward launches the unit's reduce-scatter instead of all-reduces, as soon as its gradients
-// are complete (on a rank holding tied parameters after the schedule, once their copies'
-// gradients are summed), and the optimizer steps this replica's shards:
+// gradient-sync seam, gradient_sync.h): after the schedule its gradients are reduce-scattered
+// instead of all-reduced (not during the last backward: the reduce's input, the stage's whole
+// gradients packed, would lie beside that backward's activations), and the optimizer steps
+// this replica's shards:
 // - optimizer (ZeRO-1) and gradients (ZeRO-2): the stage's whole parameters are all-gathered
 //   from the updated shards before the next forward; gradients drops the whole gradients once
 //   they are scattered.

@@ -1,8 +1,8 @@
 // The pipeline plan's replicas (see pipeline_plan.h): each of this rank's stages syncs its
 // gradients over the stage's replicas through a gradient sync of its own (gradient_sync.h),
-// armed for the stage's last micro-batch backward and finished after the schedule: whole
-// replicas average them through a reducer (reducer.h), sharded ones reduce-scatter the stage's
-// shard unit (unit_reducer.h, built with the units in pipeline_shards.cpp).
+// finished after the schedule: whole replicas average them through a reducer (reducer.h),
+// armed for the stage's last micro-batch backward; sharded ones reduce-scatter the stage's
+// shard unit (unit_reducer.h, built with the units in pipeline_shards.cpp) after the schedule.
 #include <map>
 #include <set>
 

@@ -1,8 +1,8 @@
 // The pipeline plan's sharded replicas (see pipeline_plan.h, "Sharded replicas"): each of this
-// rank's stages one unit (shard_unit.h) over the stage's replicas, reduce-scattered by a unit
-// reducer of its own (unit_reducer.h; armed as pipeline_replica_sync.cpp arms it), gathered
-// again before the next forward or evaluation, and its optimizer state brought whole into the
-// pipeline's checkpoint.
+// rank's stages one unit (shard_unit.h) over the stage's replicas, reduce-scattered after the
+// schedule by a unit reducer of its own (unit_reducer.h; finished as pipeline_replica_sync.cpp
+// finishes the whole replicas' reducers), gathered again before the next forward or evaluation,
+// and its optimizer state brought whole into the pipeline's checkpoint.
 #include <fmt/format.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>

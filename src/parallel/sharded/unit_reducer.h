@@ -3,8 +3,8 @@
 // its parameters' gradients, at most two at once (each holds the unit's whole gradients as its
 // input: two overlap communication with backward without holding every unit's). After finish()
 // each shard's .grad() is its rows' average over the replicas. The sharded plan keeps one over
-// all its units; a pipeline one a stage over that stage's unit, armed for the stage's last
-// micro-batch backward.
+// all its units, armed for its backward; a pipeline one a stage over that stage's unit, not
+// armed: finish() launches it after the schedule.
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
